@@ -1,0 +1,115 @@
+// A model of PyTorch's CUDACachingAllocator (native backend), torch 2.4-2.11.
+//
+// Knows nothing of models: it serves Malloc/Free/EmptyCache calls the way
+// c10/cuda/CUDACachingAllocator.cpp does and keeps PyTorch's statistics
+// (allocated, reserved, active, requested bytes and their peaks). Each rule in
+// the implementation cites the PyTorch behaviour it follows.
+//
+// Deterministic, single-threaded; one instance models one device.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "vramscope/alloc_config.h"
+#include "vramscope/result.h"
+
+namespace vramscope {
+
+// Handle of an allocated block; valid until passed to Free().
+using BlockHandle = uint32_t;
+
+struct AllocatorStats {
+  uint64_t allocated_bytes = 0;   // memory_allocated(): sizes of allocated blocks
+  uint64_t reserved_bytes = 0;    // memory_reserved(): segments / mapped pages
+  uint64_t active_bytes = 0;      // allocated + pending-free blocks
+  uint64_t requested_bytes = 0;   // caller sizes before rounding
+  uint64_t peak_allocated_bytes = 0;
+  uint64_t peak_reserved_bytes = 0;
+  uint64_t peak_active_bytes = 0;
+  uint64_t peak_requested_bytes = 0;
+  uint64_t num_segments = 0;      // live cudaMalloc segments (expandable: live ranges)
+  uint64_t num_device_alloc = 0;  // cudaMalloc / cuMemMap calls
+  uint64_t num_device_free = 0;   // cudaFree / cuMemUnmap calls
+  uint64_t num_alloc_retries = 0; // mallocs that freed the cache and retried
+  uint64_t num_ooms = 0;
+};
+
+// What an out-of-memory looked like, with a message in PyTorch's wording.
+struct OomInfo {
+  uint64_t requested_bytes = 0;      // the caller's size
+  uint64_t alloc_size_bytes = 0;     // what PyTorch tried to get from the device
+  uint64_t device_limit_bytes = 0;
+  uint64_t allocated_bytes = 0;
+  uint64_t reserved_bytes = 0;
+  uint64_t free_device_bytes = 0;    // limit - reserved
+  std::string message;
+};
+
+// A block as PyTorch's snapshot shows it.
+struct BlockView {
+  uint64_t address = 0;
+  uint64_t size_bytes = 0;
+  uint64_t requested_bytes = 0;  // 0 for free blocks
+  bool allocated = false;
+};
+struct SegmentView {
+  uint64_t address = 0;
+  uint64_t total_bytes = 0;
+  uint32_t stream = 0;
+  bool small_pool = false;     // segment_type "small"
+  bool expandable = false;
+  std::vector<BlockView> blocks;  // address order; sizes sum to total_bytes
+};
+
+class CachingAllocator {
+ public:
+  // device_limit_bytes: memory the allocator may reserve in all (the GPU's
+  // memory minus the CUDA context and other processes); kUnlimited for none.
+  CachingAllocator(const AllocatorConfig& config, uint64_t device_limit_bytes);
+  ~CachingAllocator();
+  CachingAllocator(CachingAllocator&&) noexcept;
+  CachingAllocator& operator=(CachingAllocator&&) noexcept;
+
+  // torch: DeviceCachingAllocator::malloc. Returns nullopt when the device
+  // limit is hit after freeing the cache and retrying; last_oom() says why.
+  // A zero-byte request returns a handle to an empty block that costs nothing.
+  std::optional<BlockHandle> Malloc(uint64_t size_bytes, uint32_t stream = 0);
+  // torch: DeviceCachingAllocator::free (no record_stream events).
+  void Free(BlockHandle handle);
+  // torch.cuda.empty_cache(): release every fully free segment / page.
+  void EmptyCache();
+
+  // Rounded size of an allocated block, as counted in allocated_bytes.
+  uint64_t BlockSize(BlockHandle handle) const;
+
+  const AllocatorStats& stats() const;
+  // Resets peaks to current values (torch.cuda.reset_peak_memory_stats).
+  void ResetPeaks();
+  const std::optional<OomInfo>& last_oom() const;
+  const AllocatorConfig& config() const;
+
+  // Current state, like torch.cuda.memory_snapshot()["segments"].
+  std::vector<SegmentView> Segments() const;
+
+  // Checks: no overlap, every block in exactly one segment, block sizes sum to
+  // the segment, allocated/reserved/active sums match the stats, free blocks
+  // are in their pool and adjacent free blocks were merged. Error describes
+  // the first violation. O(blocks): meant for tests.
+  Status CheckInvariants() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Free functions exposing the sizing rules (tested one by one).
+// torch: round_size (512-byte multiples, optional power-of-two divisions).
+uint64_t RoundSize(uint64_t size_bytes, const AllocatorConfig& config);
+// torch: get_allocation_size (2 MiB / 20 MiB / round up to 2 MiB).
+uint64_t SegmentSizeFor(uint64_t rounded_bytes);
+
+}  // namespace vramscope

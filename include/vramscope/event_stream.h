@@ -1,0 +1,90 @@
+// The event stream: the one intermediate form of vramscope.
+//
+// An ordered list of memory events of one or more training steps on one GPU
+// rank. Model lowering writes it, traces recorded from real PyTorch programs
+// and measured snapshots become it, the allocator simulator replays it.
+// The on-disk format is documented in docs/event-stream.md (event_io.h).
+//
+// Ownership: an EventStream owns its events and its interned strings (op names,
+// module paths). Not thread-safe for concurrent mutation; const access is safe.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "vramscope/category.h"
+
+namespace vramscope {
+
+// Phase of a training step. kSetup is everything before the first forward
+// (model load, optimizer construction).
+enum class Phase : uint8_t { kSetup = 0, kForward, kBackward, kOptimizer };
+inline constexpr int kNumPhases = 4;
+std::string_view PhaseName(Phase p);  // "setup", "forward", "backward", "optimizer"
+bool ParsePhase(std::string_view text, Phase* out);
+
+enum class EventKind : uint8_t {
+  kAlloc = 0,   // id, size_bytes, category, op, module, stream
+  kFree,        // id
+  kPhase,       // step, phase: everything after belongs to this step and phase
+  kEmptyCache,  // torch.cuda.empty_cache(): cached, fully free segments go back
+};
+
+// 40 bytes. Strings are indices into EventStream::strings(); index 0 is "".
+struct Event {
+  EventKind kind = EventKind::kAlloc;
+  Category category = Category::kOther;
+  Phase phase = Phase::kSetup;  // kPhase only
+  uint8_t reserved_ = 0;
+  uint32_t stream = 0;          // kAlloc: CUDA stream index, 0 = default stream
+  uint32_t op = 0;              // kAlloc: producing op (string index)
+  uint32_t module = 0;          // kAlloc: module path (string index)
+  uint32_t step = 0;            // kPhase: step number (1-based by convention)
+  uint64_t id = 0;              // kAlloc / kFree: allocation id, unique while live
+  uint64_t size_bytes = 0;      // kAlloc: requested bytes (before any rounding)
+};
+
+// Largest requested size accepted anywhere (2^62 bytes): sums of many such
+// values still fit in uint64_t without overflow checks on every add.
+inline constexpr uint64_t kMaxSizeBytes = uint64_t{1} << 62;
+
+class EventStream {
+ public:
+  EventStream();
+
+  // Builders. They do not validate lifetimes (see Validate()).
+  void Alloc(uint64_t id, uint64_t size_bytes, Category category,
+             std::string_view op = {}, std::string_view module = {},
+             uint32_t stream = 0);
+  void AllocInterned(uint64_t id, uint64_t size_bytes, Category category,
+                     uint32_t op, uint32_t module, uint32_t stream = 0);
+  void Free(uint64_t id);
+  void BeginPhase(uint32_t step, Phase phase);
+  void EmptyCache();
+
+  // Interns a string and returns its index (stable for the stream's life).
+  uint32_t Intern(std::string_view text);
+  std::string_view String(uint32_t index) const { return strings_[index]; }
+  const std::vector<std::string>& strings() const { return strings_; }
+
+  const std::vector<Event>& events() const { return events_; }
+  std::vector<Event>& mutable_events() { return events_; }
+  size_t size() const { return events_.size(); }
+  void Reserve(size_t n) { events_.reserve(n); }
+
+  // Free-form metadata written in the file header ("source", "model", ...).
+  std::map<std::string, std::string>& metadata() { return metadata_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+ private:
+  std::vector<Event> events_;
+  std::vector<std::string> strings_;
+  std::unordered_map<std::string, uint32_t> string_index_;
+  std::map<std::string, std::string> metadata_;
+};
+
+}  // namespace vramscope
