@@ -1,0 +1,120 @@
+// Model description: what lowering needs to know about a transformer, read
+// from a Hugging Face config.json (ingest stage), plus its exact parameter list.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "vramscope/result.h"
+
+namespace vramscope {
+
+enum class DType : uint8_t { kFloat32, kFloat16, kBFloat16, kInt8, kUInt8, kNF4 };
+// Bytes per element; kNF4 returns 0 (use packed sizes).
+uint64_t DTypeBytes(DType d);
+std::string_view DTypeName(DType d);
+
+enum class NormKind : uint8_t {
+  kRmsNorm,        // LlamaRMSNorm: fp32 upcast, weight * normed.to(dtype)
+  kRmsNormGemma,   // GemmaRMSNorm: (1 + weight) multiplied in fp32
+  kLayerNorm,      // nn.LayerNorm with bias
+  kLayerNormNoBias // LayerNorm without bias (e.g. OLMo-style); rare
+};
+
+enum class MlpKind : uint8_t {
+  kGatedSilu,      // down(silu(gate(x)) * up(x)) — llama, mistral, qwen2
+  kGatedGeluTanh,  // down(gelu_tanh(gate(x)) * up(x)) — gemma
+  kGelu,           // fc2(gelu(fc1(x))) — gpt2, gpt_neox, phi, falcon, bert, opt(relu)
+  kRelu,           // opt
+  kFusedGateUp,    // phi3: gate_up_proj fused, silu
+};
+
+enum class PositionKind : uint8_t { kRope, kLearned, kAlibi, kNone };
+
+// One parameter tensor with its Hugging Face name.
+struct ParamTensor {
+  std::string name;            // "model.layers.0.self_attn.q_proj.weight"
+  std::vector<uint64_t> shape;
+  uint64_t numel = 0;
+  int layer = -1;              // decoder layer index, -1 outside layers
+  bool is_linear_weight = false;  // nn.Linear weight (candidate for LoRA/quantization)
+  std::string module;          // "model.layers.0.self_attn.q_proj"
+  std::string role;            // "q","k","v","o","qkv","gate","up","down","gate_up","lm_head",
+                               // "embed","norm","bias","router","expert_gate",...
+};
+
+struct ModelSpec {
+  std::string name;            // catalog alias or path as given
+  std::string hub_id;          // "meta-llama/Meta-Llama-3-8B" when known
+  std::string model_type;      // config.json "model_type": "llama", "qwen2", ...
+  std::string architecture;    // "LlamaForCausalLM"
+  bool is_encoder = false;     // bert (masked LM)
+
+  uint64_t hidden_size = 0;
+  uint64_t intermediate_size = 0;
+  uint64_t num_layers = 0;
+  uint64_t num_heads = 0;
+  uint64_t num_kv_heads = 0;
+  uint64_t head_dim = 0;       // may differ from hidden/heads (gemma)
+  uint64_t vocab_size = 0;
+  uint64_t max_position_embeddings = 0;
+  bool tie_word_embeddings = false;
+
+  NormKind norm = NormKind::kRmsNorm;
+  MlpKind mlp = MlpKind::kGatedSilu;
+  PositionKind position = PositionKind::kRope;
+  double partial_rotary_factor = 1.0;
+  bool qkv_bias = false;       // qwen2
+  bool o_bias = false;
+  bool mlp_bias = false;
+  bool fused_qkv = false;      // phi3, falcon, gpt_neox, gpt2 (c_attn)
+  bool parallel_attn = false;  // falcon-7b, phi-2, gpt_neox(use_parallel_residual)
+  bool qk_norm = false;        // qwen3, gemma3
+  bool sandwich_norm = false;  // gemma2/3: four norms per layer
+  uint64_t sliding_window = 0; // 0 = none
+  double final_logit_softcapping = 0;  // gemma2
+  double attn_logit_softcapping = 0;   // gemma2
+  double attention_dropout = 0;
+  double hidden_dropout = 0;   // gpt2 resid/embd pdrop, bert hidden_dropout_prob
+
+  // Mixture of experts (mixtral, qwen2_moe, qwen3_moe); 0 experts = dense.
+  uint64_t num_experts = 0;
+  uint64_t experts_per_token = 0;
+  uint64_t moe_intermediate_size = 0;
+  uint64_t shared_expert_intermediate_size = 0;  // qwen2_moe
+  uint64_t decoder_sparse_step = 1;
+  std::vector<uint64_t> mlp_only_layers;          // dense layers in a MoE model
+
+  std::string torch_dtype;     // as in config.json ("bfloat16"), may be empty
+
+  // Every parameter tensor, in module order (embeddings, layers, final norm,
+  // lm_head). A tied lm_head is not listed twice.
+  std::vector<ParamTensor> params;
+
+  uint64_t ParameterCount() const;
+};
+
+// Architectures (config.json "model_type") vramscope lowers.
+const std::vector<std::string>& SupportedModelTypes();
+
+// Parses config.json text. `name` is used in error messages.
+Result<ModelSpec> ParseModelConfig(std::string_view json_text, std::string_view name);
+
+// Resolves MODEL as DESIGN.md says: a catalog alias or Hugging Face id, a
+// config.json path, or a model directory (config.json + safetensors headers).
+Result<ModelSpec> ResolveModel(std::string_view model);
+
+struct CatalogEntry {
+  std::string alias;           // "llama-3-8b"
+  std::string hub_id;          // "meta-llama/Meta-Llama-3-8B"
+  std::string family;          // "Llama 3"
+  uint64_t reference_parameters = 0;  // published count (see source)
+  std::string reference_source;
+};
+const std::vector<CatalogEntry>& ModelCatalog();
+// Finds a catalog entry by alias or hub id (case-insensitive) and parses it.
+Result<ModelSpec> LoadCatalogModel(std::string_view alias_or_id);
+
+}  // namespace vramscope
