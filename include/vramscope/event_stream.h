@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "vramscope/category.h"
+#include "vramscope/result.h"
 
 namespace vramscope {
 
@@ -46,6 +47,8 @@ struct Event {
   uint32_t step = 0;            // kPhase: step number (1-based by convention)
   uint64_t id = 0;              // kAlloc / kFree: allocation id, unique while live
   uint64_t size_bytes = 0;      // kAlloc: requested bytes (before any rounding)
+
+  friend bool operator==(const Event&, const Event&) = default;
 };
 
 // Largest requested size accepted anywhere (2^62 bytes): sums of many such
@@ -56,7 +59,9 @@ class EventStream {
  public:
   EventStream();
 
-  // Builders. They do not validate lifetimes (see Validate()).
+  // Builders. They do not validate lifetimes (see Validate()). Alloc interns
+  // `op` and `module`; AllocInterned takes indices into strings(), which must
+  // exist (checked by Validate(), not here).
   void Alloc(uint64_t id, uint64_t size_bytes, Category category,
              std::string_view op = {}, std::string_view module = {},
              uint32_t stream = 0);
@@ -67,7 +72,12 @@ class EventStream {
   void EmptyCache();
 
   // Interns a string and returns its index (stable for the stream's life).
+  // The empty string is always index 0.
   uint32_t Intern(std::string_view text);
+  // Appends a string as the next index even if equal text exists (the reader
+  // keeps a file's string indices unchanged); Intern of that text afterwards
+  // returns the first index holding it.
+  uint32_t AppendString(std::string_view text);
   std::string_view String(uint32_t index) const { return strings_[index]; }
   const std::vector<std::string>& strings() const { return strings_; }
 
@@ -79,6 +89,12 @@ class EventStream {
   // Free-form metadata written in the file header ("source", "model", ...).
   std::map<std::string, std::string>& metadata() { return metadata_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+  // Checks what the builders do not: sizes within kMaxSizeBytes, string
+  // indices defined, ids unique while live, frees of live ids only. The Error
+  // names the event ("event 12 (alloc id 5): ..."). Streams read by
+  // ParseEventText always pass. Memory: proportional to live allocations.
+  Status Validate() const;
 
  private:
   std::vector<Event> events_;

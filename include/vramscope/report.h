@@ -40,6 +40,10 @@ struct RankReport {
   uint64_t host_peak_bytes = 0;
 };
 
+// Version of the JSON report layout (docs/json-schema.md). Raised when a key
+// changes meaning or disappears; new keys do not raise it.
+inline constexpr int kReportSchemaVersion = 1;
+
 struct Report {
   std::string command;             // "estimate", "simulate", ...
   std::string source;              // trace path or model name
@@ -51,19 +55,48 @@ struct Report {
   std::vector<std::string> explanation;
   std::vector<std::string> notes;  // assumptions, modelled library versions
 
-  // The rank class with the largest device total (the reported maximum).
+  // The rank class with the largest device total (the reported maximum); the
+  // first of equals. A Report without ranks yields an empty RankReport.
   const RankReport& worst() const;
+  // Every rank class ran without a simulated OOM and its device total is
+  // within gpu.usable_bytes.
   bool fits() const;
-  int64_t headroom_bytes() const;  // usable - device total (negative: short)
+  // What the run needs on the device at least: the worst device total, or, for
+  // a rank class that ran out of memory, what it held when the allocation
+  // failed plus that allocation plus the memory outside the allocator (a lower
+  // bound: the simulation stopped there).
+  uint64_t needed_bytes() const;
+  // usable - needed_bytes() (negative: short by that much); saturates at the
+  // int64 range.
+  int64_t headroom_bytes() const;
 };
 
-// Device total = peak reserved + context + NCCL + other.
+// Device total = peak reserved + context + NCCL + other (saturating).
 uint64_t DeviceTotalBytes(const SimResult& sim, const DeviceExtras& extras);
+// The rank's device_total_bytes when set (non-zero), else computed from its
+// simulation and extras. Every renderer and Report method uses this.
+uint64_t DeviceTotalBytes(const RankReport& rank);
 
+// Renderers. Pure functions of the Report: deterministic output (golden-tested,
+// tests/golden/report/), never fail. Text taken from inputs (names, ops,
+// modules, messages) is made safe for each format: control characters and
+// invalid UTF-8 are replaced, markup is escaped.
+//
+// Human report in GiB: headline verdict, the three numbers, when the peak
+// happens, breakdown, phases, top allocations, OOM point, explanation, notes;
+// one section per rank class when there are several.
 std::string RenderText(const Report& report);
+// JSON of the interface contract plus documented extras (docs/json-schema.md);
+// integer bytes; top-level numbers from worst(). indent < 0: one line.
 std::string RenderJson(const Report& report, int indent = 2);
+// One row per timeline point of the worst rank class; with several rank
+// classes, every class's rows behind a leading rank_class column.
 std::string RenderTimelineCsv(const Report& report);
+// Standalone SVG chart of the worst rank class's timeline: no scripts, no
+// external resources.
 std::string RenderSvg(const Report& report);
+// One self-contained offline HTML page (inline CSS, SVG and script; a
+// Content-Security-Policy that forbids every network request).
 std::string RenderHtml(const Report& report);
 
 // "12.34 GiB" (2^30 bytes, two decimals).

@@ -1,0 +1,16 @@
+#include "command.h"
+
+namespace vramscope::cli {
+
+extern const CommandSpec kSimulateCommand;
+extern const CommandSpec kGpusCommand;
+
+const std::vector<CommandSpec>& Commands() {
+  static const std::vector<CommandSpec> table = {
+      kSimulateCommand,
+      kGpusCommand,
+  };
+  return table;
+}
+
+}  // namespace vramscope::cli

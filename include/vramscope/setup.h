@@ -1,0 +1,78 @@
+// The training setup: the knobs of `vramscope estimate` (names in DESIGN.md).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "vramscope/result.h"
+
+namespace vramscope {
+
+enum class Precision : uint8_t {
+  kFp32,        // fp32 weights, no autocast
+  kFp16Mixed,   // fp32 weights + autocast(fp16) + GradScaler
+  kBf16Mixed,   // fp32 weights + autocast(bf16)
+  kFp16,        // weights, grads and optimizer state in fp16
+  kBf16,        // weights, grads and optimizer state in bf16
+};
+
+enum class OptimizerKind : uint8_t {
+  kNone, kSgd, kSgdMomentum, kAdamW /* foreach */, kAdamWFused, kAdamWForLoop,
+  kAdamW8bit, kPagedAdamW8bit, kPagedAdamW, kAdafactor, kLion,
+};
+
+enum class Finetune : uint8_t { kFull, kLora, kQLora };
+enum class GradCkpt : uint8_t { kNone, kFull /* non-reentrant */, kReentrant };
+enum class Attention : uint8_t { kEager, kSdpa, kFlash };
+enum class LossKind : uint8_t { kHf, kChunked, kFusedLinear };
+
+struct TrainingSetup {
+  uint64_t batch = 1;
+  uint64_t seq = 2048;
+  uint64_t grad_accum = 1;
+  uint32_t steps = 3;                 // optimizer steps simulated
+  Precision precision = Precision::kBf16Mixed;
+  OptimizerKind optimizer = OptimizerKind::kAdamW;
+  Finetune finetune = Finetune::kFull;
+  uint64_t lora_rank = 16;
+  std::vector<std::string> lora_targets = {"q", "v"};
+  double lora_dropout = 0.05;
+  GradCkpt grad_ckpt = GradCkpt::kNone;
+  Attention attn = Attention::kSdpa;
+  LossKind loss = LossKind::kHf;
+  // transformers release whose behaviour is modelled, as major*100 + minor
+  // (4.57 -> 457). Matters for the loss path (<= 4.45, 4.46-4.48, >= 4.49).
+  int transformers_version = 457;
+  // torch release, major*100 + minor (2.11 -> 211). Matters for SDPA's
+  // enable_gqa (>= 2.5) and cuBLAS workspace sizes.
+  int torch_version = 211;
+  bool optimizer_in_backward = false;
+  bool activation_offload = false;
+  std::string gpu = "h100-80g";
+  std::string alloc_conf;
+};
+
+std::string_view PrecisionName(Precision p);
+std::string_view OptimizerName(OptimizerKind o);
+std::string_view FinetuneName(Finetune f);
+std::string_view GradCkptName(GradCkpt g);
+std::string_view AttentionName(Attention a);
+std::string_view LossName(LossKind l);
+
+Result<Precision> ParsePrecision(std::string_view text);
+Result<OptimizerKind> ParseOptimizer(std::string_view text);
+Result<Finetune> ParseFinetune(std::string_view text);
+Result<GradCkpt> ParseGradCkpt(std::string_view text);
+Result<Attention> ParseAttention(std::string_view text);
+Result<LossKind> ParseLoss(std::string_view text);
+// "4.46" -> 446.
+Result<int> ParseVersion(std::string_view text, std::string_view field);
+// "q,k,v" or "all-linear".
+Result<std::vector<std::string>> ParseLoraTargets(std::string_view text);
+
+// Knob pairs for reports, in DESIGN.md's flag names.
+std::vector<std::pair<std::string, std::string>> DescribeSetup(const TrainingSetup& s);
+
+}  // namespace vramscope

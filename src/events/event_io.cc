@@ -1,0 +1,152 @@
+// ParseEventText and ReadEventFile: splitting input into lines for the
+// EventParser. The file reader streams in chunks, so memory is the events
+// plus one chunk and one partial line, not the whole file.
+#include "vramscope/event_io.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <system_error>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "event_parser.h"
+
+namespace vramscope {
+namespace {
+
+using events_internal::EventParser;
+
+// Lines of the documented format average 15-35 bytes; reserving for about
+// one event per 24 bytes avoids most vector regrowth on large inputs. Capped
+// so that a file of comments cannot make the reader reserve gigabytes.
+constexpr size_t kBytesPerEventGuess = 24;
+constexpr size_t kMaxReservedEvents = size_t{1} << 24;
+
+size_t EventsToReserve(uint64_t input_bytes, const EventReadLimits& limits) {
+  const uint64_t guess = input_bytes / kBytesPerEventGuess;
+  return static_cast<size_t>(std::min({guess, limits.max_events, uint64_t{kMaxReservedEvents}}));
+}
+
+Error OverSizeLimit(std::string_view name, uint64_t bytes, const EventReadLimits& limits,
+                    bool at_least) {
+  return MakeError(fmt::format("{}: {}{} bytes is over the limit of {} bytes", name,
+                               at_least ? "more than " : "", bytes, limits.max_file_bytes));
+}
+
+std::string ErrnoMessage(int error_number) {
+  return std::error_code(error_number, std::generic_category()).message();
+}
+
+struct FileCloser {
+  void operator()(std::FILE* f) const { std::fclose(f); }
+};
+
+// Feeds the complete lines of `chunk` to the parser; the unterminated tail
+// goes to `partial` (prefixed by what `partial` already held). `partial`
+// never grows past one over-long line: such a line is handed to the parser,
+// which rejects it.
+Status FeedChunk(std::string_view chunk, std::string& partial, uint64_t max_line_bytes,
+                 EventParser& parser) {
+  size_t pos = 0;
+  while (pos < chunk.size()) {
+    const void* newline = std::memchr(chunk.data() + pos, '\n', chunk.size() - pos);
+    if (newline == nullptr) {
+      partial.append(chunk.substr(pos));
+      // +1: a line may end in '\r', which does not count towards its length.
+      if (partial.size() > max_line_bytes + 1) return parser.ParseLine(partial);
+      return Ok{};
+    }
+    const size_t end = static_cast<size_t>(static_cast<const char*>(newline) - chunk.data());
+    Status status = Ok{};
+    if (partial.empty()) {
+      status = parser.ParseLine(chunk.substr(pos, end - pos));
+    } else {
+      partial.append(chunk.substr(pos, end - pos));
+      status = parser.ParseLine(partial);
+      partial.clear();
+    }
+    if (!status.ok()) return status;
+    pos = end + 1;
+  }
+  return Ok{};
+}
+
+}  // namespace
+
+Result<EventStream> ParseEventText(std::string_view text, std::string_view name,
+                                   const EventReadLimits& limits) {
+  if (text.size() > limits.max_file_bytes) {
+    return OverSizeLimit(name, text.size(), limits, /*at_least=*/false);
+  }
+  EventParser parser(name, limits);
+  parser.ReserveEvents(EventsToReserve(text.size(), limits));
+  size_t pos = 0;
+  while (pos < text.size()) {
+    const void* newline = std::memchr(text.data() + pos, '\n', text.size() - pos);
+    const size_t end = newline == nullptr
+                           ? text.size()
+                           : static_cast<size_t>(static_cast<const char*>(newline) - text.data());
+    if (Status status = parser.ParseLine(text.substr(pos, end - pos)); !status.ok()) {
+      return status.error();
+    }
+    pos = end + 1;
+  }
+  return parser.Finish();
+}
+
+Result<EventStream> ReadEventFile(const std::string& path, const EventReadLimits& limits) {
+  std::error_code ec;
+  const std::filesystem::file_status status = std::filesystem::status(path, ec);
+  if (ec || status.type() == std::filesystem::file_type::not_found) {
+    if (status.type() == std::filesystem::file_type::not_found) {
+      return MakeError(fmt::format("{}: no such file", path));
+    }
+    return MakeError(fmt::format("{}: cannot read: {}", path, ec.message()));
+  }
+  if (status.type() == std::filesystem::file_type::directory) {
+    return MakeError(fmt::format("{}: is a directory, not an event file", path));
+  }
+  uint64_t known_size = 0;
+  if (status.type() == std::filesystem::file_type::regular) {
+    known_size = std::filesystem::file_size(path, ec);
+    if (!ec && known_size > limits.max_file_bytes) {
+      return OverSizeLimit(path, known_size, limits, /*at_least=*/false);
+    }
+  }
+  errno = 0;
+  std::unique_ptr<std::FILE, FileCloser> file(std::fopen(path.c_str(), "rb"));
+  if (!file) return MakeError(fmt::format("{}: cannot open: {}", path, ErrnoMessage(errno)));
+
+  EventParser parser(path, limits);
+  parser.ReserveEvents(EventsToReserve(known_size, limits));
+  constexpr size_t kChunkBytes = size_t{1} << 20;
+  std::vector<char> chunk(kChunkBytes);
+  std::string partial;
+  uint64_t total_bytes = 0;
+  for (;;) {
+    const size_t n = std::fread(chunk.data(), 1, chunk.size(), file.get());
+    if (n == 0) break;
+    total_bytes += n;
+    // Checked while reading too: pipes and devices have no size up front,
+    // and a regular file may grow while it is read.
+    if (total_bytes > limits.max_file_bytes) {
+      return OverSizeLimit(path, limits.max_file_bytes, limits, /*at_least=*/true);
+    }
+    Status fed = FeedChunk({chunk.data(), n}, partial, limits.max_line_bytes, parser);
+    if (!fed.ok()) return fed.error();
+  }
+  if (std::ferror(file.get())) {
+    return MakeError(fmt::format("{}: read error: {}", path, ErrnoMessage(errno)));
+  }
+  if (!partial.empty()) {
+    if (Status status = parser.ParseLine(partial); !status.ok()) return status.error();
+  }
+  return parser.Finish();
+}
+
+}  // namespace vramscope

@@ -1,0 +1,145 @@
+// EventStream builders, string interning, phases and Validate().
+#include "vramscope/event_stream.h"
+
+#include <array>
+
+#include <fmt/format.h>
+
+#include "live_id_set.h"
+
+namespace vramscope {
+namespace {
+
+constexpr std::array<std::string_view, kNumPhases> kPhaseNames = {"setup", "forward",
+                                                                  "backward", "optimizer"};
+
+std::string DescribeEvent(size_t index, const Event& e) {
+  switch (e.kind) {
+    case EventKind::kAlloc:
+      return fmt::format("event {} (alloc id {})", index, e.id);
+    case EventKind::kFree:
+      return fmt::format("event {} (free id {})", index, e.id);
+    case EventKind::kPhase:
+      return fmt::format("event {} (phase)", index);
+    case EventKind::kEmptyCache:
+      return fmt::format("event {} (empty cache)", index);
+  }
+  return fmt::format("event {}", index);
+}
+
+}  // namespace
+
+std::string_view PhaseName(Phase p) {
+  const auto index = static_cast<size_t>(p);
+  return index < kPhaseNames.size() ? kPhaseNames[index] : std::string_view("setup");
+}
+
+bool ParsePhase(std::string_view text, Phase* out) {
+  for (size_t i = 0; i < kPhaseNames.size(); ++i) {
+    if (text == kPhaseNames[i]) {
+      *out = static_cast<Phase>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
+EventStream::EventStream() { strings_.emplace_back(); }
+
+void EventStream::Alloc(uint64_t id, uint64_t size_bytes, Category category,
+                        std::string_view op, std::string_view module, uint32_t stream) {
+  const uint32_t op_index = Intern(op);
+  const uint32_t module_index = Intern(module);
+  AllocInterned(id, size_bytes, category, op_index, module_index, stream);
+}
+
+void EventStream::AllocInterned(uint64_t id, uint64_t size_bytes, Category category,
+                                uint32_t op, uint32_t module, uint32_t stream) {
+  Event e;
+  e.kind = EventKind::kAlloc;
+  e.category = category;
+  e.stream = stream;
+  e.op = op;
+  e.module = module;
+  e.id = id;
+  e.size_bytes = size_bytes;
+  events_.push_back(e);
+}
+
+void EventStream::Free(uint64_t id) {
+  Event e;
+  e.kind = EventKind::kFree;
+  e.id = id;
+  events_.push_back(e);
+}
+
+void EventStream::BeginPhase(uint32_t step, Phase phase) {
+  Event e;
+  e.kind = EventKind::kPhase;
+  e.phase = phase;
+  e.step = step;
+  events_.push_back(e);
+}
+
+void EventStream::EmptyCache() {
+  Event e;
+  e.kind = EventKind::kEmptyCache;
+  events_.push_back(e);
+}
+
+uint32_t EventStream::Intern(std::string_view text) {
+  if (text.empty()) return 0;
+  // Heterogeneous lookup needs C++20 transparent hashing on the map type;
+  // building a key string per call is fine for the few distinct strings a
+  // stream has (the hot reader path uses AppendString instead).
+  const auto it = string_index_.find(std::string(text));
+  if (it != string_index_.end()) return it->second;
+  return AppendString(text);
+}
+
+uint32_t EventStream::AppendString(std::string_view text) {
+  const auto index = static_cast<uint32_t>(strings_.size());
+  strings_.emplace_back(text);
+  string_index_.emplace(strings_.back(), index);  // keeps the first index of equal text
+  return index;
+}
+
+Status EventStream::Validate() const {
+  events_internal::LiveIdSet live;
+  for (size_t i = 0; i < events_.size(); ++i) {
+    const Event& e = events_[i];
+    if (e.kind == EventKind::kAlloc) {
+      if (e.size_bytes > kMaxSizeBytes) {
+        return MakeError(fmt::format("{}: size {} bytes is above the limit of 2^62 bytes",
+                                     DescribeEvent(i, e), e.size_bytes));
+      }
+      if (e.op >= strings_.size() || e.module >= strings_.size()) {
+        return MakeError(fmt::format("{}: string index {} is not defined ({} strings)",
+                                     DescribeEvent(i, e), e.op >= strings_.size() ? e.op : e.module,
+                                     strings_.size()));
+      }
+      if (static_cast<size_t>(e.category) >= kNumCategories) {
+        return MakeError(fmt::format("{}: category {} is out of range", DescribeEvent(i, e),
+                                     static_cast<int>(e.category)));
+      }
+      if (!live.Insert(e.id)) {
+        return MakeError(fmt::format("{}: id {} is already live", DescribeEvent(i, e), e.id));
+      }
+    } else if (e.kind == EventKind::kFree) {
+      if (!live.Erase(e.id)) {
+        return MakeError(fmt::format("{}: id {} is not live", DescribeEvent(i, e), e.id));
+      }
+    } else if (e.kind == EventKind::kPhase) {
+      if (static_cast<size_t>(e.phase) >= kNumPhases) {
+        return MakeError(fmt::format("{}: phase {} is out of range", DescribeEvent(i, e),
+                                     static_cast<int>(e.phase)));
+      }
+    } else if (e.kind != EventKind::kEmptyCache) {
+      return MakeError(fmt::format("event {}: kind {} is out of range", i,
+                                   static_cast<int>(e.kind)));
+    }
+  }
+  return Ok{};
+}
+
+}  // namespace vramscope
