@@ -2,11 +2,13 @@
 
 namespace vramscope::cli {
 
+extern const CommandSpec kEstimateCommand;
 extern const CommandSpec kSimulateCommand;
 extern const CommandSpec kGpusCommand;
 
 const std::vector<CommandSpec>& Commands() {
   static const std::vector<CommandSpec> table = {
+      kEstimateCommand,
       kSimulateCommand,
       kGpusCommand,
   };

@@ -85,6 +85,14 @@ class CachingAllocator {
 
   // Rounded size of an allocated block, as counted in allocated_bytes.
   uint64_t BlockSize(BlockHandle handle) const;
+  // True while `handle` is allocated. Handles are reused after Free(), so a
+  // stale handle may name a newer allocation: callers that replay untrusted
+  // streams check their own ids first and use this as a guard. Free() and
+  // BlockSize() require IsAllocated(handle).
+  bool IsAllocated(BlockHandle handle) const;
+  // Simulated device address of an allocated block (0 for zero-byte ones);
+  // stable while allocated, as a tensor's data_ptr() is.
+  uint64_t BlockAddress(BlockHandle handle) const;
 
   const AllocatorStats& stats() const;
   // Resets peaks to current values (torch.cuda.reset_peak_memory_stats).

@@ -20,6 +20,8 @@ struct GpuSpec {
   // Total memory as cudaMemGetInfo / torch.cuda.mem_get_info reports it.
   uint64_t total_bytes = 0;
   // What a training process can use: total minus what the driver keeps.
+  // Rule (gpu_catalog.cc): total_bytes - 64 MiB, because total_bytes already
+  // excludes the memory the driver reserves for itself.
   uint64_t usable_bytes = 0;
   // CUDA context + lazily loaded kernels of a PyTorch training process.
   uint64_t cuda_context_bytes = 0;
@@ -27,13 +29,18 @@ struct GpuSpec {
   uint64_t cublas_workspace_bytes = 0;
   double bf16_dense_tflops = 0;      // peak dense bf16 tensor throughput
   double memory_bandwidth_gbps = 0;  // GB/s
-  double interconnect_gbps = 0;      // per-GPU NVLink/xGMI bandwidth, GB/s
+  double interconnect_gbps = 0;      // per-GPU NVLink/xGMI bandwidth, GB/s per direction (0: none)
   double pcie_gbps = 0;              // host link, GB/s per direction
   std::string source;                // where the figures come from
 };
 
+// Every entry, in a fixed order (data-center GPUs first). Immutable.
 const std::vector<GpuSpec>& GpuCatalog();
-// Finds by name or alias, case-insensitive; the Error lists known names.
+// Finds by name, alias or display name (what torch.cuda.get_device_name()
+// prints), ignoring case, spaces vs dashes vs underscores, and a leading
+// "nvidia"; the Error lists the known names.
 Result<GpuSpec> FindGpu(std::string_view name);
+// The catalog key ("h100-80g") used when no GPU is given.
+inline constexpr std::string_view kDefaultGpuName = "h100-80g";
 
 }  // namespace vramscope

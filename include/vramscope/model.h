@@ -43,6 +43,10 @@ struct ParamTensor {
   std::string module;          // "model.layers.0.self_attn.q_proj"
   std::string role;            // "q","k","v","o","qkv","gate","up","down","gate_up","lm_head",
                                // "embed","norm","bias","router","expert_gate",...
+                               // (docs/models.md lists every role ingest produces)
+  // Added by ingest: the dtype stored in the checkpoint as safetensors spells it
+  // ("BF16", "F32", "U8", ...). Empty when the list was derived from config.json.
+  std::string stored_dtype;
 };
 
 struct ModelSpec {
@@ -92,6 +96,15 @@ struct ModelSpec {
   // Every parameter tensor, in module order (embeddings, layers, final norm,
   // lm_head). A tied lm_head is not listed twice.
   std::vector<ParamTensor> params;
+
+  // Added by ingest. True when `params` (names, shapes, stored_dtype) was read
+  // from safetensors headers in a model directory rather than derived from
+  // config.json alone.
+  bool params_from_safetensors = false;
+  // Added by ingest: one-line remarks a user may want to see (defaults that
+  // were assumed for missing keys, checkpoint tensors that were skipped as
+  // buffers, parts of a multimodal checkpoint). Never errors.
+  std::vector<std::string> notes;
 
   uint64_t ParameterCount() const;
 };

@@ -55,7 +55,8 @@ struct Report {
   std::vector<std::string> explanation;
   std::vector<std::string> notes;  // assumptions, modelled library versions
 
-  // The rank class with the largest device total (the reported maximum); the
+  // The rank class with the largest device total (the reported maximum); a
+  // class that ran out of memory counts with its needed bytes (see below). The
   // first of equals. A Report without ranks yields an empty RankReport.
   const RankReport& worst() const;
   // Every rank class ran without a simulated OOM and its device total is

@@ -66,7 +66,7 @@ std::string Sanitize(std::string_view text, size_t max_bytes, bool token) {
     while (cut > 0 && IsContinuation(static_cast<unsigned char>(out[cut]))) --cut;
     out.resize(cut);
   }
-  if (token && out.empty()) out = "_";
+  if (token && out.empty()) out.push_back('_');
   return out;
 }
 

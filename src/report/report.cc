@@ -1,7 +1,7 @@
 // Report: the fit verdict and the device total, shared by every renderer.
 #include "vramscope/report.h"
 
-#include <limits>
+#include <algorithm>
 
 #include <fmt/format.h>
 
@@ -48,16 +48,7 @@ uint64_t Report::needed_bytes() const {
 }
 
 int64_t Report::headroom_bytes() const {
-  constexpr uint64_t kMax = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
-  const uint64_t usable = gpu.usable_bytes;
-  const uint64_t needed = needed_bytes();
-  if (usable >= needed) {
-    const uint64_t spare = usable - needed;
-    return spare > kMax ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(spare);
-  }
-  const uint64_t short_by = needed - usable;
-  return short_by > kMax ? std::numeric_limits<int64_t>::min()
-                         : -static_cast<int64_t>(short_by);
+  return report_internal::SignedDifference(gpu.usable_bytes, needed_bytes());
 }
 
 std::string FormatGiB(uint64_t bytes) {

@@ -32,6 +32,8 @@ std::string PadRight(std::string_view utf8, size_t width);
 // --- Numbers ---------------------------------------------------------------
 
 uint64_t SaturatingAdd(uint64_t a, uint64_t b);
+// a - b as a signed value, clamped to the int64 range.
+int64_t SignedDifference(uint64_t a, uint64_t b);
 // 1234567 -> "1,234,567" (locale-independent).
 std::string GroupThousands(uint64_t value);
 // part / whole as "12.3%"; "-" when whole is 0.

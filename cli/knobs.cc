@@ -1,0 +1,99 @@
+#include "knobs.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+namespace vramscope::cli {
+
+void AddKnobFlags(CLI::App* sub, KnobArgs* k) {
+  sub->add_option("--batch", k->batch, "Micro-batch per GPU (default 1)");
+  sub->add_option("--seq", k->seq, "Tokens per sample (default 2048)");
+  sub->add_option("--grad-accum", k->grad_accum, "Micro-batches per optimizer step (default 1)");
+  sub->add_option("--steps", k->steps, "Optimizer steps to simulate (default 3)");
+  sub->add_option("--precision", k->precision, "fp32, fp16-mixed, bf16-mixed, fp16, bf16");
+  sub->add_option("--optimizer", k->optimizer,
+                  "none, sgd, sgd-momentum, adamw, adamw-foreach, adamw-fused, adamw-forloop, "
+                  "adamw-8bit, paged-adamw-8bit, paged-adamw, adafactor, lion");
+  sub->add_option("--finetune", k->finetune, "full, lora, qlora");
+  sub->add_option("--lora-rank", k->lora_rank, "LoRA rank (default 16)");
+  sub->add_option("--lora-targets", k->lora_targets, "q,k,v,o,gate,up,down,lm_head or all-linear");
+  sub->add_option("--lora-dropout", k->lora_dropout, "LoRA dropout (default 0.05)");
+  sub->add_option("--grad-ckpt", k->grad_ckpt, "none, full (non-reentrant), reentrant");
+  sub->add_option("--attn", k->attn, "eager, sdpa, flash");
+  sub->add_option("--loss", k->loss, "hf, chunked, fused-linear");
+  sub->add_option("--transformers-version", k->transformers_version, "Behaviour of that release (e.g. 4.45)");
+  sub->add_option("--torch-version", k->torch_version, "Behaviour of that PyTorch release (e.g. 2.4)");
+  sub->add_option("--gpu", k->gpu, "GPU catalog entry (see `vramscope gpus`)");
+  sub->add_option("--alloc-conf", k->alloc_conf, "PYTORCH_CUDA_ALLOC_CONF syntax");
+}
+
+Result<TrainingSetup> KnobArgs::ToSetup() const {
+  TrainingSetup s;
+  s.batch = batch;
+  s.seq = seq;
+  s.grad_accum = grad_accum;
+  s.steps = steps;
+  auto p = ParsePrecision(precision);
+  if (!p.ok()) return p.error();
+  s.precision = *p;
+  auto o = ParseOptimizer(optimizer);
+  if (!o.ok()) return o.error();
+  s.optimizer = *o;
+  auto f = ParseFinetune(finetune);
+  if (!f.ok()) return f.error();
+  s.finetune = *f;
+  s.lora_rank = lora_rank;
+  auto t = ParseLoraTargets(lora_targets);
+  if (!t.ok()) return t.error();
+  s.lora_targets = *t;
+  s.lora_dropout = lora_dropout;
+  auto g = ParseGradCkpt(grad_ckpt);
+  if (!g.ok()) return g.error();
+  s.grad_ckpt = *g;
+  auto a = ParseAttention(attn);
+  if (!a.ok()) return a.error();
+  s.attn = *a;
+  auto l = ParseLoss(loss);
+  if (!l.ok()) return l.error();
+  s.loss = *l;
+  auto tv = ParseVersion(transformers_version, "--transformers-version");
+  if (!tv.ok()) return tv.error();
+  s.transformers_version = *tv;
+  auto pv = ParseVersion(torch_version, "--torch-version");
+  if (!pv.ok()) return pv.error();
+  s.torch_version = *pv;
+  s.gpu = gpu;
+  s.alloc_conf = alloc_conf;
+  return s;
+}
+
+std::vector<std::string> ExplainPeak(const Report& report) {
+  std::vector<std::string> lines;
+  const RankReport& r = report.worst();
+  const SimResult& sim = r.sim;
+  lines.push_back(fmt::format(
+      "The peak of {} allocated happens in step {}, {} phase; PyTorch reserves {} by then "
+      "({} cached but unused), and nvidia-smi would show about {}.",
+      FormatGiB(sim.peak_allocated_bytes), sim.peak_step, PhaseName(sim.peak_phase),
+      FormatGiB(sim.reserved_at_peak_bytes),
+      FormatGiB(sim.reserved_at_peak_bytes - std::min(sim.reserved_at_peak_bytes, sim.peak_allocated_bytes)),
+      FormatGiB(r.device_total_bytes)));
+  std::vector<std::pair<uint64_t, Category>> parts;
+  for (Category c : kAllCategories) parts.emplace_back(sim.breakdown_at_peak[static_cast<int>(c)], c);
+  std::sort(parts.rbegin(), parts.rend());
+  for (const auto& [bytes, c] : parts) {
+    if (bytes == 0 || sim.peak_allocated_bytes == 0) continue;
+    lines.push_back(fmt::format("  {}: {} ({:.0f}%)", CategoryJsonKey(c), FormatGiB(bytes),
+                                100.0 * static_cast<double>(bytes) / static_cast<double>(sim.peak_allocated_bytes)));
+  }
+  if (!sim.top_at_peak.empty()) {
+    const LiveAllocation& top = sim.top_at_peak.front();
+    lines.push_back(fmt::format("The largest single tensor alive then is {} of {} made by {} in {}.",
+                                FormatGiB(top.block_bytes), CategoryJsonKey(top.category), top.op,
+                                top.module.empty() ? "(no module)" : top.module));
+  }
+  return lines;
+}
+
+}  // namespace vramscope::cli

@@ -1,0 +1,32 @@
+// The knob flags of DESIGN.md, shared by estimate / fit / plan / sweep.
+#pragma once
+
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "vramscope/report.h"
+#include "vramscope/setup.h"
+
+namespace vramscope::cli {
+
+// Flag values as typed; ToSetup() validates them into a TrainingSetup.
+struct KnobArgs {
+  uint64_t batch = 1, seq = 2048, grad_accum = 1;
+  uint32_t steps = 3;
+  std::string precision = "bf16-mixed", optimizer = "adamw", finetune = "full";
+  uint64_t lora_rank = 16;
+  std::string lora_targets = "q,v";
+  double lora_dropout = 0.05;
+  std::string grad_ckpt = "none", attn = "sdpa", loss = "hf";
+  std::string transformers_version = "4.57", torch_version = "2.11";
+  std::string gpu = "h100-80g", alloc_conf;
+  Result<TrainingSetup> ToSetup() const;
+};
+
+void AddKnobFlags(CLI::App* sub, KnobArgs* knobs);
+
+// Plain-words lines about the peak of an estimate.
+std::vector<std::string> ExplainPeak(const Report& report);
+
+}  // namespace vramscope::cli

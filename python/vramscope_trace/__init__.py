@@ -1,0 +1,16 @@
+"""vramscope_trace: record the tensor-storage memory events of a PyTorch training step.
+
+    import vramscope_trace
+    with vramscope_trace.record("step.events", model=model, optimizer=optimizer):
+        ...one or two training steps...
+
+The file follows vramscope's event-stream format (docs/event-stream.md) and is read by
+`vramscope simulate`. See docs/trace-recorder.md.
+"""
+
+from .api import record, record_step
+from .recorder import Recorder, RecordResult, __version__
+from .replay import ReplaySummary, replay
+
+__all__ = ["record", "record_step", "Recorder", "RecordResult", "replay", "ReplaySummary",
+           "__version__"]

@@ -1,0 +1,1 @@
+#include "vramscope/gpu.h"

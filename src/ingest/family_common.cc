@@ -1,0 +1,65 @@
+#include <fmt/format.h>
+
+#include "families.h"
+
+namespace vramscope::ingest {
+
+uint64_t ReadSize(ConfigReader& r, ModelSpec& spec, std::initializer_list<std::string_view> keys,
+                  uint64_t def, uint64_t max) {
+  for (std::string_view key : keys) {
+    if (r.Has(key)) return r.Uint(key, def, 1, max);
+  }
+  spec.notes.push_back(fmt::format("{}: {} absent; using the transformers default {}",
+                                   r.context(), *keys.begin(), def));
+  return def;
+}
+
+uint64_t DerivedHeadDim(ConfigReader& r, const ModelSpec& spec, std::string_view hidden_key,
+                        std::string_view heads_key) {
+  if (spec.num_heads == 0 || spec.hidden_size % spec.num_heads != 0) {
+    r.Fail(hidden_key, fmt::format("{} is not divisible by {} {}", spec.hidden_size,
+                                   heads_key, spec.num_heads));
+    return 1;
+  }
+  return spec.hidden_size / spec.num_heads;
+}
+
+void CheckKvHeads(ConfigReader& r, const ModelSpec& spec, std::string_view kv_key) {
+  if (spec.num_kv_heads == 0 || spec.num_kv_heads > spec.num_heads ||
+      spec.num_heads % spec.num_kv_heads != 0) {
+    r.Fail(kv_key, fmt::format("{} does not divide num_attention_heads {}", spec.num_kv_heads,
+                               spec.num_heads));
+  }
+}
+
+std::string ReadArchitecture(ConfigReader& r, std::string def) {
+  std::vector<std::string> names = r.StringList("architectures");
+  return names.empty() ? def : names.front();
+}
+
+double ReadPartialRotary(ConfigReader& r, std::string_view key, double def) {
+  if (r.Has(key)) return r.Number(key, def, 0.0, 1.0);
+  for (std::string_view nested : {"rope_parameters", "rope_scaling"}) {
+    if (const nlohmann::json* obj = r.Object(nested)) {
+      ConfigReader inner(*obj, fmt::format("{}: {}", r.context(), nested));
+      if (inner.Has("partial_rotary_factor")) {
+        double v = inner.Number("partial_rotary_factor", def, 0.0, 1.0);
+        r.Adopt(inner);
+        return v;
+      }
+    }
+  }
+  return def;
+}
+
+std::string ReadTorchDtype(ConfigReader& r) {
+  if (r.Has("torch_dtype")) return r.String("torch_dtype", "");
+  return r.String("dtype", "");
+}
+
+double ReadOptionalCap(ConfigReader& r, std::string_view key, double def) {
+  if (r.IsNull(key)) return 0.0;
+  return r.Number(key, def, 0.0, 1e9);
+}
+
+}  // namespace vramscope::ingest

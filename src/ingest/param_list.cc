@@ -1,0 +1,55 @@
+#include "param_list.h"
+
+namespace vramscope::ingest {
+
+void ParamListBuilder::Tensor(const std::string& name, std::vector<uint64_t> shape,
+                              int layer, const std::string& module,
+                              const std::string& role, bool is_linear_weight) {
+  if (overflowed_) return;
+  uint64_t numel = 1;
+  for (uint64_t d : shape) {
+    if (__builtin_mul_overflow(numel, d, &numel)) {
+      overflowed_ = true;
+      return;
+    }
+  }
+  if (__builtin_add_overflow(total_, numel, &total_) || total_ > kMaxParameters ||
+      out_->size() >= kMaxTensors) {
+    overflowed_ = true;
+    return;
+  }
+  ParamTensor t;
+  t.name = name;
+  t.shape = std::move(shape);
+  t.numel = numel;
+  t.layer = layer;
+  t.is_linear_weight = is_linear_weight;
+  t.module = module;
+  t.role = role;
+  out_->push_back(std::move(t));
+}
+
+void ParamListBuilder::Linear(const std::string& module, uint64_t out_features,
+                              uint64_t in_features, bool bias, int layer,
+                              const std::string& role) {
+  Tensor(module + ".weight", {out_features, in_features}, layer, module, role, true);
+  if (bias) Tensor(module + ".bias", {out_features}, layer, module, "bias", false);
+}
+
+void ParamListBuilder::Conv1D(const std::string& module, uint64_t out_features,
+                              uint64_t in_features, int layer, const std::string& role) {
+  Tensor(module + ".weight", {in_features, out_features}, layer, module, role, true);
+  Tensor(module + ".bias", {out_features}, layer, module, "bias", false);
+}
+
+void ParamListBuilder::Norm(const std::string& module, uint64_t dim, bool bias, int layer) {
+  Tensor(module + ".weight", {dim}, layer, module, "norm", false);
+  if (bias) Tensor(module + ".bias", {dim}, layer, module, "norm", false);
+}
+
+void ParamListBuilder::Embedding(const std::string& module, uint64_t rows, uint64_t dim,
+                                 const std::string& role) {
+  Tensor(module + ".weight", {rows, dim}, -1, module, role, false);
+}
+
+}  // namespace vramscope::ingest

@@ -1,0 +1,190 @@
+// Parameter lists: independent spot checks with the formulas written out, the
+// names and shapes transformers uses, and invariants over every catalog model.
+#include <map>
+#include <set>
+
+#include <gtest/gtest.h>
+
+#include "vramscope/model.h"
+
+namespace vramscope {
+namespace {
+
+ModelSpec Load(const std::string& alias) {
+  Result<ModelSpec> spec = LoadCatalogModel(alias);
+  EXPECT_TRUE(spec.ok()) << alias << ": " << (spec.ok() ? "" : spec.error().message);
+  return spec.ok() ? spec.value() : ModelSpec{};
+}
+
+uint64_t LayerCount(const ModelSpec& s, int layer) {
+  uint64_t total = 0;
+  for (const ParamTensor& p : s.params) total += p.layer == layer ? p.numel : 0;
+  return total;
+}
+
+const ParamTensor* Find(const ModelSpec& s, const std::string& name) {
+  for (const ParamTensor& p : s.params) {
+    if (p.name == name) return &p;
+  }
+  return nullptr;
+}
+
+using Shape = std::vector<uint64_t>;
+
+// Published figures, independent of the catalog files.
+TEST(ParamSpotCheckTest, Llama3_8B) {
+  ModelSpec s = Load("llama-3-8b");
+  EXPECT_EQ(s.ParameterCount(), 8'030'261'248u);
+  // hidden 4096, 32 heads x 128, 8 kv heads x 128, intermediate 14336.
+  const uint64_t attention = 4096 * 4096 + 2 * (4096 * 1024) + 4096 * 4096;
+  const uint64_t mlp = 3 * (4096 * 14336);
+  const uint64_t norms = 2 * 4096;
+  EXPECT_EQ(LayerCount(s, 0), attention + mlp + norms);
+  EXPECT_EQ(LayerCount(s, 0), 218'112'000u);
+  // embed_tokens + untied lm_head (128256 x 4096 each) + final norm.
+  EXPECT_EQ(s.ParameterCount(), 32 * 218'112'000ull + 2 * 128256ull * 4096 + 4096);
+  EXPECT_EQ(s.params.front().name, "model.embed_tokens.weight");
+  EXPECT_EQ(s.params.back().name, "lm_head.weight");
+  EXPECT_EQ(s.params[1].name, "model.layers.0.self_attn.q_proj.weight");
+  ASSERT_NE(Find(s, "model.layers.31.self_attn.k_proj.weight"), nullptr);
+  EXPECT_EQ(Find(s, "model.layers.31.self_attn.k_proj.weight")->shape, (Shape{1024, 4096}));
+  EXPECT_EQ(Find(s, "model.layers.31.mlp.down_proj.weight")->shape, (Shape{4096, 14336}));
+}
+
+TEST(ParamSpotCheckTest, Gpt2) {
+  ModelSpec s = Load("gpt2");
+  EXPECT_EQ(s.ParameterCount(), 124'439'808u);
+  // ln_1 + ln_2 (weight+bias), c_attn [768, 2304] + bias, c_proj, c_fc [768, 3072], c_proj.
+  const uint64_t layer = 2 * (2 * 768) + (768 * 2304 + 2304) + (768 * 768 + 768) +
+                         (768 * 3072 + 3072) + (3072 * 768 + 768);
+  EXPECT_EQ(LayerCount(s, 0), layer);
+  EXPECT_EQ(layer, 7'087'872u);
+  // wte 50257 x 768, wpe 1024 x 768, ln_f; lm_head tied to wte.
+  EXPECT_EQ(s.ParameterCount(), 12 * layer + 50257ull * 768 + 1024 * 768 + 2 * 768);
+  // Conv1D stores [in, out].
+  EXPECT_EQ(Find(s, "transformer.h.0.attn.c_attn.weight")->shape, (Shape{768, 2304}));
+  EXPECT_EQ(Find(s, "lm_head.weight"), nullptr);
+}
+
+TEST(ParamSpotCheckTest, MixtralLayer) {
+  ModelSpec s = Load("mixtral-8x7b");
+  // q, o: 4096x4096; k, v: 1024x4096; router 8x4096; 8 experts x (w1, w2, w3) of 14336x4096.
+  const uint64_t attention = 2 * (4096 * 4096) + 2 * (1024 * 4096);
+  const uint64_t router = 8 * 4096;
+  const uint64_t experts = 8ull * 3 * 14336 * 4096;
+  EXPECT_EQ(LayerCount(s, 0), attention + router + experts + 2 * 4096);
+  const ParamTensor* w2 = Find(s, "model.layers.0.block_sparse_moe.experts.7.w2.weight");
+  ASSERT_NE(w2, nullptr);
+  EXPECT_EQ(w2->shape, (Shape{4096, 14336}));
+  EXPECT_EQ(w2->role, "expert_down");
+  EXPECT_EQ(Find(s, "model.layers.0.block_sparse_moe.gate.weight")->role, "router");
+}
+
+TEST(ParamSpotCheckTest, Falcon7BLayer) {
+  ModelSpec s = Load("falcon-7b");
+  // multi_query: fused qkv is hidden + 2 x head_dim (64) wide; no biases; one LayerNorm.
+  const uint64_t h = 4544;
+  const uint64_t layer = h * (h + 2 * 64) + h * h + 2 * (h * 4 * h) + 2 * h;
+  EXPECT_EQ(LayerCount(s, 0), layer);
+  EXPECT_EQ(s.ParameterCount(), 32 * layer + 65024 * h + 2 * h);  // tied lm_head
+}
+
+TEST(ParamSpotCheckTest, Qwen2BiasesOnQkvOnly) {
+  ModelSpec s = Load("qwen2.5-7b");
+  ASSERT_NE(Find(s, "model.layers.0.self_attn.q_proj.bias"), nullptr);
+  EXPECT_EQ(Find(s, "model.layers.0.self_attn.k_proj.bias")->shape, (Shape{512}));
+  EXPECT_EQ(Find(s, "model.layers.0.self_attn.o_proj.bias"), nullptr);
+  EXPECT_EQ(Find(s, "model.layers.0.mlp.up_proj.bias"), nullptr);
+}
+
+TEST(ParamSpotCheckTest, TiedEmbeddingsAreListedOnce) {
+  ModelSpec s = Load("llama-3.2-1b");
+  EXPECT_TRUE(s.tie_word_embeddings);
+  EXPECT_EQ(Find(s, "lm_head.weight"), nullptr);
+  EXPECT_EQ(s.params.back().name, "model.norm.weight");
+  // Phi ties only the weight: its lm_head bias stays a parameter.
+  Result<ModelSpec> phi = ParseModelConfig(R"({"model_type": "phi", "tie_word_embeddings": true,
+      "num_hidden_layers": 1})", "phi");
+  ASSERT_TRUE(phi.ok());
+  EXPECT_EQ(phi->params.back().name, "lm_head.bias");
+  EXPECT_EQ(Find(*phi, "lm_head.weight"), nullptr);
+}
+
+TEST(ParamSpotCheckTest, Qwen2MoeSharedExpert) {
+  ModelSpec s = Load("qwen1.5-moe-a2.7b");
+  EXPECT_EQ(Find(s, "model.layers.0.mlp.gate.weight")->shape, (Shape{60, 2048}));
+  EXPECT_EQ(Find(s, "model.layers.0.mlp.experts.59.down_proj.weight")->shape, (Shape{2048, 1408}));
+  EXPECT_EQ(Find(s, "model.layers.0.mlp.shared_expert.up_proj.weight")->shape, (Shape{5632, 2048}));
+  const ParamTensor* gate = Find(s, "model.layers.23.mlp.shared_expert_gate.weight");
+  ASSERT_NE(gate, nullptr);
+  EXPECT_EQ(gate->shape, (Shape{1, 2048}));
+  EXPECT_EQ(gate->role, "shared_expert_gate");
+  // decoder_sparse_step / mlp_only_layers turn layers back into dense MLPs.
+  Result<ModelSpec> mixed = ParseModelConfig(
+      R"({"model_type": "qwen3_moe", "num_hidden_layers": 4, "decoder_sparse_step": 2,
+          "mlp_only_layers": [3]})", "mixed");
+  ASSERT_TRUE(mixed.ok());
+  EXPECT_EQ(Find(*mixed, "model.layers.0.mlp.gate_proj.weight")->shape, (Shape{6144, 2048}));
+  EXPECT_NE(Find(*mixed, "model.layers.1.mlp.gate.weight"), nullptr);
+  EXPECT_EQ(Find(*mixed, "model.layers.2.mlp.gate.weight"), nullptr);
+  EXPECT_EQ(Find(*mixed, "model.layers.3.mlp.gate.weight"), nullptr);
+}
+
+TEST(ParamSpotCheckTest, BertMaskedLmHasHeadButNoPooler) {
+  ModelSpec s = Load("bert-base-uncased");
+  EXPECT_NE(Find(s, "cls.predictions.bias"), nullptr);
+  EXPECT_NE(Find(s, "cls.predictions.transform.dense.weight"), nullptr);
+  EXPECT_NE(Find(s, "bert.embeddings.token_type_embeddings.weight"), nullptr);
+  EXPECT_EQ(Find(s, "bert.pooler.dense.weight"), nullptr);
+  EXPECT_EQ(Find(s, "cls.predictions.decoder.weight"), nullptr);  // tied
+  // embeddings (30522 + 512 + 2 rows) + LayerNorm; 12 layers; MLM head.
+  const uint64_t layer = 4 * (768 * 768 + 768) + 2 * 768 + (768 * 3072 + 3072) +
+                         (3072 * 768 + 768) + 2 * 768;
+  EXPECT_EQ(LayerCount(s, 0), layer);
+  EXPECT_EQ(s.ParameterCount(),
+            (30522 + 512 + 2) * 768ull + 2 * 768 + 12 * layer + 30522 + (768 * 768 + 768) + 2 * 768);
+}
+
+TEST(ParamSpotCheckTest, Gemma3FourBTextAndVision) {
+  ModelSpec s = Load("gemma-3-4b");
+  uint64_t vision = 0, projector = 0;
+  for (const ParamTensor& p : s.params) {
+    vision += p.role == "vision" ? p.numel : 0;
+    projector += p.role == "projector" ? p.numel : 0;
+  }
+  // SigLIP so400m at 896px / patch 14: 27 layers of width 1152, MLP 4304, 4096 positions.
+  const uint64_t v_layer = 4 * (1152 * 1152 + 1152) + 4 * 1152 + (1152 * 4304 + 4304) +
+                           (4304 * 1152 + 1152);
+  EXPECT_EQ(vision, (1152 * 3 * 14 * 14 + 1152) + 4096 * 1152 + 27 * v_layer + 2 * 1152);
+  EXPECT_EQ(projector, 1152 * 2560 + 1152u);
+  EXPECT_EQ(s.ParameterCount() - vision - projector, 3'880'263'168u);
+}
+
+// Invariants every parameter list keeps.
+TEST(ParamInvariantsTest, EveryCatalogModel) {
+  for (const CatalogEntry& e : ModelCatalog()) {
+    SCOPED_TRACE(e.alias);
+    ModelSpec s = Load(e.alias);
+    std::set<std::string> names;
+    std::map<int, uint64_t> per_layer;
+    for (const ParamTensor& p : s.params) {
+      EXPECT_TRUE(names.insert(p.name).second) << "duplicate " << p.name;
+      uint64_t numel = 1;
+      for (uint64_t d : p.shape) numel *= d;
+      EXPECT_EQ(p.numel, numel) << p.name;
+      EXPECT_GE(p.layer, -1) << p.name;
+      EXPECT_LT(p.layer, static_cast<int>(s.num_layers)) << p.name;
+      EXPECT_EQ(p.name.rfind(p.module + ".", 0), 0u) << p.name << " / " << p.module;
+      EXPECT_FALSE(p.role.empty()) << p.name;
+      if (p.is_linear_weight) EXPECT_EQ(p.shape.size(), 2u) << p.name;
+      if (p.layer >= 0) per_layer[p.layer] += p.numel;
+    }
+    // Every decoder layer is present.
+    EXPECT_EQ(per_layer.size(), s.num_layers);
+    EXPECT_GT(s.head_dim, 0u);
+    EXPECT_EQ(s.num_heads % s.num_kv_heads, 0u);
+  }
+}
+
+}  // namespace
+}  // namespace vramscope

@@ -1,0 +1,123 @@
+// ParseModelConfig: config.json text -> ModelSpec with its parameter list.
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "config_reader.h"
+#include "families.h"
+#include "param_list.h"
+#include "vramscope/model.h"
+
+namespace vramscope {
+namespace {
+
+const ingest::Family* FindFamily(std::string_view model_type) {
+  for (const auto* list : {&ingest::DecoderFamilies(), &ingest::ClassicFamilies()}) {
+    for (const ingest::Family& f : *list) {
+      if (f.model_type == model_type) return &f;
+    }
+  }
+  return nullptr;
+}
+
+std::string SupportedList() {
+  std::string out;
+  for (const std::string& t : SupportedModelTypes()) {
+    if (!out.empty()) out += ", ";
+    out += t;
+  }
+  return out;
+}
+
+}  // namespace
+
+uint64_t DTypeBytes(DType d) {
+  switch (d) {
+    case DType::kFloat32: return 4;
+    case DType::kFloat16:
+    case DType::kBFloat16: return 2;
+    case DType::kInt8:
+    case DType::kUInt8: return 1;
+    case DType::kNF4: return 0;
+  }
+  return 0;
+}
+
+std::string_view DTypeName(DType d) {
+  switch (d) {
+    case DType::kFloat32: return "float32";
+    case DType::kFloat16: return "float16";
+    case DType::kBFloat16: return "bfloat16";
+    case DType::kInt8: return "int8";
+    case DType::kUInt8: return "uint8";
+    case DType::kNF4: return "nf4";
+  }
+  return "unknown";
+}
+
+uint64_t ModelSpec::ParameterCount() const {
+  uint64_t total = 0;
+  for (const ParamTensor& t : params) total += t.numel;
+  return total;
+}
+
+const std::vector<std::string>& SupportedModelTypes() {
+  static const std::vector<std::string> kTypes = [] {
+    std::vector<std::string> types;
+    for (const auto* list : {&ingest::DecoderFamilies(), &ingest::ClassicFamilies()}) {
+      for (const ingest::Family& f : *list) types.emplace_back(f.model_type);
+    }
+    std::sort(types.begin(), types.end());
+    return types;
+  }();
+  return kTypes;
+}
+
+Result<ModelSpec> ParseModelConfig(std::string_view json_text, std::string_view name) {
+  nlohmann::json root = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded()) {
+    // Re-parse with exceptions only to learn where the text went wrong.
+    std::string where;
+    try {
+      (void)nlohmann::json::parse(json_text);
+    } catch (const nlohmann::json::parse_error& e) {
+      where = fmt::format(" at byte {}", e.byte);
+    }
+    return MakeError(fmt::format("{}: not valid JSON{}", name, where));
+  }
+  if (!root.is_object()) {
+    return MakeError(fmt::format("{}: expected a JSON object, got {}", name,
+                                 ingest::DescribeJson(root)));
+  }
+  ingest::ConfigReader r(root, std::string(name));
+  if (!r.Has("model_type")) {
+    return MakeError(fmt::format("{}: model_type: missing (supported: {})", name,
+                                 SupportedList()));
+  }
+  std::string model_type = r.String("model_type", "");
+  if (!r.ok()) return r.error();
+  const ingest::Family* family = FindFamily(model_type);
+  if (family == nullptr) {
+    return MakeError(fmt::format("{}: model_type: \"{}\" is not supported (supported: {})",
+                                 name, model_type, SupportedList()));
+  }
+
+  ModelSpec spec;
+  spec.name = std::string(name);
+  spec.model_type = model_type;
+  ingest::ArchDetails arch;
+  family->read(r, spec, arch);
+  if (!r.ok()) return r.error();
+
+  ingest::ParamListBuilder builder(&spec.params);
+  family->build(spec, arch, builder);
+  if (builder.overflowed()) {
+    return MakeError(fmt::format(
+        "{}: the sizes describe an absurd model (over {} parameters or {} tensors)", name,
+        ingest::kMaxParameters, ingest::kMaxTensors));
+  }
+  return spec;
+}
+
+}  // namespace vramscope

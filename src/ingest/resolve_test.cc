@@ -1,0 +1,180 @@
+// ResolveModel: config.json files, model directories with safetensors headers
+// (fixtures generated here: real headers followed by zero bytes), catalog names.
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+#include "vramscope/model.h"
+
+namespace vramscope {
+namespace {
+
+namespace fs = std::filesystem;
+using ingest::testing::FakeTensor;
+using ingest::testing::IsOneLine;
+using ingest::testing::MakeSafetensors;
+using ingest::testing::TempDir;
+using ingest::testing::WriteFile;
+
+// A two-layer llama small enough to write out in full.
+constexpr const char* kTinyLlama = R"({"model_type": "llama", "hidden_size": 64,
+    "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "vocab_size": 128, "tie_word_embeddings": false})";
+
+// Every parameter of kTinyLlama as a fake safetensors tensor.
+std::vector<FakeTensor> TinyLlamaTensors(const char* dtype) {
+  Result<ModelSpec> spec = ParseModelConfig(kTinyLlama, "tiny");
+  EXPECT_TRUE(spec.ok());
+  std::vector<FakeTensor> out;
+  for (const ParamTensor& p : spec->params) out.push_back({p.name, dtype, p.shape});
+  return out;
+}
+
+TEST(ResolveModelTest, ConfigJsonPath) {
+  TempDir dir;
+  WriteFile(dir.path() / "config.json", kTinyLlama);
+  Result<ModelSpec> spec = ResolveModel((dir.path() / "config.json").string());
+  ASSERT_TRUE(spec.ok()) << spec.error().message;
+  EXPECT_FALSE(spec->params_from_safetensors);
+  EXPECT_EQ(spec->hidden_size, 64u);
+}
+
+TEST(ResolveModelTest, DirectoryWithConfigOnly) {
+  TempDir dir;
+  WriteFile(dir.path() / "config.json", kTinyLlama);
+  Result<ModelSpec> spec = ResolveModel(dir.path().string());
+  ASSERT_TRUE(spec.ok()) << spec.error().message;
+  EXPECT_EQ(spec->name, dir.path().string());
+  EXPECT_FALSE(spec->params_from_safetensors);
+}
+
+TEST(ResolveModelTest, DirectoryWithSafetensorsTakesStoredNamesShapesAndDtypes) {
+  TempDir dir;
+  WriteFile(dir.path() / "config.json", kTinyLlama);
+  std::vector<FakeTensor> tensors = TinyLlamaTensors("BF16");
+  uint64_t expected = ParseModelConfig(kTinyLlama, "tiny")->ParameterCount();
+  // An old-style rotary buffer (skipped) and a tensor the config does not create (kept).
+  tensors.push_back({"model.layers.0.self_attn.rotary_emb.inv_freq", "F32", {8}});
+  tensors.push_back({"model.extra_scale", "F32", {3}});
+  WriteFile(dir.path() / "model.safetensors", MakeSafetensors(tensors));
+  Result<ModelSpec> spec = ResolveModel(dir.path().string());
+  ASSERT_TRUE(spec.ok()) << spec.error().message;
+  EXPECT_TRUE(spec->params_from_safetensors);
+  EXPECT_EQ(spec->ParameterCount(), expected + 3);
+  EXPECT_EQ(spec->params.front().name, "model.embed_tokens.weight");
+  EXPECT_EQ(spec->params.front().stored_dtype, "BF16");
+  EXPECT_EQ(spec->params.front().role, "embed");
+  EXPECT_EQ(spec->params.back().name, "model.extra_scale");
+  EXPECT_EQ(spec->params.back().role, "unknown");
+  std::string notes;
+  for (const std::string& n : spec->notes) notes += n + "\n";
+  EXPECT_NE(notes.find("skipped 1 non-parameter buffers"), std::string::npos) << notes;
+  EXPECT_NE(notes.find("model.extra_scale"), std::string::npos) << notes;
+}
+
+TEST(ResolveModelTest, ShardedCheckpointWithIndex) {
+  TempDir dir;
+  WriteFile(dir.path() / "config.json", kTinyLlama);
+  std::vector<FakeTensor> all = TinyLlamaTensors("F32");
+  std::vector<FakeTensor> first(all.begin(), all.begin() + 5), second(all.begin() + 5, all.end());
+  WriteFile(dir.path() / "model-00001-of-00002.safetensors", MakeSafetensors(first));
+  WriteFile(dir.path() / "model-00002-of-00002.safetensors", MakeSafetensors(second));
+  // A stray shard not named by the index must be ignored.
+  WriteFile(dir.path() / "stray.safetensors", MakeSafetensors({{"junk", "F32", {7}}}));
+  std::string index = R"({"metadata": {"total_size": 0}, "weight_map": {)";
+  for (size_t i = 0; i < all.size(); ++i) {
+    index += (i ? "," : "") + ("\"" + all[i].name + "\": \"model-0000" + (i < 5 ? "1" : "2") +
+                               "-of-00002.safetensors\"");
+  }
+  WriteFile(dir.path() / "model.safetensors.index.json", index + "}}");
+  Result<ModelSpec> spec = ResolveModel(dir.path().string());
+  ASSERT_TRUE(spec.ok()) << spec.error().message;
+  EXPECT_EQ(spec->ParameterCount(), ParseModelConfig(kTinyLlama, "t")->ParameterCount());
+  EXPECT_EQ(spec->params.back().stored_dtype, "F32");
+  EXPECT_TRUE(spec->notes.empty()) << spec->notes.front();
+}
+
+TEST(ResolveModelTest, Gpt2StyleCheckpointWithoutPrefixAndWithMaskBuffers) {
+  TempDir dir;
+  const char* config = R"({"model_type": "gpt2", "n_embd": 16, "n_head": 2, "n_layer": 1,
+                          "n_positions": 8, "vocab_size": 10})";
+  WriteFile(dir.path() / "config.json", config);
+  std::vector<FakeTensor> tensors;
+  for (const ParamTensor& p : ParseModelConfig(config, "g")->params) {
+    // GPT-2 checkpoints store the base model: "h.0.attn.c_attn.weight", not "transformer.h...".
+    tensors.push_back({p.name.substr(std::string("transformer.").size()), "F32", p.shape});
+  }
+  tensors.push_back({"h.0.attn.bias", "F32", {1, 1, 8, 8}});  // causal mask buffer
+  WriteFile(dir.path() / "model.safetensors", MakeSafetensors(tensors));
+  Result<ModelSpec> spec = ResolveModel(dir.path().string());
+  ASSERT_TRUE(spec.ok()) << spec.error().message;
+  EXPECT_EQ(spec->ParameterCount(), ParseModelConfig(config, "g")->ParameterCount());
+  EXPECT_EQ(spec->params.front().name, "transformer.wte.weight");
+  EXPECT_EQ(spec->params.front().stored_dtype, "F32");
+}
+
+TEST(ResolveModelTest, CatalogAliasAndHubId) {
+  Result<ModelSpec> alias = ResolveModel("qwen2.5-0.5b");
+  ASSERT_TRUE(alias.ok()) << alias.error().message;
+  EXPECT_EQ(alias->hub_id, "Qwen/Qwen2.5-0.5B");
+  Result<ModelSpec> id = ResolveModel("Qwen/Qwen2.5-0.5B");
+  ASSERT_TRUE(id.ok());
+  EXPECT_EQ(id->name, "qwen2.5-0.5b");
+}
+
+void ExpectError(const Result<ModelSpec>& r, const std::string& part) {
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(IsOneLine(r.error().message)) << r.error().message;
+  EXPECT_NE(r.error().message.find(part), std::string::npos) << r.error().message;
+}
+
+TEST(ResolveModelErrorsTest, UnknownNameIsNeitherPathNorCatalog) {
+  Result<ModelSpec> r = ResolveModel("meta-llama/Meta-Llama-3-8");
+  ExpectError(r, "neither a config.json, a model directory nor a catalog model");
+  ExpectError(r, "llama-3-8b");
+  ExpectError(ResolveModel(""), "empty");
+}
+
+TEST(ResolveModelErrorsTest, DirectoryWithoutConfig) {
+  TempDir dir;
+  WriteFile(dir.path() / "model.safetensors", MakeSafetensors({{"w", "F32", {1}}}));
+  ExpectError(ResolveModel(dir.path().string()), "no config.json in this directory");
+}
+
+TEST(ResolveModelErrorsTest, BadConfigInDirectoryNamesTheFile) {
+  TempDir dir;
+  WriteFile(dir.path() / "config.json", R"({"model_type": "llama", "hidden_size": "big"})");
+  ExpectError(ResolveModel(dir.path().string()), (dir.path() / "config.json").string() + ": hidden_size");
+}
+
+TEST(ResolveModelErrorsTest, LyingSafetensorsHeaderInDirectory) {
+  TempDir dir;
+  WriteFile(dir.path() / "config.json", kTinyLlama);
+  std::string bytes = MakeSafetensors(TinyLlamaTensors("BF16"));
+  ingest::testing::SetHeaderLength(bytes, bytes.size() * 2);
+  WriteFile(dir.path() / "model.safetensors", bytes);
+  ExpectError(ResolveModel(dir.path().string()), "model.safetensors: header length");
+}
+
+TEST(ResolveModelErrorsTest, IndexMustNotPointOutsideTheDirectory) {
+  TempDir dir;
+  WriteFile(dir.path() / "config.json", kTinyLlama);
+  WriteFile(dir.path() / "model.safetensors.index.json",
+            R"({"weight_map": {"model.embed_tokens.weight": "../elsewhere.safetensors"}})");
+  ExpectError(ResolveModel(dir.path().string()), "is not a file name in the model directory");
+  WriteFile(dir.path() / "model.safetensors.index.json",
+            R"({"weight_map": {"model.embed_tokens.weight": "missing.safetensors"}})");
+  ExpectError(ResolveModel(dir.path().string()), "shard \"missing.safetensors\" is not in");
+  WriteFile(dir.path() / "model.safetensors.index.json", R"({"weight_map": [1]})");
+  ExpectError(ResolveModel(dir.path().string()), "weight_map: missing or not an object");
+}
+
+TEST(ResolveModelErrorsTest, TensorInTwoShards) {
+  TempDir dir;
+  WriteFile(dir.path() / "config.json", kTinyLlama);
+  WriteFile(dir.path() / "a.safetensors", MakeSafetensors({{"model.norm.weight", "F32", {64}}}));
+  WriteFile(dir.path() / "b.safetensors", MakeSafetensors({{"model.norm.weight", "F32", {64}}}));
+  ExpectError(ResolveModel(dir.path().string()), "stored in more than one shard");
+}
+
+}  // namespace
+}  // namespace vramscope

@@ -1,0 +1,153 @@
+#include "safetensors.h"
+
+#include <algorithm>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "config_reader.h"
+
+namespace vramscope::ingest {
+
+uint64_t SafetensorsDTypeBits(std::string_view dtype) {
+  struct Entry {
+    std::string_view name;
+    uint64_t bits;
+  };
+  // The dtypes the safetensors format defines (safetensors 0.4).
+  static constexpr Entry kDtypes[] = {
+      {"BOOL", 8},    {"U8", 8},      {"I8", 8},       {"F8_E5M2", 8}, {"F8_E4M3", 8},
+      {"F8_E8M0", 8}, {"I16", 16},    {"U16", 16},     {"F16", 16},    {"BF16", 16},
+      {"I32", 32},    {"U32", 32},    {"F32", 32},     {"F64", 64},    {"I64", 64},
+      {"U64", 64},    {"F4", 4},      {"F6_E2M3", 6},  {"F6_E3M2", 6},
+  };
+  for (const Entry& e : kDtypes) {
+    if (e.name == dtype) return e.bits;
+  }
+  return 0;
+}
+
+namespace {
+
+Result<SafetensorsTensor> ParseEntry(const std::string& key, const nlohmann::json& entry,
+                                     std::string_view name) {
+  auto fail = [&](std::string problem) {
+    return MakeError(fmt::format("{}: tensor \"{}\": {}", name, key, problem));
+  };
+  if (!entry.is_object()) return fail("expected an object, got " + DescribeJson(entry));
+  SafetensorsTensor t;
+  t.name = key;
+  auto dtype = entry.find("dtype");
+  if (dtype == entry.end() || !dtype->is_string()) return fail("dtype: missing or not a string");
+  t.dtype = dtype->get<std::string>();
+  uint64_t bits = SafetensorsDTypeBits(t.dtype);
+  if (bits == 0) return fail(fmt::format("dtype: unknown \"{}\"", t.dtype));
+  auto shape = entry.find("shape");
+  if (shape == entry.end() || !shape->is_array()) return fail("shape: missing or not an array");
+  t.numel = 1;
+  for (const nlohmann::json& d : *shape) {
+    if (!d.is_number_unsigned()) return fail("shape: expected non-negative integers");
+    uint64_t dim = d.get<uint64_t>();
+    t.shape.push_back(dim);
+    if (__builtin_mul_overflow(t.numel, dim, &t.numel)) return fail("shape: too large");
+  }
+  auto offsets = entry.find("data_offsets");
+  if (offsets == entry.end() || !offsets->is_array() || offsets->size() != 2 ||
+      !(*offsets)[0].is_number_unsigned() || !(*offsets)[1].is_number_unsigned()) {
+    return fail("data_offsets: expected [begin, end]");
+  }
+  t.data_begin = (*offsets)[0].get<uint64_t>();
+  t.data_end = (*offsets)[1].get<uint64_t>();
+  if (t.data_end < t.data_begin) return fail("data_offsets: end before begin");
+  uint64_t bits_total = 0;
+  if (__builtin_mul_overflow(t.numel, bits, &bits_total)) return fail("shape: too large");
+  uint64_t expected_bytes = (bits_total + 7) / 8;
+  if (t.data_end - t.data_begin != expected_bytes) {
+    return fail(fmt::format("data_offsets: {} bytes for {} x {} needs {}",
+                            t.data_end - t.data_begin, t.numel, t.dtype, expected_bytes));
+  }
+  return t;
+}
+
+}  // namespace
+
+Result<std::vector<SafetensorsTensor>> ParseSafetensorsHeader(std::string_view prefix,
+                                                              uint64_t file_size_bytes,
+                                                              std::string_view name) {
+  if (prefix.size() < 8 || file_size_bytes < 8) {
+    return MakeError(fmt::format("{}: too short for a safetensors file ({} bytes)", name,
+                                 file_size_bytes));
+  }
+  uint64_t header_bytes = 0;
+  for (int i = 7; i >= 0; --i) {
+    header_bytes = (header_bytes << 8) | static_cast<unsigned char>(prefix[i]);
+  }
+  if (header_bytes > kMaxSafetensorsHeaderBytes) {
+    return MakeError(fmt::format("{}: header length {} exceeds the {} byte limit", name,
+                                 header_bytes, kMaxSafetensorsHeaderBytes));
+  }
+  if (header_bytes > file_size_bytes - 8) {
+    return MakeError(fmt::format("{}: header length {} runs past the end of the {} byte file",
+                                 name, header_bytes, file_size_bytes));
+  }
+  if (prefix.size() < 8 + header_bytes) {
+    return MakeError(fmt::format("{}: header truncated ({} of {} bytes read)", name,
+                                 prefix.size() - 8, header_bytes));
+  }
+  std::string_view text = prefix.substr(8, header_bytes);
+  nlohmann::json header = nlohmann::json::parse(text, nullptr, false);
+  if (header.is_discarded() || !header.is_object()) {
+    return MakeError(fmt::format("{}: header is not a JSON object", name));
+  }
+  const uint64_t data_bytes = file_size_bytes - 8 - header_bytes;
+  std::vector<SafetensorsTensor> tensors;
+  for (const auto& [key, entry] : header.items()) {
+    if (key == "__metadata__") continue;
+    Result<SafetensorsTensor> t = ParseEntry(key, entry, name);
+    if (!t.ok()) return t.error();
+    if (t->data_end > data_bytes) {
+      return MakeError(fmt::format("{}: tensor \"{}\": data_offsets end {} is past the {} data "
+                                   "bytes in the file",
+                                   name, key, t->data_end, data_bytes));
+    }
+    tensors.push_back(std::move(t.value()));
+  }
+  std::sort(tensors.begin(), tensors.end(), [](const auto& a, const auto& b) {
+    return a.data_begin != b.data_begin ? a.data_begin < b.data_begin : a.data_end < b.data_end;
+  });
+  for (size_t i = 1; i < tensors.size(); ++i) {
+    if (tensors[i].data_begin < tensors[i - 1].data_end) {
+      return MakeError(fmt::format("{}: tensors \"{}\" and \"{}\" overlap", name,
+                                   tensors[i - 1].name, tensors[i].name));
+    }
+  }
+  return tensors;
+}
+
+Result<std::vector<SafetensorsTensor>> ReadSafetensorsHeader(const std::filesystem::path& path) {
+  const std::string name = path.string();
+  std::error_code ec;
+  uint64_t size = std::filesystem::file_size(path, ec);
+  if (ec) return MakeError(fmt::format("{}: cannot read: {}", name, ec.message()));
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return MakeError(fmt::format("{}: cannot open", name));
+  std::string prefix(8, '\0');
+  if (size < 8 || !in.read(prefix.data(), 8)) {
+    return MakeError(fmt::format("{}: too short for a safetensors file ({} bytes)", name, size));
+  }
+  uint64_t header_bytes = 0;
+  for (int i = 7; i >= 0; --i) {
+    header_bytes = (header_bytes << 8) | static_cast<unsigned char>(prefix[i]);
+  }
+  // Validate the length before allocating for it: only the header is read.
+  if (header_bytes <= kMaxSafetensorsHeaderBytes && header_bytes <= size - 8) {
+    prefix.resize(8 + header_bytes);
+    if (!in.read(prefix.data() + 8, static_cast<std::streamsize>(header_bytes))) {
+      prefix.resize(8 + static_cast<size_t>(in.gcount()));
+    }
+  }
+  return ParseSafetensorsHeader(prefix, size, name);
+}
+
+}  // namespace vramscope::ingest

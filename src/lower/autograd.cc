@@ -1,0 +1,354 @@
+#include "autograd.h"
+
+#include <algorithm>
+#include <queue>
+
+#include "vramscope/result.h"
+
+namespace vramscope::lower {
+
+Graph::Graph(EventStream* out) : out_(out) { regions_.emplace_back(); }
+
+TensorId Graph::Alloc(uint64_t bytes, Category category, std::string_view op,
+                      uint32_t module) {
+  const TensorId t = static_cast<TensorId>(tensors_.size());
+  Tensor tensor;
+  tensor.bytes = bytes;
+  tensor.event_id = next_event_id_++;
+  tensor.refs = 1;
+  tensor.event_index = out_->size();
+  tensors_.push_back(tensor);
+  out_->AllocInterned(tensor.event_id, bytes, category, out_->Intern(op), module);
+  if (region_ != kNoRegion) {
+    Region& r = regions_[region_];
+    ScriptOp s;
+    s.alloc = true;
+    s.local = static_cast<uint32_t>(r.locals.size());
+    s.bytes = bytes;
+    s.category = category;
+    s.op = out_->Intern(op);
+    s.module = module;
+    r.locals.push_back(t);
+    r.script.push_back(s);
+  }
+  return t;
+}
+
+void Graph::Ref(TensorId t) {
+  VS_CHECK(t < tensors_.size() && tensors_[t].refs > 0);
+  ++tensors_[t].refs;
+}
+
+int32_t Graph::LocalOf(uint32_t region, TensorId t) const {
+  const auto& locals = regions_[region].locals;
+  // Regions are small (one decoder layer): a reverse scan is cheap and finds
+  // recent tensors first.
+  for (size_t i = locals.size(); i-- > 0;) {
+    if (locals[i] == t) return static_cast<int32_t>(i);
+  }
+  return -1;
+}
+
+void Graph::Drop(TensorId t) {
+  if (t == kNoTensor) return;
+  VS_CHECK(t < tensors_.size() && tensors_[t].refs > 0);
+  if (region_ != kNoRegion) {
+    const int32_t local = LocalOf(region_, t);
+    if (local >= 0) {
+      ScriptOp s;
+      s.alloc = false;
+      s.local = static_cast<uint32_t>(local);
+      regions_[region_].script.push_back(s);
+    }
+  }
+  if (--tensors_[t].refs == 0) out_->Free(tensors_[t].event_id);
+}
+
+bool Graph::Live(TensorId t) const { return t < tensors_.size() && tensors_[t].refs > 0; }
+uint64_t Graph::Bytes(TensorId t) const { return tensors_[t].bytes; }
+
+NodeId Graph::AddNode(std::string_view op, uint32_t num_slots) {
+  const NodeId n = static_cast<NodeId>(nodes_.size());
+  Node node;
+  node.seq = next_seq_++;
+  node.op = out_->Intern(op);
+  node.module = module_;
+  node.region = region_;
+  node.slots.assign(num_slots, kNoTensor);
+  nodes_.push_back(std::move(node));
+  if (region_ != kNoRegion) ++regions_[region_].pending_nodes;
+  return n;
+}
+
+NodeId Graph::AddAccumulateGrad(uint64_t grad_bytes, TensorId* grad_slot) {
+  const NodeId n = static_cast<NodeId>(nodes_.size());
+  Node node;
+  // function.h: AccumulateGrad is created with sequence_nr UINT64_MAX so the
+  // engine runs it as soon as it is ready.
+  node.seq = std::numeric_limits<uint64_t>::max();
+  node.op = out_->Intern("AccumulateGrad");
+  node.module = module_;
+  node.is_accumulate = true;
+  node.accumulate_bytes = grad_bytes;
+  node.grad_slot = grad_slot;
+  node.slots.assign(1, kNoTensor);
+  nodes_.push_back(std::move(node));
+  return n;
+}
+
+void Graph::MarkSaved(TensorId t) {
+  Event& e = out_->mutable_events()[tensors_[t].event_index];
+  if (e.category == Category::kTemporaries) e.category = Category::kActivations;
+}
+
+void Graph::Save(NodeId n, TensorId t) {
+  if (t == kNoTensor) return;
+  MarkSaved(t);
+  if (region_ == kNoRegion) {
+    Ref(t);
+    nodes_[n].saved.push_back(t);
+    return;
+  }
+  Region& r = regions_[region_];
+  const int32_t local = LocalOf(region_, t);
+  if (local >= 0) {
+    r.saves.emplace_back(n, static_cast<uint32_t>(local));
+  } else if (std::find(r.kept.begin(), r.kept.end(), t) == r.kept.end()) {
+    // An input of the region: the checkpoint keeps it (its recompute closure
+    // holds the arguments) until the region's backward is done.
+    Ref(t);
+    r.kept.push_back(t);
+    r.saves.emplace_back(n, std::numeric_limits<uint32_t>::max() - static_cast<uint32_t>(r.kept.size() - 1));
+  } else {
+    const auto idx = static_cast<uint32_t>(std::find(r.kept.begin(), r.kept.end(), t) - r.kept.begin());
+    r.saves.emplace_back(n, std::numeric_limits<uint32_t>::max() - idx);
+  }
+}
+
+void Graph::Edge(NodeId n, const Var& input, uint64_t grad_bytes, Category category) {
+  if (!input.requires_grad()) return;
+  GradOut g;
+  g.mode = GradOut::Mode::kNew;
+  g.bytes = grad_bytes;
+  g.category = category;
+  g.target = input.fn;
+  g.target_slot = input.slot;
+  nodes_[n].outs.push_back(g);
+}
+
+void Graph::EdgePass(NodeId n, const Var& input, uint32_t from_slot) {
+  if (!input.requires_grad()) return;
+  GradOut g;
+  g.mode = GradOut::Mode::kPass;
+  g.pass_slot = from_slot;
+  g.target = input.fn;
+  g.target_slot = input.slot;
+  nodes_[n].outs.push_back(g);
+}
+
+void Graph::Workspace(NodeId n, uint64_t bytes) { nodes_[n].workspace.push_back(bytes); }
+
+void Graph::BeginCheckpoint(bool reentrant) {
+  VS_CHECK(region_ == kNoRegion);
+  regions_.emplace_back();
+  regions_.back().reentrant = reentrant;
+  region_ = static_cast<uint32_t>(regions_.size() - 1);
+}
+
+void Graph::Keep(TensorId t) {
+  VS_CHECK(region_ != kNoRegion);
+  Region& r = regions_[region_];
+  if (t == kNoTensor || std::find(r.kept.begin(), r.kept.end(), t) != r.kept.end()) return;
+  Ref(t);
+  r.kept.push_back(t);
+}
+
+void Graph::EndCheckpoint() {
+  VS_CHECK(region_ != kNoRegion);
+  region_ = kNoRegion;
+}
+
+void Graph::Recompute(uint32_t region) {
+  Region& r = regions_[region];
+  r.recomputed = true;
+  // Which locals are saved, and by which nodes.
+  std::vector<std::vector<NodeId>> savers(r.locals.size());
+  for (const auto& [node, local] : r.saves) {
+    if (local < r.locals.size()) {
+      savers[local].push_back(node);
+    } else {
+      const uint32_t kept = std::numeric_limits<uint32_t>::max() - local;
+      Ref(r.kept[kept]);
+      nodes_[node].saved.push_back(r.kept[kept]);
+    }
+  }
+  // Non-reentrant checkpointing stops once the last saved tensor exists again
+  // (early_stop); reentrant recomputes the whole region.
+  size_t stop = r.script.size();
+  if (!r.reentrant) {
+    stop = 0;
+    for (size_t i = 0; i < r.script.size(); ++i) {
+      if (r.script[i].alloc && !savers[r.script[i].local].empty()) stop = i + 1;
+    }
+  }
+  std::vector<TensorId> replay(r.locals.size(), kNoTensor);
+  const uint32_t saved_module = module_;
+  for (size_t i = 0; i < stop; ++i) {
+    const ScriptOp& s = r.script[i];
+    if (s.alloc) {
+      const TensorId t = static_cast<TensorId>(tensors_.size());
+      Tensor tensor;
+      tensor.bytes = s.bytes;
+      tensor.event_id = next_event_id_++;
+      tensor.refs = 1;
+      tensor.event_index = out_->size();
+      tensors_.push_back(tensor);
+      out_->AllocInterned(tensor.event_id, s.bytes, s.category, s.op, s.module);
+      replay[s.local] = t;
+      if (!savers[s.local].empty()) MarkSaved(t);
+      for (NodeId saver : savers[s.local]) {
+        Ref(t);
+        nodes_[saver].saved.push_back(t);
+      }
+    } else if (replay[s.local] != kNoTensor) {
+      const TensorId t = replay[s.local];
+      replay[s.local] = kNoTensor;
+      if (--tensors_[t].refs == 0) out_->Free(tensors_[t].event_id);
+    }
+  }
+  // Locals the recompute still holds go when it returns.
+  for (TensorId t : replay) {
+    if (t != kNoTensor && --tensors_[t].refs == 0) out_->Free(tensors_[t].event_id);
+  }
+  module_ = saved_module;
+}
+
+void Graph::Deliver(NodeId target, uint32_t slot, TensorId grad) {
+  Node& node = nodes_[target];
+  TensorId& buffered = node.slots[slot];
+  if (buffered == kNoTensor) {
+    buffered = grad;
+    return;
+  }
+  // input_buffer.cpp accumulate(): in place when a side is unshared.
+  if (tensors_[buffered].refs == 1) {
+    Drop(grad);
+  } else if (tensors_[grad].refs == 1) {
+    Drop(buffered);
+    buffered = grad;
+  } else {
+    const TensorId sum = Alloc(tensors_[buffered].bytes, Category::kTemporaries,
+                               "aten::add", node.module);
+    Drop(buffered);
+    Drop(grad);
+    buffered = sum;
+  }
+}
+
+void Graph::Run(NodeId n) {
+  Node& node = nodes_[n];
+  node.ran = true;
+  if (node.is_accumulate) {
+    const TensorId g = node.slots[0];
+    node.slots[0] = kNoTensor;
+    if (g == kNoTensor) return;
+    if (*node.grad_slot == kNoTensor) {
+      if (tensors_[g].refs == 1) {
+        *node.grad_slot = g;  // stolen: becomes .grad
+      } else {
+        *node.grad_slot = Alloc(node.accumulate_bytes, Category::kGradients, "aten::clone",
+                                node.module);
+        Drop(g);
+      }
+    } else {
+      Drop(g);  // .grad += g, in place
+    }
+    return;
+  }
+  if (node.region != kNoRegion && !regions_[node.region].recomputed) {
+    bool has_saves = false;
+    for (const auto& [saver, local] : regions_[node.region].saves) {
+      if (saver == n) {
+        has_saves = true;
+        break;
+      }
+    }
+    if (has_saves) Recompute(node.region);
+  }
+  module_ = node.module;
+  const std::string_view op = out_->String(node.op);
+  std::vector<TensorId> workspace;
+  workspace.reserve(node.workspace.size());
+  for (uint64_t bytes : node.workspace) {
+    workspace.push_back(Alloc(bytes, Category::kTemporaries, op, node.module));
+  }
+  std::vector<std::pair<const GradOut*, TensorId>> produced;
+  produced.reserve(node.outs.size());
+  for (const GradOut& g : node.outs) {
+    if (g.mode == GradOut::Mode::kNew) {
+      const Category category =
+          nodes_[g.target].is_accumulate ? Category::kGradients : g.category;
+      produced.emplace_back(&g, Alloc(g.bytes, category, op, node.module));
+    } else {
+      const TensorId incoming = node.slots[g.pass_slot];
+      if (incoming == kNoTensor) continue;  // undefined gradient passes as undefined
+      Ref(incoming);
+      produced.emplace_back(&g, incoming);
+    }
+  }
+  for (TensorId t : workspace) Drop(t);
+  for (TensorId t : node.saved) Drop(t);
+  node.saved.clear();
+  for (TensorId& t : node.slots) {
+    Drop(t);
+    t = kNoTensor;
+  }
+  for (const auto& [g, t] : produced) Deliver(g->target, g->target_slot, t);
+  if (node.region != kNoRegion) {
+    Region& r = regions_[node.region];
+    if (--r.pending_nodes == 0) {
+      for (TensorId t : r.kept) Drop(t);
+      r.kept.clear();
+    }
+  }
+}
+
+void Graph::Backward(const Var& root) {
+  if (!root.requires_grad()) return;
+  // Dependencies of every node reachable from the root (engine.cpp
+  // compute_dependencies).
+  std::vector<char> seen(nodes_.size(), 0);
+  std::vector<NodeId> stack = {root.fn};
+  seen[root.fn] = 1;
+  while (!stack.empty()) {
+    const NodeId n = stack.back();
+    stack.pop_back();
+    for (const GradOut& g : nodes_[n].outs) {
+      ++nodes_[g.target].deps;
+      if (!seen[g.target]) {
+        seen[g.target] = 1;
+        stack.push_back(g.target);
+      }
+    }
+  }
+  // The seed gradient: torch.ones_like(loss).
+  const TensorId seed = Alloc(root.bytes(), Category::kLoss, "aten::ones_like", module_);
+  Deliver(root.fn, root.slot, seed);
+
+  auto later_first = [this](NodeId a, NodeId b) { return nodes_[a].seq < nodes_[b].seq; };
+  std::priority_queue<NodeId, std::vector<NodeId>, decltype(later_first)> ready(later_first);
+  ready.push(root.fn);
+  while (!ready.empty()) {
+    const NodeId n = ready.top();
+    ready.pop();
+    std::vector<NodeId> targets;
+    targets.reserve(nodes_[n].outs.size());
+    for (const GradOut& g : nodes_[n].outs) targets.push_back(g.target);
+    Run(n);
+    for (NodeId t : targets) {
+      if (--nodes_[t].deps == 0) ready.push(t);
+    }
+  }
+}
+
+}  // namespace vramscope::lower

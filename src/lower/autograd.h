@@ -1,0 +1,171 @@
+// A model of PyTorch eager tensor lifetimes and of the autograd engine, at the
+// level memory cares about: which storages exist, who holds them (Python
+// locals, saved tensors of graph nodes, gradient buffers, the autocast cache),
+// and the order in which backward frees and allocates.
+//
+// Behaviours modelled (PyTorch 2.x; file names under pytorch/pytorch):
+// - A tensor's storage is freed when its last reference goes (refcounting).
+// - A graph node holds its saved tensors until it has run (retain_graph=False):
+//   torch/csrc/autograd/saved_variable.cpp, Node::release_variables().
+// - Backward runs ready nodes highest sequence number first; AccumulateGrad
+//   nodes have the highest priority (torch/csrc/autograd/engine.cpp,
+//   ReadyQueue / CompareNodeTaskTime; function.h: UINT64_MAX sequence_nr).
+// - Gradients arriving at the same input are summed in the node's InputBuffer:
+//   in place into the buffered tensor when nothing else references it, else in
+//   place into the incoming one, else out of place
+//   (torch/csrc/autograd/input_buffer.cpp, accumulate()).
+// - AccumulateGrad steals the incoming gradient as .grad when it is its only
+//   reference, else clones it; with .grad already set it adds in place
+//   (torch/csrc/autograd/functions/accumulate_grad.h, accumulateGrad()).
+// - Non-reentrant activation checkpointing drops the region's saved tensors in
+//   forward and recomputes the region on the first unpack in backward, stopping
+//   early once every saved tensor exists again (torch/utils/checkpoint.py,
+//   _checkpoint_without_reentrant_generator, early_stop=True since 2.1).
+//   Reentrant checkpointing recomputes the whole region (CheckpointFunction).
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <string_view>
+#include <vector>
+
+#include "vramscope/category.h"
+#include "vramscope/event_stream.h"
+
+namespace vramscope::lower {
+
+using TensorId = uint32_t;
+using NodeId = uint32_t;
+inline constexpr TensorId kNoTensor = std::numeric_limits<uint32_t>::max();
+inline constexpr NodeId kNoNode = std::numeric_limits<uint32_t>::max();
+
+// A Python-level tensor: a storage plus where its gradient goes. Views share
+// the storage (and, for memory purposes, the grad edge of their base).
+struct Var {
+  TensorId t = kNoTensor;
+  uint64_t numel = 0;        // elements of this tensor (a view: of the view)
+  uint8_t elem_bytes = 2;    // bytes per element of its dtype
+  NodeId fn = kNoNode;       // grad_fn (or AccumulateGrad for leaves)
+  uint32_t slot = 0;         // which output of fn this is
+  uint64_t bytes() const { return numel * elem_bytes; }
+  bool requires_grad() const { return fn != kNoNode; }
+};
+
+// How a node produces the gradient for one of its inputs.
+struct GradOut {
+  enum class Mode : uint8_t { kNew, kPass };
+  Mode mode = Mode::kNew;
+  uint64_t bytes = 0;        // kNew: size of the gradient tensor
+  uint32_t pass_slot = 0;    // kPass: forwards the incoming gradient of this slot
+  Category category = Category::kTemporaries;
+  NodeId target = kNoNode;
+  uint32_t target_slot = 0;
+};
+
+class Graph {
+ public:
+  explicit Graph(EventStream* out);
+
+  // --- tensors -------------------------------------------------------------
+  // Allocates a storage with one (Python) reference.
+  TensorId Alloc(uint64_t bytes, Category category, std::string_view op, uint32_t module);
+  void Ref(TensorId t);
+  void Drop(TensorId t);                  // frees at zero references
+  void Drop(const Var& v) { Drop(v.t); }
+  bool Live(TensorId t) const;
+  uint64_t Bytes(TensorId t) const;
+  void SetModule(uint32_t module) { module_ = module; }
+  uint32_t module() const { return module_; }
+  uint32_t Intern(std::string_view s) { return out_->Intern(s); }
+
+  // --- graph ---------------------------------------------------------------
+  // A node with `num_slots` differentiable outputs.
+  NodeId AddNode(std::string_view op, uint32_t num_slots = 1);
+  // The AccumulateGrad node of a leaf parameter; its grad lands in *grad_slot
+  // (kNoTensor while .grad is None). `grad_bytes` is the size of .grad.
+  NodeId AddAccumulateGrad(uint64_t grad_bytes, TensorId* grad_slot);
+  // The node keeps `t` until it runs (in a checkpoint region: recomputed).
+  void Save(NodeId n, TensorId t);
+  // Gradient for input `input` of node `n`; ignored if input needs no grad.
+  void Edge(NodeId n, const Var& input, uint64_t grad_bytes,
+            Category category = Category::kTemporaries);
+  void EdgePass(NodeId n, const Var& input, uint32_t from_slot = 0);
+  // Transient allocations alive while `n` runs in backward, freed in order
+  // after its gradients are computed.
+  void Workspace(NodeId n, uint64_t bytes);
+
+  // --- checkpoint regions (gradient checkpointing) --------------------------
+  void BeginCheckpoint(bool reentrant);
+  void EndCheckpoint();
+  // Keeps an input of the current region alive until the region's backward
+  // has run (the checkpoint's recompute closure holds its arguments).
+  void Keep(TensorId t);
+  bool in_checkpoint() const { return region_ != kNoRegion; }
+
+  // --- backward ------------------------------------------------------------
+  // Runs backward from `root` (a scalar loss): allocates the seed gradient
+  // and executes every reachable node. Tensors allocated in backward are
+  // tagged with the current module of the node running.
+  void Backward(const Var& root);
+
+  size_t num_nodes() const { return nodes_.size(); }
+
+ private:
+  struct Tensor {
+    uint64_t bytes = 0;
+    uint64_t event_id = 0;
+    uint64_t event_index = 0;  // its alloc event in the stream
+    int32_t refs = 0;
+  };
+  // A temporary that autograd saves is an activation (saved for backward).
+  void MarkSaved(TensorId t);
+  struct Node {
+    uint64_t seq = 0;
+    uint32_t op = 0;
+    uint32_t module = 0;
+    uint32_t region = 0;
+    int32_t deps = 0;
+    bool ran = false;
+    bool is_accumulate = false;
+    uint64_t accumulate_bytes = 0;
+    TensorId* grad_slot = nullptr;
+    std::vector<TensorId> slots;       // incoming gradients
+    std::vector<TensorId> saved;
+    std::vector<GradOut> outs;
+    std::vector<uint64_t> workspace;
+  };
+  // A recorded checkpoint region: how to recompute its saved tensors.
+  struct ScriptOp {
+    bool alloc = true;
+    uint32_t local = 0;                // index into the region's locals
+    uint64_t bytes = 0;
+    Category category = Category::kOther;
+    uint32_t op = 0, module = 0;
+  };
+  struct Region {
+    bool reentrant = false;
+    bool recomputed = false;
+    std::vector<ScriptOp> script;
+    std::vector<TensorId> locals;      // forward tensor of each local index
+    std::vector<std::pair<NodeId, uint32_t>> saves;  // (node, local index)
+    std::vector<TensorId> kept;        // external inputs kept by the closure
+    int32_t pending_nodes = 0;
+  };
+  static constexpr uint32_t kNoRegion = 0;
+
+  void Deliver(NodeId target, uint32_t slot, TensorId grad);
+  void Run(NodeId n);
+  void Recompute(uint32_t region);
+  int32_t LocalOf(uint32_t region, TensorId t) const;
+
+  EventStream* out_;
+  std::vector<Tensor> tensors_;
+  std::vector<Node> nodes_;
+  std::vector<Region> regions_;        // index 0 unused
+  uint32_t region_ = kNoRegion;
+  uint64_t next_seq_ = 0;
+  uint64_t next_event_id_ = 1;
+  uint32_t module_ = 0;
+};
+
+}  // namespace vramscope::lower

@@ -1,0 +1,166 @@
+#include "loss.h"
+
+#include <algorithm>
+
+#include "ops.h"
+
+namespace vramscope::lower {
+namespace {
+
+// F.cross_entropy = log_softmax (saves its output) + nll_loss (saves the
+// target and total_weight). Backward: nll_loss_backward allocates a zeroed
+// full-size gradient; _log_softmax_backward_data another.
+Var CrossEntropy(Tape& tape, const Var& logits32) {
+  Var lsm = tape.New(logits32.numel, kF32, Category::kLoss, "aten::_log_softmax");
+  if (logits32.requires_grad() && tape.grad_enabled) {
+    NodeId n = tape.Node("LogSoftmaxBackward0", &lsm);
+    tape.graph.Save(n, lsm.t);
+    tape.graph.Edge(n, logits32, logits32.bytes());
+  }
+  Var loss = tape.New(1, kF32, Category::kLoss, "aten::nll_loss_forward");
+  if (lsm.requires_grad() && tape.grad_enabled) {
+    NodeId n = tape.Node("NllLossBackward0", &loss);
+    tape.graph.Edge(n, lsm, lsm.bytes(), Category::kLoss);
+  }
+  tape.Drop(lsm);
+  return loss;
+}
+
+Var Softcap(Tape& tape, const Var& logits) {
+  // gemma2: logits / cap -> tanh (saves its result) -> * cap
+  Var a = Scale(tape, logits);
+  Var t = tape.New(a.numel, a.elem_bytes, Category::kLoss, "aten::tanh");
+  if (a.requires_grad() && tape.grad_enabled) {
+    NodeId n = tape.Node("TanhBackward0", &t);
+    tape.graph.Save(n, t.t);
+    tape.graph.Edge(n, a, a.bytes());
+  }
+  tape.Drop(a);
+  Var out = Scale(tape, t);
+  tape.Drop(t);
+  return out;
+}
+
+Var HfLoss(Tape& tape, const TrainingSetup& setup, const Var& hidden, Param& head,
+           uint64_t tokens, uint64_t vocab, double softcap) {
+  Var logits = Linear(tape, hidden, head, nullptr, tokens, vocab);
+  if (softcap > 0) {
+    Var capped = Softcap(tape, logits);
+    tape.Drop(logits);
+    logits = capped;
+  }
+  const uint64_t batch = std::max<uint64_t>(1, setup.batch);
+  const uint64_t shifted = (tokens - std::min(tokens, batch)) * vocab;
+  if (setup.transformers_version <= 445) {
+    // <= 4.45: `logits = logits.float()` in the model forward, then
+    // shift_logits = logits[..., :-1, :].contiguous() in the model's loss code.
+    Var l32 = Cast(tape, logits, kF32);
+    tape.Drop(logits);
+    Var shift = tape.New(shifted, kF32, Category::kLoss, "aten::clone");
+    if (l32.requires_grad() && tape.grad_enabled) {
+      NodeId n = tape.Node("SliceBackward0", &shift);
+      tape.graph.Edge(n, l32, l32.bytes(), Category::kLoss);
+    }
+    Var loss = CrossEntropy(tape, shift);
+    tape.Drop(shift);
+    tape.Drop(l32);  // outputs.logits: dropped by a loop that keeps only the loss
+    return loss;
+  }
+  // >= 4.46: the model returns logits in the compute dtype; ForCausalLMLoss
+  // upcasts (`logits = logits.float()`).
+  Var l32 = Cast(tape, logits, kF32);
+  Var loss;
+  if (setup.transformers_version <= 448) {
+    // 4.46-4.48: shift_logits = logits[..., :-1, :].contiguous()
+    Var shift = tape.New(shifted, kF32, Category::kLoss, "aten::clone");
+    if (l32.requires_grad() && tape.grad_enabled) {
+      NodeId n = tape.Node("SliceBackward0", &shift);
+      tape.graph.Edge(n, l32, l32.bytes(), Category::kLoss);
+    }
+    loss = CrossEntropy(tape, shift);
+    tape.Drop(shift);
+  } else {
+    // >= 4.49 (PR #35646): labels are padded instead; no shifted copy.
+    Var padded = tape.New(tokens + batch, kI64, Category::kOther, "aten::constant_pad_nd");
+    Var shift_labels = tape.New(tokens, kI64, Category::kOther, "aten::clone");
+    tape.Drop(padded);
+    loss = CrossEntropy(tape, l32);
+    tape.Drop(shift_labels);
+  }
+  tape.Drop(l32);
+  tape.Drop(logits);  // outputs.logits: dropped by a loop that keeps only the loss
+  return loss;
+}
+
+// Chunked cross-entropy (torchtune CEWithChunkedOutputLoss style): the
+// hidden states are split into 8 chunks, each projected, upcast and reduced.
+Var ChunkedLoss(Tape& tape, const Var& hidden, Param& head, uint64_t tokens, uint64_t hidden_size,
+                uint64_t vocab) {
+  const uint64_t chunks = std::min<uint64_t>(8, std::max<uint64_t>(1, tokens));
+  Var total;
+  for (uint64_t c = 0; c < chunks; ++c) {
+    const uint64_t ct = tokens / chunks + (c < tokens % chunks ? 1 : 0);
+    Var hc = tape.Share(hidden);
+    hc.numel = ct * hidden_size;
+    Var logits = Linear(tape, hc, head, nullptr, ct, vocab);
+    tape.Drop(hc);
+    Var l32 = Cast(tape, logits, kF32);
+    tape.Drop(logits);
+    Var part = CrossEntropy(tape, l32);
+    tape.Drop(l32);
+    if (total.t == kNoTensor) {
+      total = part;
+    } else {
+      Var sum = Add(tape, total, part);
+      tape.Drop(total);
+      tape.Drop(part);
+      total = sum;
+    }
+  }
+  return total;
+}
+
+// Fused linear cross-entropy (Liger-Kernel LigerFusedLinearCrossEntropyFunction):
+// gradients of the input and of the weight are computed during forward, chunk
+// by chunk, and saved; no [tokens, vocab] tensor is ever whole.
+Var FusedLinearLoss(Tape& tape, const Var& hidden, Param& head, uint64_t tokens,
+                    uint64_t hidden_size, uint64_t vocab) {
+  const uint64_t inc = (vocab + hidden_size - 1) / hidden_size;
+  uint64_t chunk = 1;
+  while (chunk < (tokens + inc - 1) / inc) chunk <<= 1;
+  chunk = std::min(chunk, tokens);
+  Var grad_input = tape.New(tokens * hidden_size, hidden.elem_bytes, Category::kLoss, "liger::grad_input");
+  Var grad_weight = tape.New(head.numel, head.elem_bytes, Category::kLoss, "liger::grad_weight");
+  Var logits = tape.New(chunk * vocab, hidden.elem_bytes, Category::kLoss, "liger::logits_chunk");
+  Var work = tape.New(chunk * vocab, kF32, Category::kLoss, "liger::cross_entropy");
+  tape.Drop(work);
+  tape.Drop(logits);
+  Var loss = tape.New(1, kF32, Category::kLoss, "liger::loss");
+  if (tape.grad_enabled) {
+    NodeId n = tape.Node("LigerFusedLinearCrossEntropyFunctionBackward", &loss);
+    tape.graph.Save(n, grad_input.t);
+    tape.graph.Save(n, grad_weight.t);
+    tape.graph.Edge(n, hidden, hidden.bytes());
+    tape.graph.Edge(n, head.var, head.numel * head.elem_bytes);
+  }
+  tape.Drop(grad_input);
+  tape.Drop(grad_weight);
+  return loss;
+}
+
+}  // namespace
+
+Var CausalLmLoss(Tape& tape, const TrainingSetup& setup, const Var& hidden, Param& head,
+                 uint64_t tokens, uint64_t hidden_size, uint64_t vocab, double softcap) {
+  switch (setup.loss) {
+    case LossKind::kChunked:
+      return ChunkedLoss(tape, hidden, head, tokens, hidden_size, vocab);
+    case LossKind::kFusedLinear:
+      return FusedLinearLoss(tape, hidden, head, tokens, hidden_size, vocab);
+    case LossKind::kHf:
+      break;
+  }
+  return HfLoss(tape, setup, hidden, head, tokens, vocab, softcap);
+}
+
+}  // namespace vramscope::lower

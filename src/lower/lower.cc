@@ -1,0 +1,186 @@
+#include "vramscope/lower.h"
+
+#include <fmt/format.h>
+
+#include "ops.h"
+#include "optimizer.h"
+#include "tape.h"
+#include "transformer.h"
+
+namespace vramscope {
+namespace lower {
+namespace {
+
+uint8_t ParamBytes(Precision p) {
+  switch (p) {
+    case Precision::kFp16:
+    case Precision::kBf16:
+      return kHalf;
+    default:
+      return kF32;
+  }
+}
+
+Status Validate(const ModelSpec& m, const TrainingSetup& s) {
+  auto bad = [](std::string msg) { return Status(MakeError(std::move(msg))); };
+  if (s.batch == 0 || s.batch > 65536) return bad(fmt::format("--batch: {} is outside 1..65536", s.batch));
+  if (s.seq == 0 || s.seq > (uint64_t{1} << 22)) return bad(fmt::format("--seq: {} is outside 1..4194304", s.seq));
+  if (s.batch * s.seq > (uint64_t{1} << 26)) return bad(fmt::format("--batch x --seq: {} tokens per micro-batch is above the 67108864 limit", s.batch * s.seq));
+  if (s.grad_accum == 0 || s.grad_accum > 4096) return bad(fmt::format("--grad-accum: {} is outside 1..4096", s.grad_accum));
+  if (s.steps == 0 || s.steps > 16) return bad(fmt::format("--steps: {} is outside 1..16", s.steps));
+  if (s.finetune != Finetune::kFull) {
+    if (s.lora_rank == 0 || s.lora_rank > m.hidden_size)
+      return bad(fmt::format("--lora-rank: {} must be between 1 and the hidden size {}", s.lora_rank, m.hidden_size));
+    if (s.lora_dropout < 0 || s.lora_dropout >= 1)
+      return bad(fmt::format("--lora-dropout: {} is outside [0, 1)", s.lora_dropout));
+  }
+  if (s.finetune == Finetune::kQLora && s.precision == Precision::kFp32)
+    return bad("--finetune qlora: needs a 16-bit compute dtype; use --precision bf16 or bf16-mixed, not fp32");
+  if (s.optimizer_in_backward) return bad("--optimizer-in-backward: not modelled yet");
+  if (s.activation_offload) return bad("--activation-offload: not modelled yet");
+  if (m.is_encoder) return bad(fmt::format("{}: encoder models (model_type '{}') are not lowered yet", m.name, m.model_type));
+  if (m.num_heads == 0 || m.hidden_size == 0 || m.num_layers == 0 || m.vocab_size == 0)
+    return bad(fmt::format("{}: the model config lacks hidden size, heads, layers or vocabulary", m.name));
+  return Ok{};
+}
+
+bool IsLoraTarget(const ParamTensor& pt, const std::vector<std::string>& targets) {
+  if (!pt.is_linear_weight) return false;
+  for (const std::string& t : targets) {
+    if (t == "all-linear") return pt.role != "lm_head" && pt.role != "router";
+    if (t == pt.role) return true;
+    if (t == "q" && pt.role == "qkv") return true;
+    if ((t == "gate" || t == "up") && pt.role == "gate_up") return true;
+  }
+  return false;
+}
+
+}  // namespace
+}  // namespace lower
+
+Result<Lowered> LowerTraining(const ModelSpec& model, const TrainingSetup& setup,
+                              const GpuSpec& gpu) {
+  using namespace lower;
+  if (Status s = Validate(model, setup); !s.ok()) return s.error();
+  Lowered result;
+  EventStream& out = result.stream;
+  out.metadata()["source"] = "vramscope lower";
+  out.metadata()["model"] = model.name;
+  Tape tape(&out);
+  const uint8_t pbytes = ParamBytes(setup.precision);
+  const bool lora = setup.finetune != Finetune::kFull;
+  const bool qlora = setup.finetune == Finetune::kQLora;
+  tape.autocast = setup.precision == Precision::kBf16Mixed || setup.precision == Precision::kFp16Mixed;
+  tape.compute_bytes = setup.precision == Precision::kFp32 ? kF32 : kHalf;
+
+  // --- setup: parameters as from_pretrained / from_config place them --------
+  tape.params.reserve(model.params.size() * 3);
+  tape.lora_dropout = setup.lora_dropout;
+  for (const ParamTensor& pt : model.params) {
+    Param p;
+    p.name = pt.name;
+    p.module = out.Intern(pt.module);
+    p.numel = pt.numel;
+    p.elem_bytes = pbytes;
+    p.trainable = !lora;
+    p.storage_bytes = p.numel * p.elem_bytes;
+    if (qlora && pt.is_linear_weight && pt.role != "lm_head") {
+      // bitsandbytes NF4 with double quantization: 0.5 byte per weight, one
+      // 8-bit absmax per 64 values, fp32 absmax per 256 of those (QLoRA paper §3).
+      p.storage_bytes = p.numel / 2 + (p.numel + 63) / 64 + ((p.numel + 63) / 64 + 255) / 256 * 4;
+    } else if (qlora) {
+      // peft prepare_model_for_kbit_training casts non-quantized params to fp32.
+      p.elem_bytes = kF32;
+      p.storage_bytes = p.numel * kF32;
+    }
+    tape.params.push_back(std::move(p));
+  }
+  tape.SetModule("model");
+  for (Param& p : tape.params) {
+    tape.graph.SetModule(p.module);
+    p.var.t = tape.graph.Alloc(p.storage_bytes, Category::kParameters, "from_pretrained", p.module);
+    p.var.numel = p.numel;
+    p.var.elem_bytes = p.elem_bytes;
+    if (p.trainable) p.var.fn = tape.graph.AddAccumulateGrad(p.numel * p.elem_bytes, &p.grad);
+  }
+  // LoRA adapters: lora_A [r, in] and lora_B [out, r], trainable, fp32
+  // (peft get_peft_model autocast_adapter_dtype=True upcasts 16-bit adapters).
+  uint64_t lora_params = 0;
+  if (lora) {
+    const size_t base_count = tape.params.size();
+    for (size_t i = 0; i < base_count; ++i) {
+      const ParamTensor& pt = model.params[i];
+      if (!IsLoraTarget(pt, setup.lora_targets) || pt.shape.size() != 2) continue;
+      lora_params += setup.lora_rank * (pt.shape[0] + pt.shape[1]);
+      const uint64_t numels[2] = {setup.lora_rank * pt.shape[1], pt.shape[0] * setup.lora_rank};
+      for (int k = 0; k < 2; ++k) {
+        Param ad;
+        ad.name = pt.module + (k == 0 ? ".lora_A.default.weight" : ".lora_B.default.weight");
+        ad.module = out.Intern(pt.module + (k == 0 ? ".lora_A" : ".lora_B"));
+        ad.numel = numels[k];
+        ad.elem_bytes = kF32;
+        ad.storage_bytes = ad.numel * kF32;
+        ad.trainable = true;
+        tape.graph.SetModule(ad.module);
+        ad.var.t = tape.graph.Alloc(ad.storage_bytes, Category::kParameters, "peft::lora", ad.module);
+        ad.var.numel = ad.numel;
+        ad.var.elem_bytes = kF32;
+        (k == 0 ? tape.params[i].lora_a : tape.params[i].lora_b) = static_cast<int>(tape.params.size());
+        tape.params.push_back(std::move(ad));
+        Param& placed = tape.params.back();  // reserved above: addresses are stable
+        placed.var.fn = tape.graph.AddAccumulateGrad(placed.storage_bytes, &placed.grad);
+      }
+    }
+    if (lora_params == 0) {
+      return MakeError(fmt::format("--lora-targets: none of '{}' matches a linear layer of {}",
+                                   fmt::join(setup.lora_targets, ","), model.name));
+    }
+  }
+  ModelParams mp = IndexParams(model, tape.params);
+  if (!mp.embed || mp.layers.empty()) {
+    return MakeError(fmt::format("{}: could not find the embedding and layers in its parameter list", model.name));
+  }
+  for (size_t i = 0; i < mp.layers.size(); ++i) {
+    const LayerParams& lp = mp.layers[i];
+    const bool attn_ok = lp.qkv || (lp.q && lp.k && lp.v);
+    if (!attn_ok || !lp.o || !lp.norm1) {
+      return MakeError(fmt::format("{}: layer {} lacks attention or norm parameters", model.name, i));
+    }
+  }
+
+  result.parameters = model.ParameterCount() + lora_params;
+  result.trainable_parameters = lora ? lora_params : model.ParameterCount();
+  OptimizerExtras extras;
+  // cuBLAS workspaces: one per (handle, stream); the forward runs on the main
+  // thread's handle, backward on the autograd engine thread's handle
+  // (CublasHandlePool.cpp getCurrentCUDABlasHandle + getNewWorkspace).
+  bool forward_workspace = false, backward_workspace = false;
+  for (uint32_t step = 1; step <= setup.steps; ++step) {
+    for (uint64_t micro = 0; micro < setup.grad_accum; ++micro) {
+      out.BeginPhase(step, Phase::kForward);
+      if (!forward_workspace && gpu.cublas_workspace_bytes > 0) {
+        tape.SetModule("cublas");
+        tape.graph.Alloc(gpu.cublas_workspace_bytes, Category::kWorkspace, "cublas_workspace", tape.module());
+        forward_workspace = true;
+      }
+      ForwardOut f = Forward(tape, model, mp, setup);
+      ClearAutocastCache(tape);
+      out.BeginPhase(step, Phase::kBackward);
+      if (!backward_workspace && gpu.cublas_workspace_bytes > 0) {
+        tape.SetModule("cublas");
+        tape.graph.Alloc(gpu.cublas_workspace_bytes, Category::kWorkspace, "cublas_workspace", tape.module());
+        backward_workspace = true;
+      }
+      tape.graph.Backward(f.loss);
+      tape.Drop(f.loss);
+    }
+    out.BeginPhase(step, Phase::kOptimizer);
+    OptimizerStep(tape, setup, step == 1, &extras);
+    ZeroGrad(tape);
+  }
+  result.managed_bytes = extras.managed_state_bytes;
+  if (lora) result.notes.push_back("LoRA adapters are counted; their forward is modelled as part of the frozen linear (detailed PEFT paths: see docs/lowering.md).");
+  return result;
+}
+
+}  // namespace vramscope

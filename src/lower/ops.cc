@@ -1,0 +1,304 @@
+#include "ops.h"
+
+#include <algorithm>
+
+namespace vramscope::lower {
+namespace {
+
+void SaveIf(Tape& tape, NodeId n, const Var& v) {
+  if (n != kNoNode) tape.graph.Save(n, v.t);
+}
+void EdgeIf(Tape& tape, NodeId n, const Var& input) {
+  if (n != kNoNode) tape.graph.Edge(n, input, input.bytes());
+}
+bool AnyGrad(const Tape& tape, const Var& a) { return tape.grad_enabled && a.requires_grad(); }
+bool AnyGrad(const Tape& tape, const Var& a, const Var& b) {
+  return tape.grad_enabled && (a.requires_grad() || b.requires_grad());
+}
+
+}  // namespace
+
+Var Cast(Tape& tape, const Var& x, uint8_t to_bytes) {
+  if (x.elem_bytes == to_bytes) return tape.Share(x);
+  Var out = tape.New(x.numel, to_bytes, Category::kTemporaries, "aten::_to_copy");
+  if (AnyGrad(tape, x)) {
+    // ToCopyBackward0 saves nothing; its gradient is cast back to x's dtype.
+    NodeId n = tape.Node("ToCopyBackward0", &out);
+    EdgeIf(tape, n, x);
+  }
+  return out;
+}
+
+Var AutocastParam(Tape& tape, Param& p) {
+  if (!tape.autocast || p.elem_bytes == tape.compute_bytes || p.elem_bytes != kF32) {
+    return tape.Share(p.var);
+  }
+  const bool cacheable = p.trainable;  // fp32, requires_grad, leaf
+  if (cacheable && p.cast.t != kNoTensor) return tape.Share(p.cast);
+  Var out = Cast(tape, p.var, tape.compute_bytes);
+  if (cacheable) p.cast = tape.Share(out);  // the cache's reference
+  return out;
+}
+
+void ClearAutocastCache(Tape& tape) {
+  for (Param& p : tape.params) {
+    if (p.cast.t != kNoTensor) tape.Drop(p.cast);
+  }
+}
+
+namespace {
+Var BaseLinear(Tape& tape, const Var& x, Param& weight, Param* bias, uint64_t tokens,
+               uint64_t out_features);
+
+// peft LoraLayer Linear.forward (peft 0.10-0.17): result = base_layer(x);
+// x = x.to(lora_A.weight.dtype); result = result + lora_B(lora_A(dropout(x))) * scaling;
+// result.to(previous dtype). Adapters are fp32 (autocast_adapter_dtype=True).
+Var LoraLinear(Tape& tape, const Var& x, Param& weight, Param* bias, uint64_t tokens,
+               uint64_t out_features) {
+  Var result = BaseLinear(tape, x, weight, bias, tokens, out_features);
+  Param& a = tape.params[weight.lora_a];
+  Param& b = tape.params[weight.lora_b];
+  Var xin = tape.autocast ? tape.Share(x) : Cast(tape, x, a.elem_bytes);
+  Var dropped = Dropout(tape, xin, tape.lora_dropout);
+  tape.Drop(xin);
+  const uint64_t rank = a.numel / (x.numel / tokens);
+  Var down = BaseLinear(tape, dropped, a, nullptr, tokens, rank);
+  tape.Drop(dropped);
+  Var up = BaseLinear(tape, down, b, nullptr, tokens, out_features);
+  tape.Drop(down);
+  Var scaled = Scale(tape, up);
+  tape.Drop(up);
+  Var sum = Add(tape, result, scaled);
+  tape.Drop(result);
+  tape.Drop(scaled);
+  Var out = Cast(tape, sum, tape.autocast ? sum.elem_bytes : x.elem_bytes);
+  tape.Drop(sum);
+  return out;
+}
+}  // namespace
+
+Var Linear(Tape& tape, const Var& x, Param& weight, Param* bias, uint64_t tokens,
+           uint64_t out_features) {
+  if (weight.lora_a >= 0) return LoraLinear(tape, x, weight, bias, tokens, out_features);
+  return BaseLinear(tape, x, weight, bias, tokens, out_features);
+}
+
+namespace {
+Var BaseLinear(Tape& tape, const Var& x, Param& weight, Param* bias, uint64_t tokens,
+               uint64_t out_features) {
+  Var xin = tape.autocast ? Cast(tape, x, tape.compute_bytes) : tape.Share(x);
+  Var win = AutocastParam(tape, weight);
+  const uint8_t out_bytes = tape.autocast ? tape.compute_bytes : x.elem_bytes;
+  Var out = tape.New(tokens * out_features, out_bytes, Category::kTemporaries,
+                     bias ? "aten::addmm" : "aten::mm");
+  if (AnyGrad(tape, xin, win) || (bias && AnyGrad(tape, bias->var))) {
+    NodeId n = tape.Node(bias ? "AddmmBackward0" : "MmBackward0", &out);
+    if (win.requires_grad()) SaveIf(tape, n, xin);
+    if (xin.requires_grad()) SaveIf(tape, n, win);
+    EdgeIf(tape, n, xin);
+    EdgeIf(tape, n, win);
+    if (bias) {
+      Var bin = AutocastParam(tape, *bias);
+      EdgeIf(tape, n, bin);
+      tape.Drop(bin);
+    }
+  }
+  tape.Drop(xin);
+  tape.Drop(win);
+  return out;
+}
+}  // namespace
+
+Var Mul(Tape& tape, const Var& a, const Var& b, std::string_view op) {
+  const uint8_t bytes = std::max(a.elem_bytes, b.elem_bytes);
+  Var out = tape.New(std::max(a.numel, b.numel), bytes, Category::kTemporaries, op);
+  if (AnyGrad(tape, a, b)) {
+    NodeId n = tape.Node("MulBackward0", &out);
+    if (a.requires_grad()) SaveIf(tape, n, b);
+    if (b.requires_grad()) SaveIf(tape, n, a);
+    EdgeIf(tape, n, a);
+    EdgeIf(tape, n, b);
+  }
+  return out;
+}
+
+Var Add(Tape& tape, const Var& a, const Var& b) {
+  const uint8_t bytes = std::max(a.elem_bytes, b.elem_bytes);
+  Var out = tape.New(std::max(a.numel, b.numel), bytes, Category::kTemporaries, "aten::add");
+  if (AnyGrad(tape, a, b)) {
+    NodeId n = tape.Node("AddBackward0", &out);
+    // The gradient passes through unchanged to a same-typed input; the engine
+    // casts it for an input of another dtype (engine.cpp validate_outputs).
+    for (const Var* in : {&a, &b}) {
+      if (in->elem_bytes == bytes && in->numel == out.numel) {
+        tape.graph.EdgePass(n, *in);
+      } else {
+        EdgeIf(tape, n, *in);
+      }
+    }
+  }
+  return out;
+}
+
+Var Scale(Tape& tape, const Var& a) {
+  Var out = tape.New(a.numel, a.elem_bytes, Category::kTemporaries, "aten::mul");
+  if (AnyGrad(tape, a)) {
+    NodeId n = tape.Node("MulBackward1", &out);
+    EdgeIf(tape, n, a);
+  }
+  return out;
+}
+
+Var MulParam(Tape& tape, const Var& x, Param& w, bool gemma_offset) {
+  Var wv = tape.Share(w.var);
+  if (gemma_offset) {
+    // (1.0 + weight.float()): a fresh vector, tiny.
+    Var one_plus = tape.New(w.numel, kF32, Category::kTemporaries, "aten::add");
+    if (AnyGrad(tape, w.var)) {
+      NodeId n = tape.Node("AddBackward1", &one_plus);
+      tape.graph.EdgePass(n, w.var);
+    }
+    tape.Drop(wv);
+    wv = one_plus;
+  }
+  const uint8_t bytes = std::max(x.elem_bytes, wv.elem_bytes);
+  Var out = tape.New(x.numel, bytes, Category::kTemporaries, "aten::mul");
+  if (AnyGrad(tape, x, wv)) {
+    NodeId n = tape.Node("MulBackward0", &out);
+    if (x.requires_grad()) SaveIf(tape, n, wv);
+    if (wv.requires_grad()) SaveIf(tape, n, x);
+    EdgeIf(tape, n, x);
+    if (wv.requires_grad() && n != kNoNode) {
+      // grad * x summed over tokens: a full-size product, then the reduction.
+      tape.graph.Workspace(n, x.numel * bytes);
+      tape.graph.Edge(n, wv, wv.bytes());
+    }
+  }
+  tape.Drop(wv);
+  return out;
+}
+
+namespace {
+Var Activation(Tape& tape, const Var& x, std::string_view op, std::string_view node,
+               bool save_result) {
+  Var out = tape.New(x.numel, x.elem_bytes, Category::kTemporaries, op);
+  if (AnyGrad(tape, x)) {
+    NodeId n = tape.Node(node, &out);
+    SaveIf(tape, n, save_result ? out : x);
+    EdgeIf(tape, n, x);
+  }
+  return out;
+}
+}  // namespace
+
+Var Silu(Tape& tape, const Var& x) {
+  return Activation(tape, x, "aten::silu", "SiluBackward0", false);
+}
+Var Gelu(Tape& tape, const Var& x) {
+  return Activation(tape, x, "aten::gelu", "GeluBackward0", false);
+}
+Var Relu(Tape& tape, const Var& x) {
+  return Activation(tape, x, "aten::relu", "ReluBackward0", true);
+}
+
+Var Dropout(Tape& tape, const Var& x, double p) {
+  if (p <= 0) return tape.Share(x);
+  Var out = tape.New(x.numel, x.elem_bytes, Category::kTemporaries, "aten::native_dropout");
+  Var mask = tape.New(x.numel, kBool, Category::kActivations, "aten::native_dropout");
+  if (AnyGrad(tape, x)) {
+    NodeId n = tape.Node("NativeDropoutBackward0", &out);
+    SaveIf(tape, n, mask);
+    EdgeIf(tape, n, x);
+  }
+  tape.Drop(mask);
+  return out;
+}
+
+Var RmsNorm(Tape& tape, const Var& x, Param& w, uint64_t tokens, uint64_t hidden,
+            bool gemma_style) {
+  // hidden_states = hidden_states.to(torch.float32)
+  Var h = Cast(tape, x, kF32);
+  // variance = hidden_states.pow(2).mean(-1, keepdim=True): PowBackward0 saves
+  // self; MeanBackward1 saves only sizes (torch >= 2.0).
+  Var sq = tape.New(h.numel, kF32, Category::kTemporaries, "aten::pow");
+  if (AnyGrad(tape, h)) {
+    NodeId n = tape.Node("PowBackward0", &sq);
+    SaveIf(tape, n, h);
+    tape.graph.Workspace(n, h.numel * kF32);  // self.pow(1) * 2
+    EdgeIf(tape, n, h);
+  }
+  Var var = tape.New(tokens, kF32, Category::kTemporaries, "aten::mean");
+  if (AnyGrad(tape, sq)) {
+    NodeId n = tape.Node("MeanBackward1", &var);
+    EdgeIf(tape, n, sq);  // grad.expand(...) / N: a full-size tensor
+  }
+  tape.Drop(sq);
+  Var var_eps = tape.New(tokens, kF32, Category::kTemporaries, "aten::add");
+  if (AnyGrad(tape, var)) {
+    NodeId n = tape.Node("AddBackward1", &var_eps);
+    tape.graph.EdgePass(n, var);
+  }
+  tape.Drop(var);
+  Var rs = tape.New(tokens, kF32, Category::kTemporaries, "aten::rsqrt");
+  if (AnyGrad(tape, var_eps)) {
+    NodeId n = tape.Node("RsqrtBackward0", &rs);
+    SaveIf(tape, n, rs);
+    EdgeIf(tape, n, var_eps);
+  }
+  tape.Drop(var_eps);
+  // hidden_states * torch.rsqrt(variance + eps)
+  Var normed = Mul(tape, h, rs);
+  tape.Drop(rs);
+  tape.Drop(h);
+  Var out;
+  if (gemma_style) {
+    // output * (1.0 + self.weight.float()), then .type_as(x)
+    Var scaled = MulParam(tape, normed, w, true);
+    tape.Drop(normed);
+    out = Cast(tape, scaled, x.elem_bytes);
+    tape.Drop(scaled);
+  } else {
+    // self.weight * hidden_states.to(input_dtype)
+    Var back = Cast(tape, normed, x.elem_bytes);
+    tape.Drop(normed);
+    out = MulParam(tape, back, w, false);
+    tape.Drop(back);
+  }
+  (void)hidden;
+  return out;
+}
+
+Var LayerNorm(Tape& tape, const Var& x, Param& w, Param* b, uint64_t tokens) {
+  Var xin = tape.autocast ? Cast(tape, x, kF32) : tape.Share(x);
+  Var out = tape.New(x.numel, xin.elem_bytes, Category::kTemporaries, "aten::native_layer_norm");
+  Var mean = tape.New(tokens, kF32, Category::kActivations, "aten::native_layer_norm");
+  Var rstd = tape.New(tokens, kF32, Category::kActivations, "aten::native_layer_norm");
+  const bool wgrad = AnyGrad(tape, w.var) || (b && AnyGrad(tape, b->var));
+  if (AnyGrad(tape, xin) || wgrad) {
+    NodeId n = tape.Node("NativeLayerNormBackward0", &out);
+    SaveIf(tape, n, xin);
+    SaveIf(tape, n, mean);
+    SaveIf(tape, n, rstd);
+    EdgeIf(tape, n, xin);
+    EdgeIf(tape, n, w.var);
+    if (b) EdgeIf(tape, n, b->var);
+  }
+  tape.Drop(mean);
+  tape.Drop(rstd);
+  tape.Drop(xin);
+  return out;
+}
+
+Var Embedding(Tape& tape, const Var& ids, Param& w, uint64_t tokens, uint64_t dim) {
+  Var out = tape.New(tokens * dim, w.elem_bytes, Category::kTemporaries, "aten::embedding");
+  if (AnyGrad(tape, w.var)) {
+    NodeId n = tape.Node("EmbeddingBackward0", &out);
+    SaveIf(tape, n, ids);
+    // embedding_dense_backward_cuda sorts the indices: a few index-sized buffers.
+    tape.graph.Workspace(n, tokens * kI64 * 4);
+    EdgeIf(tape, n, w.var);
+  }
+  return out;
+}
+
+}  // namespace vramscope::lower

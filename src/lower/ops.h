@@ -1,0 +1,62 @@
+// PyTorch eager ops as memory sees them: what each allocates in forward, what
+// autograd saves (tools/autograd/derivatives.yaml: an input is saved only if
+// the gradient of another input needs it), and what its backward allocates.
+//
+// Conventions: inputs are borrowed (the caller keeps its reference); the
+// returned Var is a new reference the caller must Drop. `tokens` is b*s.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "tape.h"
+
+namespace vramscope::lower {
+
+// x.to(dtype): returns a new reference to x when the dtype already matches
+// (aten::to returns self), else a copy with a ToCopyBackward node.
+Var Cast(Tape& tape, const Var& x, uint8_t to_bytes);
+
+// The autocast view of a leaf parameter: fp32 trainable leaves are cast once
+// per autocast region and cached (autocast_mode.cpp cached_cast: fp32,
+// requires_grad, is_leaf); other tensors are cast on every use.
+Var AutocastParam(Tape& tape, Param& p);
+// Drops every cached cast (torch.autocast.__exit__ -> clear_autocast_cache).
+void ClearAutocastCache(Tape& tape);
+
+// F.linear(x, W, b) with x of shape [tokens, in]: out [tokens, out].
+// Saves x only if W requires grad and W only if x requires grad (mm/addmm in
+// derivatives.yaml). Under autocast both operands are cast to the compute dtype.
+Var Linear(Tape& tape, const Var& x, Param& weight, Param* bias, uint64_t tokens,
+           uint64_t out_features);
+
+// Elementwise binary ops with PyTorch type promotion (result dtype = wider).
+Var Mul(Tape& tape, const Var& a, const Var& b, std::string_view op = "aten::mul");
+Var Add(Tape& tape, const Var& a, const Var& b);
+// a * scalar (saves nothing).
+Var Scale(Tape& tape, const Var& a);
+// A broadcast multiply by a parameter vector (norm weights): out like x.
+Var MulParam(Tape& tape, const Var& x, Param& w, bool gemma_offset);
+
+// Activations. silu/gelu save their input; relu saves its result.
+Var Silu(Tape& tape, const Var& x);
+Var Gelu(Tape& tape, const Var& x);
+Var Relu(Tape& tape, const Var& x);
+
+// nn.Dropout(p) in training; identity (a new reference) when p == 0. On CUDA
+// native_dropout saves a bool mask.
+Var Dropout(Tape& tape, const Var& x, double p);
+
+// LlamaRMSNorm / GemmaRMSNorm (modeling_llama.py, modeling_gemma.py): fp32
+// upcast, pow, mean, rsqrt, multiply, cast back, weight multiply.
+Var RmsNorm(Tape& tape, const Var& x, Param& w, uint64_t tokens, uint64_t hidden,
+            bool gemma_style);
+// nn.LayerNorm (native_layer_norm): saves input, mean, rstd (fp32 per row).
+// Under autocast layer_norm runs in fp32.
+Var LayerNorm(Tape& tape, const Var& x, Param& w, Param* b, uint64_t tokens);
+
+// nn.Embedding: out [tokens, dim] in the weight's dtype; saves the indices;
+// backward allocates a dense [vocab, dim] gradient.
+Var Embedding(Tape& tape, const Var& ids, Param& w, uint64_t tokens, uint64_t dim);
+
+}  // namespace vramscope::lower

@@ -1,0 +1,147 @@
+#include "optimizer.h"
+
+#include <algorithm>
+#include <map>
+
+namespace vramscope::lower {
+namespace {
+
+std::vector<Param*> WithGrad(Tape& tape) {
+  std::vector<Param*> out;
+  for (Param& p : tape.params) {
+    if (p.trainable && p.grad != kNoTensor) out.push_back(&p);
+  }
+  return out;
+}
+
+uint64_t Bytes(const Param& p) { return p.numel * p.elem_bytes; }
+
+void AddState(Tape& tape, Param& p, uint64_t bytes, std::string_view op) {
+  p.state.push_back(tape.graph.Alloc(bytes, Category::kOptimizerState, op, p.module));
+}
+
+// torch/optim/adamw.py (_multi_tensor_adamw; Adam since 2.7): per device and
+// dtype group, `exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs)` is one
+// full-size temporary per parameter, freed when the group is done.
+void AdamForeach(Tape& tape, const std::vector<Param*>& params) {
+  std::map<uint8_t, std::vector<Param*>> groups;
+  for (Param* p : params) groups[p->elem_bytes].push_back(p);
+  std::vector<TensorId> previous;
+  for (auto& [bytes, group] : groups) {
+    std::vector<TensorId> sqrt_list;
+    for (Param* p : group) {
+      sqrt_list.push_back(tape.graph.Alloc(Bytes(*p), Category::kTemporaries, "aten::_foreach_sqrt", p->module));
+    }
+    // The previous group's list is released when the name is rebound.
+    for (TensorId t : previous) tape.graph.Drop(t);
+    previous = std::move(sqrt_list);
+  }
+  for (TensorId t : previous) tape.graph.Drop(t);
+}
+
+// _single_tensor_adamw: denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
+void AdamForLoop(Tape& tape, const std::vector<Param*>& params) {
+  TensorId denom = kNoTensor;
+  for (Param* p : params) {
+    TensorId sq = tape.graph.Alloc(Bytes(*p), Category::kTemporaries, "aten::sqrt", p->module);
+    TensorId div = tape.graph.Alloc(Bytes(*p), Category::kTemporaries, "aten::div", p->module);
+    tape.graph.Drop(sq);
+    if (denom != kNoTensor) tape.graph.Drop(denom);
+    denom = div;
+  }
+  if (denom != kNoTensor) tape.graph.Drop(denom);
+}
+
+}  // namespace
+
+void OptimizerStep(Tape& tape, const TrainingSetup& setup, bool first_step,
+                   OptimizerExtras* extras) {
+  tape.SetModule("optimizer");
+  const std::vector<Param*> params = WithGrad(tape);
+  switch (setup.optimizer) {
+    case OptimizerKind::kNone:
+      return;
+    case OptimizerKind::kSgd:
+      return;  // _foreach_add_(params, grads, alpha=-lr): in place
+    case OptimizerKind::kSgdMomentum:
+      // momentum_buffer = torch.clone(grad).detach() on the first step.
+      if (first_step) {
+        for (Param* p : params) AddState(tape, *p, Bytes(*p), "aten::clone");
+      }
+      return;
+    case OptimizerKind::kAdamW:
+    case OptimizerKind::kAdamWFused:
+    case OptimizerKind::kAdamWForLoop:
+      if (first_step) {
+        for (Param* p : params) {
+          AddState(tape, *p, Bytes(*p), "aten::zeros_like");  // exp_avg
+          AddState(tape, *p, Bytes(*p), "aten::zeros_like");  // exp_avg_sq
+          // fused (and capturable) keep `step` on the device: a 4-byte
+          // tensor per parameter (one 512-byte block each).
+          if (setup.optimizer == OptimizerKind::kAdamWFused) {
+            AddState(tape, *p, 4, "aten::zeros");
+          }
+        }
+      }
+      if (setup.optimizer == OptimizerKind::kAdamW) AdamForeach(tape, params);
+      if (setup.optimizer == OptimizerKind::kAdamWForLoop) AdamForLoop(tape, params);
+      return;
+    case OptimizerKind::kAdamW8bit:
+    case OptimizerKind::kPagedAdamW8bit:
+    case OptimizerKind::kPagedAdamW: {
+      // bitsandbytes Optimizer2State: uint8 states with one fp32 absmax per
+      // 256-value block for tensors of >= 4096 elements (min_8bit_size), fp32
+      // states otherwise. Paged variants use CUDA managed memory, outside
+      // PyTorch's allocator.
+      const bool paged = setup.optimizer != OptimizerKind::kAdamW8bit;
+      const bool eight_bit = setup.optimizer != OptimizerKind::kPagedAdamW;
+      if (!first_step) return;
+      for (Param* p : params) {
+        const bool small = p->numel < 4096 || !eight_bit;
+        const uint64_t per_state = small ? p->numel * 4 : p->numel + (p->numel + 255) / 256 * 4;
+        if (paged && !small) {
+          extras->managed_state_bytes += 2 * per_state;
+        } else if (paged) {
+          extras->managed_state_bytes += 2 * per_state;
+        } else {
+          AddState(tape, *p, per_state, "bnb::state1");
+          AddState(tape, *p, per_state, "bnb::state2");
+        }
+      }
+      return;
+    }
+    case OptimizerKind::kAdafactor: {
+      // transformers.optimization.Adafactor: factored second moment for 2-D
+      // params (row + column vectors), full for 1-D; no first moment by
+      // default. Per param: update = grad**2 + eps and the approximated
+      // update: two full-size fp32 temporaries.
+      for (Param* p : params) {
+        if (first_step) AddState(tape, *p, std::max<uint64_t>(4, p->numel / 256 * 4), "adafactor::exp_avg_sq");
+        TensorId a = tape.graph.Alloc(p->numel * 4, Category::kTemporaries, "aten::pow", p->module);
+        TensorId b = tape.graph.Alloc(p->numel * 4, Category::kTemporaries, "aten::mul", p->module);
+        tape.graph.Drop(a);
+        tape.graph.Drop(b);
+      }
+      return;
+    }
+    case OptimizerKind::kLion:
+      // lion-pytorch: exp_avg state; update = exp_avg.clone().lerp_(grad).sign_()
+      for (Param* p : params) {
+        if (first_step) AddState(tape, *p, Bytes(*p), "aten::zeros_like");
+        TensorId u = tape.graph.Alloc(Bytes(*p), Category::kTemporaries, "aten::clone", p->module);
+        tape.graph.Drop(u);
+      }
+      return;
+  }
+}
+
+void ZeroGrad(Tape& tape) {
+  for (Param& p : tape.params) {
+    if (p.grad != kNoTensor) {
+      tape.graph.Drop(p.grad);
+      p.grad = kNoTensor;
+    }
+  }
+}
+
+}  // namespace vramscope::lower

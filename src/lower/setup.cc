@@ -1,0 +1,133 @@
+#include "vramscope/setup.h"
+
+#include <charconv>
+
+#include <fmt/format.h>
+
+namespace vramscope {
+namespace {
+
+template <typename E>
+struct Named {
+  std::string_view name;
+  E value;
+};
+
+constexpr Named<Precision> kPrecisions[] = {{"fp32", Precision::kFp32},
+                                            {"fp16-mixed", Precision::kFp16Mixed},
+                                            {"bf16-mixed", Precision::kBf16Mixed},
+                                            {"fp16", Precision::kFp16},
+                                            {"bf16", Precision::kBf16}};
+constexpr Named<OptimizerKind> kOptimizers[] = {
+    {"none", OptimizerKind::kNone},          {"sgd", OptimizerKind::kSgd},
+    {"sgd-momentum", OptimizerKind::kSgdMomentum}, {"adamw", OptimizerKind::kAdamW},
+    {"adamw-foreach", OptimizerKind::kAdamW}, {"adamw-fused", OptimizerKind::kAdamWFused},
+    {"adamw-forloop", OptimizerKind::kAdamWForLoop}, {"adamw-8bit", OptimizerKind::kAdamW8bit},
+    {"paged-adamw-8bit", OptimizerKind::kPagedAdamW8bit}, {"paged-adamw", OptimizerKind::kPagedAdamW},
+    {"adafactor", OptimizerKind::kAdafactor}, {"lion", OptimizerKind::kLion}};
+constexpr Named<Finetune> kFinetunes[] = {
+    {"full", Finetune::kFull}, {"lora", Finetune::kLora}, {"qlora", Finetune::kQLora}};
+constexpr Named<GradCkpt> kCkpts[] = {
+    {"none", GradCkpt::kNone}, {"full", GradCkpt::kFull}, {"reentrant", GradCkpt::kReentrant}};
+constexpr Named<Attention> kAttns[] = {
+    {"eager", Attention::kEager}, {"sdpa", Attention::kSdpa}, {"flash", Attention::kFlash}};
+constexpr Named<LossKind> kLosses[] = {
+    {"hf", LossKind::kHf}, {"chunked", LossKind::kChunked}, {"fused-linear", LossKind::kFusedLinear}};
+
+template <typename E, size_t N>
+Result<E> Parse(const Named<E> (&table)[N], std::string_view text, std::string_view flag) {
+  std::string choices;
+  for (const auto& entry : table) {
+    if (entry.name == text) return entry.value;
+    if (!choices.empty()) choices += ", ";
+    choices += entry.name;
+  }
+  return MakeError(fmt::format("{}: '{}' is not one of {}", flag, text, choices));
+}
+
+template <typename E, size_t N>
+std::string_view Name(const Named<E> (&table)[N], E value) {
+  for (const auto& entry : table) {
+    if (entry.value == value) return entry.name;
+  }
+  return "?";
+}
+
+}  // namespace
+
+std::string_view PrecisionName(Precision p) { return Name(kPrecisions, p); }
+std::string_view OptimizerName(OptimizerKind o) { return Name(kOptimizers, o); }
+std::string_view FinetuneName(Finetune f) { return Name(kFinetunes, f); }
+std::string_view GradCkptName(GradCkpt g) { return Name(kCkpts, g); }
+std::string_view AttentionName(Attention a) { return Name(kAttns, a); }
+std::string_view LossName(LossKind l) { return Name(kLosses, l); }
+
+Result<Precision> ParsePrecision(std::string_view t) { return Parse(kPrecisions, t, "--precision"); }
+Result<OptimizerKind> ParseOptimizer(std::string_view t) { return Parse(kOptimizers, t, "--optimizer"); }
+Result<Finetune> ParseFinetune(std::string_view t) { return Parse(kFinetunes, t, "--finetune"); }
+Result<GradCkpt> ParseGradCkpt(std::string_view t) { return Parse(kCkpts, t, "--grad-ckpt"); }
+Result<Attention> ParseAttention(std::string_view t) { return Parse(kAttns, t, "--attn"); }
+Result<LossKind> ParseLoss(std::string_view t) { return Parse(kLosses, t, "--loss"); }
+
+Result<int> ParseVersion(std::string_view text, std::string_view field) {
+  const size_t dot = text.find('.');
+  int major = 0, minor = 0;
+  auto bad = [&] { return MakeError(fmt::format("{}: '{}' is not a version like 4.46", field, text)); };
+  if (dot == std::string_view::npos) return bad();
+  auto r1 = std::from_chars(text.data(), text.data() + dot, major);
+  std::string_view rest = text.substr(dot + 1);
+  const size_t dot2 = rest.find('.');
+  if (dot2 != std::string_view::npos) rest = rest.substr(0, dot2);
+  auto r2 = std::from_chars(rest.data(), rest.data() + rest.size(), minor);
+  if (r1.ec != std::errc() || r1.ptr != text.data() + dot || r2.ec != std::errc() ||
+      r2.ptr != rest.data() + rest.size() || major < 1 || major > 99 || minor < 0 || minor > 99) {
+    return bad();
+  }
+  return major * 100 + minor;
+}
+
+Result<std::vector<std::string>> ParseLoraTargets(std::string_view text) {
+  static constexpr std::string_view kKnown[] = {"q", "k", "v", "o", "gate", "up", "down", "lm_head", "all-linear"};
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    if (comma == std::string_view::npos) comma = text.size();
+    std::string_view item = text.substr(start, comma - start);
+    bool known = false;
+    for (std::string_view k : kKnown) known = known || k == item;
+    if (!known) {
+      return MakeError(fmt::format("--lora-targets: '{}' is not one of q, k, v, o, gate, up, down, lm_head, all-linear", item));
+    }
+    out.emplace_back(item);
+    start = comma + 1;
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> DescribeSetup(const TrainingSetup& s) {
+  std::vector<std::pair<std::string, std::string>> k = {
+      {"batch", std::to_string(s.batch)},
+      {"seq", std::to_string(s.seq)},
+      {"grad_accum", std::to_string(s.grad_accum)},
+      {"precision", std::string(PrecisionName(s.precision))},
+      {"optimizer", std::string(OptimizerName(s.optimizer))},
+      {"finetune", std::string(FinetuneName(s.finetune))},
+      {"grad_ckpt", std::string(GradCkptName(s.grad_ckpt))},
+      {"attn", std::string(AttentionName(s.attn))},
+      {"loss", std::string(LossName(s.loss))},
+      {"transformers_version", fmt::format("{}.{}", s.transformers_version / 100, s.transformers_version % 100)},
+      {"gpu", s.gpu},
+      {"alloc_conf", s.alloc_conf},
+      {"steps", std::to_string(s.steps)}};
+  if (s.finetune != Finetune::kFull) {
+    std::string targets;
+    for (const auto& t : s.lora_targets) targets += (targets.empty() ? "" : ",") + t;
+    k.insert(k.begin() + 6, {{"lora_rank", std::to_string(s.lora_rank)},
+                             {"lora_targets", targets},
+                             {"lora_dropout", fmt::format("{}", s.lora_dropout)}});
+  }
+  return k;
+}
+
+}  // namespace vramscope

@@ -1,0 +1,83 @@
+// The lowering context: a Graph plus what PyTorch eager needs to decide
+// dtypes and the autocast cache, and the model's parameters as leaves.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "autograd.h"
+
+namespace vramscope::lower {
+
+inline constexpr uint8_t kF32 = 4;
+inline constexpr uint8_t kHalf = 2;   // bf16 or fp16: never mixed in one run
+inline constexpr uint8_t kI64 = 8;
+inline constexpr uint8_t kBool = 1;
+
+// One parameter tensor (a leaf).
+struct Param {
+  std::string name;
+  uint32_t module = 0;          // interned module path
+  uint64_t numel = 0;
+  uint8_t elem_bytes = kF32;
+  uint64_t storage_bytes = 0;   // differs from numel*elem_bytes for NF4
+  bool trainable = true;
+  Var var;                      // leaf Var (fn = AccumulateGrad when trainable)
+  TensorId grad = kNoTensor;    // .grad (kNoTensor: None)
+  std::vector<TensorId> state;  // optimizer state tensors
+  Var cast;                     // autocast cache entry (this forward); t = kNoTensor: none
+  int lora_a = -1, lora_b = -1; // indices of PEFT adapters in Tape::params
+};
+
+class Tape {
+ public:
+  explicit Tape(EventStream* out) : graph(out), out_(out) {}
+
+  Graph graph;
+  // Autocast: fp32 leaves used by autocast-eligible ops are cast to
+  // `compute_bytes` (aten/src/ATen/autocast_mode.cpp, cached_cast).
+  bool autocast = false;
+  uint8_t compute_bytes = kHalf;
+  bool grad_enabled = true;
+  double lora_dropout = 0;
+
+  void SetModule(std::string_view path) { graph.SetModule(out_->Intern(path)); }
+  uint32_t module() const { return graph.module(); }
+
+  // A new tensor owned by the caller (one reference), no grad_fn.
+  Var New(uint64_t numel, uint8_t elem_bytes, Category category, std::string_view op) {
+    Var v;
+    v.numel = numel;
+    v.elem_bytes = elem_bytes;
+    v.t = graph.Alloc(numel * elem_bytes, category, op, graph.module());
+    return v;
+  }
+  // Another reference to the same storage (a Python alias or a view).
+  Var Share(const Var& v) {
+    graph.Ref(v.t);
+    return v;
+  }
+  void Drop(Var& v) {
+    graph.Drop(v.t);
+    v.t = kNoTensor;
+  }
+  // A node for an op producing `out`, which then requires grad.
+  NodeId Node(std::string_view op, Var* out, uint32_t slots = 1) {
+    if (!grad_enabled) return kNoNode;
+    NodeId n = graph.AddNode(op, slots);
+    if (out) {
+      out->fn = n;
+      out->slot = 0;
+    }
+    return n;
+  }
+  std::vector<Param> params;
+  EventStream* out() { return out_; }
+
+ private:
+  EventStream* out_;
+};
+
+}  // namespace vramscope::lower

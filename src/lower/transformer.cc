@@ -1,0 +1,377 @@
+#include "transformer.h"
+
+#include <algorithm>
+#include <string>
+
+#include "loss.h"
+#include "ops.h"
+
+namespace vramscope::lower {
+namespace {
+
+bool EndsWith(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Assigns one parameter to its slot by role and name.
+void Place(LayerParams& lp, const ParamTensor& pt, Param* p) {
+  const bool bias = EndsWith(pt.name, ".bias");
+  const std::string& r = pt.role;
+  auto set = [&](Param*& w, Param*& b) { (bias ? b : w) = p; };
+  Param* none = nullptr;
+  if (r == "q") set(lp.q, lp.q_b);
+  else if (r == "k") set(lp.k, lp.k_b);
+  else if (r == "v") set(lp.v, lp.v_b);
+  else if (r == "o") set(lp.o, lp.o_b);
+  else if (r == "qkv") set(lp.qkv, lp.qkv_b);
+  else if (r == "gate") set(lp.gate, none);
+  else if (r == "up") set(lp.up, lp.fc1_b);
+  else if (r == "down") set(lp.down, lp.fc2_b);
+  else if (r == "gate_up") set(lp.gate_up, none);
+  else if (r == "fc1") set(lp.fc1, lp.fc1_b);
+  else if (r == "fc2") set(lp.fc2, lp.fc2_b);
+  else if (r == "norm") {
+    // Norms share one role; the module name says which (transformers names).
+    const std::string& m = pt.module;
+    auto has = [&](std::string_view part) { return m.find(part) != std::string::npos; };
+    if (has("q_norm") || has("q_layernorm")) lp.q_norm = bias ? lp.q_norm : p;
+    else if (has("k_norm") || has("k_layernorm")) lp.k_norm = bias ? lp.k_norm : p;
+    else if (has("pre_feedforward_layernorm")) set(lp.norm3, none);
+    else if (has("post_feedforward_layernorm")) set(lp.norm4, none);
+    else if (has("post_attention_layernorm") || has("ln_2") || has("ln_mlp") ||
+             has("final_layer_norm")) set(lp.norm2, lp.norm2_b);
+    else set(lp.norm1, lp.norm1_b);
+  }
+  else if (r == "router") lp.router = p;
+  else if (r == "expert_gate") lp.expert_gate.push_back(p);
+  else if (r == "expert_up") lp.expert_up.push_back(p);
+  else if (r == "expert_down") lp.expert_down.push_back(p);
+  else if (r == "shared_gate") lp.shared_gate = p;
+  else if (r == "shared_up") lp.shared_up = p;
+  else if (r == "shared_down") lp.shared_down = p;
+  else if (r == "shared_expert_gate") lp.shared_router = p;
+}
+
+struct Dims {
+  uint64_t b, s, t, h, heads, kv, d, inter, vocab;
+};
+
+Var Proj(Tape& tape, const Var& x, Param* w, Param* b, uint64_t tokens, uint64_t out) {
+  return Linear(tape, x, *w, b, tokens, out);
+}
+
+Var Norm(Tape& tape, const ModelSpec& spec, const Var& x, Param* w, Param* b, const Dims& d) {
+  switch (spec.norm) {
+    case NormKind::kRmsNorm:
+      return RmsNorm(tape, x, *w, d.t, d.h, false);
+    case NormKind::kRmsNormGemma:
+      return RmsNorm(tape, x, *w, d.t, d.h, true);
+    case NormKind::kLayerNorm:
+    case NormKind::kLayerNormNoBias:
+      return LayerNorm(tape, x, *w, b, d.t);
+  }
+  return tape.Share(x);
+}
+
+// q * cos + rotate_half(q) * sin (apply_rotary_pos_emb): four full-size
+// temporaries in forward, cos/sin saved (shared, not counted here).
+Var Rope(Tape& tape, const Var& x) {
+  Var a = Scale(tape, x);  // x * cos
+  Var neg = tape.New(x.numel / 2, x.elem_bytes, Category::kTemporaries, "aten::neg");
+  Var cat = tape.New(x.numel, x.elem_bytes, Category::kTemporaries, "aten::cat");
+  tape.Drop(neg);
+  if (x.requires_grad() && tape.grad_enabled) {
+    NodeId n = tape.Node("CatBackward0", &cat);
+    // neg and slice backwards: a half and a full buffer on the way back.
+    tape.graph.Workspace(n, x.bytes() / 2);
+    tape.graph.Edge(n, x, x.bytes());
+  }
+  Var bsin = Scale(tape, cat);  // rotate_half(x) * sin
+  tape.Drop(cat);
+  Var out = Add(tape, a, bsin);
+  tape.Drop(a);
+  tape.Drop(bsin);
+  return out;
+}
+
+Var Mlp(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x, const Dims& d,
+        uint64_t tokens, uint64_t inter, Param* gate, Param* up, Param* down) {
+  if (spec.mlp == MlpKind::kGatedSilu || spec.mlp == MlpKind::kGatedGeluTanh ||
+      spec.mlp == MlpKind::kFusedGateUp) {
+    Var g, u;
+    if (spec.mlp == MlpKind::kFusedGateUp && lp.gate_up) {
+      // phi3: gate_up_proj then chunk(2): two views of one [t, 2i] tensor.
+      Var gu = Proj(tape, x, lp.gate_up, nullptr, tokens, 2 * inter);
+      g = gu;
+      g.numel = gu.numel / 2;
+      u = tape.Share(gu);
+      u.numel = gu.numel / 2;
+    } else {
+      g = Proj(tape, x, gate, nullptr, tokens, inter);
+      u = Proj(tape, x, up, nullptr, tokens, inter);
+    }
+    Var act = spec.mlp == MlpKind::kGatedGeluTanh ? Gelu(tape, g) : Silu(tape, g);
+    tape.Drop(g);
+    Var prod = Mul(tape, act, u);
+    tape.Drop(act);
+    tape.Drop(u);
+    Var out = Proj(tape, prod, down, nullptr, tokens, d.h);
+    tape.Drop(prod);
+    return out;
+  }
+  Var f = Proj(tape, x, lp.fc1 ? lp.fc1 : up, lp.fc1_b, tokens, inter);
+  Var act = spec.mlp == MlpKind::kRelu ? Relu(tape, f) : Gelu(tape, f);
+  tape.Drop(f);
+  Var out = Proj(tape, act, lp.fc2 ? lp.fc2 : down, lp.fc2_b, tokens, d.h);
+  tape.Drop(act);
+  return out;
+}
+
+// Mixture of experts (modeling_mixtral.py / qwen2_moe): router logits, fp32
+// softmax, top-k; each expert runs its gated MLP on the tokens routed to it.
+// Tokens are assumed spread evenly over experts (t*k/E each).
+Var Moe(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x, const Dims& d) {
+  const uint64_t experts = std::max<uint64_t>(1, lp.expert_gate.size());
+  Var logits = Proj(tape, x, lp.router, nullptr, d.t, experts);
+  Var probs = Cast(tape, logits, kF32);
+  tape.Drop(logits);
+  Var out = tape.New(d.t * d.h, x.elem_bytes, Category::kTemporaries, "aten::zeros");
+  const uint64_t per_expert = (d.t * std::max<uint64_t>(1, spec.experts_per_token) + experts - 1) / experts;
+  const uint64_t inter = spec.moe_intermediate_size ? spec.moe_intermediate_size : d.inter;
+  for (uint64_t e = 0; e < lp.expert_gate.size(); ++e) {
+    Var xs = tape.New(per_expert * d.h, x.elem_bytes, Category::kTemporaries, "aten::index");
+    if (x.requires_grad() && tape.grad_enabled) {
+      NodeId n = tape.Node("IndexBackward0", &xs);
+      tape.graph.Edge(n, x, x.bytes());
+    }
+    Var y = Mlp(tape, spec, lp, xs, d, per_expert, inter, lp.expert_gate[e], lp.expert_up[e],
+                lp.expert_down[e]);
+    tape.Drop(xs);
+    // routing_weights[top_x, idx, None]: this expert's per-token weights.
+    Var rw = tape.New(per_expert, kF32, Category::kTemporaries, "aten::index");
+    if (probs.requires_grad() && tape.grad_enabled) {
+      NodeId n = tape.Node("IndexBackward0", &rw);
+      tape.graph.Edge(n, probs, probs.bytes());
+    }
+    Var w = Mul(tape, y, rw);
+    tape.Drop(rw);
+    tape.Drop(y);
+    tape.Drop(w);  // index_add_ into `out`, in place
+  }
+  if (lp.shared_gate) {
+    Var sh = Mlp(tape, spec, lp, x, d, d.t, spec.shared_expert_intermediate_size,
+                 lp.shared_gate, lp.shared_up, lp.shared_down);
+    Var sum = Add(tape, out, sh);
+    tape.Drop(sh);
+    tape.Drop(out);
+    out = sum;
+  }
+  tape.Drop(probs);
+  return out;
+}
+
+Var SelfAttention(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x,
+                  const Dims& d, const AttnPlan& plan, const Var* mask) {
+  Var q, k, v;
+  const uint64_t qn = d.heads * d.d, kn = d.kv * d.d;
+  if (lp.qkv) {
+    Var qkv = Proj(tape, x, lp.qkv, lp.qkv_b, d.t, qn + 2 * kn);
+    // split into views of one storage
+    q = qkv;
+    q.numel = d.t * qn;
+    k = tape.Share(qkv);
+    k.numel = d.t * kn;
+    v = tape.Share(qkv);
+    v.numel = d.t * kn;
+  } else {
+    q = Proj(tape, x, lp.q, lp.q_b, d.t, qn);
+    k = Proj(tape, x, lp.k, lp.k_b, d.t, kn);
+    v = Proj(tape, x, lp.v, lp.v_b, d.t, kn);
+  }
+  if (lp.q_norm) {
+    Dims dq = d;
+    dq.t = d.t * d.heads;
+    dq.h = d.d;
+    Var nq = Norm(tape, spec, q, lp.q_norm, nullptr, dq);
+    tape.Drop(q);
+    q = nq;
+    dq.t = d.t * d.kv;
+    Var nk = Norm(tape, spec, k, lp.k_norm, nullptr, dq);
+    tape.Drop(k);
+    k = nk;
+  }
+  if (spec.position == PositionKind::kRope) {
+    Var rq = Rope(tape, q);
+    tape.Drop(q);
+    q = rq;
+    Var rk = Rope(tape, k);
+    tape.Drop(k);
+    k = rk;
+  }
+  AttnShape shape{d.b, d.s, d.heads, d.kv, d.d};
+  Var ctx = Attend(tape, plan, shape, q, k, v, mask, spec.attention_dropout);
+  tape.Drop(q);
+  tape.Drop(k);
+  tape.Drop(v);
+  Var out = Proj(tape, ctx, lp.o, lp.o_b, d.t, d.h);
+  tape.Drop(ctx);
+  return out;
+}
+
+Var DecoderLayer(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x,
+                 const Dims& d, const AttnPlan& plan, const Var* mask, bool moe) {
+  Var h = Norm(tape, spec, x, lp.norm1, lp.norm1_b, d);
+  Var attn = SelfAttention(tape, spec, lp, h, d, plan, mask);
+  if (spec.sandwich_norm && lp.norm2) {
+    Var n = Norm(tape, spec, attn, lp.norm2, nullptr, d);
+    tape.Drop(attn);
+    attn = n;
+  }
+  if (spec.parallel_attn) {
+    // x + attn(ln(x)) + mlp(ln(x)) (falcon-7b, phi-2; gpt-neox uses ln2 for the MLP)
+    Var mh = lp.norm2 && !spec.sandwich_norm ? Norm(tape, spec, x, lp.norm2, lp.norm2_b, d)
+                                            : tape.Share(h);
+    tape.Drop(h);
+    Var m = moe ? Moe(tape, spec, lp, mh, d)
+                : Mlp(tape, spec, lp, mh, d, d.t, d.inter, lp.gate, lp.up, lp.down);
+    tape.Drop(mh);
+    Var s1 = Add(tape, attn, m);
+    tape.Drop(attn);
+    tape.Drop(m);
+    Var out = Add(tape, x, s1);
+    tape.Drop(s1);
+    return out;
+  }
+  tape.Drop(h);
+  Var mid = Add(tape, x, attn);
+  tape.Drop(attn);
+  Param* pre = spec.sandwich_norm ? lp.norm3 : lp.norm2;
+  Var h2 = Norm(tape, spec, mid, pre, spec.sandwich_norm ? nullptr : lp.norm2_b, d);
+  Var m = moe ? Moe(tape, spec, lp, h2, d)
+              : Mlp(tape, spec, lp, h2, d, d.t, d.inter, lp.gate, lp.up, lp.down);
+  tape.Drop(h2);
+  if (spec.sandwich_norm && lp.norm4) {
+    Var n = Norm(tape, spec, m, lp.norm4, nullptr, d);
+    tape.Drop(m);
+    m = n;
+  }
+  Var out = Add(tape, mid, m);
+  tape.Drop(mid);
+  tape.Drop(m);
+  return out;
+}
+
+bool IsMoeLayer(const ModelSpec& spec, const LayerParams& lp, uint64_t layer) {
+  (void)spec;
+  (void)layer;
+  return lp.router != nullptr && !lp.expert_gate.empty();
+}
+
+}  // namespace
+
+ModelParams IndexParams(const ModelSpec& spec, std::vector<Param>& params) {
+  ModelParams mp;
+  mp.layers.resize(spec.num_layers);
+  for (size_t i = 0; i < spec.params.size(); ++i) {
+    const ParamTensor& pt = spec.params[i];
+    Param* p = &params[i];
+    if (pt.layer >= 0 && static_cast<uint64_t>(pt.layer) < spec.num_layers) {
+      Place(mp.layers[pt.layer], pt, p);
+      continue;
+    }
+    if (pt.role == "embed") mp.embed = p;
+    else if (pt.role == "pos_embed") mp.pos_embed = p;
+    else if (pt.role == "norm" || pt.role == "final_norm") (EndsWith(pt.name, ".bias") ? mp.final_norm_b : mp.final_norm) = p;
+    else if (pt.role == "lm_head") mp.lm_head = p;
+  }
+  return mp;
+}
+
+ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const TrainingSetup& setup) {
+  Dims d;
+  d.b = setup.batch;
+  d.s = setup.seq;
+  d.t = d.b * d.s;
+  d.h = spec.hidden_size;
+  d.heads = spec.num_heads;
+  d.kv = spec.num_kv_heads ? spec.num_kv_heads : spec.num_heads;
+  d.d = spec.head_dim ? spec.head_dim : spec.hidden_size / spec.num_heads;
+  d.inter = spec.intermediate_size;
+  d.vocab = spec.vocab_size;
+
+  tape.SetModule("model");
+  // input_ids and labels: int64 [b, s], made by the data loader.
+  Var ids = tape.New(d.t, kI64, Category::kOther, "input_ids");
+  Var labels = tape.New(d.t, kI64, Category::kOther, "labels");
+  tape.SetModule("model.embed_tokens");
+  Var x = Embedding(tape, ids, *mp.embed, d.t, d.h);
+  if (mp.pos_embed) {
+    Var pos = Embedding(tape, ids, *mp.pos_embed, d.t, d.h);
+    Var sum = Add(tape, x, pos);
+    tape.Drop(x);
+    tape.Drop(pos);
+    x = sum;
+  }
+  if (spec.model_type == "gemma" || spec.model_type == "gemma2" ||
+      spec.model_type == "gemma3_text") {
+    Var scaled = Scale(tape, x);  // hidden_states * normalizer
+    tape.Drop(x);
+    x = scaled;
+  }
+  if (spec.hidden_dropout > 0) {
+    Var dx = Dropout(tape, x, spec.hidden_dropout);
+    tape.Drop(x);
+    x = dx;
+  }
+  // Rotary cos/sin: [b, s, head_dim] in the activation dtype, shared by all
+  // layers (LlamaRotaryEmbedding.forward under no_grad).
+  tape.SetModule("model.rotary_emb");
+  Var cos, sin;
+  if (spec.position == PositionKind::kRope) {
+    cos = tape.New(d.t * d.d, x.elem_bytes, Category::kOther, "aten::cos");
+    sin = tape.New(d.t * d.d, x.elem_bytes, Category::kOther, "aten::sin");
+  }
+  const AttnPlan plan = PlanAttention(setup, tape.autocast ? tape.compute_bytes : x.elem_bytes,
+                                      d.heads, d.kv, spec.sliding_window > 0 && spec.sliding_window < d.s);
+  Var mask;
+  if (plan.causal_mask_tensor) {
+    // The 4D float mask [b, 1, s, s] in the embeddings' dtype.
+    mask = tape.New(d.b * d.s * d.s, x.elem_bytes, Category::kOther, "causal_mask");
+  }
+  const bool ckpt = setup.grad_ckpt != GradCkpt::kNone;
+  for (uint64_t i = 0; i < spec.num_layers; ++i) {
+    tape.SetModule("model.layers." + std::to_string(i));
+    if (ckpt) {
+      tape.graph.BeginCheckpoint(setup.grad_ckpt == GradCkpt::kReentrant);
+      tape.graph.Keep(x.t);
+      if (cos.t != kNoTensor) {
+        tape.graph.Keep(cos.t);
+        tape.graph.Keep(sin.t);
+      }
+      if (mask.t != kNoTensor) tape.graph.Keep(mask.t);
+    }
+    Var y = DecoderLayer(tape, spec, mp.layers[i], x, d, plan, mask.t != kNoTensor ? &mask : nullptr,
+                         IsMoeLayer(spec, mp.layers[i], i));
+    if (ckpt) tape.graph.EndCheckpoint();
+    tape.Drop(x);
+    x = y;
+  }
+  if (cos.t != kNoTensor) {
+    tape.Drop(cos);
+    tape.Drop(sin);
+  }
+  if (mask.t != kNoTensor) tape.Drop(mask);
+  tape.SetModule("model.norm");
+  Dims dn = d;
+  Var hfin = Norm(tape, spec, x, mp.final_norm, mp.final_norm_b, dn);
+  tape.Drop(x);
+  tape.SetModule("lm_head");
+  Param* head = mp.lm_head ? mp.lm_head : mp.embed;  // tied embeddings
+  Var loss = CausalLmLoss(tape, setup, hfin, *head, d.t, d.h, d.vocab, spec.final_logit_softcapping);
+  tape.Drop(hfin);
+  tape.Drop(ids);
+  tape.Drop(labels);
+  return ForwardOut{loss};
+}
+
+}  // namespace vramscope::lower

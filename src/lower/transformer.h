@@ -1,0 +1,49 @@
+// Lowering of a Hugging Face causal-LM forward pass (transformers 4.4x-4.5x
+// modeling_*.py) to tensor lifetimes on a Tape.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "attention.h"
+#include "tape.h"
+#include "vramscope/model.h"
+#include "vramscope/setup.h"
+
+namespace vramscope::lower {
+
+// Parameters of one decoder layer, located by role (nullptr when absent).
+struct LayerParams {
+  Param *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr, *qkv = nullptr;
+  Param *q_b = nullptr, *k_b = nullptr, *v_b = nullptr, *o_b = nullptr, *qkv_b = nullptr;
+  Param *gate = nullptr, *up = nullptr, *down = nullptr, *gate_up = nullptr;
+  Param *fc1 = nullptr, *fc2 = nullptr, *fc1_b = nullptr, *fc2_b = nullptr;
+  Param *norm1 = nullptr, *norm1_b = nullptr, *norm2 = nullptr, *norm2_b = nullptr;
+  Param *norm3 = nullptr, *norm4 = nullptr;  // gemma2 sandwich norms
+  Param *q_norm = nullptr, *k_norm = nullptr;
+  Param* router = nullptr;
+  std::vector<Param*> expert_gate, expert_up, expert_down;
+  Param *shared_gate = nullptr, *shared_up = nullptr, *shared_down = nullptr;
+  Param* shared_router = nullptr;
+};
+
+struct ModelParams {
+  Param *embed = nullptr, *pos_embed = nullptr, *final_norm = nullptr,
+        *final_norm_b = nullptr, *lm_head = nullptr;
+  std::vector<LayerParams> layers;
+};
+
+// Indexes tape.params (built from spec.params) by layer and role.
+ModelParams IndexParams(const ModelSpec& spec, std::vector<Param>& params);
+
+struct ForwardOut {
+  Var loss;  // scalar fp32 loss with its grad_fn
+};
+
+// One micro-batch forward: embeddings, decoder layers (checkpointed when the
+// setup says so), final norm, lm_head and the loss. Activations saved for
+// backward are re-tagged as such by the lowering's bookkeeping.
+ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp,
+                   const TrainingSetup& setup);
+
+}  // namespace vramscope::lower

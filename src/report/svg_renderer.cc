@@ -1,0 +1,379 @@
+// RenderSvg and RenderRankSvg: memory over time as a stacked step chart.
+//
+// Memory only changes at events, so every series is drawn as steps: the value
+// of timeline point i holds until point i+1. The x axis is the event index
+// (allocations and frees in order), the y axis GiB from zero.
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "chart_scale.h"
+#include "report_format.h"
+#include "svg_chart.h"
+#include "vramscope/report.h"
+
+namespace vramscope::report_internal {
+namespace {
+
+using L = ChartLayout;
+
+constexpr double kGiB = static_cast<double>(uint64_t{1} << 30);
+// Smallest y range (GiB): a run of a few KiB still gets readable ticks.
+constexpr double kMinRangeGiB = 1.0 / 1024;
+// The GPU limit joins the y range only when it is at most this many times the
+// data; farther up it would squash the data into a flat line at the bottom.
+constexpr double kLimitOnChartRatio = 2.0;
+constexpr double kMinLabelGapPx = 12;  // rotated phase labels closer than this overlap
+
+constexpr const char* kAllocatedColour = "#1a1a1a";
+constexpr const char* kDeviceTotalColour = "#7a2e8e";
+constexpr const char* kLimitColour = "#c0392b";
+constexpr const char* kMarkerColour = "#9a9a9a";
+
+// Coordinates in tenths of a unit, kept as integers so that equal positions
+// compare equal and print identically everywhere.
+int64_t Tenths(double v) { return std::llround(v * 10); }
+std::string Coord(int64_t tenths) {
+  return fmt::format("{}{}.{}", tenths < 0 ? "-" : "", std::llabs(tenths) / 10, std::llabs(tenths) % 10);
+}
+std::string Coord(double v) { return Coord(Tenths(v)); }
+
+class ChartWriter {
+ public:
+  ChartWriter(const Report& report, const RankReport& rank, std::string_view id)
+      : report_(report), rank_(rank), sim_(rank.sim), id_(id) {}
+
+  std::string Render() {
+    Scale();
+    Open();
+    YAxis();
+    Content();
+    Levels();
+    Pins();
+    XAxis();
+    Legend();
+    out_ += "</svg>\n";
+    return std::move(out_);
+  }
+
+ private:
+  double Px(uint64_t event) const {
+    const uint64_t e = std::clamp(event, x_min_, x_max_);
+    return L::kPlotLeft + static_cast<double>(e - x_min_) / static_cast<double>(x_max_ - x_min_) *
+                              (L::kPlotRight - L::kPlotLeft);
+  }
+  double Py(uint64_t bytes) const {
+    const double share = std::min(1.0, static_cast<double>(bytes) / kGiB / y_.top);
+    return L::kPlotBottom - share * (L::kPlotBottom - L::kPlotTop);
+  }
+  uint64_t CumulativeBytes(const TimelinePoint& p, size_t last_category) const {
+    uint64_t sum = 0;
+    for (size_t c = 0; c <= last_category; ++c) sum = SaturatingAdd(sum, p.by_category[c]);
+    return sum;
+  }
+
+  void Scale() {
+    const auto& points = sim_.timeline;
+    // x: the last point holds for one event so that a single point is a bar.
+    x_min_ = points.empty() ? 0 : points.front().event_index;
+    x_max_ = points.empty() ? 1 : std::max(points.back().event_index, x_min_) + 1;
+    uint64_t max_bytes = std::max({sim_.peak_allocated_bytes, sim_.peak_reserved_bytes,
+                                   DeviceTotalBytes(rank_)});
+    for (const TimelinePoint& p : points) {
+      max_bytes = std::max({max_bytes, p.allocated_bytes, p.reserved_bytes,
+                            CumulativeBytes(p, kNumCategories - 1)});
+    }
+    double max_gib = static_cast<double>(max_bytes) / kGiB;
+    const double usable_gib = static_cast<double>(report_.gpu.usable_bytes) / kGiB;
+    limit_on_chart_ = usable_gib > 0 && max_gib > 0 && usable_gib <= kLimitOnChartRatio * max_gib;
+    if (limit_on_chart_) max_gib = std::max(max_gib, usable_gib);
+    // All zero: a 0..1 GiB axis rather than a degenerate one.
+    y_ = ValueTicks(max_gib > 0 ? std::max(max_gib, kMinRangeGiB) : 1.0, 5);
+  }
+
+  void Open() {
+    const std::string source = ClipText(report_.source.empty() ? "report" : report_.source, 60);
+    std::string title = fmt::format("GPU memory over time: {} on {}", source, GpuLabel(report_.gpu));
+    if (report_.ranks.size() > 1) {
+      title += fmt::format(" (rank class \"{}\", ranks {})", ClipText(rank_.rank_class, 24),
+                           FormatRanks(rank_.ranks));
+    }
+    out_ += fmt::format(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" "
+        "viewBox=\"0 0 {0} {1}\" font-family=\"sans-serif\" font-size=\"12\" class=\"vs-chart\" "
+        "id=\"{2}\" data-plot-left=\"{3}\" data-plot-right=\"{4}\" data-plot-top=\"{5}\" "
+        "data-plot-bottom=\"{6}\" data-x-min=\"{7}\" data-x-max=\"{8}\">\n",
+        L::kWidth, L::kHeight, id_, L::kPlotLeft, L::kPlotRight, L::kPlotTop, L::kPlotBottom,
+        x_min_, x_max_);
+    out_ += fmt::format("<title>{}</title>\n", EscapeMarkup(title));
+    out_ += fmt::format(
+        "<desc>Peak allocated {}, peak reserved {}, device total {}, GPU usable {}.</desc>\n",
+        FormatGiB(sim_.peak_allocated_bytes), FormatGiB(sim_.peak_reserved_bytes),
+        FormatGiB(DeviceTotalBytes(rank_)), FormatGiB(report_.gpu.usable_bytes));
+    out_ += fmt::format(
+        "<defs><clipPath id=\"{}-clip\"><rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\"/>"
+        "</clipPath></defs>\n",
+        id_, L::kPlotLeft, L::kPlotTop - 1, L::kPlotRight - L::kPlotLeft,
+        L::kPlotBottom - L::kPlotTop + 2);
+    out_ += fmt::format("<rect width=\"{}\" height=\"{}\" fill=\"#ffffff\"/>\n", L::kWidth, L::kHeight);
+    out_ += fmt::format(
+        "<text x=\"{}\" y=\"20\" text-anchor=\"middle\" font-size=\"15\" font-weight=\"bold\">{}</text>\n",
+        L::kWidth / 2, EscapeMarkup(title));
+    out_ += fmt::format("<text x=\"{}\" y=\"38\" text-anchor=\"middle\" fill=\"#444444\">{}</text>\n",
+                        L::kWidth / 2, EscapeMarkup(VerdictLine(report_)));
+  }
+
+  void YAxis() {
+    out_ += "<g class=\"vs-yaxis\">\n";
+    for (double gib : y_.values) {
+      const double y = L::kPlotBottom - gib / y_.top * (L::kPlotBottom - L::kPlotTop);
+      out_ += fmt::format(
+          "<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"#e4e4e4\"/>"
+          "<text x=\"{3}\" y=\"{4}\" text-anchor=\"end\">{5:.{6}f}</text>\n",
+          Coord(L::kPlotLeft), Coord(y), Coord(L::kPlotRight), Coord(L::kPlotLeft - 6),
+          Coord(y + 4), gib, y_.decimals);
+    }
+    out_ += fmt::format(
+        "<text transform=\"translate(18,{}) rotate(-90)\" text-anchor=\"middle\">memory (GiB)</text>\n",
+        Coord((L::kPlotTop + L::kPlotBottom) / 2));
+    out_ += "</g>\n";
+  }
+
+  // One step path through per-point y values; closed down to the x axis for
+  // areas.
+  std::string StepPath(const std::vector<int64_t>& ys, bool closed) const {
+    const auto& points = sim_.timeline;
+    const int64_t base = Tenths(L::kPlotBottom);
+    std::string d = closed ? fmt::format("M{},{}V{}", Coord(Px(points[0].event_index)), Coord(base), Coord(ys[0]))
+                           : fmt::format("M{},{}", Coord(Px(points[0].event_index)), Coord(ys[0]));
+    int64_t last_y = ys[0];
+    for (size_t i = 1; i < points.size(); ++i) {
+      if (ys[i] == last_y) continue;  // a level stretch needs no vertex
+      d += fmt::format("H{}V{}", Coord(Px(points[i].event_index)), Coord(ys[i]));
+      last_y = ys[i];
+    }
+    d += fmt::format("H{}", Coord(L::kPlotRight));
+    if (closed) d += fmt::format("V{}Z", Coord(base));
+    return d;
+  }
+
+  void Content() {
+    out_ += fmt::format("<g clip-path=\"url(#{}-clip)\"><g class=\"vs-content\">\n", id_);
+    const auto& points = sim_.timeline;
+    if (!points.empty()) {
+      // Painter's order: the tallest cumulative band first, each lower one on
+      // top, so every band shows exactly its own category.
+      for (size_t c = kNumCategories; c-- > 0;) {
+        const bool present = std::any_of(points.begin(), points.end(),
+                                         [&](const TimelinePoint& p) { return p.by_category[c] > 0; });
+        if (!present) continue;
+        std::vector<int64_t> ys;
+        for (const TimelinePoint& p : points) ys.push_back(Tenths(Py(CumulativeBytes(p, c))));
+        out_ += fmt::format("<path d=\"{}\" fill=\"{}\" fill-opacity=\"0.85\"/>\n", StepPath(ys, true),
+                            CategoryColour(static_cast<Category>(c)));
+      }
+      PhaseLines();
+      std::vector<int64_t> reserved, allocated;
+      for (const TimelinePoint& p : points) {
+        reserved.push_back(Tenths(Py(p.reserved_bytes)));
+        allocated.push_back(Tenths(Py(p.allocated_bytes)));
+      }
+      out_ += fmt::format(
+          "<path d=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.2\" stroke-dasharray=\"5 3\" "
+          "vector-effect=\"non-scaling-stroke\"/>\n",
+          StepPath(reserved, false), kAllocatedColour);
+      out_ += fmt::format(
+          "<path d=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.6\" "
+          "vector-effect=\"non-scaling-stroke\"/>\n",
+          StepPath(allocated, false), kAllocatedColour);
+    }
+    if (sim_.oom) {
+      out_ += fmt::format(
+          "<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" stroke=\"{3}\" stroke-width=\"2\" "
+          "vector-effect=\"non-scaling-stroke\"/>\n",
+          Coord(Px(sim_.oom_event_index)), Coord(L::kPlotTop), Coord(L::kPlotBottom), kLimitColour);
+    }
+    out_ += "</g></g>\n";
+    if (points.empty()) {
+      out_ += fmt::format(
+          "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" fill=\"#666666\">No timeline was recorded "
+          "for this run.</text>\n",
+          Coord((L::kPlotLeft + L::kPlotRight) / 2), Coord((L::kPlotTop + L::kPlotBottom) / 2));
+    }
+  }
+
+  // Phase boundaries as seen in the (downsampled) timeline: a vertical line
+  // where the step or phase of a point differs from the previous point's.
+  void PhaseLines() {
+    const auto& points = sim_.timeline;
+    for (size_t i = 0; i < points.size(); ++i) {
+      if (i > 0 && points[i].step == points[i - 1].step && points[i].phase == points[i - 1].phase) {
+        continue;
+      }
+      const bool new_step = i == 0 || points[i].step != points[i - 1].step;
+      markers_.push_back({Px(points[i].event_index),
+                          new_step ? fmt::format("step {}: {}", points[i].step, PhaseLabel(points[i].phase))
+                                   : std::string(PhaseLabel(points[i].phase))});
+      out_ += fmt::format(
+          "<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" stroke=\"{3}\" stroke-width=\"0.8\" "
+          "vector-effect=\"non-scaling-stroke\"/>\n",
+          Coord(markers_.back().px), Coord(L::kPlotTop), Coord(L::kPlotBottom), kMarkerColour);
+    }
+  }
+
+  void Level(uint64_t bytes, const char* colour, const char* dash, const std::string& label,
+             bool label_below) {
+    const double y = Py(bytes);
+    out_ += fmt::format(
+        "<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"{3}\" stroke-width=\"1.5\" "
+        "stroke-dasharray=\"{4}\"/>\n"
+        "<text x=\"{5}\" y=\"{6}\" text-anchor=\"end\" fill=\"{3}\">{7}</text>\n",
+        Coord(L::kPlotLeft), Coord(y), Coord(L::kPlotRight), colour, dash, Coord(L::kPlotRight - 4),
+        Coord(label_below ? y + 13 : y - 4), EscapeMarkup(label));
+  }
+
+  void Levels() {
+    out_ += "<g class=\"vs-levels\">\n";
+    const uint64_t total = DeviceTotalBytes(rank_);
+    const uint64_t usable = report_.gpu.usable_bytes;
+    // The two labels sit on opposite sides of their lines when the lines are close.
+    const bool close = limit_on_chart_ && std::fabs(Py(total) - Py(usable)) < 16;
+    Level(total, kDeviceTotalColour, "2 3",
+          fmt::format("device total (nvidia-smi) {}", FormatGiB(total)), close && total < usable);
+    if (limit_on_chart_) {
+      Level(usable, kLimitColour, "8 4", fmt::format("GPU usable {}", FormatGiB(usable)),
+            close && usable < total);
+    } else if (usable > 0) {
+      out_ += fmt::format(
+          "<text x=\"{}\" y=\"{}\" text-anchor=\"end\" fill=\"{}\">GPU usable {}: far above this "
+          "chart</text>\n",
+          Coord(L::kPlotRight - 4), Coord(L::kPlotTop + 14), kLimitColour, FormatGiB(usable));
+    }
+    out_ += "</g>\n";
+  }
+
+  // Labels tied to an event: phase names, the peak and the OOM point. Each sits
+  // in a g.vs-pin with its x in data-px so a zooming script can move it.
+  void Pins() {
+    out_ += "<g class=\"vs-pins\">\n";
+    double last_label_px = -1e9;
+    for (const Marker& m : markers_) {
+      const bool visible = m.px - last_label_px >= kMinLabelGapPx;
+      if (visible) last_label_px = m.px;
+      out_ += fmt::format(
+          "<g class=\"vs-pin vs-phase\" data-px=\"{0}\"{1}><text transform=\"translate({2},{3}) "
+          "rotate(-90)\" text-anchor=\"end\" font-size=\"10\" fill=\"#555555\">{4}</text></g>\n",
+          Coord(m.px), visible ? "" : " display=\"none\"", Coord(m.px + 11), Coord(L::kPlotTop + 4),
+          EscapeMarkup(m.label));
+    }
+    if (!sim_.timeline.empty()) {
+      const double px = Px(sim_.peak_event_index);
+      const double py = Py(sim_.peak_allocated_bytes);
+      const bool left_half = px < (L::kPlotLeft + L::kPlotRight) / 2;
+      out_ += fmt::format(
+          "<g class=\"vs-pin\" data-px=\"{0}\"><circle cx=\"{0}\" cy=\"{1}\" r=\"4\" fill=\"#ffffff\" "
+          "stroke=\"{2}\" stroke-width=\"2\"/><text x=\"{3}\" y=\"{4}\" text-anchor=\"{5}\" "
+          "font-weight=\"bold\">peak allocated {6}</text></g>\n",
+          Coord(px), Coord(py), kAllocatedColour, Coord(left_half ? px + 8 : px - 8),
+          Coord(std::max(py - 8, L::kPlotTop + 12)), left_half ? "start" : "end",
+          FormatGiB(sim_.peak_allocated_bytes));
+    }
+    if (sim_.oom) {
+      const double px = Px(sim_.oom_event_index);
+      out_ += fmt::format(
+          "<g class=\"vs-pin\" data-px=\"{0}\"><text x=\"{1}\" y=\"{2}\" text-anchor=\"end\" "
+          "fill=\"{3}\" font-weight=\"bold\">OOM: {4} more</text></g>\n",
+          Coord(px), Coord(px - 4), Coord(L::kPlotBottom - 8), kLimitColour,
+          FormatGiB(sim_.oom->alloc_size_bytes));
+    }
+    out_ += "</g>\n";
+  }
+
+  void XAxis() {
+    out_ += fmt::format(
+        "<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"#333333\"/>"
+        "<line x1=\"{0}\" y1=\"{3}\" x2=\"{0}\" y2=\"{1}\" stroke=\"#333333\"/>\n",
+        Coord(L::kPlotLeft), Coord(L::kPlotBottom), Coord(L::kPlotRight), Coord(L::kPlotTop));
+    out_ += "<g class=\"vs-xticks\">\n";
+    for (uint64_t tick : IndexTicks(x_min_, x_max_, 6)) {
+      const double x = Px(tick);
+      out_ += fmt::format(
+          "<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" stroke=\"#333333\"/>"
+          "<text x=\"{0}\" y=\"{3}\" text-anchor=\"middle\">{4}</text>\n",
+          Coord(x), Coord(L::kPlotBottom), Coord(L::kPlotBottom + 5), Coord(L::kPlotBottom + 18),
+          GroupThousands(tick));
+    }
+    out_ += "</g>\n";
+    out_ += fmt::format(
+        "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">events (allocations and frees, in order)</text>\n",
+        Coord((L::kPlotLeft + L::kPlotRight) / 2), Coord(L::kPlotBottom + 40));
+  }
+
+  void LegendLine(double y, const char* colour, const char* dash, double width, std::string_view label) {
+    out_ += fmt::format(
+        "<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"{3}\" stroke-width=\"{4}\"{5}/>"
+        "<text x=\"{6}\" y=\"{7}\">{8}</text>\n",
+        Coord(L::kLegendLeft), Coord(y), Coord(L::kLegendLeft + 18), colour, width,
+        *dash ? fmt::format(" stroke-dasharray=\"{}\"", dash) : std::string(), Coord(L::kLegendLeft + 24),
+        Coord(y + 4), label);
+  }
+
+  void Legend() {
+    out_ += "<g class=\"vs-legend\">\n";
+    double y = L::kPlotTop;
+    out_ += fmt::format("<text x=\"{}\" y=\"{}\" font-weight=\"bold\">allocated at the peak</text>\n",
+                        Coord(L::kLegendLeft), Coord(y + 4));
+    for (Category c : kAllCategories) {
+      y += 20;
+      out_ += fmt::format(
+          "<rect x=\"{}\" y=\"{}\" width=\"18\" height=\"12\" fill=\"{}\"/>"
+          "<text x=\"{}\" y=\"{}\">{} {}</text>\n",
+          Coord(L::kLegendLeft), Coord(y - 6), CategoryColour(c), Coord(L::kLegendLeft + 24),
+          Coord(y + 4), CategoryLabel(c),
+          GiBNumber(sim_.breakdown_at_peak[static_cast<size_t>(c)]));
+    }
+    y += 30;
+    LegendLine(y, kAllocatedColour, "", 1.6, "allocated");
+    LegendLine(y += 20, kAllocatedColour, "5 3", 1.2, "reserved");
+    LegendLine(y += 20, kDeviceTotalColour, "2 3", 1.5, "device total (nvidia-smi)");
+    LegendLine(y += 20, kLimitColour, "8 4", 1.5, "GPU usable memory");
+    LegendLine(y += 20, kMarkerColour, "", 0.8, "step / phase start");
+    if (sim_.oom) LegendLine(y += 20, kLimitColour, "", 2, "out of memory");
+    out_ += "</g>\n";
+  }
+
+  struct Marker {
+    double px;
+    std::string label;
+  };
+
+  const Report& report_;
+  const RankReport& rank_;
+  const SimResult& sim_;
+  std::string id_;
+  std::string out_;
+  uint64_t x_min_ = 0;
+  uint64_t x_max_ = 1;
+  LinearTicks y_;
+  bool limit_on_chart_ = false;
+  std::vector<Marker> markers_;
+};
+
+}  // namespace
+
+std::string RenderRankSvg(const Report& report, const RankReport& rank, std::string_view id_prefix) {
+  return ChartWriter(report, rank, id_prefix).Render();
+}
+
+}  // namespace vramscope::report_internal
+
+namespace vramscope {
+
+std::string RenderSvg(const Report& report) {
+  return report_internal::RenderRankSvg(report, report.worst(), "vs");
+}
+
+}  // namespace vramscope

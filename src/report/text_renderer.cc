@@ -1,0 +1,236 @@
+// RenderText: the human report, in GiB, for someone who has never seen
+// PyTorch's memory statistics before. Each section says what its numbers mean.
+#include <algorithm>
+#include <string>
+#include <string_view>
+
+#include <fmt/format.h>
+
+#include "report_format.h"
+#include "vramscope/report.h"
+
+namespace vramscope {
+namespace {
+
+using namespace report_internal;
+
+constexpr size_t kBarWidthChars = 30;
+constexpr size_t kOpWidthChars = 28;
+constexpr size_t kModuleWidthChars = 48;
+
+void Line(std::string* out, std::string_view text = {}) {
+  out->append(text);
+  out->push_back('\n');
+}
+
+// GiB right-aligned in a fixed column so the numbers line up.
+std::string GiBColumn(uint64_t bytes, size_t width = 11) {
+  return fmt::format("{:>{}}", FormatGiB(bytes), width);
+}
+
+std::string Bar(uint64_t part, uint64_t whole) {
+  if (whole == 0 || part == 0) return "";
+  const double share = std::min(1.0, static_cast<double>(part) / static_cast<double>(whole));
+  const auto chars = static_cast<size_t>(share * kBarWidthChars + 0.5);
+  // A visible sliver for small but present categories: "." rather than nothing.
+  return chars == 0 ? std::string(".") : std::string(chars, '#');
+}
+
+void RenderHeader(const Report& report, std::string* out) {
+  const std::string command = report.command.empty() ? "report" : SanitizeText(report.command);
+  Line(out, fmt::format("vramscope {}: {}", command, SanitizeText(report.source)));
+  if (report.model) {
+    const ModelSummary& m = *report.model;
+    std::string line = fmt::format("Model:  {}", SanitizeText(m.name));
+    if (!m.architecture.empty()) line += fmt::format(" ({})", SanitizeText(m.architecture));
+    line += fmt::format(", {} parameters, {} trainable", GroupThousands(m.parameters),
+                        GroupThousands(m.trainable_parameters));
+    Line(out, line);
+  }
+  std::string gpu = fmt::format("GPU:    {}, {} usable", GpuLabel(report.gpu),
+                                FormatGiB(report.gpu.usable_bytes));
+  if (report.gpu.total_bytes != 0) gpu += fmt::format(" of {}", FormatGiB(report.gpu.total_bytes));
+  Line(out, gpu);
+  if (!report.knobs.empty()) {
+    std::string knobs = "Knobs:  ";
+    for (size_t i = 0; i < report.knobs.size(); ++i) {
+      if (i > 0) knobs += ", ";
+      knobs += SanitizeText(report.knobs[i].first) + "=" + SanitizeText(report.knobs[i].second);
+    }
+    Line(out, knobs);
+  }
+  Line(out);
+  Line(out, VerdictLine(report));
+  if (report.ranks.size() > 1) {
+    const RankReport& worst = report.worst();
+    Line(out, fmt::format("  worst rank class: \"{}\" (ranks {})", SanitizeText(worst.rank_class),
+                          FormatRanks(worst.ranks)));
+  }
+}
+
+void RenderRankTable(const Report& report, std::string* out) {
+  Line(out);
+  Line(out, "Rank classes (the worst one sets the numbers of the verdict)");
+  Line(out, fmt::format("  {}{}  {:>14}  {:>14}  {:>14}  fits", PadRight("class", 18),
+                        PadRight("ranks", 12), "peak allocated", "peak reserved", "device total"));
+  for (const RankReport& rank : report.ranks) {
+    Line(out, fmt::format("  {}{}  {:>14}  {:>14}  {:>14}  {}",
+                          PadRight(ClipText(rank.rank_class, 16), 18),
+                          PadRight(ClipText(FormatRanks(rank.ranks), 10), 12),
+                          FormatGiB(rank.sim.peak_allocated_bytes),
+                          FormatGiB(rank.sim.peak_reserved_bytes),
+                          FormatGiB(DeviceTotalBytes(rank)), RankFits(report, rank) ? "yes" : "no"));
+  }
+}
+
+void RenderThreeNumbers(const RankReport& rank, std::string* out) {
+  const SimResult& sim = rank.sim;
+  const DeviceExtras& x = rank.extras;
+  Line(out);
+  Line(out, "The three numbers");
+  Line(out, fmt::format("  peak allocated {}  torch.cuda.max_memory_allocated(): memory held by "
+                        "live tensors",
+                        GiBColumn(sim.peak_allocated_bytes)));
+  Line(out, fmt::format("  peak reserved  {}  torch.cuda.max_memory_reserved(): allocated plus what "
+                        "PyTorch's caching allocator keeps",
+                        GiBColumn(sim.peak_reserved_bytes)));
+  Line(out, fmt::format("  device total   {}  what nvidia-smi shows: reserved + CUDA context {} + "
+                        "NCCL {} + other {}",
+                        GiBColumn(DeviceTotalBytes(rank)), FormatGiB(x.cuda_context_bytes),
+                        FormatGiB(x.nccl_bytes), FormatGiB(x.other_bytes)));
+  if (rank.host_peak_bytes != 0) {
+    Line(out, fmt::format("  host memory    {}  CPU RAM for offloaded state and pinned buffers",
+                          GiBColumn(rank.host_peak_bytes)));
+  }
+}
+
+void RenderPeak(const SimResult& sim, std::string* out) {
+  Line(out);
+  Line(out, "When the peak happens");
+  Line(out, fmt::format("  Allocated memory peaks in {} (event {}).",
+                        StepPhaseLabel(sim.peak_step, sim.peak_phase),
+                        GroupThousands(sim.peak_event_index)));
+  Line(out, fmt::format("  Reserved then: {}, of which {} is cached by the allocator but unused.",
+                        FormatGiB(sim.reserved_at_peak_bytes),
+                        FormatGiB(FragmentationAtPeakBytes(sim))));
+}
+
+void RenderBreakdown(const SimResult& sim, std::string* out) {
+  Line(out);
+  Line(out, "Breakdown at the peak (allocated bytes by category, largest first)");
+  std::vector<Category> order(kAllCategories.begin(), kAllCategories.end());
+  const auto bytes = [&](Category c) { return sim.breakdown_at_peak[static_cast<size_t>(c)]; };
+  std::stable_sort(order.begin(), order.end(),
+                   [&](Category a, Category b) { return bytes(a) > bytes(b); });
+  uint64_t sum = 0;
+  for (Category c : order) {
+    sum = SaturatingAdd(sum, bytes(c));
+    if (bytes(c) == 0) continue;
+    Line(out, fmt::format("  {}{}  {:>6}  {}", PadRight(CategoryLabel(c), 17), GiBColumn(bytes(c)),
+                          FormatPercent(bytes(c), sim.peak_allocated_bytes),
+                          Bar(bytes(c), sim.peak_allocated_bytes)));
+  }
+  if (sum == 0) Line(out, "  (nothing allocated at the peak)");
+  Line(out, fmt::format("  {}{}  {:>6}", PadRight("total", 17), GiBColumn(sum),
+                        FormatPercent(sum, sim.peak_allocated_bytes)));
+  if (sum != sim.peak_allocated_bytes) {
+    Line(out, fmt::format("  (the categories sum to {}; peak allocated is {})", FormatGiB(sum),
+                          FormatGiB(sim.peak_allocated_bytes)));
+  }
+}
+
+void RenderPhases(const SimResult& sim, std::string* out) {
+  if (sim.phases.empty()) return;
+  Line(out);
+  Line(out, "Peak per step and phase");
+  Line(out, fmt::format("  {:>5}  {}{:>15}  {:>15}  {:>17}", "step", PadRight("phase", 10),
+                        "peak allocated", "peak reserved", "allocated at end"));
+  for (const PhasePeak& p : sim.phases) {
+    Line(out, fmt::format("  {:>5}  {}{:>15}  {:>15}  {:>17}", p.step,
+                          PadRight(PhaseLabel(p.phase), 10), FormatGiB(p.peak_allocated_bytes),
+                          FormatGiB(p.peak_reserved_bytes), FormatGiB(p.allocated_at_end_bytes)));
+  }
+}
+
+void RenderTop(const SimResult& sim, std::string* out) {
+  if (sim.top_at_peak.empty()) return;
+  Line(out);
+  Line(out, fmt::format("Largest allocations alive at the peak ({} of {} live)",
+                        GroupThousands(sim.top_at_peak.size()),
+                        GroupThousands(std::max<uint64_t>(sim.live_at_peak_count,
+                                                          sim.top_at_peak.size()))));
+  Line(out, fmt::format("  {:>11}  {}{}{}module", "size", PadRight("category", 17),
+                        PadRight("allocated in", 20), PadRight("op", kOpWidthChars + 2)));
+  for (const LiveAllocation& a : sim.top_at_peak) {
+    Line(out, fmt::format("  {}  {}{}{}{}", GiBColumn(a.block_bytes),
+                          PadRight(CategoryLabel(a.category), 17),
+                          PadRight(StepPhaseLabel(a.step, a.phase), 20),
+                          PadRight(ClipText(a.op.empty() ? "-" : a.op, kOpWidthChars),
+                                   kOpWidthChars + 2),
+                          ClipText(a.module.empty() ? "-" : a.module, kModuleWidthChars)));
+  }
+}
+
+void RenderOom(const SimResult& sim, std::string* out) {
+  if (!sim.oom) return;
+  const OomInfo& oom = *sim.oom;
+  Line(out);
+  Line(out, "Out of memory");
+  Line(out, fmt::format("  In {} (event {}) the allocator could not get {} from the device "
+                        "({} requested by the op).",
+                        StepPhaseLabel(sim.oom_step, sim.oom_phase),
+                        GroupThousands(sim.oom_event_index), FormatGiB(oom.alloc_size_bytes),
+                        FormatGiB(oom.requested_bytes)));
+  Line(out, fmt::format("  At that moment: {} allocated, {} reserved, {} free of a {} limit.",
+                        FormatGiB(oom.allocated_bytes), FormatGiB(oom.reserved_bytes),
+                        FormatGiB(oom.free_device_bytes), FormatGiB(oom.device_limit_bytes)));
+  if (!oom.message.empty()) {
+    Line(out, "  PyTorch would raise:");
+    size_t start = 0;
+    while (start <= oom.message.size()) {
+      const size_t end = std::min(oom.message.find('\n', start), oom.message.size());
+      Line(out, "    " + SanitizeText(std::string_view(oom.message).substr(start, end - start)));
+      start = end + 1;
+    }
+  }
+  Line(out, "  The numbers above stop at this point: the simulated run ended there.");
+}
+
+void RenderRank(const RankReport& rank, std::string* out) {
+  RenderThreeNumbers(rank, out);
+  RenderPeak(rank.sim, out);
+  RenderBreakdown(rank.sim, out);
+  RenderPhases(rank.sim, out);
+  RenderTop(rank.sim, out);
+  RenderOom(rank.sim, out);
+}
+
+void RenderList(std::string_view title, const std::vector<std::string>& lines, std::string* out) {
+  if (lines.empty()) return;
+  Line(out);
+  Line(out, title);
+  for (const std::string& line : lines) Line(out, "  - " + SanitizeText(line));
+}
+
+}  // namespace
+
+std::string RenderText(const Report& report) {
+  std::string out;
+  RenderHeader(report, &out);
+  if (report.ranks.size() == 1) {
+    RenderRank(report.ranks.front(), &out);
+  } else if (report.ranks.size() > 1) {
+    RenderRankTable(report, &out);
+    for (const RankReport& rank : report.ranks) {
+      Line(&out);
+      Line(&out, fmt::format("== Rank class \"{}\" (ranks {}) ==", SanitizeText(rank.rank_class),
+                             FormatRanks(rank.ranks)));
+      RenderRank(rank, &out);
+    }
+  }
+  RenderList("Why", report.explanation, &out);
+  RenderList("Notes", report.notes, &out);
+  return out;
+}
+
+}  // namespace vramscope
