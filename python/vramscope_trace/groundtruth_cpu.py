@@ -97,47 +97,55 @@ def measure(name, trace_path, steps=2):
                 mark(f"vramscope:{step}:optimizer")
                 optimizer.step()
         mark("vramscope:window-end")
+        # Free everything inside the session: the CPU allocator's running total only
+        # goes down for frees it sees while profiling.
+        del model, batch, inputs, target, loss_fn, optimizer, rec
+        gc.collect()
 
     # The profiler's view: allocator totals and our markers, in time order.
     tree = prof.profiler.kineto_results.experimental_event_tree()
     timeline = []
     for node in _walk(tree):
         if node.name.startswith("vramscope:"):
-            timeline.append((node.start_time_ns, 0, node.name))
+            timeline.append((node.start_time_ns, 0, node.name, None))
         elif type(node.extra_fields).__name__ == "_ExtraFields_Allocation":
             fields = node.extra_fields
             if fields.device.type == "cpu":
-                timeline.append((node.start_time_ns, 1, fields.total_allocated))
+                op = node.parent.name if node.parent is not None else "(no op)"
+                timeline.append((node.start_time_ns, 1, fields, op))
     timeline.sort(key=lambda item: (item[0], item[1]))
-    total_before = 0
-    in_window = False
+    # total_allocated is process-wide; what was live before this session is an offset.
+    first = next((fields for _, kind, fields, _ in timeline if kind == 1), None)
+    offset = first.total_allocated - first.alloc_size if first is not None else 0
+    live_at_start = None
+    live = 0
     phase = (0, "setup")
-    measured_peak, measured_phase = 0, phase
-    for _, kind, value in timeline:
+    measured_peak, measured_phase, measured_op = 0, phase, ""
+    for _, kind, value, op in timeline:
         if kind == 0:
             if value == "vramscope:window-start":
-                in_window = True
-                measured_peak = total_before
+                live_at_start = live
+                measured_peak = live
             elif value == "vramscope:window-end":
-                in_window = False
+                break
             else:
                 _, step, phase_name = value.split(":")
                 phase = (int(step), phase_name)
-        else:
-            if in_window and value > measured_peak:
-                measured_peak, measured_phase = value, phase
-            if not in_window and measured_peak == 0:
-                total_before = value
+            continue
+        live = value.total_allocated - offset
+        if live_at_start is not None and live > measured_peak:
+            measured_peak, measured_phase, measured_op = live, phase, op
     recorded = replay(trace_path)
     error = (recorded.peak_live_bytes - measured_peak) / measured_peak
     return {
         "trace": os.path.abspath(trace_path),
         "measured_peak_bytes": int(measured_peak),
         "measured_peak_phase": f"{measured_phase[0]}:{measured_phase[1]}",
+        "measured_peak_op": measured_op,
         "recorded_peak_bytes": int(recorded.peak_live_bytes),
         "recorded_peak_phase": f"{recorded.peak_step}:{recorded.peak_phase}",
         "relative_error": error,
-        "live_at_start_measured_bytes": int(total_before),
+        "live_at_start_measured_bytes": int(live_at_start or 0),
         "live_at_start_expected_bytes": int(resident_bytes),
         "events": recorded.num_events,
         "file_bytes": os.path.getsize(trace_path),

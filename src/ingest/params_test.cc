@@ -176,7 +176,9 @@ TEST(ParamInvariantsTest, EveryCatalogModel) {
       EXPECT_LT(p.layer, static_cast<int>(s.num_layers)) << p.name;
       EXPECT_EQ(p.name.rfind(p.module + ".", 0), 0u) << p.name << " / " << p.module;
       EXPECT_FALSE(p.role.empty()) << p.name;
-      if (p.is_linear_weight) EXPECT_EQ(p.shape.size(), 2u) << p.name;
+      if (p.is_linear_weight) {
+        EXPECT_EQ(p.shape.size(), 2u) << p.name;
+      }
       if (p.layer >= 0) per_layer[p.layer] += p.numel;
     }
     // Every decoder layer is present.

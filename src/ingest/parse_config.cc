@@ -80,7 +80,8 @@ Result<ModelSpec> ParseModelConfig(std::string_view json_text, std::string_view 
     // Re-parse with exceptions only to learn where the text went wrong.
     std::string where;
     try {
-      (void)nlohmann::json::parse(json_text);
+      nlohmann::json ignored = nlohmann::json::parse(json_text);
+      (void)ignored;
     } catch (const nlohmann::json::parse_error& e) {
       where = fmt::format(" at byte {}", e.byte);
     }

@@ -67,7 +67,8 @@ TEST(ParseConfigDefaultsTest, QwenDefaults) {
   EXPECT_TRUE(q2.qkv_bias);
   EXPECT_FALSE(q2.o_bias);
   EXPECT_EQ(q2.sliding_window, 0u);  // only with use_sliding_window
-  ModelSpec q3 = Parse(R"({"model_type": "qwen3", "hidden_size": 1024, "num_attention_heads": 16})");
+  ModelSpec q3 = Parse(R"({"model_type": "qwen3", "hidden_size": 1024, "num_attention_heads": 16,
+                           "num_key_value_heads": 8})");
   EXPECT_EQ(q3.head_dim, 128u);  // Qwen3Config default head_dim, not 1024/16
   EXPECT_TRUE(q3.qk_norm);
   ModelSpec moe = Parse(R"({"model_type": "qwen2_moe"})");
@@ -84,7 +85,8 @@ TEST(ParseConfigDefaultsTest, QwenDefaults) {
 }
 
 TEST(ParseConfigDefaultsTest, GemmaDefaults) {
-  ModelSpec g = Parse(R"({"model_type": "gemma", "hidden_size": 2048, "num_attention_heads": 8})");
+  ModelSpec g = Parse(R"({"model_type": "gemma", "hidden_size": 2048, "num_attention_heads": 8,
+                          "num_key_value_heads": 1})");
   EXPECT_EQ(g.head_dim, 256u);
   EXPECT_TRUE(g.tie_word_embeddings);
   EXPECT_EQ(g.norm, NormKind::kRmsNormGemma);
@@ -223,6 +225,9 @@ TEST(ParseConfigErrorsTest, WrongTypes) {
 }
 
 TEST(ParseConfigErrorsTest, AbsurdValues) {
+  // Qwen3Config's default of 32 kv heads cannot serve 16 attention heads.
+  ExpectMentions(ErrorOf(R"({"model_type": "qwen3", "num_attention_heads": 16})"),
+                 "num_key_value_heads: 32 does not divide num_attention_heads 16");
   ExpectMentions(ErrorOf(R"({"model_type": "llama", "hidden_size": -4096})"),
                  "hidden_size: -4096 is out of range");
   ExpectMentions(ErrorOf(R"({"model_type": "llama", "hidden_size": 0})"), "hidden_size: 0 is out of range");

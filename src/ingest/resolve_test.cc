@@ -99,7 +99,8 @@ TEST(ResolveModelTest, Gpt2StyleCheckpointWithoutPrefixAndWithMaskBuffers) {
                           "n_positions": 8, "vocab_size": 10})";
   WriteFile(dir.path() / "config.json", config);
   std::vector<FakeTensor> tensors;
-  for (const ParamTensor& p : ParseModelConfig(config, "g")->params) {
+  const ModelSpec from_config = ParseModelConfig(config, "g").value();
+  for (const ParamTensor& p : from_config.params) {
     // GPT-2 checkpoints store the base model: "h.0.attn.c_attn.weight", not "transformer.h...".
     tensors.push_back({p.name.substr(std::string("transformer.").size()), "F32", p.shape});
   }
@@ -107,7 +108,7 @@ TEST(ResolveModelTest, Gpt2StyleCheckpointWithoutPrefixAndWithMaskBuffers) {
   WriteFile(dir.path() / "model.safetensors", MakeSafetensors(tensors));
   Result<ModelSpec> spec = ResolveModel(dir.path().string());
   ASSERT_TRUE(spec.ok()) << spec.error().message;
-  EXPECT_EQ(spec->ParameterCount(), ParseModelConfig(config, "g")->ParameterCount());
+  EXPECT_EQ(spec->ParameterCount(), from_config.ParameterCount());
   EXPECT_EQ(spec->params.front().name, "transformer.wte.weight");
   EXPECT_EQ(spec->params.front().stored_dtype, "F32");
 }

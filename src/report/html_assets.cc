@@ -20,6 +20,7 @@ h3 { font-size: 1.05em; margin-top: 1.2em; }
 table { border-collapse: collapse; margin: 0.5em 0; }
 th, td { padding: 3px 10px; border-bottom: 1px solid #eeeeee; text-align: left; vertical-align: top; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+tr.peak td { font-weight: bold; background: #fff6dc; }
 td.name { word-break: break-all; max-width: 28em; }
 .bar { height: 12px; min-width: 1px; display: inline-block; vertical-align: middle; }
 .swatch { width: 12px; height: 12px; display: inline-block; margin-right: 6px; vertical-align: middle; }

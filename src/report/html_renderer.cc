@@ -205,7 +205,9 @@ class PageWriter {
             "<th>phase</th><th class=\"num\">peak allocated</th><th class=\"num\">peak reserved</th>"
             "<th class=\"num\">allocated at end</th></tr>\n";
     for (const PhasePeak& p : sim.phases) {
-      out_ += "<tr>" + Cell(std::to_string(p.step), "num") + Cell(PhaseLabel(p.phase)) +
+      const bool is_peak = p.step == sim.peak_step && p.phase == sim.peak_phase;
+      out_ += (is_peak ? "<tr class=\"peak\">" : "<tr>") + Cell(std::to_string(p.step), "num") +
+              Cell(PhaseLabel(p.phase)) +
               Cell(FormatGiB(p.peak_allocated_bytes), "num") +
               Cell(FormatGiB(p.peak_reserved_bytes), "num") +
               Cell(FormatGiB(p.allocated_at_end_bytes), "num") + "</tr>\n";

@@ -30,8 +30,10 @@ void ExpectOffline(const std::string& markup) {
   const size_t allowed = Count(markup, "xmlns=\"http://www.w3.org/2000/svg\"") +
                          Count(markup, "<meta http-equiv=\"Content-Security-Policy\"");
   EXPECT_EQ(http, allowed) << "a reference to the network";
-  EXPECT_EQ(Count(markup, "src="), 0u);
-  EXPECT_EQ(Count(markup, "href"), 0u);
+  // Attributes only: escaped input text may say src=, but never with a raw quote.
+  for (const char* attribute : {"src=\"", "src='", "href=\"", "href='"}) {
+    EXPECT_EQ(Count(markup, attribute), 0u) << attribute;
+  }
   EXPECT_EQ(Count(markup, "@import"), 0u);
   EXPECT_EQ(Count(markup, "url("), Count(markup, "url(#")) << "url() to anything but an element id";
   EXPECT_EQ(Count(markup, "//"), Count(markup, "http://www.w3.org/2000/svg"))
@@ -169,14 +171,16 @@ TEST(SvgTest, AllZero) {
   report.ranks[0].extras = {};
   report.ranks[0].device_total_bytes = 0;
   const std::string svg = SvgOf(report);
-  EXPECT_NE(svg.find("far above this chart"), std::string::npos);
+  EXPECT_NE(svg.find("far above</text>"), std::string::npos);
   EXPECT_NE(svg.find(">1.00</text>"), std::string::npos) << "a default 0..1 GiB axis";
 }
 
 TEST(SvgTest, LimitFarAboveTheData) {
   Report report = testing::SmallFitReport();  // 11.5 GiB on a 79.5 GiB GPU
   const std::string svg = SvgOf(report);
-  EXPECT_NE(svg.find("GPU usable 79.50 GiB: far above this chart"), std::string::npos);
+  EXPECT_NE(svg.find(">79.50 GiB: far above</text>"), std::string::npos);
+  EXPECT_EQ(svg.find("stroke-dasharray=\"8 4\"/>"), svg.rfind("stroke-dasharray=\"8 4\"/>"))
+      << "only the legend sample of the limit line";
   EXPECT_EQ(svg.find(">80</text>"), std::string::npos) << "the axis follows the data, not the limit";
 }
 
@@ -184,9 +188,13 @@ TEST(SvgTest, LimitNearTheDataIsDrawn) {
   const std::string svg = SvgOf(testing::TwoRankReport());  // 25.4 GiB on 79.25: 3x, off chart
   Report near = testing::OomReport();  // 22.5 GiB on 23.25 GiB
   const std::string near_svg = SvgOf(near);
-  EXPECT_NE(near_svg.find(">GPU usable 23.25 GiB</text>"), std::string::npos);
+  EXPECT_NE(near_svg.find(">23.25 GiB</text>"), std::string::npos);
   EXPECT_NE(near_svg.find("OOM: 3.91 GiB more"), std::string::npos);
-  EXPECT_NE(svg.find("far above this chart"), std::string::npos);
+  const size_t levels = near_svg.find("<g class=\"vs-levels\">");
+  const size_t limit_line = near_svg.find("stroke=\"#c0392b\" stroke-width=\"1.5\" stroke-dasharray=\"8 4\"");
+  EXPECT_LT(levels, limit_line);
+  EXPECT_LT(limit_line, near_svg.find("</g>", levels)) << "the limit line is drawn in the plot";
+  EXPECT_NE(svg.find("far above</text>"), std::string::npos);
 }
 
 TEST(SvgTest, NoTimelineAndNoRanks) {

@@ -50,7 +50,7 @@ TEST(ReportTest, VerdictOfTheFixtures) {
   EXPECT_LT(DeviceTotalBytes(oom.worst()), oom.gpu.usable_bytes);
   EXPECT_LT(oom.headroom_bytes(), 0);
   EXPECT_EQ(VerdictLine(oom),
-            "DOES NOT FIT: out of memory in step 1, forward; needs at least 25.97 GiB, the GPU "
+            "DOES NOT FIT: out of memory in step 1, forward; needs at least 25.96 GiB, the GPU "
             "has 23.25 GiB usable");
 
   const Report two = testing::TwoRankReport();
@@ -118,7 +118,7 @@ TEST(ChartScaleTest, ValueTicks) {
   EXPECT_EQ(t.values.size(), 6u);
   const LinearTicks tiny = ValueTicks(0.003, 5);
   EXPECT_GE(tiny.top, 0.003);
-  EXPECT_EQ(tiny.decimals, 4);
+  EXPECT_EQ(tiny.decimals, 3);
   const LinearTicks zero = ValueTicks(0, 5);
   EXPECT_GE(zero.top, 1.0);
   for (double max : {1e-6, 0.7, 1.0, 3.0, 79.1, 1e9}) {

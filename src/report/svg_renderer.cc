@@ -32,6 +32,8 @@ constexpr const char* kAllocatedColour = "#1a1a1a";
 constexpr const char* kDeviceTotalColour = "#7a2e8e";
 constexpr const char* kLimitColour = "#c0392b";
 constexpr const char* kMarkerColour = "#9a9a9a";
+// A white outline drawn under the glyphs keeps labels readable over the bands.
+#define VS_HALO "stroke=\"#ffffff\" stroke-width=\"3\" stroke-linejoin=\"round\" paint-order=\"stroke\""
 
 // Coordinates in tenths of a unit, kept as integers so that equal positions
 // compare equal and print identically everywhere.
@@ -224,34 +226,19 @@ class ChartWriter {
     }
   }
 
-  void Level(uint64_t bytes, const char* colour, const char* dash, const std::string& label,
-             bool label_below) {
-    const double y = Py(bytes);
+  // Horizontal levels. Their values are in the legend: labels inside the plot
+  // would collide with the phase labels along its top edge.
+  void Level(uint64_t bytes, const char* colour, const char* dash) {
     out_ += fmt::format(
         "<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"{3}\" stroke-width=\"1.5\" "
-        "stroke-dasharray=\"{4}\"/>\n"
-        "<text x=\"{5}\" y=\"{6}\" text-anchor=\"end\" fill=\"{3}\">{7}</text>\n",
-        Coord(L::kPlotLeft), Coord(y), Coord(L::kPlotRight), colour, dash, Coord(L::kPlotRight - 4),
-        Coord(label_below ? y + 13 : y - 4), EscapeMarkup(label));
+        "stroke-dasharray=\"{4}\"/>\n",
+        Coord(L::kPlotLeft), Coord(Py(bytes)), Coord(L::kPlotRight), colour, dash);
   }
 
   void Levels() {
     out_ += "<g class=\"vs-levels\">\n";
-    const uint64_t total = DeviceTotalBytes(rank_);
-    const uint64_t usable = report_.gpu.usable_bytes;
-    // The two labels sit on opposite sides of their lines when the lines are close.
-    const bool close = limit_on_chart_ && std::fabs(Py(total) - Py(usable)) < 16;
-    Level(total, kDeviceTotalColour, "2 3",
-          fmt::format("device total (nvidia-smi) {}", FormatGiB(total)), close && total < usable);
-    if (limit_on_chart_) {
-      Level(usable, kLimitColour, "8 4", fmt::format("GPU usable {}", FormatGiB(usable)),
-            close && usable < total);
-    } else if (usable > 0) {
-      out_ += fmt::format(
-          "<text x=\"{}\" y=\"{}\" text-anchor=\"end\" fill=\"{}\">GPU usable {}: far above this "
-          "chart</text>\n",
-          Coord(L::kPlotRight - 4), Coord(L::kPlotTop + 14), kLimitColour, FormatGiB(usable));
-    }
+    Level(DeviceTotalBytes(rank_), kDeviceTotalColour, "2 3");
+    if (limit_on_chart_) Level(report_.gpu.usable_bytes, kLimitColour, "8 4");
     out_ += "</g>\n";
   }
 
@@ -265,7 +252,7 @@ class ChartWriter {
       if (visible) last_label_px = m.px;
       out_ += fmt::format(
           "<g class=\"vs-pin vs-phase\" data-px=\"{0}\"{1}><text transform=\"translate({2},{3}) "
-          "rotate(-90)\" text-anchor=\"end\" font-size=\"10\" fill=\"#555555\">{4}</text></g>\n",
+          "rotate(-90)\" text-anchor=\"end\" font-size=\"10\" fill=\"#555555\" " VS_HALO ">{4}</text></g>\n",
           Coord(m.px), visible ? "" : " display=\"none\"", Coord(m.px + 11), Coord(L::kPlotTop + 4),
           EscapeMarkup(m.label));
     }
@@ -276,7 +263,7 @@ class ChartWriter {
       out_ += fmt::format(
           "<g class=\"vs-pin\" data-px=\"{0}\"><circle cx=\"{0}\" cy=\"{1}\" r=\"4\" fill=\"#ffffff\" "
           "stroke=\"{2}\" stroke-width=\"2\"/><text x=\"{3}\" y=\"{4}\" text-anchor=\"{5}\" "
-          "font-weight=\"bold\">peak allocated {6}</text></g>\n",
+          "font-weight=\"bold\" " VS_HALO ">peak allocated {6}</text></g>\n",
           Coord(px), Coord(py), kAllocatedColour, Coord(left_half ? px + 8 : px - 8),
           Coord(std::max(py - 8, L::kPlotTop + 12)), left_half ? "start" : "end",
           FormatGiB(sim_.peak_allocated_bytes));
@@ -285,7 +272,7 @@ class ChartWriter {
       const double px = Px(sim_.oom_event_index);
       out_ += fmt::format(
           "<g class=\"vs-pin\" data-px=\"{0}\"><text x=\"{1}\" y=\"{2}\" text-anchor=\"end\" "
-          "fill=\"{3}\" font-weight=\"bold\">OOM: {4} more</text></g>\n",
+          "fill=\"{3}\" font-weight=\"bold\" " VS_HALO ">OOM: {4} more</text></g>\n",
           Coord(px), Coord(px - 4), Coord(L::kPlotBottom - 8), kLimitColour,
           FormatGiB(sim_.oom->alloc_size_bytes));
     }
@@ -312,19 +299,25 @@ class ChartWriter {
         Coord((L::kPlotLeft + L::kPlotRight) / 2), Coord(L::kPlotBottom + 40));
   }
 
-  void LegendLine(double y, const char* colour, const char* dash, double width, std::string_view label) {
+  // A line sample with its label, and an optional second line in grey.
+  void LegendLine(double y, const char* colour, const char* dash, double width, std::string_view label,
+                  std::string_view detail = {}) {
     out_ += fmt::format(
         "<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"{3}\" stroke-width=\"{4}\"{5}/>"
         "<text x=\"{6}\" y=\"{7}\">{8}</text>\n",
         Coord(L::kLegendLeft), Coord(y), Coord(L::kLegendLeft + 18), colour, width,
         *dash ? fmt::format(" stroke-dasharray=\"{}\"", dash) : std::string(), Coord(L::kLegendLeft + 24),
         Coord(y + 4), label);
+    if (!detail.empty()) {
+      out_ += fmt::format("<text x=\"{}\" y=\"{}\" fill=\"#555555\">{}</text>\n",
+                          Coord(L::kLegendLeft + 24), Coord(y + 19), detail);
+    }
   }
 
   void Legend() {
     out_ += "<g class=\"vs-legend\">\n";
     double y = L::kPlotTop;
-    out_ += fmt::format("<text x=\"{}\" y=\"{}\" font-weight=\"bold\">allocated at the peak</text>\n",
+    out_ += fmt::format("<text x=\"{}\" y=\"{}\" font-weight=\"bold\">allocated at the peak, GiB</text>\n",
                         Coord(L::kLegendLeft), Coord(y + 4));
     for (Category c : kAllCategories) {
       y += 20;
@@ -338,9 +331,13 @@ class ChartWriter {
     y += 30;
     LegendLine(y, kAllocatedColour, "", 1.6, "allocated");
     LegendLine(y += 20, kAllocatedColour, "5 3", 1.2, "reserved");
-    LegendLine(y += 20, kDeviceTotalColour, "2 3", 1.5, "device total (nvidia-smi)");
-    LegendLine(y += 20, kLimitColour, "8 4", 1.5, "GPU usable memory");
-    LegendLine(y += 20, kMarkerColour, "", 0.8, "step / phase start");
+    const uint64_t usable = report_.gpu.usable_bytes;
+    LegendLine(y += 20, kDeviceTotalColour, "2 3", 1.5, "device total (nvidia-smi)",
+               fmt::format("{} at its peak", FormatGiB(DeviceTotalBytes(rank_))));
+    LegendLine(y += 35, kLimitColour, "8 4", 1.5, "GPU usable memory",
+               limit_on_chart_ ? FormatGiB(usable)
+                               : fmt::format("{}: far above", FormatGiB(usable)));
+    LegendLine(y += 35, kMarkerColour, "", 0.8, "step / phase start");
     if (sim_.oom) LegendLine(y += 20, kLimitColour, "", 2, "out of memory");
     out_ += "</g>\n";
   }
@@ -369,6 +366,8 @@ std::string RenderRankSvg(const Report& report, const RankReport& rank, std::str
 }
 
 }  // namespace vramscope::report_internal
+
+#undef VS_HALO
 
 namespace vramscope {
 

@@ -87,7 +87,7 @@ void RenderThreeNumbers(const RankReport& rank, std::string* out) {
   const SimResult& sim = rank.sim;
   const DeviceExtras& x = rank.extras;
   Line(out);
-  Line(out, "The three numbers");
+  Line(out, sim.oom ? "The three numbers (up to the out-of-memory point)" : "The three numbers");
   Line(out, fmt::format("  peak allocated {}  torch.cuda.max_memory_allocated(): memory held by "
                         "live tensors",
                         GiBColumn(sim.peak_allocated_bytes)));
@@ -146,9 +146,11 @@ void RenderPhases(const SimResult& sim, std::string* out) {
   Line(out, fmt::format("  {:>5}  {}{:>15}  {:>15}  {:>17}", "step", PadRight("phase", 10),
                         "peak allocated", "peak reserved", "allocated at end"));
   for (const PhasePeak& p : sim.phases) {
-    Line(out, fmt::format("  {:>5}  {}{:>15}  {:>15}  {:>17}", p.step,
+    const bool is_peak = p.step == sim.peak_step && p.phase == sim.peak_phase;
+    Line(out, fmt::format("  {:>5}  {}{:>15}  {:>15}  {:>17}{}", p.step,
                           PadRight(PhaseLabel(p.phase), 10), FormatGiB(p.peak_allocated_bytes),
-                          FormatGiB(p.peak_reserved_bytes), FormatGiB(p.allocated_at_end_bytes)));
+                          FormatGiB(p.peak_reserved_bytes), FormatGiB(p.allocated_at_end_bytes),
+                          is_peak ? "  <- peak" : ""));
   }
 }
 

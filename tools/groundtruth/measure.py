@@ -17,6 +17,7 @@ import argparse
 import json
 import shlex
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -75,6 +76,7 @@ def dry_run(configs, model_dirs):
 
 
 def main(argv=None):
+    started = time.monotonic()
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.summarize:
         print(summary.summarize(args.summarize))
@@ -126,7 +128,9 @@ def main(argv=None):
     opts = driver.Options(
         out_path=args.out,
         timeout_s=args.timeout_per_config,
-        time_budget_s=args.time_budget,
+        # The budget counts from this program's start, preflight included.
+        time_budget_s=None if args.time_budget is None
+        else args.time_budget - (time.monotonic() - started),
         snapshot_dir=args.snapshot,
         snapshot_patterns=tuple(args.snapshot_only),
         snapshot_max_entries=args.snapshot_max_entries,

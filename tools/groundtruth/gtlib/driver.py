@@ -76,10 +76,18 @@ def git_commit():
     return done.stdout.strip() or None
 
 
-def missing_modules(requires):
-    """Import names from the plan that cannot be found (checked without importing)."""
+def missing_modules(requires, importable=None):
+    """Import names from the plan that cannot be found (checked without importing).
+
+    importable: {name: bool} as the worker interpreter reported it (env
+    "importable"); names it does not list are looked up in this interpreter.
+    """
     missing = []
     for name in requires:
+        if importable is not None and name in importable:
+            if not importable[name]:
+                missing.append(name)
+            continue
         try:
             if importlib.util.find_spec(name) is None:
                 missing.append(name)
@@ -151,7 +159,7 @@ def measure_config(config, opts, harness, remaining_s=None):
         return schema.mark_skipped(record, str(e))
     record["plan"] = plan
     if opts.worker_argv is None:
-        missing = missing_modules(plan["requires"])
+        missing = missing_modules(plan["requires"], env.get("importable"))
         if missing:
             return schema.mark_skipped(
                 record, f"needs {', '.join(missing)}, which cannot be imported here")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import importlib.util
 import os
 import platform
 import shutil
@@ -21,6 +22,9 @@ import sys
 # Distribution names whose versions are recorded (None when not installed).
 PACKAGES = ("torch", "transformers", "peft", "accelerate", "bitsandbytes", "flash-attn",
             "liger-kernel", "safetensors", "numpy", "triton")
+# Import names the plans may require; whether each can be found is recorded.
+MODULES = ("torch", "transformers", "peft", "accelerate", "bitsandbytes", "flash_attn",
+           "liger_kernel")
 # Environment variables that change allocator or device behaviour.
 ENV_VARS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "PYTORCH_NO_CUDA_MEMORY_CACHING",
             "CUDA_VISIBLE_DEVICES", "CUDA_MODULE_LOADING", "CUBLAS_WORKSPACE_CONFIG",
@@ -47,6 +51,17 @@ def package_versions(names=PACKAGES):
         except importlib.metadata.PackageNotFoundError:
             versions[name] = None
     return versions
+
+
+def importable_modules(names=MODULES):
+    """{name: bool}: whether each top-level module can be found (nothing is imported)."""
+    found = {}
+    for name in names:
+        try:
+            found[name] = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found[name] = False
+    return found
 
 
 def nvidia_smi_gpus(run=_run):
@@ -113,6 +128,7 @@ def capture_environment(torch=None, probe_gpu=False, run=_run):
         "platform": platform.platform(),
         "hostname_sha256": hashlib.sha256(socket.gethostname().encode()).hexdigest()[:16],
         "packages": package_versions(),
+        "importable": importable_modules(),
         "env_vars": {k: os.environ.get(k) for k in ENV_VARS},
         "torch_version": None,
         "cuda_version": None,

@@ -59,11 +59,21 @@ def _load_hf_config(transformers, config_dict):
         return transformers.AutoConfig.from_pretrained(tmp, local_files_only=True)
 
 
-def _from_config(torch, transformers, config, build):
+def device_context(torch, device):
+    """`with torch.device(...)`: new tensors are created there (torch >= 2.0).
+
+    Older torch has no such context manager; then tensors start on the CPU and
+    build_model moves the model (tests on a CPU-only torch 1.13 rely on this).
+    """
+    ctx = torch.device(device)
+    return ctx if hasattr(ctx, "__enter__") else contextlib.nullcontext()
+
+
+def _from_config(torch, transformers, config, build, device="cuda"):
     cls = getattr(transformers, build["model_class"])
     kwargs = {dtype_kwarg(transformers.__version__): getattr(torch, build["dtype"]),
               "attn_implementation": build["attn_implementation"]}
-    with torch.device("cuda"):
+    with device_context(torch, device):
         return cls.from_config(config, **kwargs)
 
 
@@ -78,15 +88,19 @@ def prepare_4bit_source(job_path, out_dir):
     model.save_pretrained(out_dir, safe_serialization=True)
 
 
-def build_model(torch, job, plan, scratch_dir):
-    """Builds the model as the plan says; returns (model, applied-facts dict)."""
+def build_model(torch, job, plan, scratch_dir, device="cuda"):
+    """Builds the model as the plan says; returns (model, HF model, applied facts).
+
+    The HF model is the transformers PreTrainedModel (under PEFT's wrapper
+    when there is one); applied facts record what the libraries report back.
+    """
     import transformers
     build = plan["build"]
     applied = {"dtype_kwarg": dtype_kwarg(transformers.__version__)}
     config = _load_hf_config(transformers, job["model"]["config"])
     config.use_cache = False
     if build["method"] == "from_config":
-        model = _from_config(torch, transformers, config, build)
+        model = _from_config(torch, transformers, config, build, device)
     else:
         q = build["quantization"]
         bnb_config = transformers.BitsAndBytesConfig(
@@ -96,12 +110,12 @@ def build_model(torch, job, plan, scratch_dir):
         cls = getattr(transformers, build["model_class"])
         model = cls.from_pretrained(
             scratch_dir, quantization_config=bnb_config, local_files_only=True,
-            device_map={"": torch.cuda.current_device()},
+            device_map={"": torch.cuda.current_device() if device == "cuda" else device},
             attn_implementation=build["attn_implementation"],
             **{applied["dtype_kwarg"]: getattr(torch, build["dtype"])})
     applied["moved_to_cuda_after_build"] = False
-    if any(p.device.type != "cuda" for p in model.parameters()):
-        model.to("cuda")  # a transformers release that ignored the device context
+    if any(p.device.type != device for p in model.parameters()):
+        model.to(device)  # a transformers release (or torch) that ignored the device context
         applied["moved_to_cuda_after_build"] = True
     model.config.use_cache = False
 
@@ -121,7 +135,7 @@ def build_model(torch, job, plan, scratch_dir):
             r=lora["r"], lora_alpha=lora["lora_alpha"], lora_dropout=lora["lora_dropout"],
             target_modules=lora["target_modules"], bias=lora["bias"],
             task_type=lora["task_type"], fan_in_fan_out=lora["fan_in_fan_out"])
-        with torch.device("cuda"):
+        with device_context(torch, device):
             model = get_peft_model(model, lora_config)
     hf = model.get_base_model() if hasattr(model, "get_base_model") else model
     if plan["enable_input_require_grads"] and not hasattr(hf, "_require_grads_hook"):

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Runs the smoke grid, then the default grid, within one global time budget,
+# and prints a summary. Meant for a GPU box with torch + transformers + peft
+# installed and no network; run from anywhere:
+#
+#   tools/groundtruth/run_on_device.sh [OUTDIR]
+#
+# OUTDIR defaults to $OUT (the device tool's result folder) or ./groundtruth-out.
+# Environment knobs:
+#   GT_BUDGET_S   total seconds for both grids (default 1320 = 22 min)
+#   GT_TIMEOUT_S  per-configuration timeout (default 300)
+#   GT_SNAPSHOTS  glob of configurations whose step-2 memory snapshot is kept
+#                 (default: the smoke grid's three; "none" for no snapshots)
+#   PYTHON        interpreter with torch (default python3)
+#
+# Writes at most 7 files (the device tool returns 8): log.txt, smoke.jsonl,
+# default.jsonl, summary.txt and up to 3 snapshot pickles (gzipped when larger
+# than 15 MiB). A configuration that fails, OOMs or times out is a result, so
+# the script goes on; it exits non-zero only if a grid could not run at all.
+set -u
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+out="${1:-${OUT:-$PWD/groundtruth-out}}"
+budget="${GT_BUDGET_S:-1320}"
+timeout="${GT_TIMEOUT_S:-300}"
+python="${PYTHON:-python3}"
+snap_dir="$out/snapshots"
+mkdir -p "$out"
+log="$out/log.txt"
+start=$(date +%s)
+export PYTHONUNBUFFERED=1
+
+remaining() { echo $(( budget - ($(date +%s) - start) )); }
+
+{
+  echo "== $(date -u +%Y-%m-%dT%H:%M:%SZ) vramscope ground truth, budget ${budget}s"
+  nvidia-smi 2>&1 || echo "(no nvidia-smi)"
+  "$python" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available())' 2>&1
+} >>"$log"
+
+snap_args=()
+if [ "${GT_SNAPSHOTS:-}" != "none" ]; then
+  snap_args=(--snapshot "$snap_dir" --snapshot-max-entries 20000)
+fi
+
+status=0
+run_grid() {  # name, extra args...
+  local name="$1"; shift
+  local left; left=$(remaining)
+  if [ "$left" -lt 60 ]; then
+    echo "== skipping $name grid: ${left}s left" | tee -a "$log"
+    return
+  fi
+  echo "== $name grid, ${left}s left" | tee -a "$log"
+  "$python" "$here/measure.py" --grid "$here/grids/$name.toml" --out "$out/$name.jsonl" \
+      --resume --timeout-per-config "$timeout" --time-budget "$left" "$@" 2>&1 | tee -a "$log"
+  local rc=${PIPESTATUS[0]}
+  if [ "$rc" -ne 0 ]; then
+    echo "== $name grid: measure.py exited $rc" | tee -a "$log"
+    status=1
+  fi
+}
+
+if [ "${GT_SNAPSHOTS:-}" = "none" ]; then
+  run_grid smoke
+  run_grid default
+elif [ -n "${GT_SNAPSHOTS:-}" ]; then
+  run_grid smoke
+  run_grid default "${snap_args[@]}" --snapshot-only "$GT_SNAPSHOTS"
+else
+  run_grid smoke "${snap_args[@]}"
+  run_grid default
+fi
+
+# Keep every returned file under the device tool's 16 MiB limit.
+if [ -d "$snap_dir" ]; then
+  for f in "$snap_dir"/*.pickle; do
+    [ -e "$f" ] || continue
+    if [ "$(stat -c %s "$f")" -gt $((15 * 1024 * 1024)) ]; then gzip -9 "$f"; fi
+  done
+fi
+
+files=()
+for f in "$out/smoke.jsonl" "$out/default.jsonl"; do [ -e "$f" ] && files+=("$f"); done
+if [ "${#files[@]}" -gt 0 ]; then
+  "$python" "$here/measure.py" --summarize "${files[@]}" | tee "$out/summary.txt"
+fi
+echo "== finished in $(( $(date +%s) - start ))s; results in $out" | tee -a "$log"
+exit "$status"
