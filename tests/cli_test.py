@@ -110,10 +110,11 @@ def test_bad_arguments_exit_2_with_one_line(args):
 
 
 def test_estimate_llama_3_8b_runs_and_reports_contract_keys():
-    p, seconds = run("estimate", "llama-3-8b", "--json", "--grad-ckpt", "full")
+    p, seconds = run("estimate", "llama-3-8b", "--json", "--grad-ckpt", "full", "--finetune", "lora")
     assert p.returncode == 0, p.stderr
     r = json.loads(p.stdout)
-    assert r["model"]["parameters"] == 8030261248
+    assert r["model"]["parameters"] == 8030261248 + 32 * 16 * (4096 + 4096 + 4096 + 1024)
+    assert r["fits"] is True
     assert r["peak_allocated_bytes"] <= r["peak_reserved_bytes"] <= r["device_total_bytes"]
     assert set(r["breakdown_at_peak"]) == {
         "parameters", "gradients", "optimizer_state", "activations", "loss",

@@ -75,8 +75,11 @@ class CachingAllocator {
   CachingAllocator& operator=(CachingAllocator&&) noexcept;
 
   // torch: DeviceCachingAllocator::malloc. Returns nullopt when the device
-  // limit is hit after freeing the cache and retrying; last_oom() says why.
-  // A zero-byte request returns a handle to an empty block that costs nothing.
+  // limit (or the memory fraction) is hit after freeing the cache and
+  // retrying; last_oom() says why. Requests of 1 EiB (2^60) or more fail
+  // the same way without touching the statistics, as PyTorch's allocate()
+  // rejects them up front. A zero-byte request returns a handle to an empty
+  // block that costs nothing.
   std::optional<BlockHandle> Malloc(uint64_t size_bytes, uint32_t stream = 0);
   // torch: DeviceCachingAllocator::free (no record_stream events).
   void Free(BlockHandle handle);

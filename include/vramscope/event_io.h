@@ -19,15 +19,25 @@ struct EventReadLimits {
 
 // Parses the text of an event-stream file. `name` is used in error messages
 // ("NAME:LINE: problem"). Validates: header and version, every field, sizes in
-// [0, 2^62], allocation ids unique while live, frees of live ids only.
+// [0, 2^62], allocation ids unique while live, frees of live ids only, and
+// every rule of docs/event-stream.md; stops at the first violation. String
+// indices of the result are the file's. Never crashes on any input; memory
+// is the events plus a hash set of live ids.
 Result<EventStream> ParseEventText(std::string_view text, std::string_view name,
                                    const EventReadLimits& limits = {});
 
-// Reads a file from disk (the CLI's seam); errors name the path.
+// Reads a file from disk (the CLI's seam), streaming it in 1 MiB chunks, so
+// the file itself is never held in memory. Errors name the path: missing
+// file, directory, unopenable, over limits.max_file_bytes, read failure, or
+// "PATH:LINE: problem" as ParseEventText.
 Result<EventStream> ReadEventFile(const std::string& path,
                                   const EventReadLimits& limits = {});
 
-// Serializes a stream in the documented text format.
+// Serializes a stream in the documented text format (docs/event-stream.md,
+// "Writing"): strings renumbered in first-use order, each `s` record before
+// its first use. ParseEventText(WriteEventText(s)) succeeds for any stream
+// that passes s.Validate(), within the default limits. Aborts (VS_CHECK) on an event naming a string
+// index the stream does not have.
 std::string WriteEventText(const EventStream& stream);
 
 }  // namespace vramscope

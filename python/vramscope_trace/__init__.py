@@ -9,7 +9,8 @@ The file follows vramscope's event-stream format (docs/event-stream.md) and is r
 """
 
 from .api import record, record_step
-from .recorder import Recorder, RecordResult, __version__
+from .recorder import Recorder, __version__
+from .result import RecordResult
 from .replay import ReplaySummary, replay
 
 __all__ = ["record", "record_step", "Recorder", "RecordResult", "replay", "ReplaySummary",

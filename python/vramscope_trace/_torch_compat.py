@@ -8,6 +8,13 @@ import re
 
 import torch
 
+__all__ = [
+    "TORCH_VERSION", "storage_id", "untyped_storage", "weak_ref_expired", "free_weak_ref",
+    "new_weak_ref", "TorchDispatchMode", "TorchFunctionMode", "HAS_OPTIMIZER_STEP_HOOKS",
+    "HAS_POST_ACCUMULATE_GRAD_HOOK", "register_module_forward_hook",
+    "register_module_forward_pre_hook", "op_name", "mutates_storage_size", "backward_functions",
+]
+
 TORCH_VERSION = tuple(int(x) for x in re.match(r"(\d+)\.(\d+)", torch.__version__).groups())
 
 # StorageImpl address of a tensor's storage: equal for a tensor and all its views.

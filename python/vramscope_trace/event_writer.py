@@ -21,7 +21,7 @@ def write_event_stream(path, meta, strings, events):
     """
     lines = [HEADER]
     for key, value in meta:
-        lines.append(f"meta {_one_line(key).replace(' ', '-')} {_one_line(value)}")
+        lines.append(f"meta {_one_line(key).replace(' ', '-') or '-'} {_one_line(value) or '-'}")
     file_index = {0: 0}  # internal string id -> index in the file
     append = lines.append
 

@@ -27,6 +27,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from . import api
+from ._torch_compat import untyped_storage
+from .allocator_profile import measure_peaks
 from .reference_models import GROUND_TRUTH_MODELS, build
 from .replay import replay
 
@@ -50,18 +52,11 @@ def _marker():
     return mark
 
 
-def _walk(nodes):
-    stack = list(nodes)
-    while stack:
-        node = stack.pop()
-        yield node
-        stack.extend(node.children)
-
-
 def _unique_storage_bytes(tensors):
     seen = {}
     for tensor in tensors:
-        seen[tensor.storage().data_ptr()] = tensor.storage().nbytes()
+        storage = untyped_storage(tensor)
+        seen[storage.data_ptr()] = storage.nbytes()
     return sum(seen.values())
 
 
@@ -73,13 +68,17 @@ def _batch_tensors(obj):
             yield from _batch_tensors(item)
 
 
-def measure(name, trace_path, steps=2):
-    """Runs `steps` CPU training steps of reference model `name`; returns a result dict."""
+def measure(name, trace_path, steps=2, builder=build):
+    """Runs `steps` CPU training steps of reference model `name`; returns a result dict.
+
+    builder(name, device) -> (model, (inputs, target), loss_fn, optimizer); the default
+    builds the reference models.
+    """
     mark = _marker()
     gc.collect()
     torch.manual_seed(0)
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        model, batch, loss_fn, optimizer = build(name, "cpu")
+        model, batch, loss_fn, optimizer = builder(name, "cpu")
         inputs, target = batch
         gc.collect()
         resident_bytes = _unique_storage_bytes(
@@ -102,51 +101,33 @@ def measure(name, trace_path, steps=2):
         del model, batch, inputs, target, loss_fn, optimizer, rec
         gc.collect()
 
-    # The profiler's view: allocator totals and our markers, in time order.
-    tree = prof.profiler.kineto_results.experimental_event_tree()
-    timeline = []
-    for node in _walk(tree):
-        if node.name.startswith("vramscope:"):
-            timeline.append((node.start_time_ns, 0, node.name, None))
-        elif type(node.extra_fields).__name__ == "_ExtraFields_Allocation":
-            fields = node.extra_fields
-            if fields.device.type == "cpu":
-                op = node.parent.name if node.parent is not None else "(no op)"
-                timeline.append((node.start_time_ns, 1, fields, op))
-    timeline.sort(key=lambda item: (item[0], item[1]))
-    # total_allocated is process-wide; what was live before this session is an offset.
-    first = next((fields for _, kind, fields, _ in timeline if kind == 1), None)
-    offset = first.total_allocated - first.alloc_size if first is not None else 0
-    live_at_start = None
-    live = 0
-    phase = (0, "setup")
-    measured_peak, measured_phase, measured_op = 0, phase, ""
-    for _, kind, value, op in timeline:
-        if kind == 0:
-            if value == "vramscope:window-start":
-                live_at_start = live
-                measured_peak = live
-            elif value == "vramscope:window-end":
-                break
-            else:
-                _, step, phase_name = value.split(":")
-                phase = (int(step), phase_name)
-            continue
-        live = value.total_allocated - offset
-        if live_at_start is not None and live > measured_peak:
-            measured_peak, measured_phase, measured_op = live, phase, op
+    measured = measure_peaks(prof, "vramscope:window-start", "vramscope:window-end",
+                             "vramscope:")
     recorded = replay(trace_path)
-    error = (recorded.peak_live_bytes - measured_peak) / measured_peak
+
+    def phase_text(phase):
+        return f"{phase[0]}:{phase[1]}" if phase else ""
+
     return {
         "trace": os.path.abspath(trace_path),
-        "measured_peak_bytes": int(measured_peak),
-        "measured_peak_phase": f"{measured_phase[0]}:{measured_phase[1]}",
-        "measured_peak_op": measured_op,
+        # What the CPU allocator counted, kernel scratch included.
+        "measured_peak_bytes": int(measured.allocator_peak_bytes),
+        "measured_peak_phase": phase_text(measured.allocator_peak_phase),
+        "measured_peak_op": measured.allocator_peak_op,
+        # The same without buffers allocated and freed inside one ATen op.
+        "measured_op_level_peak_bytes": int(measured.op_level_peak_bytes),
+        "measured_op_level_peak_phase": phase_text(measured.op_level_peak_phase),
+        "kernel_scratch_peak_bytes": int(measured.scratch_peak_bytes),
         "recorded_peak_bytes": int(recorded.peak_live_bytes),
         "recorded_peak_phase": f"{recorded.peak_step}:{recorded.peak_phase}",
-        "relative_error": error,
-        "live_at_start_measured_bytes": int(live_at_start or 0),
+        "relative_error": (recorded.peak_live_bytes - measured.allocator_peak_bytes)
+        / measured.allocator_peak_bytes,
+        "op_level_relative_error": (recorded.peak_live_bytes - measured.op_level_peak_bytes)
+        / measured.op_level_peak_bytes,
+        "live_at_start_measured_bytes": int(measured.live_at_start_bytes),
         "live_at_start_expected_bytes": int(resident_bytes),
+        "measured_allocations": measured.num_allocations,
+        "recorded_allocations": recorded.num_allocations,
         "events": recorded.num_events,
         "file_bytes": os.path.getsize(trace_path),
         "torch": torch.__version__,
@@ -165,18 +146,21 @@ def main(argv=None):
     out_dir = args.out_dir or tempfile.mkdtemp(prefix="vramscope-groundtruth-")
     os.makedirs(out_dir, exist_ok=True)
     results = {}
-    header = (f"{'model':<10} {'measured peak B':>16} {'recorded peak B':>16} {'error':>9} "
-              f"{'measured at':>14} {'recorded at':>14} {'events':>8} {'B/event':>8}")
+    header = (f"{'model':<9} {'allocator peak':>15} {'op-level peak':>15} {'recorded peak':>15} "
+              f"{'err vs op-level':>15} {'err vs allocator':>16} {'peak phase (meas/rec)':>22} "
+              f"{'events':>7} {'B/event':>7}")
     print(f"torch {torch.__version__}, CPU, {torch.get_num_threads()} threads, "
-          f"{args.steps} training steps each")
+          f"{args.steps} training steps each; bytes")
     print(header)
     for name in args.models.split(","):
         result = measure(name, os.path.join(out_dir, f"{name}.events"), steps=args.steps)
         results[name] = result
-        print(f"{name:<10} {result['measured_peak_bytes']:>16,} {result['recorded_peak_bytes']:>16,} "
-              f"{result['relative_error']:>+9.4%} {result['measured_peak_phase']:>14} "
-              f"{result['recorded_peak_phase']:>14} {result['events']:>8} "
-              f"{result['file_bytes'] / max(result['events'], 1):>8.1f}")
+        phases = f"{result['measured_op_level_peak_phase']}/{result['recorded_peak_phase']}"
+        print(f"{name:<9} {result['measured_peak_bytes']:>15,} "
+              f"{result['measured_op_level_peak_bytes']:>15,} {result['recorded_peak_bytes']:>15,} "
+              f"{result['op_level_relative_error']:>+15.4%} {result['relative_error']:>+16.4%} "
+              f"{phases:>22} {result['events']:>7} "
+              f"{result['file_bytes'] / max(result['events'], 1):>7.1f}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(results, f, indent=2)

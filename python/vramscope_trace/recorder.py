@@ -37,104 +37,15 @@ from .records import (
     SETUP,
     AllocRecord,
 )
+from ._modes import DispatchMode, FunctionMode, make_node_prehook
+from ._tensors import iter_tensors, resolve_device
+from .result import summarise
 from .storage_table import StorageTable
 
 __version__ = "0.1.0"
 
 _Tensor = torch.Tensor
 _NODE_TAG = "vramscope_module"
-
-
-class RecordResult:
-    """What a finished recording produced (also returned by record_step)."""
-
-    def __init__(self, path, num_events, file_bytes, num_allocations, steps, peak_live_bytes,
-                 peak_step, peak_phase):
-        self.path = path
-        self.num_events = num_events  # a, f, p and e records
-        self.file_bytes = file_bytes
-        self.num_allocations = num_allocations
-        self.steps = steps  # training steps seen (forward passes after an optimizer step)
-        self.peak_live_bytes = peak_live_bytes  # ideal accounting: max of the sum of live sizes
-        self.peak_step = peak_step
-        self.peak_phase = peak_phase
-
-    def __repr__(self):
-        return (f"RecordResult(path={self.path!r}, events={self.num_events}, "
-                f"file_bytes={self.file_bytes}, peak_live_bytes={self.peak_live_bytes}, "
-                f"peak_at=step {self.peak_step} {self.peak_phase})")
-
-
-def _iter_tensors(obj, depth=0):
-    """Tensors inside nested tuples, lists and dicts (model outputs, batches, optimizer state)."""
-    if isinstance(obj, _Tensor):
-        yield obj
-    elif depth < 8 and isinstance(obj, (list, tuple)):
-        for item in obj:
-            yield from _iter_tensors(item, depth + 1)
-    elif depth < 8 and isinstance(obj, dict):
-        for item in obj.values():
-            yield from _iter_tensors(item, depth + 1)
-
-
-def _resolve_device(device, model, optimizers, inputs):
-    if device is None:
-        candidates = []
-        if model is not None:
-            candidates.append(next(iter(model.parameters()), None))
-            candidates.append(next(iter(model.buffers()), None))
-        for optimizer in optimizers:
-            for group in optimizer.param_groups:
-                candidates.extend(group["params"][:1])
-        candidates.extend(list(_iter_tensors(inputs))[:1])
-        device = next((t.device for t in candidates if t is not None), None)
-        if device is None:
-            return None
-    device = torch.device(device)
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
-    return device
-
-
-class _DispatchMode(compat.TorchDispatchMode):
-    """Sees every ATen op below autograd: where storages are born."""
-
-    def __init__(self, recorder):
-        super().__init__()
-        self._recorder = recorder
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if kwargs is None:
-            kwargs = {}
-        recorder = self._recorder
-        recorder._see_inputs(args, kwargs)
-        out = func(*args, **kwargs)
-        recorder._see_outputs(func, out)
-        return out
-
-
-class _FunctionMode(compat.TorchFunctionMode):
-    """Sees every torch function above autograd: tags new autograd nodes, spots backward()."""
-
-    def __init__(self, recorder):
-        super().__init__()
-        self._recorder = recorder
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        if kwargs is None:
-            kwargs = {}
-        recorder = self._recorder
-        if func in recorder._backward_funcs:
-            return recorder._run_backward(func, args, kwargs)
-        out = func(*args, **kwargs)
-        if isinstance(out, _Tensor):
-            if out.grad_fn is not None:
-                recorder._tag_node(out.grad_fn)
-        elif isinstance(out, (tuple, list)):
-            for item in out:
-                if isinstance(item, _Tensor) and item.grad_fn is not None:
-                    recorder._tag_node(item.grad_fn)
-        return out
 
 
 class Recorder:
@@ -161,7 +72,7 @@ class Recorder:
         else:
             self.optimizers = [optimizer]
         self._inputs = inputs
-        self.device = _resolve_device(device, model, self.optimizers, inputs)
+        self.device = resolve_device(device, model, self.optimizers, inputs)
         self._extra_meta = list(meta)
         self._table = StorageTable()
         self._events = []
@@ -194,14 +105,23 @@ class Recorder:
     def start(self):
         if self._active or self.result is not None:
             raise RuntimeError("a Recorder records once; make a new one")
-        if self.model is not None:
-            self._name_modules(self.model)
-        self._register_existing()
-        self._install_hooks()
-        self._active = True
-        self._modes = [_FunctionMode(self), _DispatchMode(self)]
-        for mode in self._modes:
-            mode.__enter__()
+        try:
+            if self.model is not None:
+                self._name_modules(self.model)
+            self._register_existing()
+            self._install_hooks()
+            self._active = True
+            for mode in (FunctionMode(self), DispatchMode(self)):
+                mode.__enter__()
+                self._modes.append(mode)
+        except BaseException:
+            for mode in reversed(self._modes):
+                mode.__exit__(None, None, None)
+            self._modes = []
+            self._active = False
+            self._uninstall_hooks()
+            self._table.release()
+            raise
         return self
 
     def stop(self):
@@ -285,7 +205,7 @@ class Recorder:
         self._scan_grads()
         for optimizer in self.optimizers:
             self._scan_optimizer_state(optimizer)
-        for tensor in _iter_tensors(self._inputs):
+        for tensor in iter_tensors(self._inputs):
             self._adopt(tensor, 0, 0)
 
     def _install_hooks(self):
@@ -436,7 +356,7 @@ class Recorder:
         if isinstance(out, _Tensor):
             outs = (out,)
         elif isinstance(out, (list, tuple)):
-            outs = list(_iter_tensors(out))
+            outs = list(iter_tensors(out))
         else:
             return
         live = self._table._live
@@ -497,7 +417,7 @@ class Recorder:
 
     def _scan_optimizer_state(self, optimizer):
         for state in optimizer.state.values():
-            for tensor in _iter_tensors(state):
+            for tensor in iter_tensors(state):
                 self._adopt(tensor, OPTIM, 0)
 
     # ----------------------------------------------------------------- phases
@@ -520,7 +440,7 @@ class Recorder:
 
     def _begin_backward(self, roots):
         if roots is not None:
-            for tensor in _iter_tensors(roots):
+            for tensor in iter_tensors(roots):
                 self._adopt(tensor, LOSS, 0)
         self._set_phase("backward", self._step)
         self._region = BACKWARD
@@ -561,7 +481,7 @@ class Recorder:
                 break
         if module is self.model and self._backward_depth == 0 and self._phase == "forward":
             self._region = FORWARD_LOSS
-            for tensor in _iter_tensors(outputs):
+            for tensor in iter_tensors(outputs):
                 self._adopt(tensor, LOSS, 0)
 
     def _on_optimizer_pre(self, optimizer):
@@ -589,8 +509,11 @@ class Recorder:
         metadata[_NODE_TAG] = module_id
         hook = self._prehooks.get(module_id)
         if hook is None:
-            hook = self._prehooks[module_id] = _make_node_prehook(weakref.ref(self), module_id)
-        node.register_prehook(hook)
+            hook = self._prehooks[module_id] = make_node_prehook(weakref.ref(self), module_id)
+        try:
+            node.register_prehook(hook)
+        except (AttributeError, RuntimeError):
+            pass  # a node kind without pre-hooks: its backward ops keep the previous module
 
     def _on_backward_node(self, module_id):
         if not self._active:
@@ -602,29 +525,4 @@ class Recorder:
     # ----------------------------------------------------------------- summary
 
     def _summarise(self, file_bytes):
-        live = peak = 0
-        peak_step, peak_phase = 0, "setup"
-        step, phase = 0, "setup"
-        for event in self._events:
-            kind = event[0]
-            if kind == "a":
-                live += event[1].size_bytes
-                if live > peak:
-                    peak, peak_step, peak_phase = live, step, phase
-            elif kind == "f":
-                live -= event[1].size_bytes
-            elif kind == "p":
-                step, phase = event[1], event[2]
-        return RecordResult(self.path, len(self._events), file_bytes, self._num_allocations,
-                            self._step, peak, peak_step, peak_phase)
-
-
-def _make_node_prehook(recorder_ref, module_id):
-    # Holds the recorder weakly: graphs that outlive the recording must not keep it alive.
-    def prehook(grad_outputs):
-        recorder = recorder_ref()
-        if recorder is not None:
-            recorder._on_backward_node(module_id)
-        return None
-
-    return prehook
+        return summarise(self.path, self._events, file_bytes, self._num_allocations, self._step)

@@ -113,11 +113,12 @@ class Parser {
       }
       return Fail(key, Quote() + " is not a backend (options are native and cudaMallocAsync)");
     }
-    // Accepted for compatibility; no effect on device memory.
+    // Accepted for compatibility; no effect on device memory (locking,
+    // pinned host memory, CUDA graphs). pinned_use_background_threads and
+    // graph_capture_record_stream_reuse only exist in later 2.x releases.
     if (key == "release_lock_on_cudamalloc" || key == "release_lock_on_hipmalloc" ||
         key == "pinned_use_cuda_host_register" || key == "pinned_use_hip_host_register" ||
-        key == "pinned_use_background_threads" ||        // torch >= 2.7
-        key == "graph_capture_record_stream_reuse") {    // torch >= 2.9, graphs only
+        key == "pinned_use_background_threads" || key == "graph_capture_record_stream_reuse") {
       VS_TRY(v, Bool(key));
       (void)v;
       return Ok{};
@@ -130,7 +131,7 @@ class Parser {
       }
       return Ok{};
     }
-    if (key == "pinned_reserve_segment_size_mb") {  // torch >= 2.8
+    if (key == "pinned_reserve_segment_size_mb") {  // later 2.x releases
       VS_TRY(v, Integer(key));
       if (v == 0) return Fail(key, Quote() + " must be > 0");
       return Ok{};

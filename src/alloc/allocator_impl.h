@@ -56,6 +56,8 @@ struct CachingAllocator::Impl {
   }
   void AddReserved(uint64_t bytes);
   void SubReserved(uint64_t bytes);
+  // Counts a newly allocated block in allocated / active / requested.
+  void CountAllocated(uint64_t block_bytes, uint64_t requested_bytes);
 
   // ---- release.cc
   bool ReleaseCachedBlocks();
@@ -64,6 +66,7 @@ struct CachingAllocator::Impl {
   bool ReleaseAvailableCachedBlocks(const Request& r);
   void GarbageCollectCachedBlocks();
   void RecordOom(uint64_t orig_bytes, uint64_t alloc_bytes);
+  void RecordOversizeRequest(uint64_t orig_bytes);
   std::optional<BlockHandle> IdealMalloc(uint64_t size_bytes, uint32_t stream);
   void IdealFree(uint32_t block);
 

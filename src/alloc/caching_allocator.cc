@@ -52,6 +52,11 @@ void CachingAllocator::Impl::SubReserved(uint64_t bytes) {
   VS_CHECK(stats.reserved_bytes >= bytes);
   stats.reserved_bytes -= bytes;
 }
+void CachingAllocator::Impl::CountAllocated(uint64_t block_bytes, uint64_t requested_bytes) {
+  Raise(stats.allocated_bytes, stats.peak_allocated_bytes, block_bytes);
+  Raise(stats.active_bytes, stats.peak_active_bytes, block_bytes);
+  Raise(stats.requested_bytes, stats.peak_requested_bytes, requested_bytes);
+}
 
 uint32_t CachingAllocator::Impl::PoolFor(uint32_t stream, bool small) {
   if (cached_pools[0] == kNil || stream != cached_stream) {
@@ -93,13 +98,7 @@ std::optional<BlockHandle> CachingAllocator::Impl::Malloc(uint64_t orig_bytes, u
     return b;
   }
   if (orig_bytes >= alloc::kOneExaBytes) {
-    // torch: NativeCachingAllocator::allocate checks size < 1 EB first and
-    // raises OutOfMemoryError without calling the device allocator (so
-    // num_ooms is not incremented).
-    last_oom = OomInfo{orig_bytes,     orig_bytes,      device_limit_bytes,
-                       stats.allocated_bytes, stats.reserved_bytes,
-                       device_limit_bytes - std::min(device_limit_bytes, stats.reserved_bytes),
-                       "CUDA out of memory. Tried to allocate more than 1EB memory."};
+    RecordOversizeRequest(orig_bytes);
     return std::nullopt;
   }
   if (config.ideal) return IdealMalloc(orig_bytes, stream);
@@ -228,9 +227,7 @@ uint32_t CachingAllocator::Impl::AllocFoundBlock(const Request& r, bool split) {
   block.requested_bytes = r.orig_bytes;
   // allocated and active count the whole block, including an unsplit
   // remainder; requested counts the caller's size.
-  Raise(stats.allocated_bytes, stats.peak_allocated_bytes, block.size_bytes);
-  Raise(stats.active_bytes, stats.peak_active_bytes, block.size_bytes);
-  Raise(stats.requested_bytes, stats.peak_requested_bytes, r.orig_bytes);
+  CountAllocated(block.size_bytes, r.orig_bytes);
   return b;
 }
 

@@ -35,7 +35,7 @@ void CachingAllocator::Impl::ReleaseBlocks(alloc::Pool& pool) {
       continue;
     }
     UnmapBlock(b);
-    if (!IsSplit(b)) ReleaseExpandableSegment(b);
+    if (!blocks[b].mapped && !IsSplit(b)) ReleaseExpandableSegment(b);
   }
 }
 
@@ -170,6 +170,21 @@ void CachingAllocator::Impl::RecordOom(uint64_t orig_bytes, uint64_t alloc_bytes
   last_oom = std::move(oom);
 }
 
+// torch: NativeCachingAllocator::allocate checks size < 1 EB (2^60) before
+// calling the device allocator and raises OutOfMemoryError with its own
+// message; num_ooms is not incremented.
+void CachingAllocator::Impl::RecordOversizeRequest(uint64_t orig_bytes) {
+  OomInfo oom;
+  oom.requested_bytes = orig_bytes;
+  oom.alloc_size_bytes = orig_bytes;
+  oom.device_limit_bytes = device_limit_bytes;
+  oom.allocated_bytes = stats.allocated_bytes;
+  oom.reserved_bytes = stats.reserved_bytes;
+  oom.free_device_bytes = device_limit_bytes - std::min(device_limit_bytes, stats.reserved_bytes);
+  oom.message = "CUDA out of memory. Tried to allocate more than 1EB memory.";
+  last_oom = std::move(oom);
+}
+
 // vramscope's ideal mode: every request is its own exactly-sized segment,
 // released at free, so reserved == allocated == requested at all times.
 std::optional<BlockHandle> CachingAllocator::Impl::IdealMalloc(uint64_t size_bytes,
@@ -198,12 +213,7 @@ std::optional<BlockHandle> CachingAllocator::Impl::IdealMalloc(uint64_t size_byt
   AddReserved(size_bytes);
   ++stats.num_segments;
   ++stats.num_device_alloc;
-  for (auto [current, peak] : {std::pair{&stats.allocated_bytes, &stats.peak_allocated_bytes},
-                               std::pair{&stats.active_bytes, &stats.peak_active_bytes},
-                               std::pair{&stats.requested_bytes, &stats.peak_requested_bytes}}) {
-    *current += size_bytes;
-    *peak = std::max(*peak, *current);
-  }
+  CountAllocated(size_bytes, size_bytes);
   return b;
 }
 

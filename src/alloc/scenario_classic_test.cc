@@ -260,7 +260,7 @@ TEST(AllocatorScenario, ResetPeaksSetsPeaksToCurrentValues) {
   a.Malloc(3 * MiB);
   a.Free(x);
   EXPECT_EQ(a.stats().peak_allocated_bytes, 33 * MiB);
-  a.raw().ResetPeaks();
+  a.ResetPeaks();
   EXPECT_EQ(a.stats().peak_allocated_bytes, 3 * MiB);
   EXPECT_EQ(a.stats().peak_reserved_bytes, 50 * MiB);  // 30 MiB still cached
   EXPECT_EQ(a.stats().peak_requested_bytes, 3 * MiB);

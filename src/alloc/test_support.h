@@ -82,11 +82,17 @@ class CheckedAllocator {
     allocator_.EmptyCache();
     Check("EmptyCache");
   }
+  void ResetPeaks() {
+    allocator_.ResetPeaks();
+    Check("ResetPeaks");
+  }
 
   std::string Layout() const { return testing::Layout(allocator_.Segments()); }
   const AllocatorStats& stats() const { return allocator_.stats(); }
   uint64_t Address(BlockHandle h) const { return allocator_.BlockAddress(h); }
-  CachingAllocator& raw() { return allocator_; }
+  // Read-only access for queries (BlockSize, last_oom, ...); mutations go
+  // through the checked methods above.
+  const CachingAllocator& raw() const { return allocator_; }
 
  private:
   static AllocatorConfig Parse(std::string_view conf) {

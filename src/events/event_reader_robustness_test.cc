@@ -1,7 +1,10 @@
 // Hostile input: truncation at every byte, binary garbage, huge lines. The
 // reader must return (never crash or hang) and every error must be one
 // printable line that starts with "NAME:LINE: ".
+#include <filesystem>
+#include <fstream>
 #include <random>
+#include <sstream>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -123,6 +126,34 @@ TEST(EventReaderRobustness, ManyLinesOfOnlyNewlines) {
   const Result<EventStream> result = ParseEventText(text, "t.ev");
   ASSERT_TRUE(result.ok());
   EXPECT_EQ(result->size(), 0u);
+}
+
+// The fuzzer's seed corpus (valid files and near misses) doubles as a
+// regression suite: every file gives a well-formed error or a stream that
+// survives a write/read round trip. Inputs that once crashed the fuzzer are
+// added to that folder, so they are replayed here on every test run.
+TEST(EventReaderRobustness, FuzzCorpusFiles) {
+  const std::filesystem::path dir =
+      std::filesystem::path(VS_SOURCE_DIR) / "fuzz" / "corpus" / "event_reader";
+  size_t files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    std::ifstream in(entry.path(), std::ios::binary);
+    std::stringstream buffer;
+    buffer << in.rdbuf();
+    SCOPED_TRACE(entry.path().filename().string());
+    const Result<EventStream> result = ParseEventText(buffer.str(), "t.ev");
+    ++files;
+    if (!result.ok()) {
+      ExpectWellFormedError(result);
+      continue;
+    }
+    const std::string written = WriteEventText(*result);
+    const Result<EventStream> reread = ParseEventText(written, "t.ev");
+    ASSERT_TRUE(reread.ok()) << reread.error().message;
+    EXPECT_EQ(reread->size(), result->size());
+    EXPECT_EQ(WriteEventText(*reread), written);
+  }
+  EXPECT_GE(files, 10u);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // ResolveModel: config.json files, model directories with safetensors headers
 // (fixtures generated here: real headers followed by zero bytes), catalog names.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "test_util.h"
@@ -82,8 +83,9 @@ TEST(ResolveModelTest, ShardedCheckpointWithIndex) {
   WriteFile(dir.path() / "stray.safetensors", MakeSafetensors({{"junk", "F32", {7}}}));
   std::string index = R"({"metadata": {"total_size": 0}, "weight_map": {)";
   for (size_t i = 0; i < all.size(); ++i) {
-    index += (i ? "," : "") + ("\"" + all[i].name + "\": \"model-0000" + (i < 5 ? "1" : "2") +
-                               "-of-00002.safetensors\"");
+    if (i > 0) index += ",";
+    index += fmt::format("\"{}\": \"model-0000{}-of-00002.safetensors\"", all[i].name,
+                         i < 5 ? 1 : 2);
   }
   WriteFile(dir.path() / "model.safetensors.index.json", index + "}}");
   Result<ModelSpec> spec = ResolveModel(dir.path().string());

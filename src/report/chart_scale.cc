@@ -49,8 +49,16 @@ std::vector<uint64_t> IndexTicks(uint64_t lo, uint64_t hi, int intervals) {
   double step = NiceStep(raw);
   if (step != std::floor(step)) step = std::floor(step);  // 2.5 -> 2: whole events only
   const auto step_events = static_cast<uint64_t>(step);
-  uint64_t tick = (lo + step_events - 1) / step_events * step_events;
-  for (; tick <= hi && out.size() < 64; tick += step_events) out.push_back(tick);
+  uint64_t tick = lo / step_events * step_events;
+  if (tick < lo) {
+    if (tick > hi - step_events) return out;  // the next multiple is past hi (or 2^64)
+    tick += step_events;
+  }
+  while (out.size() < 64 && tick <= hi) {
+    out.push_back(tick);
+    if (tick > hi - step_events) break;  // also stops before uint64 overflow
+    tick += step_events;
+  }
   return out;
 }
 

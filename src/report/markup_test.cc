@@ -197,6 +197,25 @@ TEST(SvgTest, LimitNearTheDataIsDrawn) {
   EXPECT_NE(svg.find("far above</text>"), std::string::npos);
 }
 
+TEST(SvgTest, ExtremeAndDisorderedValues) {
+  Report report = testing::OomReport();
+  SimResult& sim = report.ranks[0].sim;
+  constexpr uint64_t kBig = uint64_t{1} << 62;
+  sim.timeline[1].event_index = UINT64_MAX;  // out of order and at the end of the range
+  sim.timeline[2].by_category.fill(kBig);
+  sim.timeline[2].reserved_bytes = kBig;
+  sim.timeline.back().event_index = UINT64_MAX - 1;
+  sim.peak_event_index = UINT64_MAX;
+  sim.oom_event_index = UINT64_MAX;
+  sim.oom->allocated_bytes = kBig;
+  sim.oom->alloc_size_bytes = kBig;
+  SvgOf(report);
+  EXPECT_EQ(CheckHtml(RenderHtml(report)), "");
+  sim.timeline.resize(1);
+  sim.timeline[0].event_index = UINT64_MAX;
+  SvgOf(report);
+}
+
 TEST(SvgTest, NoTimelineAndNoRanks) {
   Report report = testing::SmallFitReport();
   report.ranks[0].sim.timeline.clear();

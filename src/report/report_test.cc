@@ -134,6 +134,10 @@ TEST(ChartScaleTest, IndexTicks) {
   EXPECT_EQ(IndexTicks(0, 1, 6), (std::vector<uint64_t>{0, 1}));
   EXPECT_EQ(IndexTicks(7, 7, 6), (std::vector<uint64_t>{7}));
   EXPECT_LE(IndexTicks(0, UINT64_MAX / 2, 6).size(), 12u);
+  const auto top = IndexTicks(UINT64_MAX - 1000, UINT64_MAX, 6);
+  ASSERT_FALSE(top.empty());
+  for (uint64_t t : top) EXPECT_GE(t, UINT64_MAX - 1000);
+  EXPECT_EQ(IndexTicks(3, 1, 6).size(), 0u);
 }
 
 TEST(TextTest, SingleRankSections) {

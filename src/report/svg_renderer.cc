@@ -32,8 +32,6 @@ constexpr const char* kAllocatedColour = "#1a1a1a";
 constexpr const char* kDeviceTotalColour = "#7a2e8e";
 constexpr const char* kLimitColour = "#c0392b";
 constexpr const char* kMarkerColour = "#9a9a9a";
-// A white outline drawn under the glyphs keeps labels readable over the bands.
-#define VS_HALO "stroke=\"#ffffff\" stroke-width=\"3\" stroke-linejoin=\"round\" paint-order=\"stroke\""
 
 // Coordinates in tenths of a unit, kept as integers so that equal positions
 // compare equal and print identically everywhere.
@@ -71,6 +69,10 @@ class ChartWriter {
     const double share = std::min(1.0, static_cast<double>(bytes) / kGiB / y_.top);
     return L::kPlotBottom - share * (L::kPlotBottom - L::kPlotTop);
   }
+  // Allocated at the OOM plus the block that could not be had.
+  uint64_t FailedRequestTopBytes() const {
+    return SaturatingAdd(sim_.oom->allocated_bytes, sim_.oom->alloc_size_bytes);
+  }
   uint64_t CumulativeBytes(const TimelinePoint& p, size_t last_category) const {
     uint64_t sum = 0;
     for (size_t c = 0; c <= last_category; ++c) sum = SaturatingAdd(sum, p.by_category[c]);
@@ -79,11 +81,22 @@ class ChartWriter {
 
   void Scale() {
     const auto& points = sim_.timeline;
-    // x: the last point holds for one event so that a single point is a bar.
+    // x: the last point is a state like any other, so it gets the mean width
+    // of a point (one event at least: a single point fills the plot).
     x_min_ = points.empty() ? 0 : points.front().event_index;
-    x_max_ = points.empty() ? 1 : std::max(points.back().event_index, x_min_) + 1;
+    x_max_ = x_min_ + 1;
+    if (!points.empty()) {
+      const uint64_t last = std::max(points.back().event_index, x_min_);
+      const uint64_t mean_width = points.size() > 1 ? (last - x_min_) / (points.size() - 1) : 1;
+      // After an OOM the run is over: the space right of the failed event
+      // shows the request that did not fit instead.
+      const uint64_t end = sim_.oom ? std::max(last, sim_.oom_event_index) : last;
+      x_max_ = SaturatingAdd(end, std::max<uint64_t>(mean_width, 1));
+    }
+    if (x_max_ <= x_min_) x_min_ = x_max_ - 1;  // saturated at 2^64: keep a non-empty range
     uint64_t max_bytes = std::max({sim_.peak_allocated_bytes, sim_.peak_reserved_bytes,
                                    DeviceTotalBytes(rank_)});
+    if (sim_.oom) max_bytes = std::max(max_bytes, FailedRequestTopBytes());
     for (const TimelinePoint& p : points) {
       max_bytes = std::max({max_bytes, p.allocated_bytes, p.reserved_bytes,
                             CumulativeBytes(p, kNumCategories - 1)});
@@ -157,7 +170,7 @@ class ChartWriter {
       d += fmt::format("H{}V{}", Coord(Px(points[i].event_index)), Coord(ys[i]));
       last_y = ys[i];
     }
-    d += fmt::format("H{}", Coord(L::kPlotRight));
+    d += fmt::format("H{}", Coord(sim_.oom ? Px(sim_.oom_event_index) : L::kPlotRight));
     if (closed) d += fmt::format("V{}Z", Coord(base));
     return d;
   }
@@ -193,10 +206,16 @@ class ChartWriter {
           StepPath(allocated, false), kAllocatedColour);
     }
     if (sim_.oom) {
+      const double px = Px(sim_.oom_event_index);
+      const double top = Py(FailedRequestTopBytes());
       out_ += fmt::format(
-          "<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" stroke=\"{3}\" stroke-width=\"2\" "
+          "<rect x=\"{0}\" y=\"{1}\" width=\"{2}\" height=\"{3}\" fill=\"{4}\" fill-opacity=\"0.2\" "
+          "stroke=\"{4}\" stroke-dasharray=\"4 2\" vector-effect=\"non-scaling-stroke\"/>\n"
+          "<line x1=\"{0}\" y1=\"{5}\" x2=\"{0}\" y2=\"{6}\" stroke=\"{4}\" stroke-width=\"2\" "
           "vector-effect=\"non-scaling-stroke\"/>\n",
-          Coord(Px(sim_.oom_event_index)), Coord(L::kPlotTop), Coord(L::kPlotBottom), kLimitColour);
+          Coord(px), Coord(top), Coord(std::max(0.0, L::kPlotRight - px)),
+          Coord(std::max(0.0, Py(sim_.oom->allocated_bytes) - top)), kLimitColour,
+          Coord(L::kPlotTop), Coord(L::kPlotBottom));
     }
     out_ += "</g></g>\n";
     if (points.empty()) {
@@ -245,14 +264,17 @@ class ChartWriter {
   // Labels tied to an event: phase names, the peak and the OOM point. Each sits
   // in a g.vs-pin with its x in data-px so a zooming script can move it.
   void Pins() {
-    out_ += "<g class=\"vs-pins\">\n";
+    // Inherited by every label: a white outline under the glyphs keeps them
+    // readable over the bands.
+    out_ += "<g class=\"vs-pins\" stroke=\"#ffffff\" stroke-width=\"3\" stroke-linejoin=\"round\" "
+            "paint-order=\"stroke\">\n";
     double last_label_px = -1e9;
     for (const Marker& m : markers_) {
       const bool visible = m.px - last_label_px >= kMinLabelGapPx;
       if (visible) last_label_px = m.px;
       out_ += fmt::format(
           "<g class=\"vs-pin vs-phase\" data-px=\"{0}\"{1}><text transform=\"translate({2},{3}) "
-          "rotate(-90)\" text-anchor=\"end\" font-size=\"10\" fill=\"#555555\" " VS_HALO ">{4}</text></g>\n",
+          "rotate(-90)\" text-anchor=\"end\" font-size=\"10\" fill=\"#555555\">{4}</text></g>\n",
           Coord(m.px), visible ? "" : " display=\"none\"", Coord(m.px + 11), Coord(L::kPlotTop + 4),
           EscapeMarkup(m.label));
     }
@@ -263,7 +285,7 @@ class ChartWriter {
       out_ += fmt::format(
           "<g class=\"vs-pin\" data-px=\"{0}\"><circle cx=\"{0}\" cy=\"{1}\" r=\"4\" fill=\"#ffffff\" "
           "stroke=\"{2}\" stroke-width=\"2\"/><text x=\"{3}\" y=\"{4}\" text-anchor=\"{5}\" "
-          "font-weight=\"bold\" " VS_HALO ">peak allocated {6}</text></g>\n",
+          "font-weight=\"bold\">peak allocated {6}</text></g>\n",
           Coord(px), Coord(py), kAllocatedColour, Coord(left_half ? px + 8 : px - 8),
           Coord(std::max(py - 8, L::kPlotTop + 12)), left_half ? "start" : "end",
           FormatGiB(sim_.peak_allocated_bytes));
@@ -272,7 +294,7 @@ class ChartWriter {
       const double px = Px(sim_.oom_event_index);
       out_ += fmt::format(
           "<g class=\"vs-pin\" data-px=\"{0}\"><text x=\"{1}\" y=\"{2}\" text-anchor=\"end\" "
-          "fill=\"{3}\" font-weight=\"bold\" " VS_HALO ">OOM: {4} more</text></g>\n",
+          "fill=\"{3}\" font-weight=\"bold\">OOM: {4} more</text></g>\n",
           Coord(px), Coord(px - 4), Coord(L::kPlotBottom - 8), kLimitColour,
           FormatGiB(sim_.oom->alloc_size_bytes));
     }
@@ -338,7 +360,10 @@ class ChartWriter {
                limit_on_chart_ ? FormatGiB(usable)
                                : fmt::format("{}: far above", FormatGiB(usable)));
     LegendLine(y += 35, kMarkerColour, "", 0.8, "step / phase start");
-    if (sim_.oom) LegendLine(y += 20, kLimitColour, "", 2, "out of memory");
+    if (sim_.oom) {
+      LegendLine(y += 20, kLimitColour, "", 2, "out of memory",
+                 fmt::format("box: the failed {}", FormatGiB(sim_.oom->alloc_size_bytes)));
+    }
     out_ += "</g>\n";
   }
 
@@ -366,8 +391,6 @@ std::string RenderRankSvg(const Report& report, const RankReport& rank, std::str
 }
 
 }  // namespace vramscope::report_internal
-
-#undef VS_HALO
 
 namespace vramscope {
 

@@ -150,4 +150,8 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BrokenPipeError:  # output piped into `head`
+        sys.stderr.close()
+        sys.exit(0)

@@ -178,7 +178,9 @@ def measure_config(config, opts, harness, remaining_s=None):
             "harness": harness,
             "env": env,
             "prepare_timeout_s": timeout,
+            "scratch_dir": str(tmp / "scratch"),
         }
+        (tmp / "scratch").mkdir()
         if _wants_snapshot(config, opts):
             opts.snapshot_dir.mkdir(parents=True, exist_ok=True)
             job["snapshot"] = {"path": str((opts.snapshot_dir / f"{config.id}.pickle").resolve()),

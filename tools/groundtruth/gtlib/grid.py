@@ -104,7 +104,6 @@ def _expand_block(block, defaults, where):
     if label is not None and not isinstance(label, str):
         raise GridError(f"{where}: 'label' must be a string")
     fixed = {k: v for k, v in block.items() if k not in _BLOCK_EXTRA_KEYS}
-    _check_knob_names(fixed, where)
     _check_scalars(fixed, where)
     sweep = block.get("sweep", {})
     if not isinstance(sweep, dict):

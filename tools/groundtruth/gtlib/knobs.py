@@ -222,7 +222,7 @@ def estimate_flags(knobs):
     """The `vramscope estimate` command-line flags equivalent to `knobs`."""
     flags = [knobs["model"]]
     for key in KNOB_ORDER[1:]:
-        if key == "steps" or key not in knobs:
+        if key not in knobs:
             continue
         value = knobs[key]
         if key == "alloc_conf" and not value:

@@ -183,27 +183,19 @@ def hf_loss_fn(model, input_ids, labels):
     return compute
 
 
-def chunked_causal_loss_fn(torch, backbone, lm_head, input_ids, labels, chunk_tokens,
-                           softcap=None):
-    """Causal-LM loss without materialising all logits at once.
+def chunked_causal_loss_fn(torch, backbone, lm_head, input_ids, labels, chunks, softcap=None):
+    """Causal-LM loss over the logits in `chunks` pieces (torchtune CEWithChunkedOutputLoss style).
 
-    hidden = backbone(input_ids).last_hidden_state, flattened to (b*s, h) and
-    split into chunks of `chunk_tokens` rows; for each chunk,
-    lm_head -> optional tanh soft-capping -> .float() -> cross_entropy(sum)
-    runs under non-reentrant checkpointing, so backward recomputes the chunk's
-    logits instead of keeping them. Labels are shifted as transformers does
-    (pad with -100, drop the first position), and the sum is divided by the
-    number of labelled tokens.
+    hidden = backbone(input_ids).last_hidden_state is flattened to (b*s, h)
+    and split into `chunks` near-equal row blocks (torch.tensor_split: the
+    first ones one row longer); each block goes through lm_head, optional tanh
+    soft-capping (gemma2), .float() and cross_entropy(reduction="sum"). No
+    checkpointing: autograd keeps each chunk's fp32 log-probabilities, but no
+    full (b*s, vocab) bf16 logits tensor ever exists. Labels are shifted as
+    transformers does (pad with -100, drop the first position); the summed
+    loss is divided by the number of labelled tokens.
     """
     F = torch.nn.functional
-    from torch.utils.checkpoint import checkpoint
-
-    def chunk_loss(hidden_chunk, label_chunk):
-        logits = lm_head(hidden_chunk)
-        if softcap:
-            logits = torch.tanh(logits / softcap) * softcap
-        return F.cross_entropy(logits.float(), label_chunk, ignore_index=IGNORE_INDEX,
-                               reduction="sum")
 
     def compute():
         out = backbone(input_ids=input_ids)
@@ -213,8 +205,13 @@ def chunked_causal_loss_fn(torch, backbone, lm_head, input_ids, labels, chunk_to
         shifted = F.pad(labels, (0, 1), value=IGNORE_INDEX)[:, 1:].reshape(-1)
         count = (shifted != IGNORE_INDEX).sum()
         total = None
-        for h_chunk, y_chunk in zip(flat.split(chunk_tokens), shifted.split(chunk_tokens)):
-            part = checkpoint(chunk_loss, h_chunk, y_chunk, use_reentrant=False)
+        for h_chunk, y_chunk in zip(torch.tensor_split(flat, chunks), torch.tensor_split(shifted, chunks)):
+            logits = lm_head(h_chunk)
+            if softcap:
+                logits = torch.tanh(logits / softcap) * softcap
+            part = F.cross_entropy(logits.float(), y_chunk, ignore_index=IGNORE_INDEX,
+                                   reduction="sum")
+            del logits
             total = part if total is None else total + part
         return total / count
     return compute

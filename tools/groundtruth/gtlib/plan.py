@@ -13,9 +13,10 @@ Choices made here, each documented in docs/groundtruth.md:
     the precision knob, then peft.prepare_model_for_kbit_training (which casts
     every non-4-bit parameter to fp32) and get_peft_model.
   * Optimizers: lr 1e-5 and the library defaults otherwise.
-  * Chunked loss: the decoder's last hidden state is split into chunks of
-    CHUNK_TOKENS tokens; each chunk's lm_head + fp32 cross-entropy runs under
-    non-reentrant torch.utils.checkpoint, so one chunk's logits live at a time.
+  * Chunked loss (as src/lower/loss.cc models it): torchtune
+    CEWithChunkedOutputLoss style, the decoder's last hidden state split into
+    LOSS_CHUNKS token blocks, each through lm_head + fp32 cross-entropy, no
+    checkpointing.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import re
 
 PLAN_VERSION = 1
 LEARNING_RATE = 1e-5
-CHUNK_TOKENS = 1024
+LOSS_CHUNKS = 8
 
 MASKED_LM_TYPES = ("bert", "roberta")
 # Models with learned absolute positions cannot run past this many tokens.
@@ -161,6 +162,9 @@ def make_plan(knobs, model_config):
         "random_init": True,
     }
     if knobs["finetune"] == "qlora":
+        if knobs["precision"] == "fp32":
+            raise PlanSkip("qlora needs a 16-bit compute dtype (as `vramscope estimate` says); "
+                           "use precision bf16 or bf16-mixed")
         requires += ["peft", "bitsandbytes"]
         build.update({
             "method": "from_pretrained_4bit",
@@ -215,7 +219,8 @@ def make_plan(knobs, model_config):
     if knobs["loss"] == "chunked":
         if masked:
             raise PlanSkip("loss chunked is defined for causal LMs only")
-        loss = {"kind": "chunked", "chunk_tokens": CHUNK_TOKENS, "checkpoint_each_chunk": True,
+        loss = {"kind": "chunked", "chunks": LOSS_CHUNKS, "split": "flattened tokens",
+                "checkpoint_each_chunk": False,
                 "final_logit_softcapping": model_config.get("final_logit_softcapping")}
     else:
         loss = {"kind": "hf"}

@@ -53,7 +53,12 @@ def dtype_kwarg(transformers_version):
 
 
 def _load_hf_config(transformers, config_dict):
-    """AutoConfig from a dict through a local config.json (no network: a directory path)."""
+    """AutoConfig from a dict through a local config.json (no network: a directory path).
+
+    `auto_map` is dropped: the harness only runs transformers' own model code,
+    never code a config.json points to.
+    """
+    config_dict = {k: v for k, v in config_dict.items() if k != "auto_map"}
     with tempfile.TemporaryDirectory(prefix="vramscope-gt-") as tmp:
         (Path(tmp) / "config.json").write_text(json.dumps(config_dict), encoding="utf-8")
         return transformers.AutoConfig.from_pretrained(tmp, local_files_only=True)
@@ -214,7 +219,7 @@ def make_loss_fn(torch, model, hf, plan, input_ids, labels):
     backbone = getattr(hf, hf.base_model_prefix)
     return loop.chunked_causal_loss_fn(
         torch, backbone, hf.get_output_embeddings(), input_ids, labels,
-        loss["chunk_tokens"], loss.get("final_logit_softcapping"))
+        loss["chunks"], loss.get("final_logit_softcapping"))
 
 
 class SnapshotHooks(loop.Hooks):
@@ -283,7 +288,11 @@ def measure(job, job_path, record, clock=time.perf_counter):
     if "bitsandbytes" in plan["requires"]:
         import bitsandbytes  # noqa: F401
 
-    with tempfile.TemporaryDirectory(prefix="vramscope-gt-4bit-") as scratch:
+    # The driver's job directory (removed by the driver even if this process is killed)
+    # holds QLoRA's saved weights; a standalone run uses a temporary directory.
+    with contextlib.ExitStack() as stack:
+        scratch = job.get("scratch_dir") or stack.enter_context(
+            tempfile.TemporaryDirectory(prefix="vramscope-gt-4bit-"))
         if plan["build"]["method"] == "from_pretrained_4bit":
             _prepare_4bit(job_path, scratch, job.get("prepare_timeout_s", 600))
         _measure_on_gpu(torch, job, plan, record, scratch, clock)

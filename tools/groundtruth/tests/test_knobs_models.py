@@ -55,7 +55,7 @@ def test_estimate_flags():
     assert flags[flags.index("--grad-accum") + 1] == "2"
     assert flags[flags.index("--lora-targets") + 1] == "q,v"
     assert flags[flags.index("--alloc-conf") + 1] == "expandable_segments:True"
-    assert "--steps" not in flags
+    assert flags[-2:] == ["--steps", "3"]
 
 
 def test_resolve_alias_strips_vramscope_key(model_dirs):

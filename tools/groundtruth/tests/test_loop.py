@@ -140,7 +140,7 @@ class Backbone(torch.nn.Module):
         return SimpleNamespace(last_hidden_state=torch.tanh(self.proj(self.embed(input_ids))))
 
 
-@pytest.mark.parametrize("chunk, softcap", [(3, None), (5, 2.0), (1000, None)])
+@pytest.mark.parametrize("chunk, softcap", [(3, None), (5, 2.0), (8, None), (20, None)])
 def test_chunked_loss_equals_full_loss_and_gradients(chunk, softcap):
     torch.manual_seed(0)
     backbone, head = Backbone(), torch.nn.Linear(8, 40, bias=False)

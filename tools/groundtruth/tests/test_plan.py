@@ -140,8 +140,8 @@ def test_qlora(model_dirs):
 
 def test_chunked_loss(model_dirs):
     p = make(model_dirs, model="tiny-gemma2", loss="chunked")
-    assert p["loss"] == {"kind": "chunked", "chunk_tokens": plan.CHUNK_TOKENS,
-                         "checkpoint_each_chunk": True, "final_logit_softcapping": 30.0}
+    assert p["loss"] == {"kind": "chunked", "chunks": 8, "split": "flattened tokens",
+                         "checkpoint_each_chunk": False, "final_logit_softcapping": 30.0}
 
 
 def test_grad_accum(model_dirs):
@@ -163,6 +163,7 @@ def test_attention(model_dirs):
     ({"model": "tiny-bert", "loss": "chunked"}, "causal LMs only"),
     ({"attn": "flash", "precision": "fp32"}, "fp16/bf16"),
     ({"model": "tiny-gpt2", "finetune": "lora", "lora_targets": "gate"}, "select no module"),
+    ({"finetune": "qlora", "precision": "fp32"}, "16-bit compute dtype"),
 ])
 def test_skips(model_dirs, raw, message):
     with pytest.raises(plan.PlanSkip, match=message):

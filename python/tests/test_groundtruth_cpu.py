@@ -1,0 +1,61 @@
+"""Real PyTorch ground truth without a GPU: recorded peaks against the CPU allocator.
+
+Two training steps of each reference model run on CPU with the recorder and the
+profiler's allocator accounting both active (vramscope_trace.groundtruth_cpu). The
+recorder's trace, replayed with ideal accounting, must equal the allocator's peak of
+live bytes once kernel scratch is set aside, and the allocator's whole excess must be
+kernel scratch (buffers that live and die inside one ATen op).
+"""
+
+import pytest
+import torch
+
+from event_stream_check import check_file
+from vramscope_trace.groundtruth_cpu import measure
+from vramscope_trace.reference_models import GROUND_TRUTH_MODELS
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("groundtruth")
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            cache[name] = measure(name, str(directory / f"{name}.events"))
+        return cache[name]
+
+    return get
+
+
+@pytest.mark.parametrize("name", GROUND_TRUTH_MODELS)
+def test_the_trace_is_a_valid_event_stream(name, results):
+    result = results(name)
+    checked = check_file(result["trace"])
+    assert checked.meta["source"] == "vramscope-python-recorder"
+    assert checked.meta["torch"] == torch.__version__
+    assert checked.peak_live_bytes == result["recorded_peak_bytes"]
+    assert [p for p in checked.phases] == [(s, p) for s in (1, 2)
+                                           for p in ("forward", "backward", "optimizer")]
+    assert set(checked.categories) <= {"param", "grad", "optim", "act", "loss", "temp", "other"}
+    assert {"param", "grad", "optim", "act", "loss", "temp"} <= set(checked.categories)
+    assert result["file_bytes"] / checked.events <= 100
+
+
+@pytest.mark.parametrize("name", GROUND_TRUTH_MODELS)
+def test_recorded_peak_equals_the_cpu_allocator(name, results):
+    result = results(name)
+    # The measurement starts from what we expect to be resident: weights, buffers, batch.
+    assert result["live_at_start_measured_bytes"] == result["live_at_start_expected_bytes"]
+    assert abs(result["op_level_relative_error"]) <= 0.01, result
+    assert result["recorded_peak_phase"] == result["measured_op_level_peak_phase"], result
+    assert result["recorded_peak_phase"] == result["measured_peak_phase"], result
+
+
+@pytest.mark.parametrize("name", GROUND_TRUTH_MODELS)
+def test_what_the_trace_misses_is_kernel_scratch(name, results):
+    result = results(name)
+    missing = result["measured_peak_bytes"] - result["recorded_peak_bytes"]
+    # 64 bytes of slack: torch saves wrapped Python scalars (8-byte CPU tensors) for
+    # backward, which a dispatch mode sees as numbers, not tensors.
+    assert -64 <= missing <= result["kernel_scratch_peak_bytes"] + 64, result
