@@ -9,6 +9,7 @@ kernel scratch (buffers that live and die inside one ATen op).
 
 import pytest
 import torch
+import torch.utils.checkpoint
 
 from event_stream_check import check_file
 from vramscope_trace.groundtruth_cpu import measure
@@ -100,8 +101,6 @@ def _build_variant(name, device):
 
 @pytest.mark.parametrize("name", ["checkpoint", "tied", "autocast"])
 def test_variants_match_the_cpu_allocator(name, tmp_path):
-    import torch.utils.checkpoint  # noqa: F401  (makes torch.utils.checkpoint available)
-
     result = measure(name, str(tmp_path / f"{name}.events"), builder=_build_variant)
     check_file(result["trace"])
     assert result["live_at_start_measured_bytes"] == result["live_at_start_expected_bytes"]
