@@ -108,3 +108,20 @@ def test_variants_match_the_cpu_allocator(name, tmp_path):
     # an ATen op) until backward: 0.07 % here, host memory only on a GPU.
     assert abs(result["op_level_relative_error"]) <= 0.01, result
     assert result["recorded_peak_phase"] == result["measured_op_level_peak_phase"], result
+
+
+def test_the_script_writes_json_for_ci(tmp_path, capsys):
+    import json
+
+    from vramscope_trace import groundtruth_cpu
+
+    out = tmp_path / "gt.json"
+    assert groundtruth_cpu.main(["--models", "gpt", "--out-dir", str(tmp_path),
+                                 "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    entry = data["gpt"]
+    assert entry["trace"] == str(tmp_path / "gpt.events")
+    assert isinstance(entry["measured_peak_bytes"], int)
+    assert isinstance(entry["measured_op_level_peak_bytes"], int)
+    assert entry["recorded_peak_bytes"] == check_file(entry["trace"]).peak_live_bytes
+    assert "gpt" in capsys.readouterr().out

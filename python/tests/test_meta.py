@@ -77,3 +77,14 @@ def test_foreach_optimizers_do_not_run_on_meta_in_torch_1_13(tmp_path):
     with pytest.raises(NotImplementedError):
         vramscope_trace.record_step(model, batch, loss_fn, optimizer, steps=1,
                                     path=tmp_path / "t.events")
+
+
+def test_the_recording_cost_script_runs(tmp_path, capsys):
+    from vramscope_trace import measure_cost
+
+    out = tmp_path / "llama.events"
+    assert measure_cost.main(["--steps", "1", "--seq", "16", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "6.74e9 parameters" in printed and "bytes/event" in printed
+    checked = check_file(out)
+    assert out.stat().st_size / checked.events <= 100
