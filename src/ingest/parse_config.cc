@@ -84,6 +84,9 @@ Result<ModelSpec> ParseModelConfig(std::string_view json_text, std::string_view 
       (void)ignored;
     } catch (const nlohmann::json::parse_error& e) {
       where = fmt::format(" at byte {}", e.byte);
+    } catch (const nlohmann::json::exception& e) {
+      // e.g. out_of_range.406 for a number like 1e999: report it, never throw.
+      where = fmt::format(" ({})", e.what());
     }
     return MakeError(fmt::format("{}: not valid JSON{}", name, where));
   }

@@ -191,6 +191,8 @@ TEST(ParseConfigErrorsTest, MalformedAndTruncatedJson) {
   ExpectMentions(ErrorOf("{\"model_type\": \"llama\", \"hidden_size\": 40"), "not valid JSON");
   ExpectMentions(ErrorOf(""), "not valid JSON");
   ExpectMentions(ErrorOf("[1, 2]"), "expected a JSON object");
+  // Numbers beyond double range (found by fuzz_model_config).
+  ExpectMentions(ErrorOf(R"({"model_type": "llama", "rope_theta": 1e999})"), "not valid JSON");
   // A real config cut off mid-key.
   ExpectMentions(ErrorOf(R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "interm)"),
                  "not valid JSON");

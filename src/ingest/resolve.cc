@@ -79,8 +79,10 @@ int LayerOf(std::string_view name) {
       bool boundary = at == 0 || name[at - 1] == '.';
       size_t digits = at + marker.size(), end = digits;
       while (end < name.size() && std::isdigit(static_cast<unsigned char>(name[end]))) ++end;
-      if (boundary && end > digits && end < name.size() && name[end] == '.' &&
-          name.find("vision") == std::string_view::npos) {
+      // At most 6 digits: layer indices are below kMaxLayers, and a longer run
+      // of digits is a name, not an index (std::stoi would throw on overflow).
+      if (boundary && end > digits && end - digits <= 6 && end < name.size() &&
+          name[end] == '.' && name.find("vision") == std::string_view::npos) {
         return std::stoi(std::string(name.substr(digits, end - digits)));
       }
       at += marker.size();

@@ -56,16 +56,21 @@ TEST(ResolveModelTest, DirectoryWithSafetensorsTakesStoredNamesShapesAndDtypes) 
   // An old-style rotary buffer (skipped) and a tensor the config does not create (kept).
   tensors.push_back({"model.layers.0.self_attn.rotary_emb.inv_freq", "F32", {8}});
   tensors.push_back({"model.extra_scale", "F32", {3}});
+  // A digit run too long to be a layer index must not break layer parsing.
+  tensors.push_back({"model.layers.99999999999999999999999.extra", "F32", {1}});
   WriteFile(dir.path() / "model.safetensors", MakeSafetensors(tensors));
   Result<ModelSpec> spec = ResolveModel(dir.path().string());
   ASSERT_TRUE(spec.ok()) << spec.error().message;
   EXPECT_TRUE(spec->params_from_safetensors);
-  EXPECT_EQ(spec->ParameterCount(), expected + 3);
+  EXPECT_EQ(spec->ParameterCount(), expected + 3 + 1);
   EXPECT_EQ(spec->params.front().name, "model.embed_tokens.weight");
   EXPECT_EQ(spec->params.front().stored_dtype, "BF16");
   EXPECT_EQ(spec->params.front().role, "embed");
-  EXPECT_EQ(spec->params.back().name, "model.extra_scale");
-  EXPECT_EQ(spec->params.back().role, "unknown");
+  const ParamTensor& extra = spec->params[spec->params.size() - 2];
+  EXPECT_EQ(extra.name, "model.extra_scale");
+  EXPECT_EQ(extra.role, "unknown");
+  EXPECT_EQ(extra.layer, -1);
+  EXPECT_EQ(spec->params.back().layer, -1);
   std::string notes;
   for (const std::string& n : spec->notes) notes += n + "\n";
   EXPECT_NE(notes.find("skipped 1 non-parameter buffers"), std::string::npos) << notes;
