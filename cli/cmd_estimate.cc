@@ -7,10 +7,9 @@
 #include "command.h"
 #include "knobs.h"
 #include "output.h"
+#include "vramscope/estimate.h"
 #include "vramscope/event_io.h"
-#include "vramscope/lower.h"
 #include "vramscope/model.h"
-#include "vramscope/simulate.h"
 
 namespace vramscope::cli {
 namespace {
@@ -27,43 +26,23 @@ struct EstimateArgs {
 int RunEstimate(const EstimateArgs& args) {
   auto setup = args.knobs.ToSetup();
   if (!setup.ok()) return FailBadInput(setup.error());
-  auto gpu = FindGpu(setup->gpu);
-  if (!gpu.ok()) return FailBadInput(gpu.error());
-  auto conf = ParseAllocConf(setup->alloc_conf);
-  if (!conf.ok()) return FailBadInput(conf.error());
   auto model = ResolveModel(args.model);
   if (!model.ok()) return FailBadInput(model.error());
-  auto lowered = LowerTraining(*model, *setup, *gpu);
-  if (!lowered.ok()) return FailBadInput(lowered.error());
-  if (!args.events_path.empty()) {
-    Status s = WriteTextFile(args.events_path, WriteEventText(lowered->stream));
+  EstimateOptions options;
+  options.top_allocations = args.top;
+  options.keep_events = !args.events_path.empty();
+  auto est = Estimate(*model, *setup, options);
+  if (!est.ok()) return FailBadInput(est.error());
+  if (options.keep_events) {
+    Status s = WriteTextFile(args.events_path, WriteEventText(est->events));
     if (!s.ok()) return FailBadInput(s.error());
   }
-  SimOptions options;
-  options.alloc = *conf;
-  options.top_allocations = args.top;
-  const uint64_t outside = gpu->cuda_context_bytes + lowered->managed_bytes;
-  options.device_limit_bytes = gpu->usable_bytes > outside ? gpu->usable_bytes - outside : 0;
-  auto sim = Simulate(lowered->stream, options);
-  if (!sim.ok()) return FailBadInput(sim.error());
-
-  Report report;
-  report.command = "estimate";
+  Report& report = est->report;
   report.source = args.model;
-  report.gpu = *gpu;
-  report.model = ModelSummary{model->name, model->model_type, lowered->parameters,
-                              lowered->trainable_parameters};
-  report.knobs = DescribeSetup(*setup);
-  RankReport rank;
-  rank.rank_class = "all";
-  rank.ranks = {0};
-  rank.sim = std::move(*sim);
-  rank.extras.cuda_context_bytes = gpu->cuda_context_bytes;
-  rank.extras.other_bytes = lowered->managed_bytes;
-  rank.device_total_bytes = DeviceTotalBytes(rank.sim, rank.extras);
-  report.ranks.push_back(std::move(rank));
-  report.notes = lowered->notes;
-  if (args.explain) report.explanation = ExplainPeak(report);
+  if (args.explain) {
+    report.explanation = ExplainPeak(report);
+    for (auto& line : ExplainWhatIf(*model, *setup, report)) report.explanation.push_back(std::move(line));
+  }
   return EmitReport(report, args.out);
 }
 

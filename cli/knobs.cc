@@ -68,32 +68,4 @@ Result<TrainingSetup> KnobArgs::ToSetup() const {
   return s;
 }
 
-std::vector<std::string> ExplainPeak(const Report& report) {
-  std::vector<std::string> lines;
-  const RankReport& r = report.worst();
-  const SimResult& sim = r.sim;
-  lines.push_back(fmt::format(
-      "The peak of {} allocated happens in step {}, {} phase; PyTorch reserves {} by then "
-      "({} cached but unused), and nvidia-smi would show about {}.",
-      FormatGiB(sim.peak_allocated_bytes), sim.peak_step, PhaseName(sim.peak_phase),
-      FormatGiB(sim.reserved_at_peak_bytes),
-      FormatGiB(sim.reserved_at_peak_bytes - std::min(sim.reserved_at_peak_bytes, sim.peak_allocated_bytes)),
-      FormatGiB(r.device_total_bytes)));
-  std::vector<std::pair<uint64_t, Category>> parts;
-  for (Category c : kAllCategories) parts.emplace_back(sim.breakdown_at_peak[static_cast<int>(c)], c);
-  std::sort(parts.rbegin(), parts.rend());
-  for (const auto& [bytes, c] : parts) {
-    if (bytes == 0 || sim.peak_allocated_bytes == 0) continue;
-    lines.push_back(fmt::format("  {}: {} ({:.0f}%)", CategoryJsonKey(c), FormatGiB(bytes),
-                                100.0 * static_cast<double>(bytes) / static_cast<double>(sim.peak_allocated_bytes)));
-  }
-  if (!sim.top_at_peak.empty()) {
-    const LiveAllocation& top = sim.top_at_peak.front();
-    lines.push_back(fmt::format("The largest single tensor alive then is {} of {} made by {} in {}.",
-                                FormatGiB(top.block_bytes), CategoryJsonKey(top.category), top.op,
-                                top.module.empty() ? "(no module)" : top.module));
-  }
-  return lines;
-}
-
 }  // namespace vramscope::cli

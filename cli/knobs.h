@@ -26,7 +26,4 @@ struct KnobArgs {
 
 void AddKnobFlags(CLI::App* sub, KnobArgs* knobs);
 
-// Plain-words lines about the peak of an estimate.
-std::vector<std::string> ExplainPeak(const Report& report);
-
 }  // namespace vramscope::cli

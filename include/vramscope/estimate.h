@@ -1,0 +1,48 @@
+// Estimate: model + training setup -> Report, the one entry point that the
+// estimate, fit, sweep, plan, validate and compare commands share. Calls
+// lower + simulate only (DESIGN.md: "the planner only calls lower + simulate").
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "vramscope/alloc_config.h"
+#include "vramscope/gpu.h"
+#include "vramscope/lower.h"
+#include "vramscope/model.h"
+#include "vramscope/report.h"
+#include "vramscope/result.h"
+#include "vramscope/setup.h"
+
+namespace vramscope {
+
+struct EstimateOptions {
+  size_t top_allocations = 20;
+  // Keep the timeline (reports drawn as charts). Searches turn it off.
+  bool timeline = true;
+  // Also return the lowered event stream (estimate --events).
+  bool keep_events = false;
+};
+
+struct Estimated {
+  Report report;
+  EventStream events;  // filled only with keep_events
+};
+
+// Validates the setup (GPU name, allocator configuration, knobs against the
+// model) and simulates it. Errors are bad input: one line naming the knob.
+Result<Estimated> Estimate(const ModelSpec& model, const TrainingSetup& setup,
+                           const EstimateOptions& options = {});
+
+// Plain-words lines about the peak of a report: when it happens, what is
+// alive, the largest tensor.
+std::vector<std::string> ExplainPeak(const Report& report);
+
+// What-if lines: the knobs that would change this setup's memory, each
+// re-estimated ("gradient checkpointing (--grad-ckpt full): -12.3 GiB peak
+// allocated, about +33% step time"). Only knobs applicable to the setup.
+std::vector<std::string> ExplainWhatIf(const ModelSpec& model, const TrainingSetup& setup,
+                                       const Report& base);
+
+}  // namespace vramscope

@@ -1,0 +1,137 @@
+// Plain-words explanations of an estimate: what is alive at the peak, and
+// what each applicable knob would change (every what-if is a re-estimate,
+// never a formula).
+#include <algorithm>
+#include <cstdlib>
+#include <functional>
+
+#include <fmt/format.h>
+
+#include "vramscope/estimate.h"
+
+namespace vramscope {
+namespace {
+
+// Signed difference in GiB, "-1.23 GiB" / "+0.50 GiB".
+std::string SignedGiB(uint64_t after, uint64_t before) {
+  if (after >= before) return "+" + FormatGiB(after - before);
+  return "-" + FormatGiB(before - after);
+}
+
+struct WhatIf {
+  std::string label;      // "gradient checkpointing (--grad-ckpt full)"
+  std::string cost;       // what it costs besides memory, "" if nothing notable
+  std::function<bool(const TrainingSetup&)> applies;
+  std::function<void(TrainingSetup*)> change;
+};
+
+bool IsAdamFamily(OptimizerKind o) {
+  return o == OptimizerKind::kAdamW || o == OptimizerKind::kAdamWFused ||
+         o == OptimizerKind::kAdamWForLoop;
+}
+
+// The knobs people reach for first when a run does not fit. Step-time costs
+// are the standard ones: checkpointing recomputes the forward pass (forward is
+// about 1/3 of a step's FLOPs, so about +33%); a halved micro-batch with
+// doubled accumulation keeps tokens per step but runs smaller kernels.
+std::vector<WhatIf> Candidates() {
+  return {
+      {"gradient checkpointing (--grad-ckpt full)", "about +33% step time (the forward runs twice)",
+       [](const TrainingSetup& s) { return s.grad_ckpt == GradCkpt::kNone; },
+       [](TrainingSetup* s) { s->grad_ckpt = GradCkpt::kFull; }},
+      {"chunked cross-entropy (--loss chunked)", "no extra compute",
+       [](const TrainingSetup& s) { return s.loss == LossKind::kHf; },
+       [](TrainingSetup* s) { s->loss = LossKind::kChunked; }},
+      {"fused linear cross-entropy (--loss fused-linear)", "needs Liger-Kernel; no extra compute",
+       [](const TrainingSetup& s) { return s.loss != LossKind::kFusedLinear; },
+       [](TrainingSetup* s) { s->loss = LossKind::kFusedLinear; }},
+      {"fused AdamW (--optimizer adamw-fused)", "same math, fewer temporaries",
+       [](const TrainingSetup& s) {
+         return s.optimizer == OptimizerKind::kAdamW || s.optimizer == OptimizerKind::kAdamWForLoop;
+       },
+       [](TrainingSetup* s) { s->optimizer = OptimizerKind::kAdamWFused; }},
+      {"8-bit AdamW (--optimizer adamw-8bit)", "needs bitsandbytes; optimizer state quantised",
+       [](const TrainingSetup& s) { return IsAdamFamily(s.optimizer); },
+       [](TrainingSetup* s) { s->optimizer = OptimizerKind::kAdamW8bit; }},
+      {"LoRA (--finetune lora)", "trains adapters only, not the full model",
+       [](const TrainingSetup& s) { return s.finetune == Finetune::kFull; },
+       [](TrainingSetup* s) { s->finetune = Finetune::kLora; }},
+      {"SDPA attention (--attn sdpa)", "usually faster than eager",
+       [](const TrainingSetup& s) { return s.attn == Attention::kEager; },
+       [](TrainingSetup* s) { s->attn = Attention::kSdpa; }},
+      {"half the micro-batch, twice the accumulation", "same tokens per step, smaller kernels",
+       [](const TrainingSetup& s) { return s.batch >= 2 && s.batch % 2 == 0; },
+       [](TrainingSetup* s) {
+         s->batch /= 2;
+         s->grad_accum *= 2;
+       }},
+      {"expandable segments (--alloc-conf expandable_segments:True)",
+       "changes reserved memory only, not allocated",
+       [](const TrainingSetup& s) { return s.alloc_conf.find("expandable_segments") == std::string::npos; },
+       [](TrainingSetup* s) {
+         s->alloc_conf = s->alloc_conf.empty() ? "expandable_segments:True"
+                                               : s->alloc_conf + ",expandable_segments:True";
+       }},
+  };
+}
+
+}  // namespace
+
+std::vector<std::string> ExplainPeak(const Report& report) {
+  std::vector<std::string> lines;
+  const RankReport& r = report.worst();
+  const SimResult& sim = r.sim;
+  lines.push_back(fmt::format(
+      "The peak of {} allocated happens in step {}, {} phase; PyTorch reserves {} by then "
+      "({} cached but unused), and nvidia-smi would show about {}.",
+      FormatGiB(sim.peak_allocated_bytes), sim.peak_step, PhaseName(sim.peak_phase),
+      FormatGiB(sim.reserved_at_peak_bytes),
+      FormatGiB(sim.reserved_at_peak_bytes - std::min(sim.reserved_at_peak_bytes, sim.peak_allocated_bytes)),
+      FormatGiB(DeviceTotalBytes(r))));
+  std::vector<std::pair<uint64_t, Category>> parts;
+  for (Category c : kAllCategories) parts.emplace_back(sim.breakdown_at_peak[static_cast<int>(c)], c);
+  std::sort(parts.rbegin(), parts.rend());
+  for (const auto& [bytes, c] : parts) {
+    if (bytes == 0 || sim.peak_allocated_bytes == 0) continue;
+    lines.push_back(fmt::format("  {}: {} ({:.0f}%)", CategoryJsonKey(c), FormatGiB(bytes),
+                                100.0 * static_cast<double>(bytes) /
+                                    static_cast<double>(sim.peak_allocated_bytes)));
+  }
+  if (!sim.top_at_peak.empty()) {
+    const LiveAllocation& top = sim.top_at_peak.front();
+    lines.push_back(fmt::format("The largest single tensor alive then is {} of {} made by {} in {}.",
+                                FormatGiB(top.block_bytes), CategoryJsonKey(top.category), top.op,
+                                top.module.empty() ? "(no module)" : top.module));
+  }
+  return lines;
+}
+
+std::vector<std::string> ExplainWhatIf(const ModelSpec& model, const TrainingSetup& setup,
+                                       const Report& base) {
+  std::vector<std::string> lines;
+  const uint64_t base_alloc = base.worst().sim.peak_allocated_bytes;
+  const uint64_t base_device = base.needed_bytes();
+  EstimateOptions options;
+  options.timeline = false;
+  options.top_allocations = 0;
+  for (const WhatIf& w : Candidates()) {
+    if (!w.applies(setup)) continue;
+    TrainingSetup changed = setup;
+    w.change(&changed);
+    auto est = Estimate(model, changed, options);
+    if (!est.ok()) continue;  // not applicable to this model (e.g. no LoRA targets)
+    const Report& r = est->report;
+    const uint64_t alloc = r.worst().sim.peak_allocated_bytes;
+    const uint64_t device = r.needed_bytes();
+    if (alloc == base_alloc && device == base_device) continue;
+    std::string line = fmt::format("{}: {} peak allocated, {} on the device", w.label,
+                                   SignedGiB(alloc, base_alloc), SignedGiB(device, base_device));
+    if (!base.fits() && r.fits()) line += " (then it fits)";
+    if (!w.cost.empty()) line += "; " + w.cost;
+    lines.push_back(line + ".");
+  }
+  if (!lines.empty()) lines.insert(lines.begin(), "What each knob would change (each one re-estimated alone):");
+  return lines;
+}
+
+}  // namespace vramscope
