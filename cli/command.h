@@ -26,5 +26,8 @@ const std::vector<CommandSpec>& Commands();
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitInternal = 1;
 inline constexpr int kExitBadInput = 2;
+// validate --thresholds: the measurements and predictions disagree by more
+// than the accuracy gate allows.
+inline constexpr int kExitAccuracy = 3;
 
 }  // namespace vramscope::cli
