@@ -125,3 +125,45 @@ def test_the_script_writes_json_for_ci(tmp_path, capsys):
     assert isinstance(entry["measured_op_level_peak_bytes"], int)
     assert entry["recorded_peak_bytes"] == check_file(entry["trace"]).peak_live_bytes
     assert "gpt" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------- C++ replay
+# The same traces through the C++ simulator (`vramscope simulate`, ideal allocator
+# mode): its peak must equal PyTorch's own op-level accounting within 1%.
+
+import json
+import os
+import pathlib
+import subprocess
+
+_ROOT = pathlib.Path(__file__).resolve().parents[2]
+_BIN = os.environ.get("VRAMSCOPE_BIN", str(_ROOT / "build" / "cli" / "vramscope"))
+
+
+def _simulate(trace, *flags):
+    p = subprocess.run([_BIN, "simulate", trace, "--alloc-conf", "ideal:True", "--json", *flags],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+@pytest.mark.parametrize("name", GROUND_TRUTH_MODELS)
+def test_cpp_simulator_peak_equals_the_cpu_allocator(name, results):
+    result = results(name)
+    report = _simulate(result["trace"])
+    measured = result["measured_op_level_peak_bytes"]
+    assert abs(report["peak_allocated_bytes"] - measured) <= 0.01 * measured, (report["peak_allocated_bytes"], result)
+    # Ideal mode: reserved is allocated, nothing cached.
+    assert report["peak_reserved_bytes"] == report["peak_allocated_bytes"]
+
+
+def test_retain_graph_until_end_raises_the_nerf_peak(results):
+    # Seed 004: keeping saved tensors and intermediate gradients until backward
+    # ends can only raise the peak, and for an MLP whose backward frees its
+    # activations layer by layer it does.
+    report = _simulate(results("nerf")["trace"], "--retain-graph-until-end")
+    classes = {r["rank_class"]: r["peak_allocated_bytes"] for r in report["ranks"]}
+    recorded = classes["as recorded (PyTorch frees early)"]
+    retained = classes["retain graph until end of backward"]
+    assert retained > recorded
+    assert report["peak_allocated_bytes"] == retained

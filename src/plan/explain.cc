@@ -91,12 +91,16 @@ std::vector<std::string> ExplainPeak(const Report& report) {
   std::vector<std::pair<uint64_t, Category>> parts;
   for (Category c : kAllCategories) parts.emplace_back(sim.breakdown_at_peak[static_cast<int>(c)], c);
   std::sort(parts.rbegin(), parts.rend());
+  std::string alive;
   for (const auto& [bytes, c] : parts) {
-    if (bytes == 0 || sim.peak_allocated_bytes == 0) continue;
-    lines.push_back(fmt::format("  {}: {} ({:.0f}%)", CategoryJsonKey(c), FormatGiB(bytes),
-                                100.0 * static_cast<double>(bytes) /
-                                    static_cast<double>(sim.peak_allocated_bytes)));
+    // Shares under 0.5% are noise in a plain-words summary; the table has them.
+    if (sim.peak_allocated_bytes == 0 || bytes * 200 < sim.peak_allocated_bytes) continue;
+    std::string name(CategoryJsonKey(c));
+    std::replace(name.begin(), name.end(), '_', ' ');
+    alive += fmt::format("{}{} {} ({:.0f}%)", alive.empty() ? "" : ", ", name, FormatGiB(bytes),
+                         100.0 * static_cast<double>(bytes) / static_cast<double>(sim.peak_allocated_bytes));
   }
+  if (!alive.empty()) lines.push_back("Alive at the peak: " + alive + ".");
   if (!sim.top_at_peak.empty()) {
     const LiveAllocation& top = sim.top_at_peak.front();
     lines.push_back(fmt::format("The largest single tensor alive then is {} of {} made by {} in {}.",
@@ -124,7 +128,7 @@ std::vector<std::string> ExplainWhatIf(const ModelSpec& model, const TrainingSet
     const uint64_t alloc = r.worst().sim.peak_allocated_bytes;
     const uint64_t device = r.needed_bytes();
     if (alloc == base_alloc && device == base_device) continue;
-    std::string line = fmt::format("{}: {} peak allocated, {} on the device", w.label,
+    std::string line = fmt::format("  {}: {} peak allocated, {} on the device", w.label,
                                    SignedGiB(alloc, base_alloc), SignedGiB(device, base_device));
     if (!base.fits() && r.fits()) line += " (then it fits)";
     if (!w.cost.empty()) line += "; " + w.cost;

@@ -211,7 +211,11 @@ void RenderList(std::string_view title, const std::vector<std::string>& lines, s
   if (lines.empty()) return;
   Line(out);
   Line(out, title);
-  for (const std::string& line : lines) Line(out, "  - " + SanitizeText(line));
+  // A line indented by two spaces is a sub-item of the line before it.
+  for (const std::string& line : lines) {
+    const bool sub = line.rfind("  ", 0) == 0;
+    Line(out, (sub ? "      " + SanitizeText(line.substr(2)) : "  - " + SanitizeText(line)));
+  }
 }
 
 }  // namespace
