@@ -6,6 +6,7 @@ extern const CommandSpec kEstimateCommand;
 extern const CommandSpec kSimulateCommand;
 extern const CommandSpec kGpusCommand;
 extern const CommandSpec kModelsCommand;
+extern const CommandSpec kModelsCommand;
 extern const CommandSpec kValidateCommand;
 
 const std::vector<CommandSpec>& Commands() {
@@ -13,6 +14,7 @@ const std::vector<CommandSpec>& Commands() {
       kEstimateCommand,
       kSimulateCommand,
       kGpusCommand,
+      kModelsCommand,
       kModelsCommand,
       kValidateCommand,
   };

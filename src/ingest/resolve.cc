@@ -1,6 +1,8 @@
 // ResolveModel: a config.json path, a model directory (config.json plus
-// safetensors headers), or a catalog alias / Hugging Face id.
+// safetensors headers), a catalog alias / Hugging Face id, or a Hub id whose
+// config.json is fetched (hub.h).
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <set>
@@ -10,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "catalog_internal.h"
+#include "hub.h"
 #include "safetensors.h"
 #include "vramscope/model.h"
 
@@ -261,7 +264,9 @@ Result<ModelSpec> LoadModelDirectory(const fs::path& dir, std::string_view name)
 
 }  // namespace
 
-Result<ModelSpec> ResolveModel(std::string_view model) {
+namespace ingest {
+
+Result<ModelSpec> ResolveModelWithHub(std::string_view model, const HubLoader& load_hub) {
   if (model.empty()) return MakeError("model: empty name");
   const fs::path path{std::string(model)};
   std::error_code ec;
@@ -275,11 +280,24 @@ Result<ModelSpec> ResolveModel(std::string_view model) {
     }
     return MakeError(fmt::format("{}: not a regular file or directory", model));
   }
-  if (ingest::FindCatalogEntry(model) != nullptr) return LoadCatalogModel(model);
+  if (FindCatalogEntry(model) != nullptr) return LoadCatalogModel(model);
+  if (LooksLikeHubId(model)) return load_hub(model);
   return MakeError(fmt::format(
-      "{}: neither a config.json, a model directory nor a catalog model (`vramscope models` "
-      "lists the catalog; fetching from the Hugging Face Hub is not supported yet){}",
-      model, ingest::DidYouMean(model)));
+      "{}: neither a config.json, a model directory, a catalog model (`vramscope models` lists "
+      "them) nor a Hugging Face id (owner/name){}",
+      model, DidYouMean(model)));
+}
+
+}  // namespace ingest
+
+Result<ModelSpec> ResolveModel(std::string_view model) {
+  return ingest::ResolveModelWithHub(model, [](std::string_view name) {
+    // The library's only network access: see src/ingest/hub.h.
+    std::unique_ptr<ingest::HttpFetcher> fetcher = ingest::MakeCurlFetcher();
+    const ingest::HubSettings settings =
+        ingest::ReadHubSettings([](const char* var) { return std::getenv(var); });
+    return ingest::LoadHubModel(name, settings, *fetcher);
+  });
 }
 
 }  // namespace vramscope

@@ -36,7 +36,10 @@ Result<Estimated> Estimate(const ModelSpec& model, const TrainingSetup& setup,
   rank.extras.other_bytes = lowered.managed_bytes;
   rank.device_total_bytes = DeviceTotalBytes(rank.sim, rank.extras);
   report.ranks.push_back(std::move(rank));
-  report.notes = std::move(lowered.notes);
+  // Where the model came from (catalog, file, Hub cache) first, then the
+  // lowering's assumptions.
+  report.notes = model.notes;
+  for (auto& note : lowered.notes) report.notes.push_back(std::move(note));
   if (options.keep_events) out.events = std::move(lowered.stream);
   return out;
 }
