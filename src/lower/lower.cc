@@ -88,6 +88,7 @@ Result<Lowered> LowerTraining(const ModelSpec& model, const TrainingSetup& setup
       // bitsandbytes NF4 with double quantization: 0.5 byte per weight, one
       // 8-bit absmax per 64 values, fp32 absmax per 256 of those (QLoRA paper §3).
       p.storage_bytes = p.numel / 2 + (p.numel + 63) / 64 + ((p.numel + 63) / 64 + 255) / 256 * 4;
+      p.nf4 = true;
     } else if (qlora) {
       // peft prepare_model_for_kbit_training casts non-quantized params to fp32.
       p.elem_bytes = kF32;

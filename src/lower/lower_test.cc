@@ -155,5 +155,59 @@ TEST(Lower, LoraTrainsOnlyAdapters) {
             m.ParameterCount() * 2 + lowered->trainable_parameters * 4 * 3);
 }
 
+TEST(Lower, QloraStoresNf4AndDequantizesPerMatmul) {
+  const ModelSpec m = Tiny();
+  TrainingSetup s;
+  s.finetune = Finetune::kQLora;
+  s.precision = Precision::kBf16;
+  s.optimizer = OptimizerKind::kNone;
+  s.seq = 48;  // 48 x 256 x 2-byte gradients differ in size from every weight
+  s.steps = 1;
+  auto lowered = LowerTraining(m, s, TestGpu());
+  ASSERT_TRUE(lowered.ok()) << lowered.error().message;
+  // Quantized: every decoder linear (q 256x256, k/v 64x256, o 256x256,
+  // gate/up/down 688x256 each) per layer; lm_head stays unquantized.
+  const uint64_t linear_numels[] = {256 * 256, 64 * 256, 64 * 256, 256 * 256,
+                                    688 * 256, 688 * 256, 688 * 256};
+  // NF4 with double quantization (QLoRA paper, section 3): 4 bits per
+  // weight, an 8-bit absmax per 64-block, an fp32 absmax per 256 blocks.
+  auto nf4 = [](uint64_t n) { return n / 2 + (n + 63) / 64 + ((n + 63) / 64 + 255) / 256 * 4; };
+  uint64_t quantized_bytes = 0, quantized_numel = 0;
+  for (uint64_t n : linear_numels) {
+    quantized_bytes += 4 * nf4(n);
+    quantized_numel += 4 * n;
+  }
+  // Everything else is cast to fp32 by peft's prepare_model_for_kbit_training.
+  const uint64_t other_bytes = (m.ParameterCount() - quantized_numel) * 4;
+  const uint64_t adapters_bytes = lowered->trainable_parameters * 4;
+  uint64_t setup_bytes = 0;
+  std::vector<uint64_t> dequant_sizes, backward_dequant_sizes;
+  const EventStream& es = lowered->stream;
+  Phase phase = Phase::kSetup;
+  for (const Event& e : es.events()) {
+    if (e.kind == EventKind::kPhase) phase = e.phase;
+    if (e.kind != EventKind::kAlloc) continue;
+    if (phase == Phase::kSetup) setup_bytes += e.size_bytes;
+    if (es.String(e.op) == "bnb::dequantize_4bit") dequant_sizes.push_back(e.size_bytes);
+    const bool weight_sized = e.size_bytes == 2 * 256 * 256 || e.size_bytes == 2 * 64 * 256 ||
+                              e.size_bytes == 2 * 688 * 256;
+    if (es.String(e.op) == "MatMul4BitBackward" && weight_sized && phase == Phase::kBackward) {
+      backward_dequant_sizes.push_back(e.size_bytes);
+    }
+  }
+  EXPECT_EQ(setup_bytes, quantized_bytes + other_bytes + adapters_bytes);
+  // One bf16 dequantized copy per quantized linear in forward and again in backward.
+  ASSERT_EQ(dequant_sizes.size(), 4u * 7u);
+  uint64_t dequant_total = 0;
+  for (uint64_t b : dequant_sizes) dequant_total += b;
+  EXPECT_EQ(dequant_total, quantized_numel * 2);
+  uint64_t backward_total = 0;
+  for (uint64_t b : backward_dequant_sizes) backward_total += b;
+  // ... except layer 0's q, k and v: their input (norm of the frozen
+  // embedding) does not require grad, so MatMul4Bit computes no grad_A there.
+  EXPECT_EQ(backward_dequant_sizes.size(), 4u * 7u - 3u);
+  EXPECT_EQ(backward_total, (quantized_numel - (256 * 256 + 2 * 64 * 256)) * 2);
+}
+
 }  // namespace
 }  // namespace vramscope

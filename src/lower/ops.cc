@@ -30,7 +30,8 @@ Var Cast(Tape& tape, const Var& x, uint8_t to_bytes) {
 }
 
 Var AutocastParam(Tape& tape, Param& p) {
-  if (!tape.autocast || p.elem_bytes == tape.compute_bytes || p.elem_bytes != kF32) {
+  // Params4bit are uint8 storage, never autocast-eligible.
+  if (p.nf4 || !tape.autocast || p.elem_bytes == tape.compute_bytes || p.elem_bytes != kF32) {
     return tape.Share(p.var);
   }
   const bool cacheable = p.trainable;  // fp32, requires_grad, leaf
@@ -84,8 +85,33 @@ Var Linear(Tape& tape, const Var& x, Param& weight, Param* bias, uint64_t tokens
 }
 
 namespace {
+// bitsandbytes Linear4bit.forward (0.43-0.45): x.to(compute_dtype);
+// MatMul4Bit.forward dequantizes the whole weight (dequantize_4bit, a
+// temporary in the quantized model's dtype = compute dtype here), runs
+// F.linear, and saves nothing but the quantized weight itself; backward
+// dequantizes it again for grad_A. The result is cast back to x's dtype.
+Var Nf4Linear(Tape& tape, const Var& x, Param& weight, Param* bias, uint64_t tokens,
+              uint64_t out_features) {
+  Var xin = Cast(tape, x, tape.compute_bytes);
+  Var deq = tape.New(weight.numel, tape.compute_bytes, Category::kTemporaries, "bnb::dequantize_4bit");
+  Var out = tape.New(tokens * out_features, tape.compute_bytes, Category::kTemporaries,
+                     "bnb::matmul_4bit");
+  tape.Drop(deq);
+  if (AnyGrad(tape, xin) || (bias && AnyGrad(tape, bias->var))) {
+    NodeId n = tape.Node("MatMul4BitBackward", &out);
+    if (n != kNoNode && xin.requires_grad()) tape.graph.Workspace(n, weight.numel * tape.compute_bytes);
+    EdgeIf(tape, n, xin);
+    if (bias) EdgeIf(tape, n, bias->var);
+  }
+  tape.Drop(xin);
+  Var result = Cast(tape, out, x.elem_bytes);
+  tape.Drop(out);
+  return result;
+}
+
 Var BaseLinear(Tape& tape, const Var& x, Param& weight, Param* bias, uint64_t tokens,
                uint64_t out_features) {
+  if (weight.nf4) return Nf4Linear(tape, x, weight, bias, tokens, out_features);
   Var xin = tape.autocast ? Cast(tape, x, tape.compute_bytes) : tape.Share(x);
   Var win = AutocastParam(tape, weight);
   const uint8_t out_bytes = tape.autocast ? tape.compute_bytes : x.elem_bytes;

@@ -24,6 +24,7 @@ struct Param {
   uint8_t elem_bytes = kF32;
   uint64_t storage_bytes = 0;   // differs from numel*elem_bytes for NF4
   bool trainable = true;
+  bool nf4 = false;             // bitsandbytes Params4bit (QLoRA base weight)
   Var var;                      // leaf Var (fn = AccumulateGrad when trainable)
   TensorId grad = kNoTensor;    // .grad (kNoTensor: None)
   std::vector<TensorId> state;  // optimizer state tensors
