@@ -156,6 +156,12 @@ Result<Lowered> LowerTraining(const ModelSpec& model, const TrainingSetup& setup
   // thread's handle, backward on the autograd engine thread's handle
   // (CublasHandlePool.cpp getCurrentCUDABlasHandle + getNewWorkspace).
   bool forward_workspace = false, backward_workspace = false;
+  // torch.amp.GradScaler (torch 2.x, fp16 autocast only): scale() creates the
+  // fp32 `_scale` and int32 `_growth_tracker` lazily at its first call and
+  // keeps them; each scale() returns loss * scale (MulBackward0 saves the
+  // scale tensor, not a copy).
+  const bool grad_scaler = setup.precision == Precision::kFp16Mixed;
+  Var scaler_state[2];
   for (uint32_t step = 1; step <= setup.steps; ++step) {
     for (uint64_t micro = 0; micro < setup.grad_accum; ++micro) {
       out.BeginPhase(step, Phase::kForward);
@@ -166,6 +172,16 @@ Result<Lowered> LowerTraining(const ModelSpec& model, const TrainingSetup& setup
       }
       ForwardOut f = Forward(tape, model, mp, setup);
       ClearAutocastCache(tape);
+      if (grad_scaler) {
+        tape.SetModule("grad_scaler");
+        if (scaler_state[0].t == kNoTensor) {
+          scaler_state[0] = tape.New(1, kF32, Category::kOther, "GradScaler._scale");
+          scaler_state[1] = tape.New(1, 4, Category::kOther, "GradScaler._growth_tracker");
+        }
+        Var scaled = Mul(tape, f.loss, scaler_state[0], "aten::mul");
+        tape.Drop(f.loss);
+        f.loss = scaled;
+      }
       out.BeginPhase(step, Phase::kBackward);
       if (!backward_workspace && gpu.cublas_workspace_bytes > 0) {
         tape.SetModule("cublas");
@@ -176,7 +192,22 @@ Result<Lowered> LowerTraining(const ModelSpec& model, const TrainingSetup& setup
       tape.Drop(f.loss);
     }
     out.BeginPhase(step, Phase::kOptimizer);
+    Var found_inf;
+    if (grad_scaler) {
+      // scaler.step -> unscale_: found_inf = torch.full((), 0.0); inv_scale =
+      // _scale.double().reciprocal().float(); grads unscaled in place by
+      // _amp_foreach_non_finite_check_and_unscale_. update() works in place.
+      tape.SetModule("grad_scaler");
+      found_inf = tape.New(1, kF32, Category::kOther, "aten::full");
+      Var as_double = tape.New(1, 8, Category::kTemporaries, "aten::_to_copy");
+      Var recip = tape.New(1, 8, Category::kTemporaries, "aten::reciprocal");
+      tape.Drop(as_double);
+      Var inv_scale = tape.New(1, kF32, Category::kTemporaries, "aten::_to_copy");
+      tape.Drop(recip);
+      tape.Drop(inv_scale);
+    }
     OptimizerStep(tape, setup, step == 1, &extras);
+    if (grad_scaler) tape.Drop(found_inf);  // after scaler.update()
     ZeroGrad(tape);
   }
   result.managed_bytes = extras.managed_state_bytes;

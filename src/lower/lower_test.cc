@@ -44,7 +44,7 @@ ModelSpec Tiny() {
 
 TEST(Lower, SteadyStateAndNothingLeaks) {
   const ModelSpec m = Tiny();
-  for (Precision p : {Precision::kFp32, Precision::kBf16Mixed, Precision::kBf16}) {
+  for (Precision p : {Precision::kFp32, Precision::kFp16Mixed, Precision::kBf16Mixed, Precision::kBf16}) {
     for (GradCkpt c : {GradCkpt::kNone, GradCkpt::kFull, GradCkpt::kReentrant}) {
       for (Attention a : {Attention::kEager, Attention::kSdpa, Attention::kFlash}) {
         TrainingSetup s;
