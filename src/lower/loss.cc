@@ -7,25 +7,6 @@
 namespace vramscope::lower {
 namespace {
 
-// F.cross_entropy = log_softmax (saves its output) + nll_loss (saves the
-// target and total_weight). Backward: nll_loss_backward allocates a zeroed
-// full-size gradient; _log_softmax_backward_data another.
-Var CrossEntropy(Tape& tape, const Var& logits32) {
-  Var lsm = tape.New(logits32.numel, kF32, Category::kLoss, "aten::_log_softmax");
-  if (logits32.requires_grad() && tape.grad_enabled) {
-    NodeId n = tape.Node("LogSoftmaxBackward0", &lsm);
-    tape.graph.Save(n, lsm.t);
-    tape.graph.Edge(n, logits32, logits32.bytes());
-  }
-  Var loss = tape.New(1, kF32, Category::kLoss, "aten::nll_loss_forward");
-  if (lsm.requires_grad() && tape.grad_enabled) {
-    NodeId n = tape.Node("NllLossBackward0", &loss);
-    tape.graph.Edge(n, lsm, lsm.bytes(), Category::kLoss);
-  }
-  tape.Drop(lsm);
-  return loss;
-}
-
 Var Softcap(Tape& tape, const Var& logits) {
   // gemma2: logits / cap -> tanh (saves its result) -> * cap
   Var a = Scale(tape, logits);
@@ -41,9 +22,9 @@ Var Softcap(Tape& tape, const Var& logits) {
   return out;
 }
 
-Var HfLoss(Tape& tape, const TrainingSetup& setup, const Var& hidden, Param& head,
+Var HfLoss(Tape& tape, const TrainingSetup& setup, const Var& hidden, Param& head, Param* head_bias,
            uint64_t tokens, uint64_t vocab, double softcap) {
-  Var logits = Linear(tape, hidden, head, nullptr, tokens, vocab);
+  Var logits = Linear(tape, hidden, head, head_bias, tokens, vocab);
   if (softcap > 0) {
     Var capped = Softcap(tape, logits);
     tape.Drop(logits);
@@ -61,7 +42,7 @@ Var HfLoss(Tape& tape, const TrainingSetup& setup, const Var& hidden, Param& hea
       NodeId n = tape.Node("SliceBackward0", &shift);
       tape.graph.Edge(n, l32, l32.bytes(), Category::kLoss);
     }
-    Var loss = CrossEntropy(tape, shift);
+    Var loss = CrossEntropyLoss(tape, shift);
     tape.Drop(shift);
     tape.Drop(l32);  // outputs.logits: dropped by a loop that keeps only the loss
     return loss;
@@ -77,14 +58,14 @@ Var HfLoss(Tape& tape, const TrainingSetup& setup, const Var& hidden, Param& hea
       NodeId n = tape.Node("SliceBackward0", &shift);
       tape.graph.Edge(n, l32, l32.bytes(), Category::kLoss);
     }
-    loss = CrossEntropy(tape, shift);
+    loss = CrossEntropyLoss(tape, shift);
     tape.Drop(shift);
   } else {
     // >= 4.49 (PR #35646): labels are padded instead; no shifted copy.
     Var padded = tape.New(tokens + batch, kI64, Category::kOther, "aten::constant_pad_nd");
     Var shift_labels = tape.New(tokens, kI64, Category::kOther, "aten::clone");
     tape.Drop(padded);
-    loss = CrossEntropy(tape, l32);
+    loss = CrossEntropyLoss(tape, l32);
     tape.Drop(shift_labels);
   }
   tape.Drop(l32);
@@ -106,7 +87,7 @@ Var ChunkedLoss(Tape& tape, const Var& hidden, Param& head, uint64_t tokens, uin
     tape.Drop(hc);
     Var l32 = Cast(tape, logits, kF32);
     tape.Drop(logits);
-    Var part = CrossEntropy(tape, l32);
+    Var part = CrossEntropyLoss(tape, l32);
     tape.Drop(l32);
     if (total.t == kNoTensor) {
       total = part;
@@ -150,7 +131,26 @@ Var FusedLinearLoss(Tape& tape, const Var& hidden, Param& head, uint64_t tokens,
 
 }  // namespace
 
-Var CausalLmLoss(Tape& tape, const TrainingSetup& setup, const Var& hidden, Param& head,
+// F.cross_entropy = log_softmax (saves its output) + nll_loss (saves the
+// target and total_weight). Backward: nll_loss_backward allocates a zeroed
+// full-size gradient; _log_softmax_backward_data another.
+Var CrossEntropyLoss(Tape& tape, const Var& logits32) {
+  Var lsm = tape.New(logits32.numel, logits32.elem_bytes, Category::kLoss, "aten::_log_softmax");
+  if (logits32.requires_grad() && tape.grad_enabled) {
+    NodeId n = tape.Node("LogSoftmaxBackward0", &lsm);
+    tape.graph.Save(n, lsm.t);
+    tape.graph.Edge(n, logits32, logits32.bytes());
+  }
+  Var loss = tape.New(1, kF32, Category::kLoss, "aten::nll_loss_forward");
+  if (lsm.requires_grad() && tape.grad_enabled) {
+    NodeId n = tape.Node("NllLossBackward0", &loss);
+    tape.graph.Edge(n, lsm, lsm.bytes(), Category::kLoss);
+  }
+  tape.Drop(lsm);
+  return loss;
+}
+
+Var CausalLmLoss(Tape& tape, const TrainingSetup& setup, const Var& hidden, Param& head, Param* head_bias,
                  uint64_t tokens, uint64_t hidden_size, uint64_t vocab, double softcap) {
   switch (setup.loss) {
     case LossKind::kChunked:
@@ -160,7 +160,7 @@ Var CausalLmLoss(Tape& tape, const TrainingSetup& setup, const Var& hidden, Para
     case LossKind::kHf:
       break;
   }
-  return HfLoss(tape, setup, hidden, head, tokens, vocab, softcap);
+  return HfLoss(tape, setup, hidden, head, head_bias, tokens, vocab, softcap);
 }
 
 }  // namespace vramscope::lower

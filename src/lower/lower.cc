@@ -5,6 +5,7 @@
 #include "ops.h"
 #include "optimizer.h"
 #include "tape.h"
+#include "encoder.h"
 #include "transformer.h"
 
 namespace vramscope {
@@ -38,7 +39,10 @@ Status Validate(const ModelSpec& m, const TrainingSetup& s) {
     return bad("--finetune qlora: needs a 16-bit compute dtype; use --precision bf16 or bf16-mixed, not fp32");
   if (s.optimizer_in_backward) return bad("--optimizer-in-backward: not modelled yet");
   if (s.activation_offload) return bad("--activation-offload: not modelled yet");
-  if (m.is_encoder) return bad(fmt::format("{}: encoder models (model_type '{}') are not lowered yet", m.name, m.model_type));
+  if (m.is_encoder && m.model_type != "bert")
+    return bad(fmt::format("{}: encoder models other than bert (model_type '{}') are not lowered yet", m.name, m.model_type));
+  if (m.is_encoder && s.loss != LossKind::kHf)
+    return bad("--loss: chunked and fused-linear losses are modelled for causal LMs only, not for bert");
   if (m.num_heads == 0 || m.hidden_size == 0 || m.num_layers == 0 || m.vocab_size == 0)
     return bad(fmt::format("{}: the model config lacks hidden size, heads, layers or vocabulary", m.name));
   return Ok{};
@@ -137,11 +141,18 @@ Result<Lowered> LowerTraining(const ModelSpec& model, const TrainingSetup& setup
                                    fmt::join(setup.lora_targets, ","), model.name));
     }
   }
-  ModelParams mp = IndexParams(model, tape.params);
-  if (!mp.embed || mp.layers.empty()) {
+  ModelParams mp;
+  EncoderParams ep;
+  if (model.is_encoder) {
+    VS_TRY(indexed, IndexEncoderParams(model, tape.params));
+    ep = indexed;
+  } else {
+    mp = IndexParams(model, tape.params);
+  }
+  if (!model.is_encoder && (!mp.embed || mp.layers.empty())) {
     return MakeError(fmt::format("{}: could not find the embedding and layers in its parameter list", model.name));
   }
-  for (size_t i = 0; i < mp.layers.size(); ++i) {
+  for (size_t i = 0; i < (model.is_encoder ? 0 : mp.layers.size()); ++i) {
     const LayerParams& lp = mp.layers[i];
     const bool attn_ok = lp.qkv || (lp.q && lp.k && lp.v);
     if (!attn_ok || !lp.o || !lp.norm1) {
@@ -170,7 +181,8 @@ Result<Lowered> LowerTraining(const ModelSpec& model, const TrainingSetup& setup
         tape.graph.Alloc(gpu.cublas_workspace_bytes, Category::kWorkspace, "cublas_workspace", tape.module());
         forward_workspace = true;
       }
-      ForwardOut f = Forward(tape, model, mp, setup);
+      ForwardOut f = model.is_encoder ? EncoderForward(tape, model, ep, setup)
+                                      : Forward(tape, model, mp, setup);
       ClearAutocastCache(tape);
       if (grad_scaler) {
         tape.SetModule("grad_scaler");

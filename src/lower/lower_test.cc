@@ -211,5 +211,50 @@ TEST(Lower, QloraStoresNf4AndDequantizesPerMatmul) {
   EXPECT_EQ(backward_total, (quantized_numel - (256 * 256 + 2 * 64 * 256)) * 2);
 }
 
+// A small BertForMaskedLM config.
+constexpr const char* kTinyBert = R"({
+  "model_type": "bert", "architectures": ["BertForMaskedLM"],
+  "hidden_size": 128, "intermediate_size": 512, "num_hidden_layers": 2,
+  "num_attention_heads": 4, "vocab_size": 3000, "max_position_embeddings": 512,
+  "type_vocab_size": 2, "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1
+})";
+
+TEST(Lower, BertMaskedLmSteadyStateAndHead) {
+  auto m = ParseModelConfig(kTinyBert, "tiny-bert");
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  for (Attention a : {Attention::kEager, Attention::kSdpa}) {
+    for (GradCkpt c : {GradCkpt::kNone, GradCkpt::kFull}) {
+      TrainingSetup s;
+      s.batch = 2;
+      s.seq = 64;
+      s.attn = a;
+      s.grad_ckpt = c;
+      auto lowered = LowerTraining(*m, s, TestGpu());
+      ASSERT_TRUE(lowered.ok()) << lowered.error().message;
+      SimResult r = RunLowered(s, *m);
+      ASSERT_EQ(r.phases.size(), 10u);
+      for (int ph = 0; ph < 3; ++ph) {
+        EXPECT_EQ(r.phases[4 + ph].peak_allocated_bytes, r.phases[7 + ph].peak_allocated_bytes);
+      }
+      // fp32 weights + two AdamW moments remain.
+      EXPECT_EQ(r.final_stats.allocated_bytes, m->ParameterCount() * 4 * 3);
+      // The MLM head's log_softmax output is saved: [tokens, vocab] fp32
+      // under bf16 autocast (cross_entropy runs in fp32).
+      bool found = false;
+      const EventStream& es = lowered->stream;
+      for (const Event& e : es.events()) {
+        if (e.kind == EventKind::kAlloc && es.String(e.op) == "aten::_log_softmax") {
+          EXPECT_EQ(e.size_bytes, 2u * 64u * 3000u * 4u);
+          found = true;
+        }
+      }
+      EXPECT_TRUE(found);
+    }
+  }
+  TrainingSetup s;
+  s.loss = LossKind::kChunked;
+  EXPECT_FALSE(LowerTraining(*m, s, TestGpu()).ok());
+}
+
 }  // namespace
 }  // namespace vramscope

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <string>
+#include <unordered_map>
 
 #include "loss.h"
 #include "ops.h"
@@ -272,9 +273,19 @@ bool IsMoeLayer(const ModelSpec& spec, const LayerParams& lp, uint64_t layer) {
 ModelParams IndexParams(const ModelSpec& spec, std::vector<Param>& params) {
   ModelParams mp;
   mp.layers.resize(spec.num_layers);
+  // Linear and Conv1D biases carry role "bias" (ingest's ParamListBuilder);
+  // they belong to the weight of the same module.
+  std::unordered_map<std::string, std::string> weight_role;
+  for (const ParamTensor& pt : spec.params) {
+    if (pt.role != "bias" && !EndsWith(pt.name, ".bias")) weight_role.emplace(pt.module, pt.role);
+  }
   for (size_t i = 0; i < spec.params.size(); ++i) {
-    const ParamTensor& pt = spec.params[i];
+    ParamTensor pt = spec.params[i];
     Param* p = &params[i];
+    if (pt.role == "bias") {
+      auto it = weight_role.find(pt.module);
+      if (it != weight_role.end()) pt.role = it->second;
+    }
     if (pt.layer >= 0 && static_cast<uint64_t>(pt.layer) < spec.num_layers) {
       Place(mp.layers[pt.layer], pt, p);
       continue;
@@ -282,7 +293,7 @@ ModelParams IndexParams(const ModelSpec& spec, std::vector<Param>& params) {
     if (pt.role == "embed") mp.embed = p;
     else if (pt.role == "pos_embed") mp.pos_embed = p;
     else if (pt.role == "norm" || pt.role == "final_norm") (EndsWith(pt.name, ".bias") ? mp.final_norm_b : mp.final_norm) = p;
-    else if (pt.role == "lm_head") mp.lm_head = p;
+    else if (pt.role == "lm_head") (EndsWith(pt.name, ".bias") ? mp.lm_head_b : mp.lm_head) = p;
   }
   return mp;
 }
@@ -367,7 +378,8 @@ ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Tra
   tape.Drop(x);
   tape.SetModule("lm_head");
   Param* head = mp.lm_head ? mp.lm_head : mp.embed;  // tied embeddings
-  Var loss = CausalLmLoss(tape, setup, hfin, *head, d.t, d.h, d.vocab, spec.final_logit_softcapping);
+  Var loss = CausalLmLoss(tape, setup, hfin, *head, mp.lm_head_b, d.t, d.h, d.vocab,
+                          spec.final_logit_softcapping);
   tape.Drop(hfin);
   tape.Drop(ids);
   tape.Drop(labels);

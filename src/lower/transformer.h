@@ -29,7 +29,7 @@ struct LayerParams {
 
 struct ModelParams {
   Param *embed = nullptr, *pos_embed = nullptr, *final_norm = nullptr,
-        *final_norm_b = nullptr, *lm_head = nullptr;
+        *final_norm_b = nullptr, *lm_head = nullptr, *lm_head_b = nullptr;
   std::vector<LayerParams> layers;
 };
 

@@ -1,0 +1,189 @@
+#include "encoder.h"
+
+#include <string>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+#include "attention.h"
+#include "loss.h"
+#include "ops.h"
+
+namespace vramscope::lower {
+namespace {
+
+bool EndsWith(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+bool Has(const std::string& s, std::string_view part) { return s.find(part) != std::string::npos; }
+
+// dense -> dropout -> LayerNorm(x + residual): BertSelfOutput and BertOutput.
+Var DenseDropoutAddNorm(Tape& tape, const Var& x, Param* w, Param* b, const Var& residual,
+                        Param* norm, Param* norm_b, uint64_t tokens, uint64_t hidden, double dropout) {
+  Var dense = Linear(tape, x, *w, b, tokens, hidden);
+  Var dropped = Dropout(tape, dense, dropout);
+  tape.Drop(dense);
+  Var sum = Add(tape, dropped, residual);
+  tape.Drop(dropped);
+  Var out = LayerNorm(tape, sum, *norm, norm_b, tokens);
+  tape.Drop(sum);
+  return out;
+}
+
+}  // namespace
+
+Result<EncoderParams> IndexEncoderParams(const ModelSpec& spec, std::vector<Param>& params) {
+  EncoderParams ep;
+  ep.layers.resize(spec.num_layers);
+  // Linear biases carry role "bias" (ingest's ParamListBuilder); they belong
+  // to the weight of the same module. cls.predictions.bias has no weight
+  // beside it: it is the decoder's bias.
+  std::unordered_map<std::string, std::string> weight_role;
+  for (const ParamTensor& pt : spec.params) {
+    if (pt.role != "bias" && !EndsWith(pt.name, ".bias")) weight_role.emplace(pt.module, pt.role);
+  }
+  for (size_t i = 0; i < spec.params.size(); ++i) {
+    const ParamTensor& pt = spec.params[i];
+    Param* p = &params[i];
+    const bool bias = EndsWith(pt.name, ".bias");
+    auto set = [&](Param*& w, Param*& b) { (bias ? b : w) = p; };
+    std::string r = pt.role;
+    if (r == "bias") {
+      auto it = weight_role.find(pt.module);
+      if (it != weight_role.end()) r = it->second;
+    }
+    if (pt.layer >= 0 && static_cast<uint64_t>(pt.layer) < spec.num_layers) {
+      EncoderParams::Layer& l = ep.layers[pt.layer];
+      if (r == "q") set(l.q, l.q_b);
+      else if (r == "k") set(l.k, l.k_b);
+      else if (r == "v") set(l.v, l.v_b);
+      else if (r == "o") set(l.o, l.o_b);
+      else if (r == "up") set(l.up, l.up_b);
+      else if (r == "down") set(l.down, l.down_b);
+      else if (r == "norm" && Has(pt.module, "attention.output")) set(l.attn_norm, l.attn_norm_b);
+      else if (r == "norm") set(l.out_norm, l.out_norm_b);
+      continue;
+    }
+    Param* none = nullptr;
+    if (r == "embed") ep.word = p;
+    else if (r == "pos_embed") ep.pos = p;
+    else if (r == "type_embed") ep.type = p;
+    else if (r == "norm" && Has(pt.module, "embeddings")) set(ep.embed_norm, ep.embed_norm_b);
+    else if (r == "norm") set(ep.head_norm, ep.head_norm_b);
+    else if (r == "head_dense") set(ep.head_dense, ep.head_dense_b);
+    else if (r == "lm_head") set(ep.decoder, none);
+    else if (r == "bias") ep.decoder_b = p;
+  }
+  if (!ep.decoder) ep.decoder = ep.word;  // tie_word_embeddings
+  if (!ep.word || !ep.pos || !ep.embed_norm || !ep.head_dense || !ep.head_norm) {
+    return MakeError(fmt::format("{}: could not find the embeddings and MLM head in its parameter list", spec.name));
+  }
+  for (size_t i = 0; i < ep.layers.size(); ++i) {
+    const EncoderParams::Layer& l = ep.layers[i];
+    if (!l.q || !l.k || !l.v || !l.o || !l.attn_norm || !l.up || !l.down || !l.out_norm) {
+      return MakeError(fmt::format("{}: encoder layer {} lacks attention, MLP or norm parameters", spec.name, i));
+    }
+  }
+  return ep;
+}
+
+ForwardOut EncoderForward(Tape& tape, const ModelSpec& spec, EncoderParams& ep,
+                          const TrainingSetup& setup) {
+  const uint64_t b = setup.batch, s = setup.seq, t = b * s, h = spec.hidden_size;
+  const uint64_t heads = spec.num_heads, dh = spec.head_dim ? spec.head_dim : h / heads;
+  tape.SetModule("bert");
+  Var ids = tape.New(t, kI64, Category::kOther, "input_ids");
+  Var labels = tape.New(t, kI64, Category::kOther, "labels");
+
+  // BertEmbeddings.forward: word + token_type (the registered all-zero
+  // token_type_ids buffer, expanded) ; `embeddings += position_embeddings`
+  // in place; LayerNorm; dropout.
+  tape.SetModule("bert.embeddings");
+  Var x = Embedding(tape, ids, *ep.word, t, h);
+  if (ep.type) {
+    Var tt = Embedding(tape, ids, *ep.type, t, h);
+    Var sum = Add(tape, x, tt);
+    tape.Drop(x);
+    tape.Drop(tt);
+    x = sum;
+  }
+  // position_ids [1, s]: one row per position, broadcast over the batch.
+  Var pos_ids = tape.New(s, kI64, Category::kOther, "position_ids");
+  Var pos = Embedding(tape, pos_ids, *ep.pos, s, h);
+  tape.Drop(pos_ids);
+  if (tape.grad_enabled && (x.requires_grad() || pos.requires_grad())) {
+    // In place: x keeps its storage and gets AddBackward0 as its grad_fn.
+    Var y = tape.Share(x);
+    NodeId n = tape.Node("AddBackward0", &y);
+    tape.graph.Edge(n, x, x.bytes());
+    tape.graph.Edge(n, pos, x.bytes());
+    tape.Drop(x);
+    x = y;
+  }
+  tape.Drop(pos);
+  Var normed = LayerNorm(tape, x, *ep.embed_norm, ep.embed_norm_b, t);
+  tape.Drop(x);
+  x = Dropout(tape, normed, spec.hidden_dropout);
+  tape.Drop(normed);
+
+  // BertModel with attn_implementation="sdpa" and no attention mask:
+  // _prepare_4d_attention_mask_for_sdpa returns None for an all-ones mask, so
+  // SDPA runs without a mask (flash or memory-efficient kernel); eager
+  // materialises the scores. Not causal.
+  const AttnPlan plan = PlanAttention(setup, tape.autocast ? tape.compute_bytes : x.elem_bytes,
+                                      heads, heads, /*sliding_window_mask=*/false);
+  const bool ckpt = setup.grad_ckpt != GradCkpt::kNone;
+  for (uint64_t i = 0; i < spec.num_layers; ++i) {
+    const EncoderParams::Layer& l = ep.layers[i];
+    tape.SetModule("bert.encoder.layer." + std::to_string(i));
+    if (ckpt) {
+      tape.graph.BeginCheckpoint(setup.grad_ckpt == GradCkpt::kReentrant);
+      tape.graph.Keep(x.t);
+    }
+    Var q = Linear(tape, x, *l.q, l.q_b, t, h);
+    Var k = Linear(tape, x, *l.k, l.k_b, t, h);
+    Var v = Linear(tape, x, *l.v, l.v_b, t, h);
+    Var ctx = Attend(tape, plan, AttnShape{b, s, heads, heads, dh}, q, k, v, nullptr,
+                     spec.attention_dropout);
+    tape.Drop(q);
+    tape.Drop(k);
+    tape.Drop(v);
+    Var attn = DenseDropoutAddNorm(tape, ctx, l.o, l.o_b, x, l.attn_norm, l.attn_norm_b, t, h,
+                                   spec.hidden_dropout);
+    tape.Drop(ctx);
+    Var up = Linear(tape, attn, *l.up, l.up_b, t, spec.intermediate_size);
+    Var act = Gelu(tape, up);
+    tape.Drop(up);
+    Var y = DenseDropoutAddNorm(tape, act, l.down, l.down_b, attn, l.out_norm, l.out_norm_b, t, h,
+                                spec.hidden_dropout);
+    tape.Drop(act);
+    tape.Drop(attn);
+    if (ckpt) tape.graph.EndCheckpoint();
+    tape.Drop(x);
+    x = y;
+  }
+
+  // BertLMPredictionHead: transform (dense, gelu, LayerNorm), then the
+  // decoder (tied word embeddings) with its bias -> [t, vocab] scores.
+  tape.SetModule("cls.predictions");
+  Var dense = Linear(tape, x, *ep.head_dense, ep.head_dense_b, t, h);
+  tape.Drop(x);
+  Var act = Gelu(tape, dense);
+  tape.Drop(dense);
+  Var hn = LayerNorm(tape, act, *ep.head_norm, ep.head_norm_b, t);
+  tape.Drop(act);
+  Var scores = Linear(tape, hn, *ep.decoder, ep.decoder_b, t, spec.vocab_size);
+  tape.Drop(hn);
+  // BertForMaskedLM: CrossEntropyLoss()(scores.view(-1, vocab), labels.view(-1)),
+  // no explicit upcast; under autocast cross_entropy's log_softmax is an fp32
+  // op, so the scores are cast to fp32 first.
+  Var logits = tape.autocast ? Cast(tape, scores, kF32) : tape.Share(scores);
+  tape.Drop(scores);
+  Var loss = CrossEntropyLoss(tape, logits);
+  tape.Drop(logits);
+  tape.Drop(ids);
+  tape.Drop(labels);
+  return ForwardOut{loss};
+}
+
+}  // namespace vramscope::lower
