@@ -5,6 +5,9 @@ namespace vramscope::cli {
 extern const CommandSpec kEstimateCommand;
 extern const CommandSpec kSimulateCommand;
 extern const CommandSpec kGpusCommand;
+extern const CommandSpec kFitCommand;
+extern const CommandSpec kSweepCommand;
+extern const CommandSpec kPlanCommand;
 extern const CommandSpec kModelsCommand;
 extern const CommandSpec kModelsCommand;
 extern const CommandSpec kValidateCommand;
@@ -14,6 +17,9 @@ const std::vector<CommandSpec>& Commands() {
       kEstimateCommand,
       kSimulateCommand,
       kGpusCommand,
+      kFitCommand,
+      kSweepCommand,
+      kPlanCommand,
       kModelsCommand,
       kModelsCommand,
       kValidateCommand,

@@ -1,0 +1,71 @@
+// vramscope plan MODEL --gpu NAME [--gpus N] [--tokens-per-step T] [knobs]:
+// single-GPU training strategies ranked by tokens/s among those that fit.
+#include <cstdio>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "command.h"
+#include "knobs.h"
+#include "output.h"
+#include "vramscope/model.h"
+#include "vramscope/plan.h"
+
+namespace vramscope::cli {
+namespace {
+
+struct PlanArgs {
+  std::string model;
+  KnobArgs knobs;
+  uint32_t gpus = 1;
+  uint64_t tokens_per_step = 0;
+  size_t top = 10;
+  bool json = false;
+  const CLI::App* app = nullptr;
+};
+
+int RunPlan(const PlanArgs& args) {
+  if (args.gpus != 1) {
+    return FailBadInput(MakeError(fmt::format(
+        "--gpus {}: multi-GPU strategies (DDP, ZeRO, FSDP, tensor parallel) need multi-GPU lowering, which "
+        "vramscope does not have yet; plan ranks single-GPU strategies (--gpus 1)",
+        args.gpus)));
+  }
+  auto setup = args.knobs.ToSetup();
+  if (!setup.ok()) return FailBadInput(setup.error());
+  auto model = ResolveModel(args.model);
+  if (!model.ok()) return FailBadInput(model.error());
+  PlanOptions options;
+  options.tokens_per_step = args.tokens_per_step;
+  // A knob given on the command line is a choice already made.
+  options.keep_finetune = args.app->count("--finetune") > 0;
+  options.keep_optimizer = args.app->count("--optimizer") > 0;
+  auto plan = Plan(*model, *setup, options);
+  if (!plan.ok()) return FailBadInput(plan.error());
+  const std::string text =
+      args.json ? RenderPlanJson(*plan, args.model) + "\n" : RenderPlanText(*plan, args.model, args.top);
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  return kExitOk;
+}
+
+RunFn SetupPlan(CLI::App* sub) {
+  auto args = std::make_shared<PlanArgs>();
+  args->app = sub;
+  sub->add_option("MODEL", args->model,
+                  "Catalog alias, Hugging Face id, config.json path or model directory")
+      ->required();
+  AddKnobFlags(sub, &args->knobs);
+  sub->add_option("--gpus", args->gpus, "GPUs (only 1 for now: multi-GPU lowering is pending)");
+  sub->add_option("--tokens-per-step", args->tokens_per_step,
+                  "Tokens per optimizer step, a multiple of --seq (default 16 x --seq)");
+  sub->add_option("--top", args->top, "How many fitting strategies to list (default 10)");
+  sub->add_flag("--json", args->json, "Print every strategy as JSON (integer bytes)");
+  return [args] { return RunPlan(*args); };
+}
+
+}  // namespace
+
+extern const CommandSpec kPlanCommand = {
+    "plan", "Rank single-GPU training strategies for MODEL by tokens/s among those that fit", &SetupPlan};
+
+}  // namespace vramscope::cli

@@ -1,0 +1,106 @@
+// vramscope sweep MODEL --seq 1:2048:10 [--batch 1,2,4] [knobs]: one estimate
+// per grid point; a table, JSON, CSV, an SVG chart or an HTML page.
+#include <cstdio>
+#include <memory>
+
+#include "command.h"
+#include "knobs.h"
+#include "output.h"
+#include "vramscope/model.h"
+#include "vramscope/plan.h"
+#include "vramscope/sweep.h"
+
+namespace vramscope::cli {
+namespace {
+
+struct GridFlag {
+  SweepVariable variable;
+  std::string text;  // empty: not given
+  CLI::Option* option = nullptr;
+};
+
+struct SweepArgs {
+  std::string model;
+  KnobArgs knobs;
+  std::vector<GridFlag> grids = {{SweepVariable::kSeq, {}},
+                                 {SweepVariable::kBatch, {}},
+                                 {SweepVariable::kLoraRank, {}},
+                                 {SweepVariable::kGradAccum, {}}};
+  bool json = false;
+  std::string csv_path, svg_path, html_path;
+  const CLI::App* app = nullptr;
+};
+
+// A grid flag with ':' or ',' is swept; a plain number sets the knob.
+bool IsGrid(const std::string& text) { return text.find_first_of(":,") != std::string::npos; }
+
+int RunSweep(const SweepArgs& args) {
+  auto setup = args.knobs.ToSetup();
+  if (!setup.ok()) return FailBadInput(setup.error());
+  std::vector<SweepAxis> axes;
+  // Axes in command-line order: the first swept flag is the chart's x axis.
+  for (const CLI::Option* opt : args.app->parse_order()) {
+    for (const GridFlag& g : args.grids) {
+      if (g.option != opt || g.text.empty()) continue;
+      auto values = ParseGrid(g.text, SweepVariableFlag(g.variable));
+      if (!values.ok()) return FailBadInput(values.error());
+      if (IsGrid(g.text)) {
+        bool seen = false;
+        for (const SweepAxis& a : axes) seen = seen || a.variable == g.variable;
+        if (!seen) axes.push_back({g.variable, *values});
+      } else {
+        *setup = WithKnob(std::move(*setup), g.variable, values->front());
+      }
+    }
+  }
+  auto model = ResolveModel(args.model);
+  if (!model.ok()) return FailBadInput(model.error());
+  auto sweep = Sweep(*model, *setup, axes);
+  if (!sweep.ok()) return FailBadInput(sweep.error());
+  sweep->source = args.model;
+  const std::string text = args.json ? RenderSweepJson(*sweep) + "\n" : RenderSweepText(*sweep);
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  struct FileOut {
+    const std::string& path;
+    std::string (*render)(const SweepResult&);
+  };
+  const FileOut files[] = {{args.csv_path, &RenderSweepCsv},
+                           {args.svg_path, &RenderSweepSvg},
+                           {args.html_path, &RenderSweepHtml}};
+  for (const FileOut& f : files) {
+    if (f.path.empty()) continue;
+    Status s = WriteTextFile(f.path, f.render(*sweep));
+    if (!s.ok()) return FailBadInput(s.error());
+  }
+  return kExitOk;
+}
+
+RunFn SetupSweep(CLI::App* sub) {
+  auto args = std::make_shared<SweepArgs>();
+  args->app = sub;
+  sub->add_option("MODEL", args->model,
+                  "Catalog alias, Hugging Face id, config.json path or model directory")
+      ->required();
+  AddKnobFlags(sub, &args->knobs);
+  // The sweepable knobs take a grid here instead of one number.
+  for (GridFlag& g : args->grids) {
+    const std::string flag(SweepVariableFlag(g.variable));
+    sub->remove_option(sub->get_option(flag));
+    g.option = sub->add_option(flag, g.text,
+                               "One value, or a grid to sweep: START:STOP:COUNT (COUNT evenly spaced "
+                               "integers) or A,B,C");
+  }
+  sub->add_flag("--json", args->json, "Print the points as JSON (integer bytes)");
+  sub->add_option("--csv", args->csv_path, "Also write the points as CSV to FILE");
+  sub->add_option("--svg", args->svg_path, "Also write a chart of memory against the swept knob (SVG) to FILE");
+  sub->add_option("--html", args->html_path, "Also write a self-contained HTML page (chart, table, knobs) to FILE");
+  return [args] { return RunSweep(*args); };
+}
+
+}  // namespace
+
+extern const CommandSpec kSweepCommand = {
+    "sweep", "Estimate MODEL over a grid of one or two knobs (seq, batch, lora-rank, grad-accum)",
+    &SetupSweep};
+
+}  // namespace vramscope::cli

@@ -1,0 +1,222 @@
+// The planner: searches over training setups, built on Estimate() only
+// (DESIGN.md: "the planner only calls lower + simulate").
+//
+// - Fit(): the largest micro-batch and the longest sequence that fit a GPU.
+// - Sweep(): one estimate per point of a grid over one or two knobs.
+// - Plan(): single-GPU training strategies ranked by a step-time model.
+//
+// Pure and deterministic: no printing, no clocks, no global state; errors are
+// values (one line naming the flag). A setup that does not fit is a result,
+// not an error. Thread-compatible: concurrent calls share nothing.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "vramscope/model.h"
+#include "vramscope/report.h"
+#include "vramscope/result.h"
+#include "vramscope/setup.h"
+#include "vramscope/sweep.h"
+
+namespace vramscope {
+
+// ---------------------------------------------------------------------------
+// Fit
+// ---------------------------------------------------------------------------
+
+// Search limits. Lowering accepts batch <= 65536, seq <= 2^22 and
+// batch x seq <= 2^26 tokens; a search never asks for more.
+inline constexpr uint64_t kFitMaxBatch = 65536;
+// Longest sequence searched when the model states no max_position_embeddings.
+inline constexpr uint64_t kFitDefaultMaxSeq = uint64_t{1} << 20;
+inline constexpr uint64_t kMaxTokensPerMicroBatch = uint64_t{1} << 26;
+
+struct FitOptions {
+  // Memory kept free on the device: a setup fits when it fits the GPU and its
+  // device total is at most usable_bytes - margin_bytes. Must be below the
+  // GPU's usable bytes (ParseMargin checks).
+  uint64_t margin_bytes = 0;
+  // 0: the defaults above (the model's max_position_embeddings when stated).
+  uint64_t max_batch = 0;
+  uint64_t max_seq = 0;
+};
+
+// One search: the largest value of one knob that fits, the others held.
+struct FitSearch {
+  SweepVariable variable = SweepVariable::kBatch;  // kBatch or kSeq
+  uint64_t held_value = 0;    // the other knob (seq for a batch search, ...)
+  uint64_t cap = 0;           // the largest value searched
+  std::string cap_reason;     // why: "the model's max_position_embeddings", ...
+  // Largest value whose estimate fits; 0 when even 1 does not.
+  uint64_t max_value = 0;
+  bool fits() const { return max_value > 0; }
+  // max_value == cap: the search limit, not memory, ended the search.
+  bool capped = false;
+  // The estimate at max_value, or at 1 when nothing fits (what even the
+  // smallest setup needs).
+  Report at_max;
+  // The estimate at max_value + 1, which does not fit; empty when capped or
+  // when nothing fits. Its needed_bytes() is a lower bound when it ran out of
+  // memory (a fragmented cache can fail below the limit).
+  std::optional<Report> at_next;
+  uint64_t estimates = 0;     // Estimate() calls this search made
+  // A larger value was seen to need fewer bytes than a smaller one that fits:
+  // memory was not monotone, so a larger value beyond the first failing one
+  // might fit too. Expected never; reported rather than hidden.
+  bool non_monotone = false;
+};
+
+struct FitResult {
+  GpuSpec gpu;
+  uint64_t margin_bytes = 0;
+  uint64_t limit_bytes = 0;   // gpu.usable_bytes - margin_bytes
+  FitSearch batch;            // at the setup's seq
+  FitSearch seq;              // at the setup's batch
+  bool fits() const { return batch.fits() || seq.fits(); }
+  uint64_t estimates = 0;     // distinct Estimate() calls in all
+};
+
+// Both searches, each by exponential then binary search (with a linear
+// interpolation guess where memory grows linearly). The result's batch
+// satisfies: batch fits, batch + 1 does not (or batch == cap); the same for
+// seq. Errors: the setup is invalid (a knob, the GPU name) or the margin is
+// not below the GPU's usable bytes.
+Result<FitResult> Fit(const ModelSpec& model, const TrainingSetup& setup,
+                      const FitOptions& options = {});
+
+// --margin text: "2" or "2GiB" (GiB, fractions allowed: "1.5") or "5%" (of
+// usable_bytes). Errors: not a number, negative, or not below usable_bytes.
+Result<uint64_t> ParseMargin(std::string_view text, uint64_t usable_bytes);
+
+// Human report in GiB and JSON ("max_batch", "max_seq", "margin_bytes",
+// "limit_bytes", the estimate at each found point; docs/plan.md).
+std::string RenderFitText(const FitResult& fit, std::string_view source);
+std::string RenderFitJson(const FitResult& fit, std::string_view source, int indent = 2);
+
+// ---------------------------------------------------------------------------
+// Sweep
+// ---------------------------------------------------------------------------
+
+// Most points one grid or one sweep may have.
+inline constexpr uint64_t kMaxSweepPoints = 10000;
+
+// A grid of knob values: "START:STOP:COUNT" (COUNT integers evenly spaced
+// from START to STOP inclusive, rounded to the nearest integer (halves up), duplicates
+// removed) or "A,B,C" (a list), or one integer. Values ascending and
+// distinct, each in 1..2^32. `flag` names the flag in errors ("--seq").
+Result<std::vector<uint64_t>> ParseGrid(std::string_view text, std::string_view flag);
+
+// One estimate per combination of the axes' values (one or two axes, distinct
+// variables, at most kMaxSweepPoints combinations), the other knobs from
+// `setup`. Errors: bad axes, or an estimate's error prefixed with its point
+// ("--seq 9000: ...").
+Result<SweepResult> Sweep(const ModelSpec& model, const TrainingSetup& setup,
+                          const std::vector<SweepAxis>& axes);
+
+// The setup with `variable` set to `value`.
+TrainingSetup WithKnob(TrainingSetup setup, SweepVariable variable, uint64_t value);
+
+// ---------------------------------------------------------------------------
+// Step time (a documented model, not a measurement; docs/plan.md)
+// ---------------------------------------------------------------------------
+
+// Assumptions of the step-time model, each a named constant so that tests and
+// docs quote the same numbers.
+// Share of the GPU's peak dense bf16 throughput that eager PyTorch training
+// reaches on large matmuls (model FLOPs utilisation of 35-50% is typical).
+inline constexpr double kAchievableComputeFraction = 0.40;
+// Share of peak HBM bandwidth that elementwise optimizer kernels reach.
+inline constexpr double kAchievableBandwidthFraction = 0.80;
+// Tokens per micro-batch at which matmuls reach half the achievable rate:
+// utilisation = tokens / (tokens + this). A heuristic for small batches.
+inline constexpr double kHalfUtilisationTokens = 128;
+// fp32 without autocast runs matmuls on FP32 cores: PyTorch >= 1.12 keeps
+// TF32 off for matmuls (torch.backends.cuda.matmul.allow_tf32 = False); FP32
+// throughput is about 1/16 of dense bf16 on A100 and H100.
+inline constexpr double kFp32ComputeShare = 1.0 / 16;
+
+struct StepTime {
+  double forward_flops = 0;     // per optimizer step (all micro-batches)
+  double backward_flops = 0;
+  double recompute_flops = 0;   // activation checkpointing reruns the forward
+  double compute_seconds = 0;   // the FLOPs at the achievable rate
+  double dequant_seconds = 0;   // QLoRA: NF4 weights dequantised per matmul pass
+  double optimizer_seconds = 0; // optimizer (and accumulation) memory traffic
+  double step_seconds = 0;
+  double tokens_per_second = 0;
+};
+
+// Time of one optimizer step of `setup` on `gpu`: batch x seq x grad_accum
+// tokens. Forward 2·N·tokens FLOPs over the model's matmul weights N (experts
+// counted at experts_per_token / num_experts), attention 4·layers·seq²·width
+// per sample forward (halved by causal SDPA/flash kernels), backward twice the
+// forward (LoRA/QLoRA: the frozen weights' gradients are skipped, so about the
+// forward again), recompute one more forward; all at
+// kAchievableComputeFraction of peak. Optimizer: bytes read and written per
+// trainable parameter over kAchievableBandwidthFraction of HBM bandwidth.
+// `trainable_parameters` as the estimate counts them (LoRA adapters).
+StepTime EstimateStepTime(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu,
+                          uint64_t trainable_parameters);
+
+// ---------------------------------------------------------------------------
+// Strategy ranking (single GPU)
+// ---------------------------------------------------------------------------
+
+struct PlanOptions {
+  // Tokens per optimizer step; 0: 16 sequences of the setup's seq. Must be a
+  // multiple of seq.
+  uint64_t tokens_per_step = 0;
+  // Only the setup's finetune kind (full / LoRA / QLoRA) instead of all three:
+  // they train different things, so a user often has chosen already.
+  bool keep_finetune = false;
+  // Only the setup's optimizer (else AdamW and 8-bit AdamW are both tried).
+  bool keep_optimizer = false;
+};
+
+// One strategy: a setup, its memory (an estimate) and its step time (the
+// model above).
+struct Strategy {
+  TrainingSetup setup;
+  uint64_t peak_allocated_bytes = 0;
+  uint64_t peak_reserved_bytes = 0;
+  uint64_t device_total_bytes = 0;
+  uint64_t needed_bytes = 0;
+  bool oom = false;
+  bool fits = false;
+  StepTime time;
+};
+
+struct PlanResult {
+  GpuSpec gpu;
+  std::optional<ModelSummary> model;   // of the base setup
+  uint64_t seq = 0;
+  uint64_t tokens_per_step = 0;
+  // Combinations considered (knob sets x micro-batch splits) and estimated:
+  // for each knob set the micro-batch splits are tried from the largest down
+  // and the first that fits ends it (smaller ones would be slower).
+  uint64_t considered = 0;
+  uint64_t estimates = 0;
+  // Fitting strategies by tokens/s (fastest first), then those that do not
+  // fit by needed bytes.
+  std::vector<Strategy> strategies;
+  // Plain-words lines about the top choices.
+  std::vector<std::string> explanation;
+};
+
+// Enumerates single-GPU strategies around `setup` (finetune, gradient
+// checkpointing, 8-bit AdamW, fused linear cross-entropy, expandable segments,
+// micro-batch x accumulation at the setup's seq) and ranks them. Errors: the
+// setup is invalid, or tokens_per_step is not a positive multiple of seq.
+Result<PlanResult> Plan(const ModelSpec& model, const TrainingSetup& setup,
+                        const PlanOptions& options = {});
+
+// Human report (GiB, tokens/s) of the top `top` strategies and the
+// explanation; JSON of all of them (docs/plan.md).
+std::string RenderPlanText(const PlanResult& plan, std::string_view source, size_t top = 10);
+std::string RenderPlanJson(const PlanResult& plan, std::string_view source, int indent = 2);
+
+}  // namespace vramscope

@@ -1,0 +1,150 @@
+// Fit(): the largest micro-batch and the longest sequence that fit (plan.h).
+//
+// Each search holds the other knob at the setup's value and asks
+// FindLargestFitting (search.h) for the boundary. Both searches go through
+// one cache of estimates, so the setup's own point, which both probe, is
+// estimated once.
+#include <algorithm>
+#include <map>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "search.h"
+#include "vramscope/estimate.h"
+#include "vramscope/plan.h"
+
+namespace vramscope {
+namespace {
+
+using plan_internal::FindLargestFitting;
+using plan_internal::ProbeResult;
+using plan_internal::SearchOutcome;
+
+// A fit within the margin. The estimate simulates the whole GPU; a run that
+// stays below usable - margin there never came near the allocator's limit, so
+// it behaves the same on a GPU smaller by the margin. A run above it might
+// still squeeze in on the smaller GPU by releasing cached blocks (the
+// allocator's OOM retry): "does not fit" errs on the safe side.
+bool FitsWithin(const Report& report, uint64_t limit_bytes) {
+  return report.fits() && report.needed_bytes() <= limit_bytes;
+}
+
+class EstimateCache {
+ public:
+  EstimateCache(const ModelSpec& model, const TrainingSetup& setup) : model_(model), setup_(setup) {}
+
+  Result<const Report*> At(uint64_t batch, uint64_t seq) {
+    const auto key = std::make_pair(batch, seq);
+    if (auto it = reports_.find(key); it != reports_.end()) return &it->second;
+    TrainingSetup s = setup_;
+    s.batch = batch;
+    s.seq = seq;
+    EstimateOptions options;
+    options.timeline = false;      // searches need the peaks only
+    options.top_allocations = 0;
+    auto est = Estimate(model_, s, options);
+    if (!est.ok()) {
+      return MakeError(fmt::format("--batch {} --seq {}: {}", batch, seq, est.error().message));
+    }
+    est->report.command = "fit";
+    return &reports_.emplace(key, std::move(est->report)).first->second;
+  }
+
+  uint64_t size() const { return reports_.size(); }
+
+ private:
+  const ModelSpec& model_;
+  const TrainingSetup& setup_;
+  // std::map: pointers to its values stay valid as it grows.
+  std::map<std::pair<uint64_t, uint64_t>, Report> reports_;
+};
+
+struct Cap {
+  uint64_t value = 1;
+  std::string reason;
+};
+
+// The smaller of a knob's own limit and what keeps batch x seq within
+// lowering's token limit.
+Cap Limit(uint64_t own, std::string own_reason, uint64_t other) {
+  const uint64_t by_tokens = kMaxTokensPerMicroBatch / std::max<uint64_t>(other, 1);
+  if (by_tokens < own) {
+    return {std::max<uint64_t>(by_tokens, 1),
+            fmt::format("{} tokens per micro-batch, the most vramscope lowers", kMaxTokensPerMicroBatch)};
+  }
+  return {own, std::move(own_reason)};
+}
+
+Cap SeqCap(const ModelSpec& model, const TrainingSetup& setup, const FitOptions& options) {
+  if (options.max_seq) return Limit(options.max_seq, "the requested search limit", setup.batch);
+  if (model.max_position_embeddings) {
+    return Limit(model.max_position_embeddings, "the model's max_position_embeddings", setup.batch);
+  }
+  return Limit(kFitDefaultMaxSeq, "the search limit for a model without max_position_embeddings",
+               setup.batch);
+}
+
+Cap BatchCap(const TrainingSetup& setup, const FitOptions& options) {
+  if (options.max_batch) return Limit(options.max_batch, "the requested search limit", setup.seq);
+  return Limit(kFitMaxBatch, "the largest micro-batch vramscope lowers", setup.seq);
+}
+
+Result<FitSearch> Search(EstimateCache& cache, const TrainingSetup& setup, SweepVariable variable,
+                         const Cap& cap, uint64_t limit_bytes) {
+  const bool batch = variable == SweepVariable::kBatch;
+  auto point = [&](uint64_t value) {
+    return batch ? cache.At(value, setup.seq) : cache.At(setup.batch, value);
+  };
+  const plan_internal::Probe probe = [&](uint64_t value) -> Result<ProbeResult> {
+    VS_TRY(report, point(value));
+    return ProbeResult{FitsWithin(*report, limit_bytes), report->needed_bytes()};
+  };
+  const uint64_t before = cache.size();
+  VS_TRY(found, FindLargestFitting(batch ? setup.batch : setup.seq, cap.value, limit_bytes, probe));
+
+  FitSearch out;
+  out.variable = variable;
+  out.held_value = batch ? setup.seq : setup.batch;
+  out.cap = cap.value;
+  out.cap_reason = cap.reason;
+  out.max_value = found.max_value;
+  out.capped = found.capped;
+  out.non_monotone = found.non_monotone;
+  out.estimates = cache.size() - before;
+  // Cached: the search probed this point (1 when nothing fits).
+  VS_TRY(at, point(std::max<uint64_t>(found.max_value, 1)));
+  out.at_max = *at;
+  if (found.max_value > 0 && !found.capped) {
+    VS_TRY(next, point(found.max_value + 1));
+    out.at_next = *next;
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<FitResult> Fit(const ModelSpec& model, const TrainingSetup& setup, const FitOptions& options) {
+  VS_TRY(gpu, FindGpu(setup.gpu));
+  if (options.margin_bytes >= gpu.usable_bytes) {
+    return MakeError(fmt::format("--margin: {} is not below the {} usable on {}",
+                                 FormatGiB(options.margin_bytes), FormatGiB(gpu.usable_bytes), gpu.name));
+  }
+  FitResult out;
+  out.gpu = gpu;
+  out.margin_bytes = options.margin_bytes;
+  out.limit_bytes = gpu.usable_bytes - options.margin_bytes;
+  EstimateCache cache(model, setup);
+  // The setup's own point first: it validates every knob (an error names the
+  // flag before any search starts), and both searches start from it.
+  VS_TRY(base, cache.At(setup.batch, setup.seq));
+  (void)base;
+  VS_TRY(batch, Search(cache, setup, SweepVariable::kBatch, BatchCap(setup, options), out.limit_bytes));
+  VS_TRY(seq, Search(cache, setup, SweepVariable::kSeq, SeqCap(model, setup, options), out.limit_bytes));
+  out.batch = std::move(batch);
+  out.seq = std::move(seq);
+  out.estimates = cache.size();
+  return out;
+}
+
+}  // namespace vramscope

@@ -1,0 +1,138 @@
+// RenderFitText and RenderFitJson (plan.h). The estimate at each found point
+// is rendered by the report stage (RenderJson), so its keys are those of
+// every report (docs/json-schema.md).
+#include <string>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "vramscope/event_stream.h"
+#include "vramscope/plan.h"
+
+namespace vramscope {
+namespace {
+
+bool IsBatch(const FitSearch& s) { return s.variable == SweepVariable::kBatch; }
+
+// Names come from the command line and config files: no control character
+// (a terminal escape) reaches the output.
+std::string Clean(std::string_view text) {
+  std::string out(text);
+  for (size_t i = 0; i < out.size(); ++i) {
+    const auto c = static_cast<unsigned char>(out[i]);
+    if (c < 0x20 || c == 0x7F) out[i] = '?';
+    // C1 controls in UTF-8 (U+0080..U+009F), e.g. CSI.
+    if (c == 0xC2 && i + 1 < out.size() && static_cast<unsigned char>(out[i + 1]) < 0xA0 &&
+        static_cast<unsigned char>(out[i + 1]) >= 0x80) {
+      out.replace(i, 2, "?");
+    }
+  }
+  return out;
+}
+
+// Why a setup does not fit, in one clause: where the simulated allocator ran
+// out of memory, or how far the device total is above the limit.
+std::string WhyNot(const Report& report, uint64_t limit_bytes) {
+  const RankReport& worst = report.worst();
+  if (worst.sim.oom) {
+    const OomInfo& oom = *worst.sim.oom;
+    return fmt::format(
+        "runs out of memory in step {}, {}: {} allocated, {} more requested, {} reserved by the allocator",
+        worst.sim.oom_step, PhaseName(worst.sim.oom_phase), FormatGiB(oom.allocated_bytes),
+        FormatGiB(oom.alloc_size_bytes), FormatGiB(oom.reserved_bytes));
+  }
+  return fmt::format("device total {} is above the {} limit", FormatGiB(report.needed_bytes()),
+                     FormatGiB(limit_bytes));
+}
+
+std::string SearchText(const FitSearch& s, uint64_t limit_bytes) {
+  const bool batch = IsBatch(s);
+  std::string out = batch ? fmt::format("Largest micro-batch at --seq {}: ", s.held_value)
+                          : fmt::format("Longest sequence at --batch {}: ", s.held_value);
+  const char* flag = batch ? "--batch" : "--seq";
+  if (!s.fits()) {
+    return out + fmt::format("none fits.\n  {} 1 {}.\n", flag, WhyNot(s.at_max, limit_bytes));
+  }
+  const RankReport& worst = s.at_max.worst();
+  out += fmt::format("{}\n", s.max_value);
+  out += fmt::format("  device total {} (peak allocated {}, peak reserved {}) of the {} limit\n",
+                     FormatGiB(s.at_max.needed_bytes()), FormatGiB(worst.sim.peak_allocated_bytes),
+                     FormatGiB(worst.sim.peak_reserved_bytes), FormatGiB(limit_bytes));
+  if (s.capped) {
+    out += fmt::format("  {} {} is the search limit ({}); memory did not run out below it\n", flag,
+                       s.cap, s.cap_reason);
+  } else if (s.at_next) {
+    out += fmt::format("  {} {} does not fit: it {}\n", flag, s.max_value + 1, WhyNot(*s.at_next, limit_bytes));
+  }
+  if (s.non_monotone) {
+    out += "  note: the device total fell between two fitting values (the caching allocator's reuse of\n"
+           "  cached blocks depends on tensor sizes), so a value above the one that failed might still fit\n";
+  }
+  return out;
+}
+
+nlohmann::ordered_json SearchJson(const FitSearch& s) {
+  nlohmann::ordered_json j;
+  j["max"] = s.max_value;
+  j["fits"] = s.fits();
+  j[IsBatch(s) ? "at_seq" : "at_batch"] = s.held_value;
+  j["cap"] = s.cap;
+  j["capped"] = s.capped;
+  j["cap_reason"] = s.cap_reason;
+  j["next_needed_bytes"] = s.at_next ? s.at_next->needed_bytes() : 0;
+  j["next_oom"] = s.at_next && s.at_next->worst().sim.oom.has_value();
+  j["non_monotone"] = s.non_monotone;
+  j["estimates"] = s.estimates;
+  j["estimate"] = nlohmann::ordered_json::parse(RenderJson(s.at_max, -1));
+  return j;
+}
+
+}  // namespace
+
+std::string RenderFitText(const FitResult& fit, std::string_view source) {
+  std::string out = fmt::format("vramscope fit: {} on {}\n", Clean(source),
+                                fit.gpu.display_name.empty() ? fit.gpu.name : fit.gpu.display_name);
+  out += fmt::format("Limit: {} usable - {} margin = {}\n", FormatGiB(fit.gpu.usable_bytes),
+                     FormatGiB(fit.margin_bytes), FormatGiB(fit.limit_bytes));
+  std::string knobs;
+  for (const auto& [key, value] : fit.batch.at_max.knobs) {
+    if (key == "batch" || key == "seq" || key == "gpu" || value.empty()) continue;
+    knobs += fmt::format("{}{}={}", knobs.empty() ? "" : ", ", key, Clean(value));
+  }
+  out += fmt::format("Knobs: {}\n\n", knobs);
+  out += SearchText(fit.batch, fit.limit_bytes);
+  out += SearchText(fit.seq, fit.limit_bytes);
+  out += "\n";
+  if (!fit.fits()) {
+    out += "Nothing fits: not even --batch 1 at this --seq, nor --seq 1 at this --batch.\n"
+           "`vramscope estimate ... --explain` says what is alive at the peak and which knobs would "
+           "save memory (LoRA, gradient checkpointing, an 8-bit optimizer, ...).\n";
+  }
+  out += fmt::format("Searched with {} estimates (device total within the limit, no simulated OOM).\n",
+                     fit.estimates);
+  return out;
+}
+
+std::string RenderFitJson(const FitResult& fit, std::string_view source, int indent) {
+  nlohmann::ordered_json j;
+  j["command"] = "fit";
+  j["source"] = std::string(source);
+  if (const auto& m = fit.batch.at_max.model) {
+    j["model"] = {{"name", m->name},
+                  {"architecture", m->architecture},
+                  {"parameters", m->parameters},
+                  {"trainable_parameters", m->trainable_parameters}};
+  }
+  j["gpu"] = {{"name", fit.gpu.name}, {"usable_bytes", fit.gpu.usable_bytes}};
+  j["margin_bytes"] = fit.margin_bytes;
+  j["limit_bytes"] = fit.limit_bytes;
+  j["fits"] = fit.fits();
+  j["max_batch"] = fit.batch.max_value;
+  j["max_seq"] = fit.seq.max_value;
+  j["estimates"] = fit.estimates;
+  j["batch"] = SearchJson(fit.batch);
+  j["seq"] = SearchJson(fit.seq);
+  return j.dump(indent, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+}  // namespace vramscope

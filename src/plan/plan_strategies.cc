@@ -1,0 +1,213 @@
+// Plan(): single-GPU strategies ranked by tokens/s among those that fit
+// (plan.h). Memory of every candidate is an estimate; its speed comes from
+// EstimateStepTime (step_time.cc).
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <optional>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "plan_internal.h"
+#include "vramscope/estimate.h"
+#include "vramscope/plan.h"
+
+namespace vramscope {
+namespace {
+
+using plan_internal::StrategyLabel;
+
+constexpr uint64_t kDefaultSequencesPerStep = 16;
+constexpr uint64_t kMaxGradAccum = 4096;  // what lowering accepts
+
+constexpr std::string_view kExpandable = "expandable_segments:True";
+
+// A knob set: everything of a strategy but the micro-batch split.
+struct KnobSet {
+  Finetune finetune;
+  GradCkpt ckpt;
+  OptimizerKind optimizer;
+  LossKind loss;
+  std::string alloc_conf;
+};
+
+template <typename T>
+void AddUnique(std::vector<T>* values, T value) {
+  if (std::find(values->begin(), values->end(), value) == values->end()) values->push_back(std::move(value));
+}
+
+std::vector<KnobSet> KnobSets(const TrainingSetup& base, const PlanOptions& options) {
+  std::vector<Finetune> finetunes;
+  if (options.keep_finetune) {
+    finetunes = {base.finetune};
+  } else {
+    finetunes = {Finetune::kFull, Finetune::kLora};
+    // QLoRA needs a 16-bit compute dtype (lowering rejects fp32).
+    if (base.precision != Precision::kFp32) finetunes.push_back(Finetune::kQLora);
+  }
+  std::vector<OptimizerKind> optimizers;
+  if (options.keep_optimizer) {
+    optimizers = {base.optimizer};
+  } else {
+    optimizers = {OptimizerKind::kAdamWFused, OptimizerKind::kAdamW8bit};
+  }
+  std::vector<LossKind> losses = {base.loss};
+  AddUnique(&losses, LossKind::kFusedLinear);
+  std::vector<std::string> allocs = {base.alloc_conf};
+  if (base.alloc_conf.find("expandable_segments") == std::string::npos) {
+    AddUnique(&allocs, base.alloc_conf.empty() ? std::string(kExpandable)
+                                               : base.alloc_conf + "," + std::string(kExpandable));
+  }
+  std::vector<KnobSet> out;
+  for (Finetune f : finetunes) {
+    for (GradCkpt c : {GradCkpt::kNone, GradCkpt::kFull}) {
+      for (OptimizerKind o : optimizers) {
+        for (LossKind l : losses) {
+          for (const std::string& a : allocs) out.push_back({f, c, o, l, a});
+        }
+      }
+    }
+  }
+  return out;
+}
+
+// Micro-batch sizes that split the step's sequences evenly, largest first.
+std::vector<uint64_t> MicroBatches(uint64_t sequences, uint64_t seq) {
+  std::vector<uint64_t> out;
+  for (uint64_t b = sequences; b >= 1; --b) {
+    if (sequences % b != 0 || sequences / b > kMaxGradAccum) continue;
+    if (b > kFitMaxBatch || b * seq > kMaxTokensPerMicroBatch) continue;
+    out.push_back(b);
+  }
+  return out;
+}
+
+Strategy Measure(const TrainingSetup& setup, const Report& report, const ModelSpec& model) {
+  Strategy s;
+  s.setup = setup;
+  const RankReport& worst = report.worst();
+  s.peak_allocated_bytes = worst.sim.peak_allocated_bytes;
+  s.peak_reserved_bytes = worst.sim.peak_reserved_bytes;
+  s.device_total_bytes = DeviceTotalBytes(worst);
+  s.needed_bytes = report.needed_bytes();
+  s.oom = worst.sim.oom.has_value();
+  s.fits = report.fits();
+  const uint64_t trainable = report.model ? report.model->trainable_parameters : 0;
+  s.time = EstimateStepTime(model, setup, report.gpu, trainable);
+  return s;
+}
+
+// Speeds within this share of each other count as a tie: the step-time model
+// is not that precise, and memory then decides.
+constexpr double kSpeedTie = 0.005;
+
+// Speeds in buckets of kSpeedTie (a transitive "about equal", as sorting
+// needs).
+int64_t SpeedBucket(const Strategy& s) {
+  const double speed = s.time.tokens_per_second;
+  return speed > 1 ? static_cast<int64_t>(std::floor(std::log(speed) / std::log1p(kSpeedTie))) : 0;
+}
+
+bool Faster(const Strategy& a, const Strategy& b) {
+  if (a.fits != b.fits) return a.fits;
+  if (a.fits) {
+    if (SpeedBucket(a) != SpeedBucket(b)) return SpeedBucket(a) > SpeedBucket(b);
+    return a.device_total_bytes < b.device_total_bytes;
+  }
+  return a.needed_bytes < b.needed_bytes;
+}
+
+}  // namespace
+
+Result<PlanResult> Plan(const ModelSpec& model, const TrainingSetup& setup, const PlanOptions& options) {
+  if (setup.seq == 0) return MakeError("--seq: must be at least 1");
+  const uint64_t tokens = options.tokens_per_step ? options.tokens_per_step : kDefaultSequencesPerStep * setup.seq;
+  if (tokens % setup.seq != 0) {
+    return MakeError(fmt::format("--tokens-per-step: {} is not a multiple of --seq {}", tokens, setup.seq));
+  }
+  const uint64_t sequences = tokens / setup.seq;
+  if (sequences > kMaxGradAccum * kFitMaxBatch) {
+    return MakeError(fmt::format("--tokens-per-step: {} is more than one GPU step can hold", tokens));
+  }
+  EstimateOptions fast;
+  fast.timeline = false;
+  fast.top_allocations = 0;
+  // The base setup validates every knob before anything is enumerated.
+  VS_TRY(base, Estimate(model, setup, fast));
+
+  PlanResult out;
+  out.gpu = base.report.gpu;
+  out.model = base.report.model;
+  out.seq = setup.seq;
+  out.tokens_per_step = tokens;
+  const std::vector<uint64_t> micro_batches = MicroBatches(sequences, setup.seq);
+  if (micro_batches.empty()) {
+    return MakeError(fmt::format("--tokens-per-step: {} cannot be split into micro-batches of at most {} tokens",
+                                 tokens, kMaxTokensPerMicroBatch));
+  }
+  std::vector<std::string> skipped;
+  // Where the last knob set of the same finetune and checkpointing found its
+  // largest fitting split: the optimizer, loss and allocator variants of a
+  // group need similar memory, so their search starts there, one step each
+  // way usually settles it.
+  std::map<std::pair<Finetune, GradCkpt>, size_t> group_start;
+  for (const KnobSet& k : KnobSets(setup, options)) {
+    out.considered += micro_batches.size();
+    const auto group = std::make_pair(k.finetune, k.ckpt);
+    const size_t start = group_start.count(group) ? group_start[group] : 0;
+    auto probe = [&](size_t index) -> std::optional<bool> {
+      TrainingSetup s = setup;
+      s.finetune = k.finetune;
+      s.grad_ckpt = k.ckpt;
+      s.optimizer = k.optimizer;
+      s.loss = k.loss;
+      s.alloc_conf = k.alloc_conf;
+      s.batch = micro_batches[index];
+      s.grad_accum = sequences / s.batch;
+      auto est = Estimate(model, s, fast);
+      ++out.estimates;
+      if (!est.ok()) {
+        // A combination the model cannot take (e.g. no LoRA target matches):
+        // skipped and said, not fatal.
+        AddUnique(&skipped, fmt::format("{} skipped: {}", StrategyLabel(s), est.error().message));
+        return std::nullopt;
+      }
+      out.strategies.push_back(Measure(s, est->report, model));
+      return out.strategies.back().fits;
+    };
+    // micro_batches runs from the largest split down. Under the step-time
+    // model a smaller micro-batch is never faster, so the answer is the
+    // largest split that fits: from `start`, up while splits fit, else down
+    // until one does. Splits above a failing one are taken not to fit (memory
+    // grows with the micro-batch).
+    std::optional<bool> fits = probe(start);
+    if (!fits) continue;
+    size_t found = start;
+    if (*fits) {
+      while (found > 0) {
+        const std::optional<bool> up = probe(found - 1);
+        if (!up || !*up) break;
+        --found;
+      }
+    } else {
+      bool any = false;
+      for (size_t i = start + 1; i < micro_batches.size() && !any; ++i) {
+        const std::optional<bool> down = probe(i);
+        if (!down) break;
+        if (*down) {
+          any = true;
+          found = i;
+        }
+      }
+      if (!any) found = micro_batches.size() - 1;
+    }
+    group_start[group] = found;
+  }
+  std::stable_sort(out.strategies.begin(), out.strategies.end(), Faster);
+  out.explanation = plan_internal::ExplainPlan(out);
+  for (std::string& line : skipped) out.explanation.push_back(std::move(line));
+  return out;
+}
+
+}  // namespace vramscope

@@ -1,0 +1,122 @@
+// EstimateStepTime (plan.h): a FLOPs-and-bytes model of one optimizer step.
+//
+// Not a measurement. It ranks strategies against each other on one GPU, where
+// the same assumptions hold for every candidate; its absolute seconds are
+// only as good as kAchievableComputeFraction. docs/plan.md states the model.
+#include <algorithm>
+#include <string_view>
+
+#include "vramscope/plan.h"
+
+namespace vramscope {
+namespace {
+
+bool IsHalf(Precision p) { return p == Precision::kFp16 || p == Precision::kBf16; }
+
+// Weights a token passes through as a matmul. Routed experts count at the
+// share of experts a token visits; a tied lm_head is not in the parameter
+// list but still multiplies every token; a vision tower does not run in text
+// training.
+struct MatmulWeights {
+  double all = 0;        // every matmul weight
+  double quantised = 0;  // what QLoRA stores in NF4 (not lm_head, which stays 16-bit)
+};
+
+MatmulWeights CountMatmulWeights(const ModelSpec& m) {
+  MatmulWeights w;
+  const double expert_share =
+      m.num_experts ? static_cast<double>(m.experts_per_token) / static_cast<double>(m.num_experts) : 1.0;
+  for (const ParamTensor& p : m.params) {
+    if (!p.is_linear_weight || p.role == "vision" || p.role == "projector") continue;
+    const bool expert = std::string_view(p.role).substr(0, 7) == "expert_";
+    const double n = static_cast<double>(p.numel) * (expert ? expert_share : 1.0);
+    w.all += n;
+    if (p.role != "lm_head") w.quantised += n;
+  }
+  if (m.tie_word_embeddings) w.all += static_cast<double>(m.vocab_size) * static_cast<double>(m.hidden_size);
+  return w;
+}
+
+// Bytes read and written per trainable parameter by one optimizer step:
+// the parameter (read + write), its gradient (read), and each state tensor
+// (read + write). `x`: parameter and gradient element size; `state`: state
+// element size.
+double OptimizerBytesPerParameter(OptimizerKind o, double x, double state) {
+  switch (o) {
+    case OptimizerKind::kNone: return 0;
+    case OptimizerKind::kSgd: return 3 * x;
+    case OptimizerKind::kSgdMomentum:
+    case OptimizerKind::kLion: return 3 * x + 2 * state;
+    case OptimizerKind::kAdamW:
+    case OptimizerKind::kAdamWFused:
+    case OptimizerKind::kAdamWForLoop:
+    case OptimizerKind::kPagedAdamW: return 3 * x + 4 * state;
+    case OptimizerKind::kAdamW8bit:
+    case OptimizerKind::kPagedAdamW8bit: return 3 * x + 4 * 1;  // bitsandbytes: 1-byte states
+    case OptimizerKind::kAdafactor: return 4 * x;  // factored second moment: small next to x
+  }
+  return 0;
+}
+
+}  // namespace
+
+StepTime EstimateStepTime(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu,
+                          uint64_t trainable_parameters) {
+  StepTime t;
+  const MatmulWeights weights = CountMatmulWeights(model);
+  const bool adapters = setup.finetune != Finetune::kFull;
+  const double adapter_params = adapters ? static_cast<double>(trainable_parameters) : 0;
+  const double tokens = static_cast<double>(setup.batch) * static_cast<double>(setup.seq);
+  const double micro_batches = static_cast<double>(setup.grad_accum);
+
+  // Attention scores and weighted values: 2 matmuls of 2·seq²·width FLOPs per
+  // sample and layer. Causal SDPA/flash kernels skip the masked half; eager
+  // attention computes the whole matrix and then masks it.
+  const double head_dim = model.head_dim ? static_cast<double>(model.head_dim)
+                                         : static_cast<double>(model.hidden_size) /
+                                               static_cast<double>(std::max<uint64_t>(model.num_heads, 1));
+  const double width = static_cast<double>(model.num_heads) * head_dim;
+  const double causal = setup.attn == Attention::kEager ? 1.0 : 0.5;
+  const double seq = static_cast<double>(setup.seq);
+  const double attention = 4.0 * static_cast<double>(model.num_layers) * static_cast<double>(setup.batch) *
+                           seq * seq * width * causal;
+
+  const double forward = 2 * weights.all * tokens + 2 * adapter_params * tokens + attention;
+  // Backward: gradients with respect to activations (one more forward's worth)
+  // and to weights (another), for attention twice its forward. LoRA/QLoRA skip
+  // the frozen weights' gradients.
+  const double weight_grads = adapters ? 2 * adapter_params * tokens : 2 * weights.all * tokens;
+  const double backward = 2 * weights.all * tokens + 2 * adapter_params * tokens + weight_grads + 2 * attention;
+  const bool recompute = setup.grad_ckpt != GradCkpt::kNone;
+  t.forward_flops = micro_batches * forward;
+  t.backward_flops = micro_batches * backward;
+  t.recompute_flops = recompute ? micro_batches * forward : 0;
+
+  const double peak = gpu.bf16_dense_tflops * 1e12 * (setup.precision == Precision::kFp32 ? kFp32ComputeShare : 1.0);
+  const double utilisation = tokens / (tokens + kHalfUtilisationTokens);
+  const double rate = peak * kAchievableComputeFraction * utilisation;
+  const double bandwidth = gpu.memory_bandwidth_gbps * 1e9 * kAchievableBandwidthFraction;
+  if (rate <= 0 || bandwidth <= 0) return t;  // a catalog entry without figures: no model
+  t.compute_seconds = (t.forward_flops + t.backward_flops + t.recompute_flops) / rate;
+
+  // bitsandbytes dequantises each NF4 weight to 16 bits before every matmul
+  // pass (forward, backward, recompute): read 0.5 bytes, write 2.
+  if (setup.finetune == Finetune::kQLora) {
+    const double passes = 2 + (recompute ? 1 : 0);
+    t.dequant_seconds = micro_batches * passes * weights.quantised * 2.5 / bandwidth;
+  }
+
+  const double x = IsHalf(setup.precision) ? 2 : 4;
+  const double state = IsHalf(setup.precision) ? 2 : 4;
+  const double trainable = static_cast<double>(trainable_parameters);
+  // Accumulation: every micro-batch after the first adds into .grad (read +
+  // write).
+  const double accumulate = (micro_batches - 1) * 2 * x;
+  t.optimizer_seconds = trainable * (OptimizerBytesPerParameter(setup.optimizer, x, state) + accumulate) / bandwidth;
+
+  t.step_seconds = t.compute_seconds + t.dequant_seconds + t.optimizer_seconds;
+  if (t.step_seconds > 0) t.tokens_per_second = micro_batches * tokens / t.step_seconds;
+  return t;
+}
+
+}  // namespace vramscope

@@ -1,0 +1,113 @@
+// Sweep(): one Estimate() per grid point (plan.h). Each point is an
+// independent estimate, so a sweep's numbers are exactly what
+// `vramscope estimate` prints for those knobs.
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "vramscope/estimate.h"
+#include "vramscope/plan.h"
+
+namespace vramscope {
+namespace {
+
+Status CheckAxes(const std::vector<SweepAxis>& axes) {
+  if (axes.empty() || axes.size() > 2) {
+    return MakeError("sweep: give one or two of --seq, --batch, --lora-rank, --grad-accum as a grid "
+                     "(START:STOP:COUNT or A,B,C)");
+  }
+  if (axes.size() == 2 && axes[0].variable == axes[1].variable) {
+    return MakeError(fmt::format("sweep: {} is swept twice", SweepVariableFlag(axes[0].variable)));
+  }
+  uint64_t points = 1;
+  for (const SweepAxis& axis : axes) {
+    if (axis.values.empty()) {
+      return MakeError(fmt::format("{}: the grid has no values", SweepVariableFlag(axis.variable)));
+    }
+    for (size_t i = 0; i < axis.values.size(); ++i) {
+      if (axis.values[i] == 0 || (i > 0 && axis.values[i] <= axis.values[i - 1])) {
+        return MakeError(fmt::format("{}: grid values must be ascending, distinct and at least 1",
+                                     SweepVariableFlag(axis.variable)));
+      }
+    }
+    // Both factors are at most kMaxSweepPoints before the check, so no overflow.
+    if (axis.values.size() > kMaxSweepPoints) points = kMaxSweepPoints + 1;
+    points *= axis.values.size();
+    if (points > kMaxSweepPoints) {
+      return MakeError(fmt::format("sweep: more than {} points; use fewer values", kMaxSweepPoints));
+    }
+  }
+  return Ok{};
+}
+
+std::string GridLabel(const SweepAxis& axis) {
+  if (axis.values.size() == 1) return std::to_string(axis.values.front());
+  return fmt::format("{}..{} ({} values)", axis.values.front(), axis.values.back(), axis.values.size());
+}
+
+std::string PointLabel(const std::vector<SweepAxis>& axes, const std::vector<uint64_t>& at) {
+  std::string label;
+  for (size_t i = 0; i < axes.size(); ++i) {
+    label += fmt::format("{}{} {}", i ? " " : "", SweepVariableFlag(axes[i].variable), at[i]);
+  }
+  return label;
+}
+
+}  // namespace
+
+TrainingSetup WithKnob(TrainingSetup setup, SweepVariable variable, uint64_t value) {
+  switch (variable) {
+    case SweepVariable::kSeq: setup.seq = value; break;
+    case SweepVariable::kBatch: setup.batch = value; break;
+    case SweepVariable::kLoraRank: setup.lora_rank = value; break;
+    case SweepVariable::kGradAccum: setup.grad_accum = value; break;
+  }
+  return setup;
+}
+
+Result<SweepResult> Sweep(const ModelSpec& model, const TrainingSetup& setup,
+                          const std::vector<SweepAxis>& axes) {
+  if (Status s = CheckAxes(axes); !s.ok()) return s.error();
+  SweepResult out;
+  out.source = model.name;
+  out.axes = axes;
+  out.knobs = DescribeSetup(setup);
+  for (const SweepAxis& axis : axes) {
+    for (auto& [key, value] : out.knobs) {
+      if (key == SweepVariableKey(axis.variable)) value = GridLabel(axis);
+    }
+  }
+  const size_t inner = axes.size() == 2 ? axes[1].values.size() : 1;
+  const size_t total = axes[0].values.size() * inner;
+  out.points.reserve(total);
+  EstimateOptions options;
+  options.timeline = false;  // the peaks are all a sweep shows
+  options.top_allocations = 0;
+  for (size_t i = 0; i < total; ++i) {
+    SweepPoint point;
+    point.at.push_back(axes[0].values[i / inner]);
+    if (axes.size() == 2) point.at.push_back(axes[1].values[i % inner]);
+    TrainingSetup s = setup;
+    for (size_t a = 0; a < axes.size(); ++a) s = WithKnob(std::move(s), axes[a].variable, point.at[a]);
+    auto est = Estimate(model, s, options);
+    if (!est.ok()) {
+      return MakeError(fmt::format("{}: {}", PointLabel(axes, point.at), est.error().message));
+    }
+    const Report& report = est->report;
+    const RankReport& worst = report.worst();
+    point.peak_allocated_bytes = worst.sim.peak_allocated_bytes;
+    point.peak_reserved_bytes = worst.sim.peak_reserved_bytes;
+    point.device_total_bytes = DeviceTotalBytes(worst);
+    point.needed_bytes = report.needed_bytes();
+    point.oom = worst.sim.oom.has_value();
+    point.fits = report.fits();
+    if (i == 0) {
+      out.gpu = report.gpu;
+      out.model = report.model;
+    }
+    out.points.push_back(std::move(point));
+  }
+  return out;
+}
+
+}  // namespace vramscope
