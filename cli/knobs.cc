@@ -26,6 +26,8 @@ void AddKnobFlags(CLI::App* sub, KnobArgs* k) {
   sub->add_option("--torch-version", k->torch_version, "Behaviour of that PyTorch release (e.g. 2.4)");
   sub->add_option("--gpu", k->gpu, "GPU catalog entry (see `vramscope gpus`)");
   sub->add_option("--alloc-conf", k->alloc_conf, "PYTORCH_CUDA_ALLOC_CONF syntax");
+  sub->add_flag("--optimizer-in-backward", k->optimizer_in_backward,
+                "Step each parameter from its post-accumulate-grad hook (torch >= 2.1)");
 }
 
 Result<TrainingSetup> KnobArgs::ToSetup() const {
@@ -65,6 +67,7 @@ Result<TrainingSetup> KnobArgs::ToSetup() const {
   s.torch_version = *pv;
   s.gpu = gpu;
   s.alloc_conf = alloc_conf;
+  s.optimizer_in_backward = optimizer_in_backward;
   return s;
 }
 

@@ -21,6 +21,7 @@ struct KnobArgs {
   std::string grad_ckpt = "none", attn = "sdpa", loss = "hf";
   std::string transformers_version = "4.57", torch_version = "2.11";
   std::string gpu = "h100-80g", alloc_conf;
+  bool optimizer_in_backward = false;
   Result<TrainingSetup> ToSetup() const;
 };
 

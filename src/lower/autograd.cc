@@ -263,6 +263,7 @@ void Graph::Run(NodeId n) {
     } else {
       Drop(g);  // .grad += g, in place
     }
+    if (post_accumulate_hook) post_accumulate_hook(node.grad_slot);
     return;
   }
   if (node.region != kNoRegion && !regions_[node.region].recomputed) {

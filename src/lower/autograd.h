@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <string_view>
 #include <vector>
@@ -76,6 +77,9 @@ class Graph {
   uint64_t Bytes(TensorId t) const;
   void SetModule(uint32_t module) { module_ = module; }
   uint32_t module() const { return module_; }
+  // Tensor.register_post_accumulate_grad_hook (torch >= 2.1): called with a
+  // parameter's grad slot each time AccumulateGrad has stored into it.
+  std::function<void(TensorId* grad_slot)> post_accumulate_hook;
   uint32_t Intern(std::string_view s) { return out_->Intern(s); }
 
   // --- graph ---------------------------------------------------------------

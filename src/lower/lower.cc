@@ -1,5 +1,7 @@
 #include "vramscope/lower.h"
 
+#include <unordered_map>
+
 #include <fmt/format.h>
 
 #include "ops.h"
@@ -37,7 +39,10 @@ Status Validate(const ModelSpec& m, const TrainingSetup& s) {
   }
   if (s.finetune == Finetune::kQLora && s.precision == Precision::kFp32)
     return bad("--finetune qlora: needs a 16-bit compute dtype; use --precision bf16 or bf16-mixed, not fp32");
-  if (s.optimizer_in_backward) return bad("--optimizer-in-backward: not modelled yet");
+  if (s.optimizer_in_backward && s.optimizer == OptimizerKind::kNone)
+    return bad("--optimizer-in-backward: needs an optimizer (--optimizer is none)");
+  if (s.optimizer_in_backward && s.grad_accum > 1)
+    return bad("--optimizer-in-backward: steps at every backward, so it cannot accumulate gradients (--grad-accum must be 1)");
   if (s.activation_offload) return bad("--activation-offload: not modelled yet");
   if (m.is_encoder && m.model_type != "bert")
     return bad(fmt::format("{}: encoder models other than bert (model_type '{}') are not lowered yet", m.name, m.model_type));
@@ -173,6 +178,21 @@ Result<Lowered> LowerTraining(const ModelSpec& model, const TrainingSetup& setup
   // scale tensor, not a copy).
   const bool grad_scaler = setup.precision == Precision::kFp16Mixed;
   Var scaler_state[2];
+  // Optimizer in backward (PyTorch tutorial "fuse the optimizer step into
+  // the backward pass", torch >= 2.1): one single-parameter optimizer per
+  // parameter, stepped and zeroed from register_post_accumulate_grad_hook, so
+  // each .grad dies as soon as it is complete.
+  std::unordered_map<TensorId*, Param*> param_of_grad;
+  if (setup.optimizer_in_backward) {
+    for (Param& p : tape.params) param_of_grad[&p.grad] = &p;
+    tape.graph.post_accumulate_hook = [&](TensorId* slot) {
+      auto it = param_of_grad.find(slot);
+      if (it == param_of_grad.end() || *slot == kNoTensor) return;
+      OptimizerStepParams(tape, setup, {it->second}, &extras);
+      tape.graph.Drop(*slot);  // optimizer.zero_grad(set_to_none=True)
+      *slot = kNoTensor;
+    };
+  }
   for (uint32_t step = 1; step <= setup.steps; ++step) {
     for (uint64_t micro = 0; micro < setup.grad_accum; ++micro) {
       out.BeginPhase(step, Phase::kForward);
@@ -218,7 +238,7 @@ Result<Lowered> LowerTraining(const ModelSpec& model, const TrainingSetup& setup
       tape.Drop(recip);
       tape.Drop(inv_scale);
     }
-    OptimizerStep(tape, setup, step == 1, &extras);
+    if (!setup.optimizer_in_backward) OptimizerStep(tape, setup, step == 1, &extras);
     if (grad_scaler) tape.Drop(found_inf);  // after scaler.update()
     ZeroGrad(tape);
   }

@@ -256,5 +256,32 @@ TEST(Lower, BertMaskedLmSteadyStateAndHead) {
   EXPECT_FALSE(LowerTraining(*m, s, TestGpu()).ok());
 }
 
+TEST(Lower, OptimizerInBackwardFreesEachGradAtOnce) {
+  const ModelSpec m = Tiny();
+  TrainingSetup s;
+  s.seq = 64;
+  s.precision = Precision::kBf16;
+  s.optimizer = OptimizerKind::kAdamWFused;
+  SimResult normal = RunLowered(s, m);
+  s.optimizer_in_backward = true;
+  SimResult fused = RunLowered(s, m);
+  const uint64_t params = m.ParameterCount() * 2;
+  // Step 2's backward ends with weights + moments (+ fused's 4-byte `step`
+  // per parameter tensor, one 512-byte block each) and no .grad at all; the
+  // usual loop ends it with every .grad alive as well.
+  const PhasePeak& nb = normal.phases[5];
+  const PhasePeak& fb = fused.phases[5];
+  ASSERT_EQ(nb.phase, Phase::kBackward);
+  EXPECT_EQ(nb.allocated_at_end_bytes - fb.allocated_at_end_bytes, params);
+  EXPECT_LT(fb.peak_allocated_bytes, nb.peak_allocated_bytes);
+  // Same state at the end of the run.
+  EXPECT_EQ(fused.final_stats.allocated_bytes, normal.final_stats.allocated_bytes);
+  s.grad_accum = 2;
+  EXPECT_FALSE(LowerTraining(m, s, TestGpu()).ok());
+  s.grad_accum = 1;
+  s.optimizer = OptimizerKind::kNone;
+  EXPECT_FALSE(LowerTraining(m, s, TestGpu()).ok());
+}
+
 }  // namespace
 }  // namespace vramscope

@@ -57,7 +57,18 @@ void AdamForLoop(Tape& tape, const std::vector<Param*>& params) {
 void OptimizerStep(Tape& tape, const TrainingSetup& setup, bool first_step,
                    OptimizerExtras* extras) {
   tape.SetModule("optimizer");
-  const std::vector<Param*> params = WithGrad(tape);
+  (void)first_step;  // state is created for params without state (torch.optim _init_group)
+  OptimizerStepParams(tape, setup, WithGrad(tape), extras);
+}
+
+void OptimizerStepParams(Tape& tape, const TrainingSetup& setup, const std::vector<Param*>& params,
+                         OptimizerExtras* extras) {
+  // Lazy state (torch.optim _init_group; bitsandbytes init_state): a param
+  // gets its state at its first step. All params step together except with
+  // optimizer-in-backward, so "first" is per param.
+  const bool first_step = !params.empty() && params.front()->state.empty() &&
+                          !params.front()->stepped;
+  for (Param* p : params) p->stepped = true;
   switch (setup.optimizer) {
     case OptimizerKind::kNone:
       return;

@@ -18,6 +18,12 @@ struct OptimizerExtras {
 void OptimizerStep(Tape& tape, const TrainingSetup& setup, bool first_step,
                    OptimizerExtras* extras);
 
+// The same step over the given params only (optimizer-in-backward runs one
+// single-parameter optimizer per parameter from its post-accumulate-grad hook).
+// State is created for params that have none yet.
+void OptimizerStepParams(Tape& tape, const TrainingSetup& setup, const std::vector<Param*>& params,
+                         OptimizerExtras* extras);
+
 // optimizer.zero_grad(set_to_none=True): drops every .grad.
 void ZeroGrad(Tape& tape);
 

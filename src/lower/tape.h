@@ -28,6 +28,7 @@ struct Param {
   Var var;                      // leaf Var (fn = AccumulateGrad when trainable)
   TensorId grad = kNoTensor;    // .grad (kNoTensor: None)
   std::vector<TensorId> state;  // optimizer state tensors
+  bool stepped = false;         // has been through an optimizer step (state is lazy)
   Var cast;                     // autocast cache entry (this forward); t = kNoTensor: none
   int lora_a = -1, lora_b = -1; // indices of PEFT adapters in Tape::params
 };
