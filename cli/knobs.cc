@@ -28,6 +28,8 @@ void AddKnobFlags(CLI::App* sub, KnobArgs* k) {
   sub->add_option("--alloc-conf", k->alloc_conf, "PYTORCH_CUDA_ALLOC_CONF syntax");
   sub->add_flag("--optimizer-in-backward", k->optimizer_in_backward,
                 "Step each parameter from its post-accumulate-grad hook (torch >= 2.1)");
+  sub->add_flag("--activation-offload", k->activation_offload,
+                "Forward under torch.autograd.graph.save_on_cpu(pin_memory=True): saved tensors live in host memory");
 }
 
 Result<TrainingSetup> KnobArgs::ToSetup() const {
@@ -68,6 +70,7 @@ Result<TrainingSetup> KnobArgs::ToSetup() const {
   s.gpu = gpu;
   s.alloc_conf = alloc_conf;
   s.optimizer_in_backward = optimizer_in_backward;
+  s.activation_offload = activation_offload;
   return s;
 }
 

@@ -22,6 +22,7 @@ struct KnobArgs {
   std::string transformers_version = "4.57", torch_version = "2.11";
   std::string gpu = "h100-80g", alloc_conf;
   bool optimizer_in_backward = false;
+  bool activation_offload = false;
   Result<TrainingSetup> ToSetup() const;
 };
 

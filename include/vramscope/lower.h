@@ -21,6 +21,7 @@ struct Lowered {
   uint64_t parameters = 0;            // all parameters (LoRA adapters included)
   uint64_t trainable_parameters = 0;
   uint64_t managed_bytes = 0;         // device memory outside the allocator (paged optimizer state)
+  uint64_t host_peak_bytes = 0;       // pinned host memory (activation offloading)
   std::vector<std::string> notes;     // assumptions worth telling the user
 };
 

@@ -103,6 +103,14 @@ void Graph::MarkSaved(TensorId t) {
 
 void Graph::Save(NodeId n, TensorId t) {
   if (t == kNoTensor) return;
+  if (offload_saved && region_ == kNoRegion) {
+    // pack_hook: torch.empty(..., pin_memory=True).copy_(tensor) on the host.
+    const uint64_t bytes = tensors_[t].bytes;
+    nodes_[n].offloaded.emplace_back(bytes, out_->events()[tensors_[t].event_index].category);
+    host_live_bytes_ += bytes;
+    host_peak_bytes_ = std::max(host_peak_bytes_, host_live_bytes_);
+    return;
+  }
   MarkSaved(t);
   if (region_ == kNoRegion) {
     Ref(t);
@@ -278,6 +286,13 @@ void Graph::Run(NodeId n) {
   }
   module_ = node.module;
   const std::string_view op = out_->String(node.op);
+  // unpack_hook: packed.to(device, non_blocking=True), alive while the node runs.
+  std::vector<TensorId> unpacked;
+  for (const auto& [bytes, category] : node.offloaded) {
+    unpacked.push_back(Alloc(bytes, category == Category::kParameters ? Category::kTemporaries
+                                                                       : Category::kActivations,
+                             "aten::_to_copy", node.module));
+  }
   std::vector<TensorId> workspace;
   workspace.reserve(node.workspace.size());
   for (uint64_t bytes : node.workspace) {
@@ -300,6 +315,9 @@ void Graph::Run(NodeId n) {
   for (TensorId t : workspace) Drop(t);
   for (TensorId t : node.saved) Drop(t);
   node.saved.clear();
+  for (TensorId t : unpacked) Drop(t);
+  for (const auto& [bytes, category] : node.offloaded) host_live_bytes_ -= bytes;
+  node.offloaded.clear();
   for (TensorId& t : node.slots) {
     Drop(t);
     t = kNoTensor;

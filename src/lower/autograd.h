@@ -80,6 +80,11 @@ class Graph {
   // Tensor.register_post_accumulate_grad_hook (torch >= 2.1): called with a
   // parameter's grad slot each time AccumulateGrad has stored into it.
   std::function<void(TensorId* grad_slot)> post_accumulate_hook;
+  // torch.autograd.graph.save_on_cpu(pin_memory=True) (torch 1.10-2.11): a
+  // saved tensor is copied to pinned host memory when saved (the graph keeps
+  // no GPU reference) and copied back to the GPU when its node runs.
+  bool offload_saved = false;
+  uint64_t host_peak_bytes() const { return host_peak_bytes_; }
   uint32_t Intern(std::string_view s) { return out_->Intern(s); }
 
   // --- graph ---------------------------------------------------------------
@@ -123,6 +128,7 @@ class Graph {
   };
   // A temporary that autograd saves is an activation (saved for backward).
   void MarkSaved(TensorId t);
+  uint64_t host_live_bytes_ = 0, host_peak_bytes_ = 0;
   struct Node {
     uint64_t seq = 0;
     uint32_t op = 0;
@@ -137,6 +143,7 @@ class Graph {
     std::vector<TensorId> saved;
     std::vector<GradOut> outs;
     std::vector<uint64_t> workspace;
+    std::vector<std::pair<uint64_t, Category>> offloaded;  // saved on the host
   };
   // A recorded checkpoint region: how to recompute its saved tensors.
   struct ScriptOp {

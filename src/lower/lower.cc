@@ -43,7 +43,8 @@ Status Validate(const ModelSpec& m, const TrainingSetup& s) {
     return bad("--optimizer-in-backward: needs an optimizer (--optimizer is none)");
   if (s.optimizer_in_backward && s.grad_accum > 1)
     return bad("--optimizer-in-backward: steps at every backward, so it cannot accumulate gradients (--grad-accum must be 1)");
-  if (s.activation_offload) return bad("--activation-offload: not modelled yet");
+  if (s.activation_offload && s.grad_ckpt != GradCkpt::kNone)
+    return bad("--activation-offload: not modelled together with --grad-ckpt (use one or the other)");
   if (m.is_encoder && m.model_type != "bert")
     return bad(fmt::format("{}: encoder models other than bert (model_type '{}') are not lowered yet", m.name, m.model_type));
   if (m.is_encoder && s.loss != LossKind::kHf)
@@ -201,9 +202,11 @@ Result<Lowered> LowerTraining(const ModelSpec& model, const TrainingSetup& setup
         tape.graph.Alloc(gpu.cublas_workspace_bytes, Category::kWorkspace, "cublas_workspace", tape.module());
         forward_workspace = true;
       }
+      tape.graph.offload_saved = setup.activation_offload;
       ForwardOut f = model.is_encoder ? EncoderForward(tape, model, ep, setup)
                                       : Forward(tape, model, mp, setup);
       ClearAutocastCache(tape);
+      tape.graph.offload_saved = false;
       if (grad_scaler) {
         tape.SetModule("grad_scaler");
         if (scaler_state[0].t == kNoTensor) {
@@ -243,6 +246,7 @@ Result<Lowered> LowerTraining(const ModelSpec& model, const TrainingSetup& setup
     ZeroGrad(tape);
   }
   result.managed_bytes = extras.managed_state_bytes;
+  result.host_peak_bytes = tape.graph.host_peak_bytes();
   if (lora) result.notes.push_back("LoRA adapters are counted; their forward is modelled as part of the frozen linear (detailed PEFT paths: see docs/lowering.md).");
   return result;
 }

@@ -283,5 +283,36 @@ TEST(Lower, OptimizerInBackwardFreesEachGradAtOnce) {
   EXPECT_FALSE(LowerTraining(m, s, TestGpu()).ok());
 }
 
+TEST(Lower, ActivationOffloadMovesSavedTensorsToTheHost) {
+  const ModelSpec m = Tiny();
+  TrainingSetup s;
+  s.batch = 2;
+  s.seq = 64;
+  s.precision = Precision::kBf16;
+  auto normal_lowered = LowerTraining(m, s, TestGpu());
+  ASSERT_TRUE(normal_lowered.ok());
+  SimResult normal = RunLowered(s, m);
+  s.activation_offload = true;
+  auto offload_lowered = LowerTraining(m, s, TestGpu());
+  ASSERT_TRUE(offload_lowered.ok()) << offload_lowered.error().message;
+  SimResult offload = RunLowered(s, m);
+  EXPECT_EQ(normal_lowered->host_peak_bytes, 0u);
+  // Everything autograd saved in forward lives on the host instead: at least
+  // the activations the usual run holds at the end of step 2's forward, plus
+  // the weights the matmuls save (save_on_cpu packs parameters too).
+  const PhasePeak& fwd = normal.phases[4];
+  ASSERT_EQ(fwd.phase, Phase::kForward);
+  const uint64_t params = m.ParameterCount() * 2;
+  EXPECT_GE(offload_lowered->host_peak_bytes, fwd.allocated_at_end_bytes - 3 * params);
+  EXPECT_LT(offload.phases[4].allocated_at_end_bytes, fwd.allocated_at_end_bytes);
+  // Steady state and nothing left behind.
+  for (int ph = 0; ph < 3; ++ph) {
+    EXPECT_EQ(offload.phases[4 + ph].peak_allocated_bytes, offload.phases[7 + ph].peak_allocated_bytes);
+  }
+  EXPECT_EQ(offload.final_stats.allocated_bytes, normal.final_stats.allocated_bytes);
+  s.grad_ckpt = GradCkpt::kFull;
+  EXPECT_FALSE(LowerTraining(m, s, TestGpu()).ok());
+}
+
 }  // namespace
 }  // namespace vramscope

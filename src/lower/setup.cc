@@ -121,6 +121,7 @@ std::vector<std::pair<std::string, std::string>> DescribeSetup(const TrainingSet
       {"alloc_conf", s.alloc_conf},
       {"steps", std::to_string(s.steps)}};
   if (s.optimizer_in_backward) k.emplace_back("optimizer_in_backward", "true");
+  if (s.activation_offload) k.emplace_back("activation_offload", "true");
   if (s.finetune != Finetune::kFull) {
     std::string targets;
     for (const auto& t : s.lora_targets) targets += (targets.empty() ? "" : ",") + t;

@@ -35,6 +35,7 @@ Result<Estimated> Estimate(const ModelSpec& model, const TrainingSetup& setup,
   rank.extras.cuda_context_bytes = gpu.cuda_context_bytes;
   rank.extras.other_bytes = lowered.managed_bytes;
   rank.device_total_bytes = DeviceTotalBytes(rank.sim, rank.extras);
+  rank.host_peak_bytes = lowered.host_peak_bytes;
   report.ranks.push_back(std::move(rank));
   // Where the model came from (catalog, file, Hub cache) first, then the
   // lowering's assumptions.
