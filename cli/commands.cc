@@ -5,10 +5,12 @@ namespace vramscope::cli {
 extern const CommandSpec kEstimateCommand;
 extern const CommandSpec kSimulateCommand;
 extern const CommandSpec kGpusCommand;
+extern const CommandSpec kExplainCommand;
+extern const CommandSpec kReplayCommand;
+extern const CommandSpec kCompareCommand;
 extern const CommandSpec kFitCommand;
 extern const CommandSpec kSweepCommand;
 extern const CommandSpec kPlanCommand;
-extern const CommandSpec kModelsCommand;
 extern const CommandSpec kModelsCommand;
 extern const CommandSpec kValidateCommand;
 
@@ -17,10 +19,12 @@ const std::vector<CommandSpec>& Commands() {
       kEstimateCommand,
       kSimulateCommand,
       kGpusCommand,
+      kExplainCommand,
+      kReplayCommand,
+      kCompareCommand,
       kFitCommand,
       kSweepCommand,
       kPlanCommand,
-      kModelsCommand,
       kModelsCommand,
       kValidateCommand,
   };

@@ -1,0 +1,246 @@
+// Measured memory: PyTorch memory snapshots read, explained, replayed and
+// compared with a prediction (docs/snapshot.md).
+//
+// A snapshot is what torch.cuda.memory._dump_snapshot() writes: a pickle
+// (protocol 4 or 5 from Python, protocol 2 from the C++ API) of a dict with
+// "segments" (the allocator's state when the snapshot was taken),
+// "device_traces" (the allocator's recent actions per device, oldest first)
+// and, in newer releases, "allocator_settings" and "external_annotations".
+// The same structure as JSON is accepted too.
+//
+// Reading never executes anything from the file, holds memory proportional to
+// the file (the file memory-mapped plus a compact value table of about 2x a
+// pickle's size while reading, then ~24 bytes per trace entry; measured in
+// docs/snapshot.md), and turns any malformed or hostile input
+// into an Error naming the byte offset or the field. Everything here is pure
+// and deterministic; nothing prints.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "vramscope/alloc_config.h"
+#include "vramscope/category.h"
+#include "vramscope/event_stream.h"
+#include "vramscope/gpu.h"
+#include "vramscope/report.h"
+#include "vramscope/result.h"
+#include "vramscope/simulate.h"
+
+namespace vramscope {
+
+// ---------------------------------------------------------------------------
+// Reading
+// ---------------------------------------------------------------------------
+
+// Limits of the reader; exceeding one is an Error naming it.
+struct SnapshotReadLimits {
+  uint64_t max_file_bytes = uint64_t{16} << 30;  // 16 GiB
+  // Nesting of lists, dicts and tuples (a snapshot needs 6).
+  uint32_t max_depth = 64;
+  // Items in one list or tuple, or twice the pairs of one dict.
+  uint64_t max_container_items = (uint64_t{1} << 31) - 1;
+  uint64_t max_string_bytes = uint64_t{1} << 30;
+  uint64_t max_memo_entries = uint64_t{1} << 28;
+  uint64_t max_stack_items = uint64_t{1} << 28;
+  // Bytes the reader's tables may hold; 0 = 8 x the input + 64 MiB (a real
+  // snapshot needs about 2x; hostile input that would expand further,
+  // such as a file of empty lists, stops with an Error instead).
+  uint64_t max_memory_bytes = 0;
+};
+
+// What one trace entry records ("action" in the file).
+enum class TraceAction : uint8_t {
+  kAlloc,          // a block was handed out; size = requested bytes
+  kFreeRequested,  // the tensor died; allocated_bytes drops now
+  kFreeCompleted,  // the block is reusable (after record_stream events)
+  kSegmentAlloc,   // cudaMalloc of a segment; size = segment bytes
+  kSegmentFree,    // cudaFree (empty_cache, OOM retry, GC)
+  kSegmentMap,     // expandable segments: pages mapped
+  kSegmentUnmap,   // expandable segments: pages unmapped
+  kSnapshot,       // a snapshot was taken; size = active bytes
+  kOom,            // an allocation failed; addr = free device bytes
+  kOther,          // an action this version does not know (kept, ignored)
+};
+std::string_view TraceActionName(TraceAction action);
+
+// One trace entry: 24 bytes, so 10M entries take 240 MB.
+struct TraceEntry {
+  uint64_t addr = 0;        // block / segment address; kOom: "device_free"
+  uint64_t size_bytes = 0;  // see TraceAction
+  uint32_t stack = 0;       // index into Snapshot::stacks (0 = no frames)
+  uint16_t stream = 0;      // index into Snapshot::streams
+  TraceAction action = TraceAction::kOther;
+};
+
+struct SnapshotFrame {
+  std::string name;      // function ("forward", "at::native::mm(...)")
+  std::string filename;  // "…/modeling_llama.py", "??" for unknown C++
+  int64_t line = 0;
+};
+
+enum class BlockState : uint8_t { kActiveAllocated, kActivePendingFree, kInactive };
+
+struct SnapshotBlock {
+  uint64_t address = 0;
+  uint64_t size_bytes = 0;       // as counted in allocated_bytes
+  uint64_t requested_bytes = 0;  // stale or 0 for inactive blocks
+  uint32_t stack = 0;            // where it was allocated (0 = unknown)
+  BlockState state = BlockState::kInactive;
+};
+
+struct SnapshotSegment {
+  int32_t device = 0;
+  uint64_t address = 0;
+  uint64_t total_bytes = 0;
+  uint16_t stream = 0;  // index into Snapshot::streams
+  bool small_pool = false;
+  bool expandable = false;
+  uint32_t stack = 0;
+  std::vector<SnapshotBlock> blocks;  // address order; sizes sum to total_bytes
+};
+
+// "allocator_settings" (torch >= 2.5).
+struct SnapshotSettings {
+  std::string conf_text;   // "PYTORCH_CUDA_ALLOC_CONF" as last set ("" if none)
+  AllocatorConfig config;  // built from the recorded fields
+};
+
+struct Snapshot {
+  std::string format;                                  // "pickle protocol 4", "json", ...
+  std::vector<SnapshotSegment> segments;               // every device
+  std::vector<std::vector<TraceEntry>> device_traces;  // index = device ordinal
+  std::vector<uint64_t> streams;                       // stream ids; [0] = 0
+  std::vector<SnapshotFrame> frames;                   // distinct frames
+  std::vector<std::vector<uint32_t>> stacks;           // [0] = {}; innermost first
+  std::optional<SnapshotSettings> settings;
+  uint64_t external_annotations = 0;
+  uint64_t unknown_actions = 0;  // entries with an action this reader skips
+  bool segments_only = false;    // the file held a bare list of segments
+};
+
+// Parses snapshot bytes (pickle or JSON, told apart by the first byte).
+// `name` prefixes every error: "NAME: offset 1234: opcode GLOBAL ...",
+// "NAME: device_traces[0][7].size: expected an int, got str".
+Result<Snapshot> ParseSnapshot(std::string_view bytes, std::string_view name,
+                               const SnapshotReadLimits& limits = {});
+
+// Reads a file (memory-mapped, so the bytes are not copied). Errors name the
+// path: missing, a directory, over max_file_bytes, or ParseSnapshot's.
+Result<Snapshot> ReadSnapshotFile(const std::string& path, const SnapshotReadLimits& limits = {});
+
+// ---------------------------------------------------------------------------
+// Explaining: the measured timeline of one device
+// ---------------------------------------------------------------------------
+
+struct ExplainOptions {
+  int device = -1;  // -1: the device with the most trace entries
+  size_t max_timeline_points = 2000;
+  size_t top_allocations = 20;
+  size_t top_sites = 10;
+};
+
+// Live bytes at the peak grouped by allocation site (innermost Python frame).
+struct SiteBytes {
+  std::string site;                      // "modeling_llama.py:312 forward"
+  Category category = Category::kOther;  // of the largest block there
+  uint64_t bytes = 0;
+  uint64_t blocks = 0;
+};
+
+struct MeasuredRun {
+  int device = 0;
+  // The measured numbers in the simulator's shape: peaks, breakdown at the
+  // peak, phases, timeline (downsampled, peaks kept), largest live blocks at
+  // the peak, the first OOM. Event indices are trace entry indices.
+  SimResult sim;
+  uint64_t trace_entries = 0;
+  uint64_t allocations = 0;  // allocs in the trace + blocks alive before it
+  // Blocks alive before the first trace entry (ring buffer wrapped, or
+  // recording started late), from frees without an alloc and final segments.
+  uint64_t initially_live_blocks = 0;
+  uint64_t initially_live_bytes = 0;
+  uint64_t initial_reserved_bytes = 0;
+  // Reserved minus allocated: its largest value and where.
+  uint64_t max_fragmentation_bytes = 0;
+  uint64_t max_fragmentation_entry = 0;
+  // State at the end of the trace vs the final segments (a check).
+  uint64_t end_allocated_bytes = 0;
+  uint64_t end_reserved_bytes = 0;
+  uint64_t segments_allocated_bytes = 0;
+  uint64_t segments_reserved_bytes = 0;
+  bool has_frames = false;  // stacks were recorded (context="alloc"/"all")
+  std::vector<SiteBytes> top_sites;
+  // At the first OOM: what was alive (largest first) and per category.
+  std::vector<LiveAllocation> live_at_oom;
+  CategoryBytes breakdown_at_oom{};
+  std::vector<std::string> notes;
+};
+
+// Rebuilds the allocation timeline of one device from its trace and the
+// final segments, attributes every block to a category (docs/snapshot.md,
+// "Attribution") and measures it. Allocated counts block sizes: the exact
+// size for blocks still in the final segments, PyTorch's round_size of the
+// requested size otherwise. Errors: no such device, no data for it.
+Result<MeasuredRun> MeasureSnapshot(const Snapshot& snapshot, const ExplainOptions& options = {});
+
+// Plain-words lines: the peak and what was alive, the largest sites,
+// fragmentation, a wrapped trace, and for an OOM what was requested, what
+// was alive and why it failed.
+std::vector<std::string> ExplainMeasured(const MeasuredRun& run);
+
+// The standard report of a measured run (command "explain"): the measured
+// numbers as the worst (only) rank, the device total with `gpu`'s CUDA
+// context added (a snapshot does not record it), ExplainMeasured's lines and
+// notes on what was measured and how.
+Report MeasuredReport(const MeasuredRun& run, const Snapshot& snapshot, const GpuSpec& gpu,
+                      const std::string& source);
+
+// ---------------------------------------------------------------------------
+// Replaying: the measured allocation stream through the allocator model
+// ---------------------------------------------------------------------------
+
+// The settings the snapshot was taken with: "allocator_settings" when
+// recorded, else inferred (expandable segments from the segments) on
+// PyTorch's defaults.
+AllocatorConfig SnapshotAllocatorConfig(const Snapshot& snapshot);
+
+// The device's measured allocation stream as an event stream: blocks alive
+// before the trace first, then every alloc (requested size, category, site,
+// stream) and free (when the block became reusable: free_completed) in trace
+// order, phase marks, and an empty_cache for each run of segment frees.
+Result<EventStream> SnapshotToEventStream(const Snapshot& snapshot, int device = -1);
+
+// ---------------------------------------------------------------------------
+// Comparing measured with predicted
+// ---------------------------------------------------------------------------
+
+struct CompareRow {
+  std::string name;  // category JSON key, phase name, or "peak_allocated" ...
+  uint64_t measured_bytes = 0;
+  uint64_t predicted_bytes = 0;
+};
+
+struct Comparison {
+  std::string snapshot;  // source names
+  std::string model;
+  std::vector<std::pair<std::string, std::string>> knobs;
+  std::string gpu;
+  std::vector<CompareRow> totals;      // peak_allocated, peak_reserved, device_total
+  std::vector<CompareRow> categories;  // breakdown at each side's peak, 9 rows
+  std::vector<CompareRow> phases;      // largest allocated per phase kind
+  std::vector<CompareRow> phases_reserved;
+  std::vector<std::string> notes;
+};
+
+// Side by side: the worst rank of each report. Phases are grouped by kind
+// (setup, forward, backward, optimizer), each the largest over its steps.
+Comparison CompareReports(const Report& measured, const Report& predicted);
+std::string RenderComparisonText(const Comparison& c);
+std::string RenderComparisonJson(const Comparison& c, int indent = 2);
+
+}  // namespace vramscope

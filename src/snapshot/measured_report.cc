@@ -1,0 +1,52 @@
+// MeasuredReport: a MeasuredRun in the report every command prints.
+#include <fmt/format.h>
+
+#include "vramscope/snapshot.h"
+
+namespace vramscope {
+
+Report MeasuredReport(const MeasuredRun& run, const Snapshot& snapshot, const GpuSpec& gpu,
+                      const std::string& source) {
+  Report report;
+  report.command = "explain";
+  report.source = source;
+  report.gpu = gpu;
+  report.knobs = {
+      {"gpu", gpu.name}, {"device", std::to_string(run.device)}, {"format", snapshot.format}};
+  if (snapshot.settings) {
+    report.knobs.emplace_back("alloc_conf", snapshot.settings->conf_text);
+  }
+  RankReport rank;
+  rank.rank_class = "all";
+  rank.ranks = {run.device};
+  rank.sim = run.sim;
+  rank.extras.cuda_context_bytes = gpu.cuda_context_bytes;
+  rank.device_total_bytes = DeviceTotalBytes(rank.sim, rank.extras);
+  report.ranks.push_back(std::move(rank));
+  report.explanation = ExplainMeasured(run);
+  report.notes.push_back(fmt::format(
+      "Measured from a PyTorch memory snapshot ({}, device {}, {} trace entries). Allocated "
+      "counts block sizes as torch.cuda.memory_allocated() does, rebuilt from the trace (exact "
+      "for blocks in the final segments); reserved follows the segment actions.",
+      snapshot.format, run.device, run.trace_entries));
+  report.notes.push_back(
+      "Categories come from each block's stack and lifetime (docs/snapshot.md, "
+      "\"Attribution\"); phases and steps are inferred from the stacks.");
+  report.notes.push_back(fmt::format(
+      "The device total adds the CUDA context of the {} catalog entry; a snapshot does not "
+      "record memory outside PyTorch's allocator.",
+      gpu.name));
+  if (run.end_allocated_bytes != run.segments_allocated_bytes && !snapshot.segments_only) {
+    report.notes.push_back(fmt::format(
+        "At the end of the trace the rebuilt allocated bytes ({}) differ from the final "
+        "segments' ({}) by {} bytes.",
+        run.end_allocated_bytes, run.segments_allocated_bytes,
+        run.end_allocated_bytes > run.segments_allocated_bytes
+            ? run.end_allocated_bytes - run.segments_allocated_bytes
+            : run.segments_allocated_bytes - run.end_allocated_bytes));
+  }
+  for (const std::string& note : run.notes) report.notes.push_back(note);
+  return report;
+}
+
+}  // namespace vramscope

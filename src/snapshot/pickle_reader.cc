@@ -1,0 +1,583 @@
+// A pickle reader for plain data only (protocols 2-5).
+//
+// The opcodes and their payloads follow CPython's Lib/pickle.py and
+// Lib/pickletools.py (the specification of the format); torch::jit::Pickler
+// (torch/csrc/jit/serialization/pickler.cpp, used by
+// torch::cuda::_memory_snapshot_pickled) emits a subset of the same with
+// PROTO 2 and BINPUT memo entries. The machine keeps Python's semantics: a
+// value stack, a stack of MARK positions, and a memo of values by index.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <unordered_map>
+
+#include "readers.h"
+
+namespace vramscope::snapshot {
+namespace {
+
+// A memo hole (BINPUT may skip indices): no Value has kind 15.
+constexpr uint64_t kUnset = 0xf;
+
+std::string_view RefusedName(uint8_t op) {
+  switch (op) {
+    case 'c': return "GLOBAL";
+    case 0x93: return "STACK_GLOBAL";
+    case 'R': return "REDUCE";
+    case 'b': return "BUILD";
+    case 'i': return "INST";
+    case 'o': return "OBJ";
+    case 0x81: return "NEWOBJ";
+    case 0x92: return "NEWOBJ_EX";
+    case 'P': return "PERSID";
+    case 'Q': return "BINPERSID";
+    case 0x82: return "EXT1";
+    case 0x83: return "EXT2";
+    case 0x84: return "EXT4";
+    default: return {};
+  }
+}
+
+std::string_view UnsupportedName(uint8_t op) {
+  switch (op) {
+    case 'I': return "INT (protocol 0 text)";
+    case 'L': return "LONG (protocol 0 text)";
+    case 'F': return "FLOAT (protocol 0 text)";
+    case 'S': return "STRING (protocol 0 text)";
+    case 'V': return "UNICODE (protocol 0 text)";
+    case 'p': return "PUT (protocol 0 text)";
+    case 'g': return "GET (protocol 0 text)";
+    case 0x8f: return "EMPTY_SET (sets are not part of a snapshot)";
+    case 0x90: return "ADDITEMS (sets are not part of a snapshot)";
+    case 0x91: return "FROZENSET (sets are not part of a snapshot)";
+    case 0x97: return "NEXT_BUFFER (out-of-band buffers)";
+    case 0x98: return "READONLY_BUFFER (out-of-band buffers)";
+    default: return {};
+  }
+}
+
+class Machine {
+ public:
+  Machine(std::string_view bytes, std::string_view name, const SnapshotReadLimits& limits)
+      : begin_(reinterpret_cast<const uint8_t*>(bytes.data())),
+        p_(begin_),
+        end_(begin_ + bytes.size()),
+        name_(name),
+        limits_(limits),
+        budget_(MemoryBudgetBytes(limits, bytes.size())),
+        // Container sizes are 32-bit in the Document.
+        max_items_(std::min<uint64_t>(limits.max_container_items, 0xffffffffu)),
+        doc_(bytes.size()) {}
+
+  Result<Document> Run(int* protocol);
+
+ private:
+  // --- errors ---
+  // Records the error (the first one wins) and returns false, so every
+  // operation below is a plain bool on the hot path.
+  bool Fail(const std::string& problem) {
+    if (!failed_) error_ = MakeError(fmt::format("{}: offset {}: {}", name_, op_offset_, problem));
+    failed_ = true;
+    return false;
+  }
+  bool Truncated(std::string_view what) {
+    return Fail(fmt::format("truncated: {} runs past the end of the input ({} bytes)", what,
+                            end_ - begin_));
+  }
+
+  // --- input ---
+  uint64_t Remaining() const { return static_cast<uint64_t>(end_ - p_); }
+  bool ReadLE(int n, uint64_t* out) {
+    if (Remaining() < static_cast<uint64_t>(n)) return false;
+    uint64_t v = 0;
+    for (int i = 0; i < n; ++i) v |= uint64_t{p_[i]} << (8 * i);
+    p_ += n;
+    *out = v;
+    return true;
+  }
+
+  // --- stack ---
+  bool Push(Value v) {
+    if (stack_.size() >= limits_.max_stack_items) {
+      return Fail(fmt::format("more than {} values on the pickle stack (max_stack_items)",
+                              limits_.max_stack_items));
+    }
+    stack_.push_back(v.bits());
+    return true;
+  }
+  uint64_t MarkBase() const { return marks_.empty() ? 0 : marks_.back(); }
+  // Items above the innermost MARK; the MARK is popped.
+  bool PopMark(std::string_view op, uint64_t* base) {
+    if (marks_.empty()) return Fail(fmt::format("{} without a MARK", op));
+    *base = marks_.back();
+    marks_.pop_back();
+    return true;
+  }
+  bool NeedItems(uint64_t n, std::string_view op) {
+    if (stack_.size() < MarkBase() + n) {
+      return Fail(fmt::format("{} needs {} value(s) on the stack", op, n));
+    }
+    return true;
+  }
+
+  // The memory budget, checked every 256 container operations and after any
+  // large one (the overshoot between checks is bounded by 256 small ones).
+  bool CheckMemory(uint64_t words_added = 0) {
+    if ((++memory_checks_ & 255) != 0 && words_added < 4096) return true;
+    const uint64_t used = doc_.MemoryBytes() + stack_.capacity() * 8 + marks_.capacity() * 8 +
+                          memo_.size() * 8 + sparse_memo_.size() * 32 + shape_.size() * 2;
+    if (used > budget_) {
+      return Fail(
+          fmt::format("the decoded values would need more than {} bytes for a {}-byte input "
+                      "(max_memory_bytes); not a plausible snapshot",
+                      budget_, end_ - begin_));
+    }
+    return true;
+  }
+
+  // --- operations ---
+  Value NewContainer(Kind kind) {
+    shape_.push_back(1);
+    return doc_.NewContainer(kind);
+  }
+  bool NoteChildren(Value target, const uint64_t* words, uint64_t n);
+  bool String(Kind kind, uint64_t length, std::string_view op);
+  bool Long(uint64_t n);
+  bool BuildContainer(Kind kind, uint64_t base, std::string_view op);
+  bool AddTo(Kind want, uint64_t container_pos, uint64_t first, std::string_view op);
+  bool MemoPut(uint64_t index);
+  bool MemoGet(uint64_t index);
+  bool Step(uint8_t op, bool* stop);
+
+  const uint8_t* begin_;
+  const uint8_t* p_;
+  const uint8_t* end_;
+  std::string_view name_;
+  const SnapshotReadLimits& limits_;
+  uint64_t budget_;
+  uint64_t max_items_;
+  uint64_t op_offset_ = 0;
+  int protocol_ = -1;
+  Document doc_;
+  std::vector<uint64_t> stack_;
+  std::vector<uint64_t> marks_;
+  PagedVector<uint64_t> memo_{16};
+  std::unordered_map<uint64_t, uint64_t> sparse_memo_;
+  // Per container: nesting height in the low 15 bits, and bit 15 once it
+  // has been stored into another container. Python's pickler stores a
+  // container only after filling it, so as long as no container is filled
+  // after being stored, the values form a DAG whose heights are exact; a
+  // pickle that does so (a recursive structure, or a crafted one) gets the
+  // full graph check at the end instead.
+  PagedVector<uint16_t> shape_{16};
+  bool needs_graph_check_ = false;
+  uint64_t memo_count_ = 0;
+  uint64_t memory_checks_ = 0;
+  bool failed_ = false;
+  Error error_;
+};
+
+bool Machine::String(Kind kind, uint64_t length, std::string_view op) {
+  if (length > Remaining()) {
+    return Fail(fmt::format("{} length {} exceeds the {} bytes left in the input", op, length,
+                            Remaining()));
+  }
+  if (length > limits_.max_string_bytes) {
+    return Fail(fmt::format("{} of {} bytes is over the {}-byte limit (max_string_bytes)", op,
+                            length, limits_.max_string_bytes));
+  }
+  const Value v = doc_.AddString(kind, reinterpret_cast<const char*>(p_), length);
+  p_ += length;
+  return Push(v);
+}
+
+// LONG1 / LONG4: n bytes, little-endian two's complement.
+bool Machine::Long(uint64_t n) {
+  if (n > Remaining()) {
+    return Fail(fmt::format("LONG of {} bytes exceeds the {} bytes left", n, Remaining()));
+  }
+  const uint8_t* bytes = p_;
+  p_ += n;
+  if (n == 0) return Push(Value::Int(0));
+  if (n <= 7 && (bytes[n - 1] & 0x80) == 0) {
+    // The common case (addresses, timestamps, sizes): a positive value that
+    // fits the inline range.
+    uint64_t v = 0;
+    for (uint64_t i = 0; i < n; ++i) v |= uint64_t{bytes[i]} << (8 * i);
+    return Push(Value::Int(static_cast<int64_t>(v)));
+  }
+  const bool negative = (bytes[n - 1] & 0x80) != 0;
+  BigInt big;
+  big.negative = negative;
+  // Magnitude: the bytes themselves, or their two's-complement negation.
+  uint64_t magnitude = 0;
+  unsigned carry = 1;
+  for (uint64_t i = 0; i < n; ++i) {
+    unsigned byte = bytes[i];
+    if (negative) {
+      byte = (~byte & 0xffu) + carry;
+      carry = byte >> 8;
+      byte &= 0xffu;
+    }
+    if (i < 8) {
+      magnitude |= uint64_t{byte} << (8 * i);
+    } else if (byte != 0) {
+      big.overflow = true;
+    }
+  }
+  big.magnitude = magnitude;
+  if (!big.overflow && !negative && magnitude < (uint64_t{1} << 59)) {
+    return Push(Value::Int(static_cast<int64_t>(magnitude)));
+  }
+  if (!big.overflow && negative && magnitude <= (uint64_t{1} << 59)) {
+    return Push(Value::Int(-static_cast<int64_t>(magnitude)));
+  }
+  return Push(doc_.AddBigInt(big));
+}
+
+// Builds a list/tuple/dict from the stack items above `base` (DICT, LIST,
+// TUPLE, TUPLE1-3) and replaces them with it.
+bool Machine::BuildContainer(Kind kind, uint64_t base, std::string_view op) {
+  const uint64_t n = stack_.size() - base;
+  if (kind == Kind::kDict && n % 2 != 0) {
+    return Fail(fmt::format("{} with an odd number ({}) of keys and values", op, n));
+  }
+  if (n > max_items_) {
+    return Fail(fmt::format("{} of {} items is over the limit (max_container_items)", op, n));
+  }
+  const Value c = NewContainer(kind);
+  if (!NoteChildren(c, stack_.data() + base, n)) return false;
+  doc_.Append(c, stack_.data() + base, n);
+  stack_.resize(base);
+  stack_.push_back(c.bits());
+  return CheckMemory(n);
+}
+
+// SETITEM(S) / APPEND(S): adds stack items [first, end) to the container at
+// stack position `container_pos`.
+bool Machine::AddTo(Kind want, uint64_t container_pos, uint64_t first, std::string_view op) {
+  const Value target = Value::FromBits(stack_[container_pos]);
+  if (target.kind() != want) {
+    return Fail(fmt::format("{} applied to a {}, expected a {}", op, KindName(target.kind()),
+                            KindName(want)));
+  }
+  const uint64_t n = stack_.size() - first;
+  if (want == Kind::kDict && n % 2 != 0) {
+    return Fail(fmt::format("{} with an odd number ({}) of keys and values", op, n));
+  }
+  if (doc_.Size(target) + n > max_items_) {
+    return Fail(fmt::format("{} grows a {} past {} items (max_container_items)", op, KindName(want),
+                            max_items_));
+  }
+  if (doc_.num_chunks() >= 0xffffffffu) return Fail("too many container pieces");
+  if (!NoteChildren(target, stack_.data() + first, n)) return false;
+  doc_.Append(target, stack_.data() + first, n);
+  stack_.resize(first);
+  return CheckMemory(n);
+}
+
+bool Machine::NoteChildren(Value target, const uint64_t* words, uint64_t n) {
+  constexpr uint16_t kStored = 0x8000;
+  uint16_t& t = shape_[target.payload()];
+  if (t & kStored) needs_graph_check_ = true;  // filled after being stored
+  uint16_t height = t & 0x7fff;
+  for (uint64_t i = 0; i < n; ++i) {
+    const Value w = Value::FromBits(words[i]);
+    if (!w.is_container()) continue;
+    if (w == target) {
+      return Fail(
+          "a container contains itself (a memo reference cycle); a snapshot is a tree of "
+          "plain values");
+    }
+    uint16_t& child = shape_[w.payload()];
+    child |= kStored;
+    const uint32_t h = static_cast<uint32_t>(child & 0x7fff) + 1;
+    if (h > limits_.max_depth || h > 0x7ff0) {
+      return Fail(fmt::format("values nest deeper than {} levels (max_depth)", limits_.max_depth));
+    }
+    if (h > height) height = static_cast<uint16_t>(h);
+  }
+  t = static_cast<uint16_t>((t & kStored) | height);
+  return true;
+}
+
+bool Machine::MemoPut(uint64_t index) {
+  if (stack_.size() <= MarkBase()) return Fail("memo store with an empty stack");
+  const uint64_t top = stack_.back();
+  if (index < memo_.size()) {
+    if (memo_[index] == kUnset) ++memo_count_;
+    memo_[index] = top;
+    return true;
+  }
+  if (memo_count_ >= limits_.max_memo_entries) {
+    return Fail(
+        fmt::format("more than {} memo entries (max_memo_entries)", limits_.max_memo_entries));
+  }
+  if (index == memo_.size()) {
+    memo_.push_back(top);
+    ++memo_count_;
+    return true;
+  }
+  // Sparse indices (pickletools.optimize drops unused PUTs) go to a map so a
+  // hostile index of 2^32-1 costs one entry, not 32 GiB.
+  if (sparse_memo_.insert_or_assign(index, top).second) ++memo_count_;
+  return true;
+}
+
+bool Machine::MemoGet(uint64_t index) {
+  if (index < memo_.size() && memo_[index] != kUnset) return Push(Value::FromBits(memo_[index]));
+  auto it = sparse_memo_.find(index);
+  if (it == sparse_memo_.end()) {
+    return Fail(fmt::format("memo index {} was never stored", index));
+  }
+  return Push(Value::FromBits(it->second));
+}
+
+bool Machine::Step(uint8_t op, bool* stop) {
+  uint64_t u = 0;
+  switch (op) {
+    case 0x80: {  // PROTO
+      if (!ReadLE(1, &u)) return Truncated("PROTO");
+      if (u < 2 || u > 5) {
+        return Fail(
+            fmt::format("pickle protocol {} is not supported (PyTorch writes 2, 4 or 5)", u));
+      }
+      protocol_ = static_cast<int>(u);
+      return true;
+    }
+    case 0x95:  // FRAME: a length hint for buffered readers; the bytes follow inline.
+      if (!ReadLE(8, &u)) return Truncated("FRAME");
+      if (u > Remaining()) {
+        return Fail(fmt::format("FRAME of {} bytes exceeds the {} bytes left (truncated file?)", u,
+                                Remaining()));
+      }
+      return true;
+    case '.':  // STOP
+      if (stack_.size() <= MarkBase() || stack_.empty()) return Fail("STOP with an empty stack");
+      *stop = true;
+      return true;
+    case 'N': return Push(Value::None());
+    case 0x88: return Push(Value::Bool(true));
+    case 0x89: return Push(Value::Bool(false));
+    case 'K':  // BININT1
+      if (!ReadLE(1, &u)) return Truncated("BININT1");
+      return Push(Value::Int(static_cast<int64_t>(u)));
+    case 'M':  // BININT2
+      if (!ReadLE(2, &u)) return Truncated("BININT2");
+      return Push(Value::Int(static_cast<int64_t>(u)));
+    case 'J':  // BININT: signed 32-bit
+      if (!ReadLE(4, &u)) return Truncated("BININT");
+      return Push(Value::Int(static_cast<int32_t>(static_cast<uint32_t>(u))));
+    case 0x8a:  // LONG1
+      if (!ReadLE(1, &u)) return Truncated("LONG1");
+      return Long(u);
+    case 0x8b: {  // LONG4: signed length
+      if (!ReadLE(4, &u)) return Truncated("LONG4");
+      const int32_t n = static_cast<int32_t>(static_cast<uint32_t>(u));
+      if (n < 0) return Fail(fmt::format("LONG4 with negative length {}", n));
+      return Long(static_cast<uint64_t>(n));
+    }
+    case 'G': {  // BINFLOAT: big-endian IEEE-754 double
+      if (Remaining() < 8) return Truncated("BINFLOAT");
+      uint64_t bits = 0;
+      for (int i = 0; i < 8; ++i) bits = (bits << 8) | p_[i];
+      p_ += 8;
+      double d;
+      std::memcpy(&d, &bits, sizeof d);
+      return Push(doc_.AddFloat(d));
+    }
+    case 0x8c:  // SHORT_BINUNICODE
+      if (!ReadLE(1, &u)) return Truncated("SHORT_BINUNICODE");
+      return String(Kind::kStr, u, "SHORT_BINUNICODE");
+    case 'X':  // BINUNICODE
+      if (!ReadLE(4, &u)) return Truncated("BINUNICODE");
+      return String(Kind::kStr, u, "BINUNICODE");
+    case 0x8d:  // BINUNICODE8
+      if (!ReadLE(8, &u)) return Truncated("BINUNICODE8");
+      return String(Kind::kStr, u, "BINUNICODE8");
+    case 'U':  // SHORT_BINSTRING (Python 2 str; Python 3 loads it as str)
+      if (!ReadLE(1, &u)) return Truncated("SHORT_BINSTRING");
+      return String(Kind::kStr, u, "SHORT_BINSTRING");
+    case 'T': {  // BINSTRING: signed 32-bit length
+      if (!ReadLE(4, &u)) return Truncated("BINSTRING");
+      const int32_t n = static_cast<int32_t>(static_cast<uint32_t>(u));
+      if (n < 0) return Fail(fmt::format("BINSTRING with negative length {}", n));
+      return String(Kind::kStr, static_cast<uint64_t>(n), "BINSTRING");
+    }
+    case 'C':  // SHORT_BINBYTES
+      if (!ReadLE(1, &u)) return Truncated("SHORT_BINBYTES");
+      return String(Kind::kBytes, u, "SHORT_BINBYTES");
+    case 'B':  // BINBYTES
+      if (!ReadLE(4, &u)) return Truncated("BINBYTES");
+      return String(Kind::kBytes, u, "BINBYTES");
+    case 0x8e:  // BINBYTES8
+      if (!ReadLE(8, &u)) return Truncated("BINBYTES8");
+      return String(Kind::kBytes, u, "BINBYTES8");
+    case 0x96:  // BYTEARRAY8
+      if (!ReadLE(8, &u)) return Truncated("BYTEARRAY8");
+      return String(Kind::kBytes, u, "BYTEARRAY8");
+    case '}': {  // EMPTY_DICT
+      return Push(NewContainer(Kind::kDict)) && CheckMemory();
+    }
+    case ']': {  // EMPTY_LIST
+      return Push(NewContainer(Kind::kList)) && CheckMemory();
+    }
+    case ')': {  // EMPTY_TUPLE
+      return Push(NewContainer(Kind::kTuple)) && CheckMemory();
+    }
+    case '(':  // MARK
+      if (marks_.size() >= limits_.max_stack_items) return Fail("too many MARKs (max_stack_items)");
+      marks_.push_back(stack_.size());
+      return true;
+    case 'd':
+    case 'l':
+    case 't': {  // DICT / LIST / TUPLE from the items above MARK
+      const std::string_view name = op == 'd' ? "DICT" : op == 'l' ? "LIST" : "TUPLE";
+      uint64_t base = 0;
+      if (!PopMark(name, &base)) return false;
+      const Kind kind = op == 'd' ? Kind::kDict : op == 'l' ? Kind::kList : Kind::kTuple;
+      return BuildContainer(kind, base, name);
+    }
+    case 0x85:
+    case 0x86:
+    case 0x87: {  // TUPLE1-3
+      const uint64_t n = op - 0x84u;
+      const std::string_view name = n == 1 ? "TUPLE1" : n == 2 ? "TUPLE2" : "TUPLE3";
+      if (!NeedItems(n, name)) return false;
+      return BuildContainer(Kind::kTuple, stack_.size() - n, name);
+    }
+    case 's':  // SETITEM: dict key value
+      if (!NeedItems(3, "SETITEM")) return false;
+      return AddTo(Kind::kDict, stack_.size() - 3, stack_.size() - 2, "SETITEM");
+    case 'u': {  // SETITEMS: dict MARK k v k v ...
+      uint64_t base = 0;
+      if (!PopMark("SETITEMS", &base)) return false;
+      if (base <= MarkBase()) return Fail("SETITEMS without a dict below its MARK");
+      return AddTo(Kind::kDict, base - 1, base, "SETITEMS");
+    }
+    case 'a':  // APPEND: list item
+      if (!NeedItems(2, "APPEND")) return false;
+      return AddTo(Kind::kList, stack_.size() - 2, stack_.size() - 1, "APPEND");
+    case 'e': {  // APPENDS: list MARK items...
+      uint64_t base = 0;
+      if (!PopMark("APPENDS", &base)) return false;
+      if (base <= MarkBase()) return Fail("APPENDS without a list below its MARK");
+      return AddTo(Kind::kList, base - 1, base, "APPENDS");
+    }
+    case 0x94:  // MEMOIZE: memo[len(memo)] = top
+      return MemoPut(memo_count_);
+    case 'q':  // BINPUT
+      if (!ReadLE(1, &u)) return Truncated("BINPUT");
+      return MemoPut(u);
+    case 'r':  // LONG_BINPUT
+      if (!ReadLE(4, &u)) return Truncated("LONG_BINPUT");
+      return MemoPut(u);
+    case 'h':  // BINGET
+      if (!ReadLE(1, &u)) return Truncated("BINGET");
+      return MemoGet(u);
+    case 'j':  // LONG_BINGET
+      if (!ReadLE(4, &u)) return Truncated("LONG_BINGET");
+      return MemoGet(u);
+    case '0':  // POP: the top item, or the innermost MARK when none is above it
+      if (stack_.size() > MarkBase()) {
+        stack_.pop_back();
+      } else if (!marks_.empty()) {
+        marks_.pop_back();
+      } else {
+        return Fail("POP with an empty stack");
+      }
+      return true;
+    case '1': {  // POP_MARK
+      uint64_t base = 0;
+      if (!PopMark("POP_MARK", &base)) return false;
+      stack_.resize(base);
+      return true;
+    }
+    case '2':  // DUP
+      if (stack_.size() <= MarkBase()) return Fail("DUP with an empty stack");
+      return Push(Value::FromBits(stack_.back()));
+    default: break;
+  }
+  if (std::string_view refused = RefusedName(op); !refused.empty()) {
+    return Fail(fmt::format(
+        "opcode {} (0x{:02x}) would import or call a Python object; a memory snapshot holds "
+        "only plain data, so it is refused (nothing was executed)",
+        refused, op));
+  }
+  if (std::string_view unsupported = UnsupportedName(op); !unsupported.empty()) {
+    return Fail(
+        fmt::format("opcode {} (0x{:02x}) is not used by PyTorch snapshots", unsupported, op));
+  }
+  return Fail(fmt::format("unknown pickle opcode 0x{:02x}", op));
+}
+
+Result<Document> Machine::Run(int* protocol) {
+  if (begin_ == end_) return MakeError(fmt::format("{}: empty file", name_));
+  stack_.reserve(1024);
+  bool stop = false;
+  while (!stop) {
+    if (p_ == end_) {
+      op_offset_ = static_cast<uint64_t>(p_ - begin_);
+      Fail("truncated: the input ends before the STOP opcode");
+      return error_;
+    }
+    op_offset_ = static_cast<uint64_t>(p_ - begin_);
+    const uint8_t op = *p_++;
+    // The opcodes of nearly every byte of a snapshot, without the general
+    // dispatch: BINGET of a memoized key, MEMOIZE, MARK, small ints.
+    if (op == 'h' && p_ < end_) {
+      const uint64_t index = *p_;
+      if (index < memo_.size() && stack_.size() < limits_.max_stack_items) {
+        ++p_;
+        stack_.push_back(memo_[index]);
+        continue;
+      }
+    } else if (op == 0x94 && stack_.size() > MarkBase() && memo_count_ == memo_.size() &&
+               memo_count_ < limits_.max_memo_entries) {
+      memo_.push_back(stack_.back());
+      ++memo_count_;
+      continue;
+    } else if (op == 'K' && p_ < end_ && stack_.size() < limits_.max_stack_items) {
+      stack_.push_back(Value::Int(*p_++).bits());
+      continue;
+    }
+    if (!Step(op, &stop)) return error_;
+  }
+  if (protocol_ < 0) {
+    // Protocols 0 and 1 have no PROTO opcode; Python 3 and PyTorch never
+    // write them for a snapshot.
+    op_offset_ = 0;
+    Fail("no PROTO opcode: a protocol 0/1 pickle, not one PyTorch writes (2-5)");
+    return error_;
+  }
+  doc_.set_root(Value::FromBits(stack_.back()));
+  if (needs_graph_check_) {
+    if (Status s = CheckGraph(doc_, name_, limits_.max_depth); !s.ok()) return s.error();
+  }
+  *protocol = protocol_;
+  return std::move(doc_);
+}
+
+}  // namespace
+
+bool IsPickleOpcode(unsigned char byte) {
+  static constexpr std::string_view kOpcodes = "().0125abcdeghijlopqrstuBCFGIJKLMNPQRSTUVX]}";
+  if (byte >= 0x80 && byte <= 0x98) return true;
+  return kOpcodes.find(static_cast<char>(byte)) != std::string_view::npos;
+}
+
+uint64_t MemoryBudgetBytes(const SnapshotReadLimits& limits, uint64_t input_bytes) {
+  if (limits.max_memory_bytes != 0) return limits.max_memory_bytes;
+  constexpr uint64_t kFloorBytes = uint64_t{64} << 20;
+  if (input_bytes > (~uint64_t{0} - kFloorBytes) / 8) return ~uint64_t{0};
+  return 8 * input_bytes + kFloorBytes;
+}
+
+Result<Document> ParsePickle(std::string_view bytes, std::string_view name,
+                             const SnapshotReadLimits& limits, int* protocol) {
+  Machine machine(bytes, name, limits);
+  return machine.Run(protocol);
+}
+
+}  // namespace vramscope::snapshot

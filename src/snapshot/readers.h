@@ -1,0 +1,49 @@
+// The two readers of snapshot files, both building a Document
+// (document.h), and the graph check they share.
+//
+// Neither reader executes anything: the pickle reader implements only the
+// opcodes Python's pickler (protocols 2-5) and torch::jit::Pickler emit for
+// dicts, lists, tuples, str, bytes, int, float, bool and None, and refuses
+// every opcode that would import or call a Python object (GLOBAL,
+// STACK_GLOBAL, REDUCE, BUILD, INST, OBJ, NEWOBJ, NEWOBJ_EX, PERSID,
+// BINPERSID, EXT*), naming it and its byte offset.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "document.h"
+#include "vramscope/result.h"
+#include "vramscope/snapshot.h"
+
+namespace vramscope::snapshot {
+
+// Parses one pickle (the first; bytes after its STOP are ignored, as
+// pickle.load does). Errors: "NAME: offset N: problem". `protocol` receives
+// the PROTO number. The Document points into `bytes`.
+Result<Document> ParsePickle(std::string_view bytes, std::string_view name,
+                             const SnapshotReadLimits& limits, int* protocol);
+
+// True for a byte that is a pickle opcode of any protocol (format sniffing).
+bool IsPickleOpcode(unsigned char byte);
+
+// Parses JSON text (the same structure, as MemoryViz.js accepts it).
+// Errors: "NAME: JSON: problem at byte N". The Document owns its strings.
+Result<Document> ParseJson(std::string_view text, std::string_view name,
+                           const SnapshotReadLimits& limits);
+
+// Checks the structure PyTorch writes and converts it (docs/snapshot.md).
+// Errors: "NAME: segments[3].blocks[0].size: problem".
+// `shared_containers`: true for pickles (memo references share containers).
+Result<Snapshot> ExtractSnapshot(const Document& doc, std::string_view name, std::string format,
+                                 bool shared_containers);
+
+// Rejects a Document whose containers nest deeper than `max_depth` or contain
+// themselves (a pickle memo can build cycles). O(containers + words), no
+// recursion. Errors: "NAME: problem".
+Status CheckGraph(const Document& doc, std::string_view name, uint32_t max_depth);
+
+// The memory the readers may use for `input_bytes` of input under `limits`.
+uint64_t MemoryBudgetBytes(const SnapshotReadLimits& limits, uint64_t input_bytes);
+
+}  // namespace vramscope::snapshot
