@@ -5,17 +5,30 @@
 
 #include "command.h"
 
-int main(int argc, char** argv) {
-  using namespace vramscope::cli;
-  CLI::App app{"vramscope: predict and explain GPU memory of neural-network training"};
+namespace vramscope::cli {
+
+// Declares every subcommand of Commands() on `app`; parsing then stores the
+// chosen subcommand's run step in *chosen (nothing runs during parsing).
+// Also called by fuzz/fuzz_cli_flags.cc, which parses and never runs.
+void BuildApp(CLI::App& app, RunFn* chosen) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "vramscope 0.1.0");
-  RunFn chosen;
   for (const CommandSpec& spec : Commands()) {
     CLI::App* sub = app.add_subcommand(spec.name, spec.summary);
     RunFn run = spec.setup(sub);
-    sub->callback([run, &chosen] { chosen = run; });
+    sub->callback([run, chosen] { *chosen = run; });
   }
+}
+
+}  // namespace vramscope::cli
+
+// The fuzz target brings libFuzzer's main instead.
+#ifndef VRAMSCOPE_CLI_NO_MAIN
+int main(int argc, char** argv) {
+  using namespace vramscope::cli;
+  CLI::App app{"vramscope: predict and explain GPU memory of neural-network training"};
+  RunFn chosen;
+  BuildApp(app, &chosen);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -39,3 +52,4 @@ int main(int argc, char** argv) {
     return kExitInternal;
   }
 }
+#endif

@@ -1,10 +1,14 @@
 // ReadEventFile: the path-level errors, and agreement with ParseEventText
 // when lines cross the reader's 1 MiB chunk boundaries.
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -95,6 +99,37 @@ TEST_F(EventFileTest, EmptyFileAndCharacterDevice) {
   const Result<EventStream> dev_null = ReadEventFile("/dev/null");
   ASSERT_FALSE(dev_null.ok());
   EXPECT_EQ(dev_null.error().message.rfind("/dev/null:1: header: missing", 0), 0u);
+}
+
+// A FIFO that nothing writes to would block open() forever; the reader opens
+// it without waiting and reports "no data". With a writer attached (here the
+// test itself) it reads as usual. Also: /dev/zero ends at the line limit.
+TEST_F(EventFileTest, FifoWithAndWithoutWriterAndEndlessDevice) {
+  const std::string path = (dir_ / "trace.fifo").string();
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  const Result<EventStream> no_writer = ReadEventFile(path);
+  ASSERT_FALSE(no_writer.ok());
+  EXPECT_EQ(no_writer.error().message, path + ": no data (a FIFO that nothing writes to)");
+
+  const int writer = ::open(path.c_str(), O_RDWR);  // RDWR: does not wait for a reader
+  ASSERT_GE(writer, 0);
+  const std::string text = "vramscope-events 1\na 1 512 act\n";
+  ASSERT_EQ(::write(writer, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  // The reader sees end of file once the last writer closes; ours closes
+  // after the read has started, from another thread.
+  std::thread closer([writer] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    ::close(writer);
+  });
+  const Result<EventStream> with_writer = ReadEventFile(path);
+  closer.join();
+  ASSERT_TRUE(with_writer.ok()) << with_writer.error().message;
+  EXPECT_EQ(with_writer->size(), 1u);
+
+  const Result<EventStream> zero = ReadEventFile("/dev/zero");
+  ASSERT_FALSE(zero.ok());
+  EXPECT_NE(zero.error().message.find("longer than 65536 bytes"), std::string::npos)
+      << zero.error().message;
 }
 
 // About 3 MiB of events with lines of varied length, so lines straddle the

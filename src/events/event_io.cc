@@ -3,6 +3,9 @@
 // plus one chunk and one partial line, not the whole file.
 #include "vramscope/event_io.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -65,6 +68,26 @@ std::string ErrnoMessage(int error_number) {
 struct FileCloser {
   void operator()(std::FILE* f) const { std::fclose(f); }
 };
+
+// fopen(path, "rb"), except that a FIFO is opened without waiting for a
+// writer: open() of a FIFO that no process writes to blocks forever. With a
+// writer attached (a shell pipe, <(...)) it reads as usual; with none, the
+// first read sees end of file. Sets errno on failure.
+std::FILE* OpenForReading(const std::string& path, bool fifo) {
+  if (!fifo) return std::fopen(path.c_str(), "rb");
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return nullptr;
+  // Reads block again from here on: a writer that is slow to write is waited for.
+  const int flags = ::fcntl(fd, F_GETFL);
+  std::FILE* file = nullptr;
+  if (flags >= 0 && ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) == 0) file = ::fdopen(fd, "rb");
+  if (file == nullptr) {
+    const int saved = errno;
+    ::close(fd);
+    errno = saved;
+  }
+  return file;
+}
 
 // Feeds the complete lines of `chunk` to the parser; the unterminated tail
 // goes to `partial` (prefixed by what `partial` already held). `partial`
@@ -139,7 +162,8 @@ Result<EventStream> ReadEventFile(const std::string& path, const EventReadLimits
     }
   }
   errno = 0;
-  std::unique_ptr<std::FILE, FileCloser> file(std::fopen(path.c_str(), "rb"));
+  const bool fifo = status.type() == std::filesystem::file_type::fifo;
+  std::unique_ptr<std::FILE, FileCloser> file(OpenForReading(path, fifo));
   if (!file) return MakeError(fmt::format("{}: cannot open: {}", path, ErrnoMessage(errno)));
 
   EventParser parser(path, limits);
@@ -162,6 +186,9 @@ Result<EventStream> ReadEventFile(const std::string& path, const EventReadLimits
   }
   if (std::ferror(file.get())) {
     return MakeError(fmt::format("{}: read error: {}", path, ErrnoMessage(errno)));
+  }
+  if (fifo && total_bytes == 0) {
+    return MakeError(fmt::format("{}: no data (a FIFO that nothing writes to)", path));
   }
   if (!partial.empty()) {
     if (Status status = parser.ParseLine(partial); !status.ok()) return status.error();

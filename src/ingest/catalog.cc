@@ -79,21 +79,28 @@ const CatalogEntry* FindCatalogEntry(std::string_view name) {
 std::vector<std::string> SuggestCatalogAliases(std::string_view name, size_t max_count) {
   const std::string key = Lower(name);
   if (key.empty()) return {};
+  const size_t limit = std::max<size_t>(3, key.size() / 3);
+  // The edit distance is at least the difference in length: a name far
+  // longer than a candidate cannot be close to it, and is not compared (a
+  // 100 000-character name would otherwise cost seconds).
+  auto distance = [&](std::string_view candidate) {
+    return key.size() > candidate.size() + limit ? SIZE_MAX : EditDistance(key, candidate);
+  };
   std::vector<std::pair<size_t, std::string>> scored;
   for (const CatalogEntry& e : GetCatalog().entries) {
     size_t best = SIZE_MAX;
     for (const std::string& candidate : {Lower(e.alias), Lower(e.hub_id)}) {
       if (candidate.empty()) continue;
-      size_t d = EditDistance(key, candidate);
+      size_t d = distance(candidate);
       // The part after the organisation ("meta-llama/") matters most.
       size_t slash = candidate.find('/');
       if (slash != std::string::npos) {
-        d = std::min(d, EditDistance(key, candidate.substr(slash + 1)));
+        d = std::min(d, distance(std::string_view(candidate).substr(slash + 1)));
       }
       if (key.size() >= 3 && candidate.find(key) != std::string::npos) d = std::min<size_t>(d, 1);
       best = std::min(best, d);
     }
-    if (best <= std::max<size_t>(3, key.size() / 3)) scored.emplace_back(best, e.alias);
+    if (best <= limit) scored.emplace_back(best, e.alias);
   }
   std::stable_sort(scored.begin(), scored.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "catalog_internal.h"
+#include "config_reader.h"
 
 namespace vramscope::ingest {
 namespace {
@@ -129,6 +130,9 @@ fs::path ExpandHome(std::string_view path, const char* home) {
 
 // The config text when `text` is a JSON object, else what is wrong with it.
 Result<std::string> CheckConfigJson(std::string text, std::string_view what) {
+  if (JsonNestsDeeperThan(text, kMaxJsonDepth)) {
+    return MakeError(fmt::format("{} is JSON nested deeper than {} levels", what, kMaxJsonDepth));
+  }
   nlohmann::json root = nlohmann::json::parse(text, nullptr, false);
   if (root.is_discarded()) {
     size_t first = text.find_first_not_of(" \t\r\n");

@@ -75,6 +75,10 @@ const std::vector<std::string>& SupportedModelTypes() {
 }
 
 Result<ModelSpec> ParseModelConfig(std::string_view json_text, std::string_view name) {
+  if (ingest::JsonNestsDeeperThan(json_text, ingest::kMaxJsonDepth)) {
+    return MakeError(fmt::format("{}: JSON nested deeper than {} levels", name,
+                                 ingest::kMaxJsonDepth));
+  }
   nlohmann::json root = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded()) {
     // Re-parse with exceptions only to learn where the text went wrong.
@@ -103,8 +107,8 @@ Result<ModelSpec> ParseModelConfig(std::string_view json_text, std::string_view 
   if (!r.ok()) return r.error();
   const ingest::Family* family = FindFamily(model_type);
   if (family == nullptr) {
-    return MakeError(fmt::format("{}: model_type: \"{}\" is not supported (supported: {})",
-                                 name, model_type, SupportedList()));
+    return MakeError(fmt::format("{}: model_type: {} is not supported (supported: {})", name,
+                                 ingest::QuoteForMessage(model_type), SupportedList()));
   }
 
   ModelSpec spec;

@@ -258,5 +258,24 @@ TEST(ParseConfigErrorsTest, AbsurdValues) {
                  "absurd model");
 }
 
+// Hostile input (docs/hardening.md): nesting is refused before anything is
+// built, and text quoted from the file cannot break the one-line message.
+TEST(ParseConfigErrorsTest, HostileNestingAndText) {
+  ExpectMentions(ErrorOf(std::string(100000, '[')), "nested deeper than 64 levels");
+  std::string deep_object;
+  for (int i = 0; i < 65; ++i) deep_object += R"({"a":)";
+  ExpectMentions(ErrorOf(deep_object + "1" + std::string(65, '}')), "nested deeper than 64");
+  // Brackets inside strings do not count.
+  ExpectMentions(ErrorOf(R"({"model_type": ")" + std::string(1000, '[') + R"("})"),
+                 "is not supported");
+  const std::string control = ErrorOf(R"({"model_type": "llama\u001b[2J\nx"})");
+  ExpectMentions(control, R"("llama\u001b[2J\nx" is not supported)");
+  for (char c : control) EXPECT_GE(static_cast<unsigned char>(c), 0x20) << control;
+  const std::string long_value =
+      ErrorOf(R"({"model_type": "llama", "hidden_size": ")" + std::string(5000, 'x') + R"("})");
+  EXPECT_LT(long_value.size(), 200u) << long_value;
+  ExpectMentions(long_value, R"(got string "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...")");
+}
+
 }  // namespace
 }  // namespace vramscope

@@ -12,7 +12,9 @@
 #include <nlohmann/json.hpp>
 
 #include "catalog_internal.h"
+#include "config_reader.h"
 #include "hub.h"
+#include "param_list.h"
 #include "safetensors.h"
 #include "vramscope/model.h"
 
@@ -103,6 +105,10 @@ Result<std::vector<fs::path>> FindShards(const fs::path& dir) {
   if (fs::is_regular_file(index, ec)) {
     Result<std::string> text = ReadSmallFile(index);
     if (!text.ok()) return text.error();
+    if (ingest::JsonNestsDeeperThan(*text, ingest::kMaxJsonDepth)) {
+      return MakeError(fmt::format("{}: JSON nested deeper than {} levels", index.string(),
+                                   ingest::kMaxJsonDepth));
+    }
     nlohmann::json root = nlohmann::json::parse(*text, nullptr, false);
     if (root.is_discarded() || !root.is_object()) {
       return MakeError(fmt::format("{}: not valid JSON", index.string()));
@@ -114,16 +120,17 @@ Result<std::vector<fs::path>> FindShards(const fs::path& dir) {
     std::set<std::string> files;
     for (const auto& [tensor, file] : map->items()) {
       if (!file.is_string()) {
-        return MakeError(fmt::format("{}: weight_map: \"{}\": expected a file name",
-                                     index.string(), tensor));
+        return MakeError(fmt::format("{}: weight_map: {}: expected a file name", index.string(),
+                                     ingest::QuoteForMessage(tensor, 120)));
       }
       std::string f = file.get<std::string>();
       // Only plain file names inside the directory: never follow a path out of it.
       if (f.empty() || f == "." || f == ".." || f.find('/') != std::string::npos ||
           f.find('\\') != std::string::npos) {
-        return MakeError(fmt::format("{}: weight_map: \"{}\": \"{}\" is not a file name in "
+        return MakeError(fmt::format("{}: weight_map: {}: {} is not a file name in "
                                      "the model directory",
-                                     index.string(), tensor, f));
+                                     index.string(), ingest::QuoteForMessage(tensor, 120),
+                                     ingest::QuoteForMessage(f, 120)));
       }
       files.insert(f);
     }
@@ -133,8 +140,8 @@ Result<std::vector<fs::path>> FindShards(const fs::path& dir) {
     }
     for (const std::string& f : files) {
       if (!fs::is_regular_file(dir / f, ec)) {
-        return MakeError(fmt::format("{}: weight_map: shard \"{}\" is not in {}",
-                                     index.string(), f, dir.string()));
+        return MakeError(fmt::format("{}: weight_map: shard {} is not in {}", index.string(),
+                                     ingest::QuoteForMessage(f, 120), dir.string()));
       }
       shards.push_back(dir / f);
     }
@@ -170,8 +177,12 @@ Status MergeCheckpoint(ModelSpec& spec, const std::vector<fs::path>& shards) {
     if (!tensors.ok()) return tensors.error();
     for (ingest::SafetensorsTensor& t : *tensors) {
       if (!seen.insert(t.name).second) {
-        return MakeError(fmt::format("{}: tensor \"{}\" is stored in more than one shard",
-                                     shard.string(), t.name));
+        return MakeError(fmt::format("{}: tensor {} is stored in more than one shard",
+                                     shard.string(), ingest::QuoteForMessage(t.name, 120)));
+      }
+      if (all.size() >= ingest::kMaxTensors) {
+        return MakeError(fmt::format("{}: the checkpoint stores more than {} tensors",
+                                     shard.string(), ingest::kMaxTensors));
       }
       all.push_back(std::move(t));
     }

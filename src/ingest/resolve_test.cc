@@ -164,6 +164,29 @@ TEST(ResolveModelErrorsTest, LyingSafetensorsHeaderInDirectory) {
   ExpectError(ResolveModel(dir.path().string()), "model.safetensors: header length");
 }
 
+// Limits of docs/hardening.md: index nesting, tensors in a checkpoint.
+TEST(ResolveModelErrorsTest, HostileIndexAndTooManyTensors) {
+  TempDir dir;
+  WriteFile(dir.path() / "config.json", kTinyLlama);
+  WriteFile(dir.path() / "model.safetensors.index.json", std::string(100000, '['));
+  ExpectError(ResolveModel(dir.path().string()), "nested deeper than 64 levels");
+  WriteFile(dir.path() / "model.safetensors.index.json",
+            R"({"weight_map": {"w\u001b[2J\n": "../x"}})");
+  ExpectError(ResolveModel(dir.path().string()), R"(weight_map: "w\u001b[2J\n": "../x" is not)");
+
+  TempDir many;
+  WriteFile(many.path() / "config.json", kTinyLlama);
+  // 200 001 empty tensors over two shards: one more than kMaxTensors.
+  for (int shard = 0; shard < 2; ++shard) {
+    std::vector<FakeTensor> tensors;
+    for (int i = 0; i < 100001 - shard; ++i) {
+      tensors.push_back({fmt::format("extra.{}.{}", shard, i), "U8", {0}});
+    }
+    WriteFile(many.path() / fmt::format("model-{}.safetensors", shard), MakeSafetensors(tensors));
+  }
+  ExpectError(ResolveModel(many.path().string()), "stores more than 200000 tensors");
+}
+
 TEST(ResolveModelErrorsTest, IndexMustNotPointOutsideTheDirectory) {
   TempDir dir;
   WriteFile(dir.path() / "config.json", kTinyLlama);

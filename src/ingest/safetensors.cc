@@ -33,7 +33,7 @@ namespace {
 Result<SafetensorsTensor> ParseEntry(const std::string& key, const nlohmann::json& entry,
                                      std::string_view name) {
   auto fail = [&](std::string problem) {
-    return MakeError(fmt::format("{}: tensor \"{}\": {}", name, key, problem));
+    return MakeError(fmt::format("{}: tensor {}: {}", name, QuoteForMessage(key, 120), problem));
   };
   if (!entry.is_object()) return fail("expected an object, got " + DescribeJson(entry));
   SafetensorsTensor t;
@@ -42,7 +42,7 @@ Result<SafetensorsTensor> ParseEntry(const std::string& key, const nlohmann::jso
   if (dtype == entry.end() || !dtype->is_string()) return fail("dtype: missing or not a string");
   t.dtype = dtype->get<std::string>();
   uint64_t bits = SafetensorsDTypeBits(t.dtype);
-  if (bits == 0) return fail(fmt::format("dtype: unknown \"{}\"", t.dtype));
+  if (bits == 0) return fail(fmt::format("dtype: unknown {}", QuoteForMessage(t.dtype)));
   auto shape = entry.find("shape");
   if (shape == entry.end() || !shape->is_array()) return fail("shape: missing or not an array");
   t.numel = 1;
@@ -96,6 +96,10 @@ Result<std::vector<SafetensorsTensor>> ParseSafetensorsHeader(std::string_view p
                                  prefix.size() - 8, header_bytes));
   }
   std::string_view text = prefix.substr(8, header_bytes);
+  if (JsonNestsDeeperThan(text, kMaxJsonDepth)) {
+    return MakeError(fmt::format("{}: header: JSON nested deeper than {} levels", name,
+                                 kMaxJsonDepth));
+  }
   nlohmann::json header = nlohmann::json::parse(text, nullptr, false);
   if (header.is_discarded() || !header.is_object()) {
     return MakeError(fmt::format("{}: header is not a JSON object", name));
@@ -107,9 +111,9 @@ Result<std::vector<SafetensorsTensor>> ParseSafetensorsHeader(std::string_view p
     Result<SafetensorsTensor> t = ParseEntry(key, entry, name);
     if (!t.ok()) return t.error();
     if (t->data_end > data_bytes) {
-      return MakeError(fmt::format("{}: tensor \"{}\": data_offsets end {} is past the {} data "
+      return MakeError(fmt::format("{}: tensor {}: data_offsets end {} is past the {} data "
                                    "bytes in the file",
-                                   name, key, t->data_end, data_bytes));
+                                   name, QuoteForMessage(key, 120), t->data_end, data_bytes));
     }
     tensors.push_back(std::move(t.value()));
   }
@@ -118,8 +122,9 @@ Result<std::vector<SafetensorsTensor>> ParseSafetensorsHeader(std::string_view p
   });
   for (size_t i = 1; i < tensors.size(); ++i) {
     if (tensors[i].data_begin < tensors[i - 1].data_end) {
-      return MakeError(fmt::format("{}: tensors \"{}\" and \"{}\" overlap", name,
-                                   tensors[i - 1].name, tensors[i].name));
+      return MakeError(fmt::format("{}: tensors {} and {} overlap", name,
+                                   QuoteForMessage(tensors[i - 1].name, 120),
+                                   QuoteForMessage(tensors[i].name, 120)));
     }
   }
   return tensors;

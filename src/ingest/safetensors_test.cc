@@ -104,6 +104,18 @@ TEST(SafetensorsTest, MalformedEntries) {
             std::string::npos);
 }
 
+// Hostile headers (docs/hardening.md): deep nesting is refused before
+// parsing; names quoted in messages are escaped and cut.
+TEST(SafetensorsTest, HostileNestingAndNames) {
+  EXPECT_NE(ErrorOf(WithHeader(std::string(100000, '['), 0)).find("nested deeper than 64 levels"),
+            std::string::npos);
+  const std::string name = ErrorOf(WithHeader(
+      R"({"w\u001b[2J\n)" + std::string(500, 'x') + R"(": 5})", 0));
+  EXPECT_NE(name.find(R"(tensor "w\u001b[2J\nxxx)"), std::string::npos) << name;
+  EXPECT_LT(name.size(), 250u) << name;
+  for (char c : name) EXPECT_GE(static_cast<unsigned char>(c), 0x20) << name;
+}
+
 TEST(SafetensorsTest, ReadsOnlyTheHeaderFromDisk) {
   testing::TempDir dir;
   std::string bytes = MakeSafetensors({{"w", "BF16", {1024, 1024}}});

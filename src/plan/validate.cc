@@ -2,6 +2,7 @@
 #include "vramscope/validate.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <string>
 
@@ -20,10 +21,67 @@ using nlohmann::json;
 constexpr std::string_view kFormat = "vramscope-groundtruth";
 constexpr int kSchemaVersion = 1;
 
+// Limits on what the readers accept (docs/hardening.md). Records nest 3
+// levels; nlohmann::json builds every level (about 100 bytes each), so
+// without a depth limit one 256 MiB line of '[' would take gigabytes. Each
+// record costs an Estimate() later, hence the cap on records per file.
+constexpr size_t kMaxJsonDepth = 64;
+constexpr size_t kMaxRecordsPerFile = 100'000;
+constexpr size_t kMaxFieldBytesShown = 100;
+
+// True when `text` nests arrays and objects more than `max_depth` deep
+// (brackets inside strings do not count). One pass, no allocation; the same
+// check as src/ingest's JsonNestsDeeperThan, which vs_plan cannot include.
+bool JsonNestsDeeperThan(std::string_view text, size_t max_depth) {
+  size_t depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth) return true;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return false;
+}
+
+// Text from the file (keys, values quoted in problems) made fit for a
+// one-line message: control characters as \xNN, cut at `max_bytes`.
+std::string Printable(std::string_view text, size_t max_bytes) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (out.size() >= max_bytes) {
+      // Do not end inside a UTF-8 sequence.
+      while (!out.empty() && (static_cast<unsigned char>(out.back()) & 0xC0) == 0x80) out.pop_back();
+      if (!out.empty() && (static_cast<unsigned char>(out.back()) & 0xC0) == 0xC0) out.pop_back();
+      out += "...";
+      break;
+    }
+    const auto byte = static_cast<unsigned char>(text[i]);
+    if (byte < 0x20 || byte == 0x7f) {
+      out += fmt::format("\\x{:02x}", byte);
+    } else {
+      out += text[i];
+    }
+  }
+  return out;
+}
+
 struct Ctx {
   std::string where;
   Error Fail(std::string_view field, std::string_view problem) const {
-    return MakeError(fmt::format("{}: {}: {}", where, field, problem));
+    return MakeError(fmt::format("{}: {}: {}", where, Printable(field, kMaxFieldBytesShown),
+                                 Printable(problem, 4 * kMaxFieldBytesShown)));
   }
 };
 
@@ -57,10 +115,15 @@ int PackageVersion(const json& env, const char* package, int fallback) {
   if (pk == env.end() || !pk->is_object()) return fallback;
   auto v = pk->find(package);
   if (v == pk->end() || !v->is_string()) return fallback;
-  const std::string s = v->get<std::string>();
+  // from_chars, not sscanf: "%d" on a number out of int's range is undefined.
+  const std::string& s = v->get_ref<const std::string&>();
+  const char* const end = s.data() + s.size();
   int major = 0, minor = 0;
-  if (std::sscanf(s.c_str(), "%d.%d", &major, &minor) != 2 || major < 0 || minor < 0 || minor > 99 ||
-      major > 99) {
+  auto [dot, major_error] = std::from_chars(s.data(), end, major);
+  if (major_error != std::errc{} || dot == end || *dot != '.') return fallback;
+  auto [rest, minor_error] = std::from_chars(dot + 1, end, minor);
+  (void)rest;
+  if (minor_error != std::errc{} || major < 0 || minor < 0 || minor > 99 || major > 99) {
     return fallback;
   }
   return major * 100 + minor;
@@ -174,7 +237,8 @@ Result<std::optional<MeasuredRun>> ParseRecord(const Ctx& c, const json& rec,
     }
     std::string reason;
     if (auto r = rec.find("reason"); r != rec.end() && r->is_string()) reason = r->get<std::string>();
-    not_compared->push_back(fmt::format("{}: {} {}: {}", c.where, run.id, status_s, reason));
+    not_compared->push_back(fmt::format("{}: {} {}: {}", c.where, Printable(run.id, kMaxFieldBytesShown),
+                                        status_s, Printable(reason, 4 * kMaxFieldBytesShown)));
     return std::optional<MeasuredRun>{};
   }
   VS_TRY(knobs, Member(c, rec, "knobs", "knobs"));
@@ -230,6 +294,12 @@ Result<MeasuredFile> ParseGroundTruth(std::string_view text, std::string_view la
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
     Ctx c{fmt::format("{}:{}", label, line_no)};
+    if (file.runs.size() + file.not_compared.size() >= kMaxRecordsPerFile) {
+      return c.Fail("file", fmt::format("more than {} records", kMaxRecordsPerFile));
+    }
+    if (JsonNestsDeeperThan(line, kMaxJsonDepth)) {
+      return c.Fail("line", fmt::format("JSON nested deeper than {} levels", kMaxJsonDepth));
+    }
     json rec = json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (rec.is_discarded()) return c.Fail("line", "not valid JSON");
     VS_TRY(run, ParseRecord(c, rec, gpu_override, &file.not_compared));
@@ -303,8 +373,11 @@ Validation Validate(std::vector<MeasuredFile> files) {
 }
 
 Result<Thresholds> ParseThresholds(std::string_view text, std::string_view label) {
-  json j = json::parse(text, nullptr, false);
   Ctx c{std::string(label)};
+  if (JsonNestsDeeperThan(text, kMaxJsonDepth)) {
+    return c.Fail("file", fmt::format("JSON nested deeper than {} levels", kMaxJsonDepth));
+  }
+  json j = json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return c.Fail("file", "not a JSON object");
   Thresholds t;
   struct Limits {

@@ -97,6 +97,40 @@ TEST(ValidateParse, BadRecordsNameLineAndField) {
   EXPECT_EQ(f.error().message, "r.jsonl:1: line: not valid JSON");
 }
 
+// Hostile input (docs/hardening.md): limits, and messages that stay one
+// printable line whatever the file holds.
+TEST(ValidateParse, HostileRecords) {
+  auto deep = ParseGroundTruth("\n" + std::string(100000, '['), "r.jsonl");
+  ASSERT_FALSE(deep.ok());
+  EXPECT_EQ(deep.error().message, "r.jsonl:2: line: JSON nested deeper than 64 levels");
+
+  auto rec = Record("ok", 3 * kGiB, 4 * kGiB);
+  rec["knobs"]["evil\x1b[2J\n" + std::string(500, 'k')] = "x";
+  auto key = ParseGroundTruth(rec.dump(), "r.jsonl");
+  ASSERT_FALSE(key.ok());
+  const std::string& m = key.error().message;
+  EXPECT_EQ(m.rfind("r.jsonl:1: knobs.evil\\x1b[2J\\x0akkk", 0), 0u) << m;
+  EXPECT_NE(m.find("...: unknown knob"), std::string::npos) << m;
+  EXPECT_LT(m.size(), 200u) << m;
+
+  // Versions whose numbers overflow an int fall back to the default (sscanf's
+  // %d would be undefined behaviour here).
+  rec = Record("ok", 3 * kGiB, 4 * kGiB);
+  rec["env"]["packages"]["torch"] = "99999999999999999999.1";
+  rec["env"]["packages"]["transformers"] = "4.99999999999999999999";
+  auto versions = ParseGroundTruth(rec.dump(), "r.jsonl");
+  ASSERT_TRUE(versions.ok()) << versions.error().message;
+  EXPECT_EQ(versions->runs[0].setup.torch_version, TrainingSetup{}.torch_version);
+  EXPECT_EQ(versions->runs[0].setup.transformers_version, TrainingSetup{}.transformers_version);
+
+  std::string many;
+  auto skipped = Record("skipped", 0, 0).dump() + "\n";
+  for (int i = 0; i < 100001; ++i) many += skipped;
+  auto too_many = ParseGroundTruth(many, "r.jsonl");
+  ASSERT_FALSE(too_many.ok());
+  EXPECT_EQ(too_many.error().message, "r.jsonl:100001: file: more than 100000 records");
+}
+
 // The prediction of a record's knobs, computed here through Estimate() so the
 // test can check validate's arithmetic around it.
 uint64_t PredictedAllocated(const MeasuredRun& run) {
@@ -179,6 +213,15 @@ TEST(ValidateThresholds, ParseAndRejectUnknownKeys) {
   EXPECT_NE(bad.error().message.find("t.json: peak_allocated.median: unknown limit"), std::string::npos);
   EXPECT_FALSE(ParseThresholds("[]", "t.json").ok());
   EXPECT_FALSE(ParseThresholds(R"({"peak_allocated": {"median_abs_error": -1}})", "t.json").ok());
+}
+
+TEST(ValidateThresholds, HostileInput) {
+  auto deep = ParseThresholds(std::string(100000, '{'), "t.json");
+  ASSERT_FALSE(deep.ok());
+  EXPECT_EQ(deep.error().message, "t.json: file: JSON nested deeper than 64 levels");
+  auto key = ParseThresholds(R"({"peak\u001b[2J\n": {}})", "t.json");
+  ASSERT_FALSE(key.ok());
+  EXPECT_EQ(key.error().message, "t.json: peak\\x1b[2J\\x0a: unknown key");
 }
 
 }  // namespace

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The C++ suite and the end-to-end tests (ctest: GoogleTest binaries plus
+# cli_end_to_end, which runs tests/*_test.py against the binary) under
+# AddressSanitizer + UndefinedBehaviorSanitizer, in build-asan/. Any finding
+# (memory error, leak, undefined behaviour) fails the test that hit it.
+# Run by scripts/test.sh after the normal suite; docs/hardening.md.
+#
+# The build is clang's, with the fuzz targets on (VRAMSCOPE_FUZZ): their
+# libraries are the same ASan + UBSan objects, so scripts/test.sh runs the
+# fuzzers from this build (FUZZ_BUILD_DIR=build-asan) instead of compiling
+# everything a third time. The coverage hooks that adds are no-ops here.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# -O1: reports stay readable and the build quick; line tables for the stack
+# traces; no -DNDEBUG, so assert()s (nlohmann_json's among them) are live.
+CC=clang CXX=clang++ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only" \
+  -DVRAMSCOPE_SANITIZE=ON -DVRAMSCOPE_FUZZ=ON -DVRAMSCOPE_BENCH=OFF >/dev/null
+cmake --build build-asan -j "$(nproc)"
+# Leaks fail like any other finding; UBSan stops at the first report (the
+# build also passes -fno-sanitize-recover=undefined). No core dumps: a
+# finding is a report on stderr, not a core of the whole shadow memory.
+export ASAN_OPTIONS="detect_leaks=1:strict_string_checks=1:check_initialization_order=1:strict_init_order=1:detect_stack_use_after_return=1:disable_coredump=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
+ctest --test-dir build-asan --output-on-failure -j "$(nproc)"
