@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <deque>
 #include <string>
 
 #include "readers.h"
@@ -22,9 +23,14 @@ std::string Bytes(const char (&text)[N]) {
   return std::string(text, N - 1);
 }
 
+// A Document points into the bytes it was parsed from (readers.h), so the
+// bytes of every parse stay alive for the whole test program (found by ASan:
+// the tests pass temporaries).
 Result<Document> Parse(const std::string& bytes, const SnapshotReadLimits& limits = {}) {
+  static std::deque<std::string> kept;
+  kept.push_back(bytes);
   int protocol = 0;
-  return ParsePickle(bytes, "t", limits, &protocol);
+  return ParsePickle(kept.back(), "t", limits, &protocol);
 }
 
 Value Root(const std::string& bytes) {
