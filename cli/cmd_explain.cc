@@ -30,7 +30,7 @@ nlohmann::ordered_json LiveJson(const LiveAllocation& a) {
 }
 
 // docs/json-schema.md, "snapshot": what only a measured run has.
-nlohmann::ordered_json SnapshotJson(const MeasuredRun& run, const Snapshot& snapshot) {
+nlohmann::ordered_json SnapshotJson(const SnapshotRun& run, const Snapshot& snapshot) {
   nlohmann::ordered_json j;
   j["format"] = snapshot.format;
   j["device"] = run.device;

@@ -152,7 +152,7 @@ struct SiteBytes {
   uint64_t blocks = 0;
 };
 
-struct MeasuredRun {
+struct SnapshotRun {
   int device = 0;
   // The measured numbers in the simulator's shape: peaks, breakdown at the
   // peak, phases, timeline (downsampled, peaks kept), largest live blocks at
@@ -186,18 +186,18 @@ struct MeasuredRun {
 // "Attribution") and measures it. Allocated counts block sizes: the exact
 // size for blocks still in the final segments, PyTorch's round_size of the
 // requested size otherwise. Errors: no such device, no data for it.
-Result<MeasuredRun> MeasureSnapshot(const Snapshot& snapshot, const ExplainOptions& options = {});
+Result<SnapshotRun> MeasureSnapshot(const Snapshot& snapshot, const ExplainOptions& options = {});
 
 // Plain-words lines: the peak and what was alive, the largest sites,
 // fragmentation, a wrapped trace, and for an OOM what was requested, what
 // was alive and why it failed.
-std::vector<std::string> ExplainMeasured(const MeasuredRun& run);
+std::vector<std::string> ExplainMeasured(const SnapshotRun& run);
 
 // The standard report of a measured run (command "explain"): the measured
 // numbers as the worst (only) rank, the device total with `gpu`'s CUDA
 // context added (a snapshot does not record it), ExplainMeasured's lines and
 // notes on what was measured and how.
-Report MeasuredReport(const MeasuredRun& run, const Snapshot& snapshot, const GpuSpec& gpu,
+Report MeasuredReport(const SnapshotRun& run, const Snapshot& snapshot, const GpuSpec& gpu,
                       const std::string& source);
 
 // ---------------------------------------------------------------------------

@@ -31,7 +31,7 @@ std::string Breakdown(const CategoryBytes& bytes) {
   return text.empty() ? "nothing" : text;
 }
 
-void ExplainOom(const MeasuredRun& run, std::vector<std::string>* lines) {
+void ExplainOom(const SnapshotRun& run, std::vector<std::string>* lines) {
   const SimResult& s = run.sim;
   const OomInfo& oom = *s.oom;
   lines->push_back(fmt::format(
@@ -68,7 +68,7 @@ void ExplainOom(const MeasuredRun& run, std::vector<std::string>* lines) {
 
 }  // namespace
 
-std::vector<std::string> ExplainMeasured(const MeasuredRun& run) {
+std::vector<std::string> ExplainMeasured(const SnapshotRun& run) {
   std::vector<std::string> lines;
   const SimResult& s = run.sim;
   lines.push_back(fmt::format(

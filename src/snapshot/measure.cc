@@ -31,7 +31,7 @@ std::string FormatSize(uint64_t bytes) {
 
 class Measurer {
  public:
-  Measurer(Reconstruction& r, const ExplainOptions& options, MeasuredRun* run)
+  Measurer(Reconstruction& r, const ExplainOptions& options, SnapshotRun* run)
       : r_(r),
         options_(options),
         run_(run),
@@ -52,7 +52,7 @@ class Measurer {
 
   Reconstruction& r_;
   const ExplainOptions& options_;
-  MeasuredRun* run_;
+  SnapshotRun* run_;
   snapshot::TimelineSampler sampler_;
   std::unique_ptr<snapshot::BlockSizer> sizer_;
   SimResult& sim() { return run_->sim; }
@@ -296,13 +296,13 @@ void Measurer::Run() {
 
 }  // namespace
 
-Result<MeasuredRun> MeasureSnapshot(const Snapshot& snapshot, const ExplainOptions& options) {
+Result<SnapshotRun> MeasureSnapshot(const Snapshot& snapshot, const ExplainOptions& options) {
   auto device = snapshot::ChooseDevice(snapshot, options.device);
   if (!device.ok()) return device.error();
   auto reconstruction = snapshot::Reconstruct(snapshot, *device);
   if (!reconstruction.ok()) return reconstruction.error();
   Reconstruction& r = *reconstruction;
-  MeasuredRun run;
+  SnapshotRun run;
   run.device = *device;
   run.trace_entries = r.entries->size();
   run.allocations = r.records.size();

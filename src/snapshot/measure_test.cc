@@ -19,10 +19,10 @@ nlohmann::json Facts() {
   return nlohmann::json::parse(ReadBytes(DataPath("facts.json")));
 }
 
-MeasuredRun MeasureOrDie(const Snapshot& s, ExplainOptions options = {}) {
+SnapshotRun MeasureOrDie(const Snapshot& s, ExplainOptions options = {}) {
   auto run = MeasureSnapshot(s, options);
   EXPECT_TRUE(run.ok()) << (run.ok() ? "" : run.error().message);
-  return run.ok() ? std::move(*run) : MeasuredRun{};
+  return run.ok() ? std::move(*run) : SnapshotRun{};
 }
 
 // The generator's allocator counted these while it wrote the trace: the
@@ -30,7 +30,7 @@ MeasuredRun MeasureOrDie(const Snapshot& s, ExplainOptions options = {}) {
 TEST(Measure, PeaksEqualWhatTheAllocatorCounted) {
   const nlohmann::json facts = Facts();
   for (const char* name : {"train_p2.pickle", "train_p4.pickle", "train_p5.pickle"}) {
-    const MeasuredRun run = MeasureOrDie(LoadOrDie(name));
+    const SnapshotRun run = MeasureOrDie(LoadOrDie(name));
     EXPECT_EQ(run.sim.peak_allocated_bytes, facts["train"]["peak_allocated_bytes"].get<uint64_t>())
         << name;
     EXPECT_EQ(run.sim.peak_reserved_bytes, facts["train"]["peak_reserved_bytes"].get<uint64_t>())
@@ -42,15 +42,15 @@ TEST(Measure, PeaksEqualWhatTheAllocatorCounted) {
     for (uint64_t b : run.sim.breakdown_at_peak) sum += b;
     EXPECT_EQ(sum, run.sim.peak_allocated_bytes);
   }
-  const MeasuredRun json = MeasureOrDie(LoadOrDie("train_1step.json"));
-  const MeasuredRun twin = MeasureOrDie(LoadOrDie("train_1step_p4.pickle"));
+  const SnapshotRun json = MeasureOrDie(LoadOrDie("train_1step.json"));
+  const SnapshotRun twin = MeasureOrDie(LoadOrDie("train_1step_p4.pickle"));
   EXPECT_EQ(json.sim.peak_allocated_bytes, twin.sim.peak_allocated_bytes);
   EXPECT_EQ(json.sim.peak_reserved_bytes, twin.sim.peak_reserved_bytes);
   EXPECT_EQ(json.sim.breakdown_at_peak, twin.sim.breakdown_at_peak);
 }
 
 TEST(Measure, PhasesAndTopAllocations) {
-  const MeasuredRun run = MeasureOrDie(LoadOrDie("train_p4.pickle"));
+  const SnapshotRun run = MeasureOrDie(LoadOrDie("train_p4.pickle"));
   ASSERT_EQ(run.sim.phases.size(), 7u);
   EXPECT_EQ(run.sim.phases[3].phase, Phase::kOptimizer);
   EXPECT_EQ(run.sim.peak_phase, Phase::kOptimizer);
@@ -65,8 +65,8 @@ TEST(Measure, PhasesAndTopAllocations) {
 }
 
 TEST(Measure, WrappedTraceKnowsWhatWasAliveBefore) {
-  const MeasuredRun full = MeasureOrDie(LoadOrDie("train_p4.pickle"));
-  const MeasuredRun wrapped = MeasureOrDie(LoadOrDie("wrapped.pickle"));
+  const SnapshotRun full = MeasureOrDie(LoadOrDie("train_p4.pickle"));
+  const SnapshotRun wrapped = MeasureOrDie(LoadOrDie("wrapped.pickle"));
   EXPECT_GT(wrapped.initially_live_blocks, 0u);
   EXPECT_GT(wrapped.initial_reserved_bytes, 0u);
   EXPECT_EQ(wrapped.trace_entries, 150u);
@@ -80,7 +80,7 @@ TEST(Measure, WrappedTraceKnowsWhatWasAliveBefore) {
 TEST(Measure, OomSnapshotSaysWhatFailedAndWhy) {
   const nlohmann::json facts = Facts();
   const Snapshot s = LoadOrDie("oom.pickle");
-  const MeasuredRun run = MeasureOrDie(s);
+  const SnapshotRun run = MeasureOrDie(s);
   ASSERT_TRUE(run.sim.oom.has_value());
   const OomInfo& oom = *run.sim.oom;
   EXPECT_EQ(oom.device_limit_bytes, facts["oom"]["limit_bytes"].get<uint64_t>());
@@ -110,7 +110,7 @@ TEST(Measure, UnsplitBlocksCountWhole) {
   EXPECT_EQ(t.stats().allocated_bytes, 20 * kMiB);
   t.Free(*a);
   t.Free(*b);
-  const MeasuredRun run = MeasureOrDie(t.Finish());
+  const SnapshotRun run = MeasureOrDie(t.Finish());
   EXPECT_EQ(run.sim.peak_allocated_bytes, 20 * kMiB);
   EXPECT_EQ(run.sim.peak_reserved_bytes, 20 * kMiB);
 }
@@ -148,7 +148,7 @@ TEST(Measure, RandomStreamsMatchTheModelExactly) {
       }
     }
     const AllocatorStats stats = t.stats();
-    const MeasuredRun run = MeasureOrDie(t.Finish());
+    const SnapshotRun run = MeasureOrDie(t.Finish());
     EXPECT_EQ(run.sim.peak_allocated_bytes, stats.peak_allocated_bytes) << seed;
     EXPECT_EQ(run.sim.peak_reserved_bytes, stats.peak_reserved_bytes) << seed;
     EXPECT_EQ(run.end_allocated_bytes, stats.allocated_bytes) << seed;
@@ -177,7 +177,7 @@ TEST(Measure, LongTracesKeepABoundedTimelineWithThePeak) {
   }
   ExplainOptions options;
   options.max_timeline_points = 500;
-  const MeasuredRun run = MeasureOrDie(b.snapshot(), options);
+  const SnapshotRun run = MeasureOrDie(b.snapshot(), options);
   EXPECT_LE(run.sim.timeline.size(), 2 * options.max_timeline_points + 2);
   bool peak_kept = false;
   for (const TimelinePoint& p : run.sim.timeline) {
@@ -193,7 +193,7 @@ TEST(Measure, DeviceChoice) {
   EXPECT_TRUE(MeasureSnapshot(s, ExplainOptions{0}).ok());
   EXPECT_FALSE(MeasureSnapshot(Snapshot{}, {}).ok());
   // Segments alone (torch.cuda.memory_snapshot()): one point, the final state.
-  const MeasuredRun only = MeasureOrDie(LoadOrDie("segments_only.pickle"));
+  const SnapshotRun only = MeasureOrDie(LoadOrDie("segments_only.pickle"));
   EXPECT_EQ(only.trace_entries, 0u);
   EXPECT_EQ(only.sim.peak_allocated_bytes, only.segments_allocated_bytes);
   EXPECT_EQ(only.sim.peak_reserved_bytes, only.segments_reserved_bytes);

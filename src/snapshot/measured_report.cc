@@ -1,11 +1,11 @@
-// MeasuredReport: a MeasuredRun in the report every command prints.
+// MeasuredReport: a SnapshotRun in the report every command prints.
 #include <fmt/format.h>
 
 #include "vramscope/snapshot.h"
 
 namespace vramscope {
 
-Report MeasuredReport(const MeasuredRun& run, const Snapshot& snapshot, const GpuSpec& gpu,
+Report MeasuredReport(const SnapshotRun& run, const Snapshot& snapshot, const GpuSpec& gpu,
                       const std::string& source) {
   Report report;
   report.command = "explain";
