@@ -1,4 +1,4 @@
-// vramscope plan MODEL --gpu NAME [--gpus N] [--tokens-per-step T] [knobs]:
+// vramscope plan MODEL --gpu NAME [--gpus N] [--tokens-per-step T] [--html FILE] [knobs]:
 // single-GPU training strategies ranked by tokens/s among those that fit.
 #include <cstdio>
 #include <memory>
@@ -17,22 +17,22 @@ namespace {
 struct PlanArgs {
   std::string model;
   KnobArgs knobs;
-  uint32_t gpus = 1;
   uint64_t tokens_per_step = 0;
   size_t top = 10;
   bool json = false;
+  std::string html_path;
   const CLI::App* app = nullptr;
 };
 
 int RunPlan(const PlanArgs& args) {
-  if (args.gpus != 1) {
-    return FailBadInput(MakeError(fmt::format(
-        "--gpus {}: multi-GPU strategies (DDP, ZeRO, FSDP, tensor parallel) need multi-GPU lowering, which "
-        "vramscope does not have yet; plan ranks single-GPU strategies (--gpus 1)",
-        args.gpus)));
-  }
   auto setup = args.knobs.ToSetup();
   if (!setup.ok()) return FailBadInput(setup.error());
+  if (setup->parallel.gpus != 1) {
+    return FailBadInput(MakeError(fmt::format(
+        "--gpus {}: plan ranks single-GPU strategies for now; estimate one multi-GPU layout with "
+        "`vramscope estimate MODEL --gpus {} --zero 3` (or --fsdp, --ddp, --tp, --pp)",
+        setup->parallel.gpus, setup->parallel.gpus)));
+  }
   auto model = ResolveModel(args.model);
   if (!model.ok()) return FailBadInput(model.error());
   PlanOptions options;
@@ -45,6 +45,10 @@ int RunPlan(const PlanArgs& args) {
   const std::string text =
       args.json ? RenderPlanJson(*plan, args.model) + "\n" : RenderPlanText(*plan, args.model, args.top);
   std::fwrite(text.data(), 1, text.size(), stdout);
+  if (!args.html_path.empty()) {
+    Status s = WriteTextFile(args.html_path, RenderPlanHtml(*plan, args.model));
+    if (!s.ok()) return FailBadInput(s.error());
+  }
   return kExitOk;
 }
 
@@ -55,11 +59,11 @@ RunFn SetupPlan(CLI::App* sub) {
                   "Catalog alias, Hugging Face id, config.json path or model directory")
       ->required();
   AddKnobFlags(sub, &args->knobs);
-  sub->add_option("--gpus", args->gpus, "GPUs (only 1 for now: multi-GPU lowering is pending)");
   sub->add_option("--tokens-per-step", args->tokens_per_step,
                   "Tokens per optimizer step, a multiple of --seq (default 16 x --seq)");
   sub->add_option("--top", args->top, "How many fitting strategies to list (default 10)");
   sub->add_flag("--json", args->json, "Print every strategy as JSON (integer bytes)");
+  sub->add_option("--html", args->html_path, "Also write a self-contained HTML page (every strategy) to FILE");
   return [args] { return RunPlan(*args); };
 }
 

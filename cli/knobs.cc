@@ -30,6 +30,7 @@ void AddKnobFlags(CLI::App* sub, KnobArgs* k) {
                 "Step each parameter from its post-accumulate-grad hook (torch >= 2.1)");
   sub->add_flag("--activation-offload", k->activation_offload,
                 "Forward under torch.autograd.graph.save_on_cpu(pin_memory=True): saved tensors live in host memory");
+  AddParallelFlags(sub, &k->parallel);
 }
 
 Result<TrainingSetup> KnobArgs::ToSetup() const {
@@ -71,6 +72,9 @@ Result<TrainingSetup> KnobArgs::ToSetup() const {
   s.alloc_conf = alloc_conf;
   s.optimizer_in_backward = optimizer_in_backward;
   s.activation_offload = activation_offload;
+  auto layout = parallel.ToLayout();
+  if (!layout.ok()) return layout.error();
+  s.parallel = *layout;
   return s;
 }
 

@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "parallel_flags.h"
 #include "vramscope/report.h"
 #include "vramscope/setup.h"
 
@@ -23,6 +24,7 @@ struct KnobArgs {
   std::string gpu = "h100-80g", alloc_conf;
   bool optimizer_in_backward = false;
   bool activation_offload = false;
+  ParallelArgs parallel;
   Result<TrainingSetup> ToSetup() const;
 };
 

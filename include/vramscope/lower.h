@@ -25,8 +25,22 @@ struct Lowered {
   std::vector<std::string> notes;     // assumptions worth telling the user
 };
 
-// Validates the setup against the model (one-line Error naming the knob) and
-// lowers `setup.steps` optimizer steps.
+// One class of GPU ranks whose memory is the same (all ranks on one GPU or
+// under pure data parallelism; first / middle / last pipeline stages).
+struct LoweredRank {
+  std::string rank_class;         // "all ranks", "first stage", ...
+  std::vector<int> ranks;         // global ranks in the class
+  uint64_t nccl_bytes = 0;        // NCCL communicator buffers (outside the allocator)
+  Lowered lowered;                // the class's event stream (the worst rank of it)
+};
+
+// Validates the setup and its parallel layout against the model (one-line
+// Error naming the knob) and lowers `setup.steps` optimizer steps for each
+// rank class of setup.parallel.
+Result<std::vector<LoweredRank>> LowerRankClasses(const ModelSpec& model, const TrainingSetup& setup,
+                                                  const GpuSpec& gpu);
+
+// The first rank class of LowerRankClasses (the only one on a single GPU).
 Result<Lowered> LowerTraining(const ModelSpec& model, const TrainingSetup& setup,
                               const GpuSpec& gpu);
 

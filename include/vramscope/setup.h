@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "vramscope/parallel.h"
 #include "vramscope/result.h"
 
 namespace vramscope {
@@ -52,6 +53,8 @@ struct TrainingSetup {
   bool activation_offload = false;
   std::string gpu = "h100-80g";
   std::string alloc_conf;
+  // GPUs and how they share the work (one GPU by default).
+  ParallelLayout parallel;
 };
 
 std::string_view PrecisionName(Precision p);

@@ -274,6 +274,7 @@ void Graph::Run(NodeId n) {
     if (post_accumulate_hook) post_accumulate_hook(node.grad_slot);
     return;
   }
+  if (pre_node_hook) pre_node_hook(node.module);
   if (node.region != kNoRegion && !regions_[node.region].recomputed) {
     bool has_saves = false;
     for (const auto& [saver, local] : regions_[node.region].saves) {
@@ -332,7 +333,7 @@ void Graph::Run(NodeId n) {
   }
 }
 
-void Graph::Backward(const Var& root) {
+void Graph::Backward(const Var& root, std::string_view seed_op, Category seed_category) {
   if (!root.requires_grad()) return;
   // Dependencies of every node reachable from the root (engine.cpp
   // compute_dependencies).
@@ -351,7 +352,7 @@ void Graph::Backward(const Var& root) {
     }
   }
   // The seed gradient: torch.ones_like(loss).
-  const TensorId seed = Alloc(root.bytes(), Category::kLoss, "aten::ones_like", module_);
+  const TensorId seed = Alloc(root.bytes(), seed_category, seed_op, module_);
   Deliver(root.fn, root.slot, seed);
 
   auto later_first = [this](NodeId a, NodeId b) { return nodes_[a].seq < nodes_[b].seq; };

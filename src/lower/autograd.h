@@ -84,6 +84,10 @@ class Graph {
   // saved tensor is copied to pinned host memory when saved (the graph keeps
   // no GPU reference) and copied back to the GPU when its node runs.
   bool offload_saved = false;
+  // Called before a (non-AccumulateGrad) node runs in backward, with the module
+  // it was recorded in: data-parallel sharding gathers parameters there
+  // (FSDP pre-backward hooks, ZeRO-3 fetch_sub_module).
+  std::function<void(uint32_t module)> pre_node_hook;
   uint64_t host_peak_bytes() const { return host_peak_bytes_; }
   uint32_t Intern(std::string_view s) { return out_->Intern(s); }
 
@@ -115,7 +119,10 @@ class Graph {
   // Runs backward from `root` (a scalar loss): allocates the seed gradient
   // and executes every reachable node. Tensors allocated in backward are
   // tagged with the current module of the node running.
-  void Backward(const Var& root);
+  // A pipeline stage runs it from its output with the gradient received from
+  // the next stage: `seed_op` and `seed_category` name that tensor.
+  void Backward(const Var& root, std::string_view seed_op = "aten::ones_like",
+                Category seed_category = Category::kLoss);
 
   size_t num_nodes() const { return nodes_.size(); }
 

@@ -1,10 +1,14 @@
 #include "vramscope/lower.h"
 
+#include <algorithm>
+#include <memory>
 #include <unordered_map>
 
 #include <fmt/format.h>
 
+#include "data_parallel.h"
 #include "ops.h"
+#include "rank_classes.h"
 #include "optimizer.h"
 #include "tape.h"
 #include "encoder.h"
@@ -49,6 +53,20 @@ Status Validate(const ModelSpec& m, const TrainingSetup& s) {
     return bad(fmt::format("{}: encoder models other than bert (model_type '{}') are not lowered yet", m.name, m.model_type));
   if (m.is_encoder && s.loss != LossKind::kHf)
     return bad("--loss: chunked and fused-linear losses are modelled for causal LMs only, not for bert");
+  const ParallelLayout& l = s.parallel;
+  const bool distributed = l.multi_gpu() || l.dp_mode != DataParallel::kNone;
+  if (distributed && s.optimizer_in_backward)
+    return bad("--optimizer-in-backward: not modelled with several GPUs (DDP, ZeRO, FSDP and Megatron hook the gradients themselves)");
+  if (distributed && s.activation_offload && l.model_parallel())
+    return bad("--activation-offload: not modelled with Megatron-style --tp/--pp/--cp/--ep");
+  if (m.is_encoder && (l.dp_mode == DataParallel::kZero3 || l.dp_mode == DataParallel::kFsdp))
+    return bad(fmt::format("--{}: parameter sharding is modelled for decoder models, not for {}",
+                           l.dp_mode == DataParallel::kFsdp ? "fsdp" : "zero 3", m.name));
+  if (l.sp) return bad("--sp: sequence parallelism is not modelled yet (the LayerNorm/dropout regions would be 1/tp)");
+  if (l.cp > 1 && s.attn == Attention::kEager)
+    return bad("--cp: context parallelism needs --attn sdpa or flash (ring attention over flash kernels)");
+  if (l.cp > 1 && s.seq % (2 * l.cp) != 0)
+    return bad(fmt::format("--cp: --seq {} is not a multiple of 2 x cp = {} (Megatron splits the sequence into 2 x cp chunks)", s.seq, 2 * l.cp));
   if (m.num_heads == 0 || m.hidden_size == 0 || m.num_layers == 0 || m.vocab_size == 0)
     return bad(fmt::format("{}: the model config lacks hidden size, heads, layers or vocabulary", m.name));
   return Ok{};
@@ -68,20 +86,53 @@ bool IsLoraTarget(const ParamTensor& pt, const std::vector<std::string>& targets
 }  // namespace
 }  // namespace lower
 
-Result<Lowered> LowerTraining(const ModelSpec& model, const TrainingSetup& setup,
-                              const GpuSpec& gpu) {
-  using namespace lower;
-  if (Status s = Validate(model, setup); !s.ok()) return s.error();
+namespace lower {
+namespace {
+
+// Whether a parameter belongs to the pipeline stage (all of them on one GPU):
+// its layers, the embeddings on the first stage, the final norm and head on
+// the last (a tied head: the last stage's copy of the embedding, as Megatron
+// keeps one for the output layer).
+bool InStage(const ParamTensor& pt, const StageSpan& span, bool tied) {
+  if (pt.layer >= 0) return static_cast<uint64_t>(pt.layer) >= span.first_layer &&
+                            static_cast<uint64_t>(pt.layer) < span.end_layer;
+  if (pt.role == "embed") return span.embed || (tied && span.head);
+  if (pt.role == "pos_embed") return span.embed;
+  return span.head;
+}
+
+int UnitOf(const ParamTensor& pt, uint64_t num_layers) {
+  if (pt.layer >= 0) return pt.layer + 1;
+  if (pt.role == "embed" || pt.role == "pos_embed") return 0;
+  return static_cast<int>(num_layers) + 1;
+}
+
+// One rank class: `model` is the rank's (tensor/expert-sharded) model.
+Result<Lowered> LowerRank(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu,
+                          const RankClassPlan& plan) {
   Lowered result;
   EventStream& out = result.stream;
   out.metadata()["source"] = "vramscope lower";
   out.metadata()["model"] = model.name;
   Tape tape(&out);
-  const uint8_t pbytes = ParamBytes(setup.precision);
+  const ParallelLayout& layout = setup.parallel;
+  std::unique_ptr<DataParallelRuntime> dp;
+  if (layout.multi_gpu() || layout.dp_mode != DataParallel::kNone) {
+    const uint32_t world = layout.dp_mode == DataParallel::kFsdp && layout.fsdp == FsdpSharding::kHybrid
+                               ? std::min(layout.dp(), layout.gpus_per_node)
+                               : layout.dp();
+    dp = std::make_unique<DataParallelRuntime>(&tape, setup, world, layout.model_parallel(), model.hidden_size,
+                                               static_cast<int>(model.num_layers));
+  }
+  const bool half_model = dp && dp->casts_model_to_half();
+  const uint8_t pbytes = half_model ? kHalf : ParamBytes(setup.precision);
   const bool lora = setup.finetune != Finetune::kFull;
   const bool qlora = setup.finetune == Finetune::kQLora;
-  tape.autocast = setup.precision == Precision::kBf16Mixed || setup.precision == Precision::kFp16Mixed;
+  tape.autocast = !half_model && (setup.precision == Precision::kBf16Mixed || setup.precision == Precision::kFp16Mixed);
   tape.compute_bytes = setup.precision == Precision::kFp32 ? kF32 : kHalf;
+  const StageSpan& span = plan.span;
+  const bool tied = std::none_of(model.params.begin(), model.params.end(),
+                                 [](const ParamTensor& pt) { return pt.role == "lm_head"; });
 
   // --- setup: parameters as from_pretrained / from_config place them --------
   tape.params.reserve(model.params.size() * 3);
@@ -89,6 +140,10 @@ Result<Lowered> LowerTraining(const ModelSpec& model, const TrainingSetup& setup
   for (const ParamTensor& pt : model.params) {
     Param p;
     p.name = pt.name;
+    // Outside the stage: a zero-byte placeholder keeps indices aligned with
+    // model.params (IndexParams); it is frozen and never used.
+    const bool here = InStage(pt, span, tied);
+    p.unit = here ? UnitOf(pt, model.num_layers) : -1;
     p.module = out.Intern(pt.module);
     p.numel = pt.numel;
     p.elem_bytes = pbytes;
@@ -104,12 +159,19 @@ Result<Lowered> LowerTraining(const ModelSpec& model, const TrainingSetup& setup
       p.elem_bytes = kF32;
       p.storage_bytes = p.numel * kF32;
     }
+    if (!here) {
+      p.numel = 0;
+      p.storage_bytes = 0;
+      p.trainable = false;
+    }
     tape.params.push_back(std::move(p));
   }
   tape.SetModule("model");
   for (Param& p : tape.params) {
+    if (p.unit < 0) continue;  // not on this pipeline stage
     tape.graph.SetModule(p.module);
-    p.var.t = tape.graph.Alloc(p.storage_bytes, Category::kParameters, "from_pretrained", p.module);
+    p.var.t = tape.graph.Alloc(dp ? dp->StorageBytes(p) : p.storage_bytes, Category::kParameters,
+                               "from_pretrained", p.module);
     p.var.numel = p.numel;
     p.var.elem_bytes = p.elem_bytes;
     if (p.trainable) p.var.fn = tape.graph.AddAccumulateGrad(p.numel * p.elem_bytes, &p.grad);
@@ -122,6 +184,7 @@ Result<Lowered> LowerTraining(const ModelSpec& model, const TrainingSetup& setup
     for (size_t i = 0; i < base_count; ++i) {
       const ParamTensor& pt = model.params[i];
       if (!IsLoraTarget(pt, setup.lora_targets) || pt.shape.size() != 2) continue;
+      if (tape.params[i].unit < 0) continue;
       lora_params += setup.lora_rank * (pt.shape[0] + pt.shape[1]);
       const uint64_t numels[2] = {setup.lora_rank * pt.shape[1], pt.shape[0] * setup.lora_rank};
       for (int k = 0; k < 2; ++k) {
@@ -132,8 +195,10 @@ Result<Lowered> LowerTraining(const ModelSpec& model, const TrainingSetup& setup
         ad.elem_bytes = kF32;
         ad.storage_bytes = ad.numel * kF32;
         ad.trainable = true;
+        ad.unit = tape.params[i].unit;
         tape.graph.SetModule(ad.module);
-        ad.var.t = tape.graph.Alloc(ad.storage_bytes, Category::kParameters, "peft::lora", ad.module);
+        ad.var.t = tape.graph.Alloc(dp ? dp->StorageBytes(ad) : ad.storage_bytes, Category::kParameters,
+                                    "peft::lora", ad.module);
         ad.var.numel = ad.numel;
         ad.var.elem_bytes = kF32;
         (k == 0 ? tape.params[i].lora_a : tape.params[i].lora_b) = static_cast<int>(tape.params.size());
@@ -142,7 +207,7 @@ Result<Lowered> LowerTraining(const ModelSpec& model, const TrainingSetup& setup
         placed.var.fn = tape.graph.AddAccumulateGrad(placed.storage_bytes, &placed.grad);
       }
     }
-    if (lora_params == 0) {
+    if (lora_params == 0 && model.params.size() == tape.params.size() && span.first_layer == 0 && span.head) {
       return MakeError(fmt::format("--lora-targets: none of '{}' matches a linear layer of {}",
                                    fmt::join(setup.lora_targets, ","), model.name));
     }
@@ -158,7 +223,8 @@ Result<Lowered> LowerTraining(const ModelSpec& model, const TrainingSetup& setup
   if (!model.is_encoder && (!mp.embed || mp.layers.empty())) {
     return MakeError(fmt::format("{}: could not find the embedding and layers in its parameter list", model.name));
   }
-  for (size_t i = 0; i < (model.is_encoder ? 0 : mp.layers.size()); ++i) {
+  const size_t end_layer = std::min<size_t>(span.end_layer, mp.layers.size());
+  for (size_t i = model.is_encoder ? end_layer : span.first_layer; i < end_layer; ++i) {
     const LayerParams& lp = mp.layers[i];
     const bool attn_ok = lp.qkv || (lp.q && lp.k && lp.v);
     if (!attn_ok || !lp.o || !lp.norm1) {
@@ -166,8 +232,11 @@ Result<Lowered> LowerTraining(const ModelSpec& model, const TrainingSetup& setup
     }
   }
 
-  result.parameters = model.ParameterCount() + lora_params;
-  result.trainable_parameters = lora ? lora_params : model.ParameterCount();
+  uint64_t stage_params = 0;
+  for (const Param& p : tape.params) stage_params += p.unit >= 0 && !p.name.empty() ? p.numel : 0;
+  stage_params -= lora_params;
+  result.parameters = stage_params + lora_params;
+  result.trainable_parameters = lora ? lora_params : stage_params;
   OptimizerExtras extras;
   // cuBLAS workspaces: one per (handle, stream); the forward runs on the main
   // thread's handle, backward on the autograd engine thread's handle
@@ -177,7 +246,7 @@ Result<Lowered> LowerTraining(const ModelSpec& model, const TrainingSetup& setup
   // fp32 `_scale` and int32 `_growth_tracker` lazily at its first call and
   // keeps them; each scale() returns loss * scale (MulBackward0 saves the
   // scale tensor, not a copy).
-  const bool grad_scaler = setup.precision == Precision::kFp16Mixed;
+  const bool grad_scaler = setup.precision == Precision::kFp16Mixed && !half_model;
   Var scaler_state[2];
   // Optimizer in backward (PyTorch tutorial "fuse the optimizer step into
   // the backward pass", torch >= 2.1): one single-parameter optimizer per
@@ -194,38 +263,71 @@ Result<Lowered> LowerTraining(const ModelSpec& model, const TrainingSetup& setup
       *slot = kNoTensor;
     };
   }
-  for (uint32_t step = 1; step <= setup.steps; ++step) {
-    for (uint64_t micro = 0; micro < setup.grad_accum; ++micro) {
-      out.BeginPhase(step, Phase::kForward);
-      if (!forward_workspace && gpu.cublas_workspace_bytes > 0) {
-        tape.SetModule("cublas");
-        tape.graph.Alloc(gpu.cublas_workspace_bytes, Category::kWorkspace, "cublas_workspace", tape.module());
-        forward_workspace = true;
+  if (dp) dp->Setup();
+  // Micro-batches per step: a pipeline's --microbatches, else --grad-accum.
+  const uint64_t micro_batches =
+      layout.pp > 1 && layout.microbatches > 0 ? layout.microbatches : setup.grad_accum;
+  std::vector<ForwardOut> in_flight;  // forwards whose backward has not run
+  uint32_t step = 1;
+  auto forward = [&] {
+    out.BeginPhase(step, Phase::kForward);
+    if (!forward_workspace && gpu.cublas_workspace_bytes > 0) {
+      tape.SetModule("cublas");
+      tape.graph.Alloc(gpu.cublas_workspace_bytes, Category::kWorkspace, "cublas_workspace", tape.module());
+      forward_workspace = true;
+    }
+    tape.graph.offload_saved = setup.activation_offload;
+    ForwardOut f = model.is_encoder ? EncoderForward(tape, model, ep, setup)
+                                    : Forward(tape, model, mp, setup, span);
+    ClearAutocastCache(tape);
+    tape.graph.offload_saved = false;
+    if (grad_scaler) {
+      tape.SetModule("grad_scaler");
+      if (scaler_state[0].t == kNoTensor) {
+        scaler_state[0] = tape.New(1, kF32, Category::kOther, "GradScaler._scale");
+        scaler_state[1] = tape.New(1, 4, Category::kOther, "GradScaler._growth_tracker");
       }
-      tape.graph.offload_saved = setup.activation_offload;
-      ForwardOut f = model.is_encoder ? EncoderForward(tape, model, ep, setup)
-                                      : Forward(tape, model, mp, setup);
-      ClearAutocastCache(tape);
-      tape.graph.offload_saved = false;
-      if (grad_scaler) {
-        tape.SetModule("grad_scaler");
-        if (scaler_state[0].t == kNoTensor) {
-          scaler_state[0] = tape.New(1, kF32, Category::kOther, "GradScaler._scale");
-          scaler_state[1] = tape.New(1, 4, Category::kOther, "GradScaler._growth_tracker");
-        }
-        Var scaled = Mul(tape, f.loss, scaler_state[0], "aten::mul");
-        tape.Drop(f.loss);
-        f.loss = scaled;
-      }
-      out.BeginPhase(step, Phase::kBackward);
-      if (!backward_workspace && gpu.cublas_workspace_bytes > 0) {
-        tape.SetModule("cublas");
-        tape.graph.Alloc(gpu.cublas_workspace_bytes, Category::kWorkspace, "cublas_workspace", tape.module());
-        backward_workspace = true;
-      }
+      Var scaled = Mul(tape, f.loss, scaler_state[0], "aten::mul");
+      tape.Drop(f.loss);
+      f.loss = scaled;
+    }
+    if (!span.head) {
+      // Megatron deallocate_output_tensor (core 0.x, deallocate_pipeline_outputs):
+      // once sent, the output's storage is freed; its grad_fn stays.
+      tape.graph.Drop(f.loss.t);
+      f.loss.t = kNoTensor;
+    }
+    in_flight.push_back(f);
+  };
+  auto backward = [&] {
+    ForwardOut f = in_flight.front();
+    in_flight.erase(in_flight.begin());
+    out.BeginPhase(step, Phase::kBackward);
+    if (!backward_workspace && gpu.cublas_workspace_bytes > 0) {
+      tape.SetModule("cublas");
+      tape.graph.Alloc(gpu.cublas_workspace_bytes, Category::kWorkspace, "cublas_workspace", tape.module());
+      backward_workspace = true;
+    }
+    if (span.head) {
       tape.graph.Backward(f.loss);
       tape.Drop(f.loss);
+    } else {
+      // The gradient received from the next stage seeds this stage's backward.
+      tape.SetModule("pipeline");
+      tape.graph.Backward(f.loss, "pp::recv_grad", Category::kTemporaries);
     }
+    if (dp) dp->EndBackward();
+  };
+  for (; step <= setup.steps; ++step) {
+    // 1F1B (Megatron schedules.py): warm-up forwards, then one forward and
+    // one backward at a time, then the remaining backwards. One GPU: F, B.
+    const uint64_t warmup = std::min<uint64_t>(plan.warmup, micro_batches);
+    for (uint64_t i = 0; i < warmup; ++i) forward();
+    for (uint64_t i = warmup; i < micro_batches; ++i) {
+      forward();
+      backward();
+    }
+    for (uint64_t i = 0; i < warmup; ++i) backward();
     out.BeginPhase(step, Phase::kOptimizer);
     Var found_inf;
     if (grad_scaler) {
@@ -241,14 +343,74 @@ Result<Lowered> LowerTraining(const ModelSpec& model, const TrainingSetup& setup
       tape.Drop(recip);
       tape.Drop(inv_scale);
     }
-    if (!setup.optimizer_in_backward) OptimizerStep(tape, setup, step == 1, &extras);
+    if (dp) {
+      dp->Step(setup, &extras);
+    } else if (!setup.optimizer_in_backward) {
+      OptimizerStep(tape, setup, step == 1, &extras);
+    }
     if (grad_scaler) tape.Drop(found_inf);  // after scaler.update()
-    ZeroGrad(tape);
+    if (dp) {
+      dp->ZeroGrad();
+    } else {
+      ZeroGrad(tape);
+    }
   }
   result.managed_bytes = extras.managed_state_bytes;
-  result.host_peak_bytes = tape.graph.host_peak_bytes();
+  result.host_peak_bytes = tape.graph.host_peak_bytes() + (dp ? dp->host_bytes() : 0);
   if (lora) result.notes.push_back("LoRA adapters are counted; their forward is modelled as part of the frozen linear (detailed PEFT paths: see docs/lowering.md).");
+  if (dp) {
+    for (const std::string& n : dp->notes()) result.notes.push_back(n);
+  }
   return result;
+}
+
+}  // namespace
+}  // namespace lower
+
+Result<std::vector<LoweredRank>> LowerRankClasses(const ModelSpec& model, const TrainingSetup& setup,
+                                                  const GpuSpec& gpu) {
+  using namespace lower;
+  if (Status s = Validate(model, setup); !s.ok()) return s.error();
+  if (Status s = ValidateLayout(setup.parallel); !s.ok()) return s.error();
+  VS_TRY(local, ShardModel(model, setup));
+  TrainingSetup local_setup = setup;
+  // Context parallelism: each rank holds seq / cp tokens of every sample
+  // (Megatron-LM / Transformer Engine ring attention).
+  local_setup.seq = setup.seq / setup.parallel.cp;
+  VS_TRY(plans, PlanRankClasses(local, local_setup));
+  std::vector<LoweredRank> out;
+  for (const RankClassPlan& plan : plans) {
+    VS_TRY(lowered, LowerRank(local, local_setup, gpu, plan));
+    LoweredRank r;
+    r.rank_class = plan.name;
+    r.ranks = plan.ranks;
+    r.nccl_bytes = NcclBytes(setup.parallel);
+    r.lowered = std::move(lowered);
+    if (setup.parallel.model_parallel()) {
+      for (const std::string& n : local.notes) {
+        if (std::find(model.notes.begin(), model.notes.end(), n) == model.notes.end()) r.lowered.notes.push_back(n);
+      }
+    }
+    if (setup.parallel.model_parallel()) {
+      // The report counts the whole model's parameters, not one rank's.
+      uint64_t adapters = 0;
+      if (setup.finetune != Finetune::kFull) {
+        for (const ParamTensor& pt : model.params) {
+          if (IsLoraTarget(pt, setup.lora_targets) && pt.shape.size() == 2)
+            adapters += setup.lora_rank * (pt.shape[0] + pt.shape[1]);
+        }
+      }
+      r.lowered.parameters = model.ParameterCount() + adapters;
+      r.lowered.trainable_parameters = adapters > 0 ? adapters : model.ParameterCount();
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+Result<Lowered> LowerTraining(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu) {
+  VS_TRY(ranks, LowerRankClasses(model, setup, gpu));
+  return std::move(ranks.front().lowered);
 }
 
 }  // namespace vramscope

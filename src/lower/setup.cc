@@ -120,6 +120,7 @@ std::vector<std::pair<std::string, std::string>> DescribeSetup(const TrainingSet
       {"gpu", s.gpu},
       {"alloc_conf", s.alloc_conf},
       {"steps", std::to_string(s.steps)}};
+  for (auto& kv : DescribeLayout(s.parallel)) k.push_back(std::move(kv));
   if (s.optimizer_in_backward) k.emplace_back("optimizer_in_backward", "true");
   if (s.activation_offload) k.emplace_back("activation_offload", "true");
   if (s.finetune != Finetune::kFull) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,6 +32,7 @@ struct Param {
   bool stepped = false;         // has been through an optimizer step (state is lazy)
   Var cast;                     // autocast cache entry (this forward); t = kNoTensor: none
   int lora_a = -1, lora_b = -1; // indices of PEFT adapters in Tape::params
+  int unit = -1;                // sharding unit (data_parallel.h), -1: none
 };
 
 class Tape {
@@ -44,6 +46,12 @@ class Tape {
   uint8_t compute_bytes = kHalf;
   bool grad_enabled = true;
   double lora_dropout = 0;
+  // Called when the forward enters (begin) and leaves a sharding unit: 0 =
+  // embeddings, 1..L = decoder layer L-1, L+1 = final norm + lm_head.
+  std::function<void(int unit, bool begin)> unit_hook;
+  void Unit(int unit, bool begin) {
+    if (unit_hook) unit_hook(unit, begin);
+  }
 
   void SetModule(std::string_view path) { graph.SetModule(out_->Intern(path)); }
   uint32_t module() const { return graph.module(); }

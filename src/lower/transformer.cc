@@ -298,7 +298,8 @@ ModelParams IndexParams(const ModelSpec& spec, std::vector<Param>& params) {
   return mp;
 }
 
-ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const TrainingSetup& setup) {
+ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const TrainingSetup& setup,
+                   const StageSpan& span) {
   Dims d;
   d.b = setup.batch;
   d.s = setup.seq;
@@ -311,28 +312,41 @@ ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Tra
   d.vocab = spec.vocab_size;
 
   tape.SetModule("model");
-  // input_ids and labels: int64 [b, s], made by the data loader.
-  Var ids = tape.New(d.t, kI64, Category::kOther, "input_ids");
-  Var labels = tape.New(d.t, kI64, Category::kOther, "labels");
-  tape.SetModule("model.embed_tokens");
-  Var x = Embedding(tape, ids, *mp.embed, d.t, d.h);
-  if (mp.pos_embed) {
-    Var pos = Embedding(tape, ids, *mp.pos_embed, d.t, d.h);
-    Var sum = Add(tape, x, pos);
-    tape.Drop(x);
-    tape.Drop(pos);
-    x = sum;
-  }
-  if (spec.model_type == "gemma" || spec.model_type == "gemma2" ||
-      spec.model_type == "gemma3_text") {
-    Var scaled = Scale(tape, x);  // hidden_states * normalizer
-    tape.Drop(x);
-    x = scaled;
-  }
-  if (spec.hidden_dropout > 0) {
-    Var dx = Dropout(tape, x, spec.hidden_dropout);
-    tape.Drop(x);
-    x = dx;
+  // input_ids and labels: int64 [b, s], made by the data loader (Megatron's
+  // pipeline gives tokens to the first stage and labels to the last).
+  Var ids, labels;
+  if (span.embed) ids = tape.New(d.t, kI64, Category::kOther, "input_ids");
+  if (span.head) labels = tape.New(d.t, kI64, Category::kOther, "labels");
+  const int head_unit = static_cast<int>(spec.num_layers) + 1;
+  Var x;
+  if (span.embed) {
+    tape.Unit(0, true);
+    tape.SetModule("model.embed_tokens");
+    x = Embedding(tape, ids, *mp.embed, d.t, d.h);
+    if (mp.pos_embed) {
+      Var pos = Embedding(tape, ids, *mp.pos_embed, d.t, d.h);
+      Var sum = Add(tape, x, pos);
+      tape.Drop(x);
+      tape.Drop(pos);
+      x = sum;
+    }
+    if (spec.model_type == "gemma" || spec.model_type == "gemma2" ||
+        spec.model_type == "gemma3_text") {
+      Var scaled = Scale(tape, x);  // hidden_states * normalizer
+      tape.Drop(x);
+      x = scaled;
+    }
+    if (spec.hidden_dropout > 0) {
+      Var dx = Dropout(tape, x, spec.hidden_dropout);
+      tape.Drop(x);
+      x = dx;
+    }
+    tape.Unit(0, false);
+  } else {
+    // Megatron p2p recv: the previous stage's hidden states, a leaf whose
+    // gradient is sent back (the residual stream's dtype).
+    tape.SetModule("pipeline");
+    x = tape.New(d.t * d.h, tape.autocast ? kF32 : tape.compute_bytes, Category::kActivations, "pp::recv");
   }
   // Rotary cos/sin: [b, s, head_dim] in the activation dtype, shared by all
   // layers (LlamaRotaryEmbedding.forward under no_grad).
@@ -350,8 +364,10 @@ ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Tra
     mask = tape.New(d.b * d.s * d.s, x.elem_bytes, Category::kOther, "causal_mask");
   }
   const bool ckpt = setup.grad_ckpt != GradCkpt::kNone;
-  for (uint64_t i = 0; i < spec.num_layers; ++i) {
+  const uint64_t end_layer = std::min<uint64_t>(span.end_layer, spec.num_layers);
+  for (uint64_t i = span.first_layer; i < end_layer; ++i) {
     tape.SetModule("model.layers." + std::to_string(i));
+    tape.Unit(static_cast<int>(i) + 1, true);
     if (ckpt) {
       tape.graph.BeginCheckpoint(setup.grad_ckpt == GradCkpt::kReentrant);
       tape.graph.Keep(x.t);
@@ -364,6 +380,7 @@ ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Tra
     Var y = DecoderLayer(tape, spec, mp.layers[i], x, d, plan, mask.t != kNoTensor ? &mask : nullptr,
                          IsMoeLayer(spec, mp.layers[i], i));
     if (ckpt) tape.graph.EndCheckpoint();
+    tape.Unit(static_cast<int>(i) + 1, false);
     tape.Drop(x);
     x = y;
   }
@@ -372,6 +389,11 @@ ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Tra
     tape.Drop(sin);
   }
   if (mask.t != kNoTensor) tape.Drop(mask);
+  if (!span.head) {
+    if (ids.t != kNoTensor) tape.Drop(ids);
+    return ForwardOut{x};  // Megatron p2p send; kept for this micro-batch's backward
+  }
+  tape.Unit(head_unit, true);
   tape.SetModule("model.norm");
   Dims dn = d;
   Var hfin = Norm(tape, spec, x, mp.final_norm, mp.final_norm_b, dn);
@@ -381,7 +403,8 @@ ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Tra
   Var loss = CausalLmLoss(tape, setup, hfin, *head, mp.lm_head_b, d.t, d.h, d.vocab,
                           spec.final_logit_softcapping);
   tape.Drop(hfin);
-  tape.Drop(ids);
+  tape.Unit(head_unit, false);
+  if (ids.t != kNoTensor) tape.Drop(ids);
   tape.Drop(labels);
   return ForwardOut{loss};
 }

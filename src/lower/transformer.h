@@ -37,13 +37,22 @@ struct ModelParams {
 ModelParams IndexParams(const ModelSpec& spec, std::vector<Param>& params);
 
 struct ForwardOut {
-  Var loss;  // scalar fp32 loss with its grad_fn
+  Var loss;  // scalar fp32 loss with its grad_fn; a pipeline stage without
+             // the head: the hidden states it sends to the next stage
+};
+
+// The part of the model one pipeline stage runs (by default all of it).
+struct StageSpan {
+  uint64_t first_layer = 0;
+  uint64_t end_layer = UINT64_MAX;  // exclusive; clamped to the model's layers
+  bool embed = true;                // embeddings (else: receives hidden states)
+  bool head = true;                 // final norm, lm_head and loss (else: sends)
 };
 
 // One micro-batch forward: embeddings, decoder layers (checkpointed when the
 // setup says so), final norm, lm_head and the loss. Activations saved for
 // backward are re-tagged as such by the lowering's bookkeeping.
 ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp,
-                   const TrainingSetup& setup);
+                   const TrainingSetup& setup, const StageSpan& span = {});
 
 }  // namespace vramscope::lower

@@ -1,5 +1,6 @@
 #include "vramscope/estimate.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace vramscope {
@@ -8,39 +9,50 @@ Result<Estimated> Estimate(const ModelSpec& model, const TrainingSetup& setup,
                            const EstimateOptions& options) {
   VS_TRY(gpu, FindGpu(setup.gpu));
   VS_TRY(conf, ParseAllocConf(setup.alloc_conf));
-  VS_TRY(lowered, LowerTraining(model, setup, gpu));
-
-  SimOptions sim_options;
-  sim_options.alloc = conf;
-  sim_options.top_allocations = options.top_allocations;
-  if (!options.timeline) sim_options.max_timeline_points = 0;
-  // The allocator may reserve what the GPU offers minus what lives outside it:
-  // the CUDA context and memory managed elsewhere (paged optimizer state).
-  const uint64_t outside = gpu.cuda_context_bytes + lowered.managed_bytes;
-  sim_options.device_limit_bytes = gpu.usable_bytes > outside ? gpu.usable_bytes - outside : 0;
-  VS_TRY(sim, Simulate(lowered.stream, sim_options));
+  VS_TRY(classes, LowerRankClasses(model, setup, gpu));
 
   Estimated out;
   Report& report = out.report;
   report.command = "estimate";
   report.source = model.name;
   report.gpu = gpu;
-  report.model = ModelSummary{model.name, model.model_type, lowered.parameters,
-                              lowered.trainable_parameters};
   report.knobs = DescribeSetup(setup);
-  RankReport rank;
-  rank.rank_class = "all";
-  rank.ranks = {0};
-  rank.sim = std::move(sim);
-  rank.extras.cuda_context_bytes = gpu.cuda_context_bytes;
-  rank.extras.other_bytes = lowered.managed_bytes;
-  rank.device_total_bytes = DeviceTotalBytes(rank.sim, rank.extras);
-  rank.host_peak_bytes = lowered.host_peak_bytes;
-  report.ranks.push_back(std::move(rank));
   // Where the model came from (catalog, file, Hub cache) first, then the
   // lowering's assumptions.
   report.notes = model.notes;
-  for (auto& note : lowered.notes) report.notes.push_back(std::move(note));
+  for (LoweredRank& cls : classes) {
+    Lowered& lowered = cls.lowered;
+    SimOptions sim_options;
+    sim_options.alloc = conf;
+    sim_options.top_allocations = options.top_allocations;
+    if (!options.timeline) sim_options.max_timeline_points = 0;
+    // The allocator may reserve what the GPU offers minus what lives outside
+    // it: the CUDA context, NCCL's buffers and memory managed elsewhere (paged
+    // optimizer state).
+    const uint64_t outside = gpu.cuda_context_bytes + lowered.managed_bytes + cls.nccl_bytes;
+    sim_options.device_limit_bytes = gpu.usable_bytes > outside ? gpu.usable_bytes - outside : 0;
+    VS_TRY(sim, Simulate(lowered.stream, sim_options));
+    if (!report.model) {
+      report.model = ModelSummary{model.name, model.model_type, lowered.parameters,
+                                  lowered.trainable_parameters};
+    }
+    RankReport rank;
+    rank.rank_class = classes.size() == 1 && !setup.parallel.multi_gpu() ? "all" : cls.rank_class;
+    rank.ranks = std::move(cls.ranks);
+    rank.sim = std::move(sim);
+    rank.extras.cuda_context_bytes = gpu.cuda_context_bytes;
+    rank.extras.nccl_bytes = cls.nccl_bytes;
+    rank.extras.other_bytes = lowered.managed_bytes;
+    rank.device_total_bytes = DeviceTotalBytes(rank.sim, rank.extras);
+    rank.host_peak_bytes = lowered.host_peak_bytes;
+    report.ranks.push_back(std::move(rank));
+    for (auto& note : lowered.notes) {
+      if (std::find(report.notes.begin(), report.notes.end(), note) == report.notes.end()) {
+        report.notes.push_back(std::move(note));
+      }
+    }
+  }
+  Lowered& lowered = classes.front().lowered;
   if (options.keep_events) out.events = std::move(lowered.stream);
   return out;
 }

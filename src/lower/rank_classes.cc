@@ -1,0 +1,187 @@
+#include "rank_classes.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+namespace vramscope::lower {
+namespace {
+
+uint64_t CeilDiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+
+bool ColumnParallel(const std::string& role) {
+  return role == "q" || role == "k" || role == "v" || role == "qkv" || role == "gate" || role == "up" ||
+         role == "gate_up" || role == "fc1" || role == "expert_gate" || role == "expert_up" ||
+         role == "shared_gate" || role == "shared_up";
+}
+
+bool RowParallel(const std::string& role) {
+  return role == "o" || role == "down" || role == "fc2" || role == "expert_down" || role == "shared_down";
+}
+
+// "model.layers.3.mlp.experts.17.w1" -> 17; -1 when not an expert.
+int64_t ExpertIndex(const std::string& module) {
+  const size_t at = module.find(".experts.");
+  if (at == std::string::npos) return -1;
+  int64_t e = 0;
+  size_t i = at + 9;
+  if (i >= module.size() || module[i] < '0' || module[i] > '9') return -1;
+  for (; i < module.size() && module[i] >= '0' && module[i] <= '9'; ++i) e = e * 10 + (module[i] - '0');
+  return e;
+}
+
+}  // namespace
+
+Result<ModelSpec> ShardModel(const ModelSpec& model, const TrainingSetup& setup) {
+  const ParallelLayout& l = setup.parallel;
+  if (l.tp == 1 && l.ep == 1) return model;
+  auto bad = [](std::string msg) { return MakeError(std::move(msg)); };
+  if (model.is_encoder) return bad(fmt::format("--tp/--ep: {} is an encoder; Megatron-style parallelism is modelled for decoders", model.name));
+  const uint64_t t = l.tp;
+  const uint64_t kv = model.num_kv_heads ? model.num_kv_heads : model.num_heads;
+  if (model.num_heads % t != 0)
+    return bad(fmt::format("--tp: {} does not divide the {} attention heads of {}", t, model.num_heads, model.name));
+  if (kv % t != 0 && t % kv != 0)
+    return bad(fmt::format("--tp: {} and the {} key/value heads of {} do not divide one another", t, kv, model.name));
+  if (model.intermediate_size % t != 0)
+    return bad(fmt::format("--tp: {} does not divide the MLP size {} of {}", t, model.intermediate_size, model.name));
+  if (model.moe_intermediate_size % t != 0)
+    return bad(fmt::format("--tp: {} does not divide the expert MLP size {} of {}", t, model.moe_intermediate_size, model.name));
+  if (l.ep > 1 && model.num_experts == 0)
+    return bad(fmt::format("--ep: {} has no experts (expert parallelism needs a mixture-of-experts model)", model.name));
+  if (l.ep > 1 && model.num_experts % l.ep != 0)
+    return bad(fmt::format("--ep: {} does not divide the {} experts of {}", l.ep, model.num_experts, model.name));
+
+  ModelSpec local = model;
+  const uint64_t d = model.head_dim ? model.head_dim : model.hidden_size / model.num_heads;
+  local.head_dim = d;
+  local.num_heads = model.num_heads / t;
+  const uint64_t local_kv = std::max<uint64_t>(1, kv / t);  // kv < tp: heads replicated
+  local.num_kv_heads = local_kv;
+  local.intermediate_size = model.intermediate_size / t;
+  local.moe_intermediate_size = model.moe_intermediate_size / t;
+  local.shared_expert_intermediate_size = model.shared_expert_intermediate_size / t;
+  // Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by
+  // (128) x tp before splitting it (megatron/training/tokenizer vocab padding).
+  const uint64_t padded_vocab = CeilDiv(model.vocab_size, 128 * t) * 128 * t;
+  local.vocab_size = padded_vocab / t;
+  const uint64_t local_experts = model.num_experts / l.ep;
+  local.num_experts = model.num_experts ? local_experts : 0;
+
+  local.params.clear();
+  // Bias roles follow their weight (same module).
+  std::vector<std::pair<std::string, std::string>> weight_role;
+  for (const ParamTensor& pt : model.params) {
+    if (pt.role != "bias") weight_role.emplace_back(pt.module, pt.role);
+  }
+  auto role_of = [&](const ParamTensor& pt) -> std::string {
+    if (pt.role != "bias") return pt.role;
+    for (const auto& [m, r] : weight_role) {
+      if (m == pt.module) return r;
+    }
+    return pt.role;
+  };
+  for (ParamTensor pt : model.params) {
+    const int64_t expert = ExpertIndex(pt.module);
+    if (expert >= 0 && static_cast<uint64_t>(expert) >= local_experts) continue;
+    const std::string role = role_of(pt);
+    const bool is_bias = pt.role == "bias";
+    if (role == "embed" || role == "lm_head") {
+      const uint64_t row = pt.shape.size() == 2 ? pt.shape[1] : pt.numel / std::max<uint64_t>(1, model.vocab_size);
+      pt.numel = local.vocab_size * (is_bias ? 1 : row);
+      if (!pt.shape.empty()) pt.shape[0] = local.vocab_size;
+    } else if ((role == "k" || role == "v") && kv < t) {
+      pt.numel = pt.numel / kv * local_kv;
+      if (!pt.shape.empty()) pt.shape[0] = pt.shape[0] / kv * local_kv;
+    } else if (ColumnParallel(role)) {
+      pt.numel /= t;
+      if (!pt.shape.empty()) pt.shape[0] /= t;
+    } else if (RowParallel(role) && !is_bias) {
+      pt.numel /= t;
+      if (pt.shape.size() == 2) pt.shape[1] /= t;
+    }
+    local.params.push_back(std::move(pt));
+  }
+  local.notes.push_back(fmt::format(
+      "tensor parallel {}: {} of {} heads, MLP {} of {}, vocabulary {} of {} (padded to {}) per rank; "
+      "expert parallel {}: {} of {} experts (Megatron-LM core 0.5-0.13 layouts)",
+      t, local.num_heads, model.num_heads, local.intermediate_size, model.intermediate_size, local.vocab_size,
+      model.vocab_size, padded_vocab, l.ep, local.num_experts, model.num_experts));
+  return local;
+}
+
+Result<std::vector<RankClassPlan>> PlanRankClasses(const ModelSpec& model, const TrainingSetup& setup) {
+  const ParallelLayout& l = setup.parallel;
+  const uint32_t pp = l.pp;
+  if (pp > model.num_layers) {
+    return MakeError(fmt::format("--pp: {} pipeline stages for the {} layers of {}", pp, model.num_layers, model.name));
+  }
+  if (l.virtual_stages > 1) {
+    return MakeError("--virtual-stages: the interleaved 1F1B schedule is not modelled yet (use 1)");
+  }
+  if (pp > 1 && model.is_encoder) {
+    return MakeError(fmt::format("--pp: {} is an encoder; pipeline stages are modelled for decoders", model.name));
+  }
+  const uint64_t m = l.microbatches ? l.microbatches : setup.grad_accum;
+  // Layers per stage: L / pp, the remainder given to the middle stages first
+  // (the first and last stages also hold the embeddings and the head, as
+  // Megatron's account_for_embedding_in_pipeline_split balances), then to the
+  // first stage.
+  std::vector<uint64_t> layers(pp, model.num_layers / pp);
+  uint64_t rem = model.num_layers % pp;
+  for (uint32_t s = 1; s + 1 < pp && rem > 0; ++s, --rem) ++layers[s];
+  for (uint32_t s = 0; rem > 0; s = (s + 1) % pp, --rem) ++layers[s];
+  std::vector<uint64_t> first(pp, 0);
+  for (uint32_t s = 1; s < pp; ++s) first[s] = first[s - 1] + layers[s - 1];
+
+  const uint64_t per_stage = uint64_t{l.tp} * l.cp * l.dp();
+  auto ranks_of = [&](uint32_t lo, uint32_t hi) {  // stages [lo, hi]
+    std::vector<int> r;
+    for (uint64_t s = lo; s <= hi; ++s) {
+      for (uint64_t i = 0; i < per_stage; ++i) r.push_back(static_cast<int>(s * per_stage + i));
+    }
+    return r;
+  };
+  auto plan_for = [&](std::string name, uint32_t stage, uint32_t lo, uint32_t hi) {
+    RankClassPlan p;
+    p.name = std::move(name);
+    p.ranks = ranks_of(lo, hi);
+    p.stage = stage;
+    p.span.first_layer = first[stage];
+    p.span.end_layer = first[stage] + layers[stage];
+    p.span.embed = stage == 0;
+    p.span.head = stage == pp - 1;
+    p.warmup = static_cast<uint32_t>(std::min<uint64_t>(pp - stage - 1, m));
+    return p;
+  };
+  std::vector<RankClassPlan> out;
+  if (pp == 1) {
+    out.push_back(plan_for("all ranks", 0, 0, 0));
+    return out;
+  }
+  out.push_back(plan_for("first stage", 0, 0, 0));
+  // Stage 1 has the most micro-batches in flight of the middle stages and at
+  // least as many layers: it is the middle class's maximum.
+  if (pp > 2) out.push_back(plan_for("middle stages", 1, 1, pp - 2));
+  out.push_back(plan_for("last stage", pp - 1, pp - 1, pp - 1));
+  return out;
+}
+
+uint64_t NcclBytes(const ParallelLayout& l) {
+  // NCCL (2.18-2.21) allocates per communicator and channel receive buffers
+  // for its three protocols (NCCL_BUFFSIZE 4 MiB Simple, about 4.6 MiB LL128,
+  // 256 KiB LL) for ring and tree peers; with the 16 channels typical of
+  // NVLink systems that is about 300 MiB per communicator, outside PyTorch's
+  // allocator. A lead to measure: NCCL issue #864 reports ~1.6 GB for one
+  // communicator with NVLS on H100 systems.
+  constexpr uint64_t kPerCommunicator = 300ull << 20;
+  uint64_t communicators = 0;
+  if (l.dp() > 1) ++communicators;
+  if (l.tp > 1) ++communicators;
+  if (l.pp > 1) ++communicators;
+  if (l.cp > 1) ++communicators;
+  if (l.ep > 1) ++communicators;
+  return communicators * kPerCommunicator;
+}
+
+}  // namespace vramscope::lower

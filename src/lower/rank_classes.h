@@ -1,0 +1,42 @@
+// Which ranks of a parallel layout differ in memory, and what each runs:
+// Megatron-style tensor / expert parallelism reshapes the model one rank
+// holds, pipeline parallelism gives each stage a span of layers and a number
+// of micro-batches in flight. Ranks with the same memory form one class.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "transformer.h"
+#include "vramscope/model.h"
+#include "vramscope/parallel.h"
+#include "vramscope/result.h"
+#include "vramscope/setup.h"
+
+namespace vramscope::lower {
+
+struct RankClassPlan {
+  std::string name;          // "all ranks", "first stage", "middle stages", "last stage"
+  std::vector<int> ranks;    // global ranks in Megatron order (tp fastest, then cp, dp, pp)
+  uint32_t stage = 0;        // the pipeline stage simulated for the class
+  StageSpan span;
+  // 1F1B (Megatron schedules.py forward_backward_pipelining_without_interleaving):
+  // stage s runs min(pp - s - 1, m) warm-up forwards before its first backward.
+  uint32_t warmup = 0;
+};
+
+// The model one rank holds under tensor parallelism (Megatron-LM core
+// ColumnParallelLinear / RowParallelLinear / VocabParallelEmbedding) and
+// expert parallelism (E/ep local experts). Errors name the flag and the
+// model dimension that does not divide.
+Result<ModelSpec> ShardModel(const ModelSpec& model, const TrainingSetup& setup);
+
+// The rank classes of the layout (one when pp == 1).
+Result<std::vector<RankClassPlan>> PlanRankClasses(const ModelSpec& model, const TrainingSetup& setup);
+
+// Bytes NCCL keeps on each rank for its communicators, outside PyTorch's
+// allocator (docs/parallel.md: how it is estimated).
+uint64_t NcclBytes(const ParallelLayout& layout);
+
+}  // namespace vramscope::lower
