@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <thread>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -265,8 +266,19 @@ Result<Lowered> LowerRank(const ModelSpec& model, const TrainingSetup& setup, co
   }
   if (dp) dp->Setup();
   // Micro-batches per step: a pipeline's --microbatches, else --grad-accum.
-  const uint64_t micro_batches =
+  const uint64_t requested_micro_batches =
       layout.pp > 1 && layout.microbatches > 0 ? layout.microbatches : setup.grad_accum;
+  // A pipeline stage in 1F1B steady state repeats one forward + one backward
+  // with the same micro-batches in flight; after the warm-up, two such pairs
+  // show every memory state the rest would repeat (the cooldown drains the
+  // same way whatever the count).
+  const uint64_t micro_batches = layout.pp > 1 ? std::min<uint64_t>(requested_micro_batches, plan.warmup + 2)
+                                               : requested_micro_batches;
+  if (micro_batches < requested_micro_batches) {
+    result.notes.push_back(fmt::format(
+        "pipeline: {} of {} micro-batches per step simulated on each stage; 1F1B repeats the same memory "
+        "pattern after its warm-up", micro_batches, requested_micro_batches));
+  }
   std::vector<ForwardOut> in_flight;  // forwards whose backward has not run
   uint32_t step = 1;
   auto forward = [&] {
@@ -378,9 +390,21 @@ Result<std::vector<LoweredRank>> LowerRankClasses(const ModelSpec& model, const 
   // (Megatron-LM / Transformer Engine ring attention).
   local_setup.seq = setup.seq / setup.parallel.cp;
   VS_TRY(plans, PlanRankClasses(local, local_setup));
+  // Rank classes share nothing mutable: lowered concurrently, one thread each.
+  std::vector<Result<Lowered>> lowered_classes(plans.size(), Result<Lowered>(MakeError("not lowered")));
+  {
+    std::vector<std::thread> workers;
+    for (size_t i = 1; i < plans.size(); ++i) {
+      workers.emplace_back([&, i] { lowered_classes[i] = LowerRank(local, local_setup, gpu, plans[i]); });
+    }
+    lowered_classes[0] = LowerRank(local, local_setup, gpu, plans[0]);
+    for (std::thread& w : workers) w.join();
+  }
   std::vector<LoweredRank> out;
-  for (const RankClassPlan& plan : plans) {
-    VS_TRY(lowered, LowerRank(local, local_setup, gpu, plan));
+  for (size_t i = 0; i < plans.size(); ++i) {
+    const RankClassPlan& plan = plans[i];
+    if (!lowered_classes[i].ok()) return lowered_classes[i].error();
+    Lowered& lowered = lowered_classes[i].value();
     LoweredRank r;
     r.rank_class = plan.name;
     r.ranks = plan.ranks;

@@ -1,6 +1,7 @@
 #include "vramscope/estimate.h"
 
 #include <algorithm>
+#include <thread>
 #include <utility>
 
 namespace vramscope {
@@ -20,8 +21,11 @@ Result<Estimated> Estimate(const ModelSpec& model, const TrainingSetup& setup,
   // Where the model came from (catalog, file, Hub cache) first, then the
   // lowering's assumptions.
   report.notes = model.notes;
-  for (LoweredRank& cls : classes) {
-    Lowered& lowered = cls.lowered;
+  // Rank classes are independent: simulated concurrently (one thread each;
+  // lowering and simulation share nothing mutable).
+  std::vector<Result<SimResult>> sims(classes.size(), Result<SimResult>(MakeError("not simulated")));
+  auto simulate = [&](size_t i) {
+    const Lowered& lowered = classes[i].lowered;
     SimOptions sim_options;
     sim_options.alloc = conf;
     sim_options.top_allocations = options.top_allocations;
@@ -29,9 +33,19 @@ Result<Estimated> Estimate(const ModelSpec& model, const TrainingSetup& setup,
     // The allocator may reserve what the GPU offers minus what lives outside
     // it: the CUDA context, NCCL's buffers and memory managed elsewhere (paged
     // optimizer state).
-    const uint64_t outside = gpu.cuda_context_bytes + lowered.managed_bytes + cls.nccl_bytes;
+    const uint64_t outside = gpu.cuda_context_bytes + lowered.managed_bytes + classes[i].nccl_bytes;
     sim_options.device_limit_bytes = gpu.usable_bytes > outside ? gpu.usable_bytes - outside : 0;
-    VS_TRY(sim, Simulate(lowered.stream, sim_options));
+    sims[i] = Simulate(lowered.stream, sim_options);
+  };
+  std::vector<std::thread> workers;
+  for (size_t i = 1; i < classes.size(); ++i) workers.emplace_back(simulate, i);
+  simulate(0);
+  for (std::thread& w : workers) w.join();
+  for (size_t i = 0; i < classes.size(); ++i) {
+    LoweredRank& cls = classes[i];
+    Lowered& lowered = cls.lowered;
+    if (!sims[i].ok()) return sims[i].error();
+    SimResult& sim = sims[i].value();
     if (!report.model) {
       report.model = ModelSummary{model.name, model.model_type, lowered.parameters,
                                   lowered.trainable_parameters};
