@@ -63,7 +63,10 @@ Status Validate(const ModelSpec& m, const TrainingSetup& s) {
   if (m.is_encoder && (l.dp_mode == DataParallel::kZero3 || l.dp_mode == DataParallel::kFsdp))
     return bad(fmt::format("--{}: parameter sharding is modelled for decoder models, not for {}",
                            l.dp_mode == DataParallel::kFsdp ? "fsdp" : "zero 3", m.name));
-  if (l.sp) return bad("--sp: sequence parallelism is not modelled yet (the LayerNorm/dropout regions would be 1/tp)");
+  if (l.sp && m.num_experts > 0)
+    return bad("--sp: sequence parallelism with mixture-of-experts layers is not modelled yet");
+  if (l.sp && (s.batch * s.seq / l.cp) % l.tp != 0)
+    return bad(fmt::format("--sp: {} tokens per micro-batch per rank do not split over tp = {}", s.batch * s.seq / l.cp, l.tp));
   if (l.cp > 1 && s.attn == Attention::kEager)
     return bad("--cp: context parallelism needs --attn sdpa or flash (ring attention over flash kernels)");
   if (l.cp > 1 && s.seq % (2 * l.cp) != 0)

@@ -242,6 +242,33 @@ TEST(Parallel, PipelineStagesHoldTheirLayersAndMicroBatchesInFlight) {
   EXPECT_EQ(activation_peak(ranks[2].lowered.stream), activation_peak(single[2].lowered.stream));
 }
 
+TEST(Parallel, TensorPlusSequenceParallelDividesEveryActivation) {
+  // Korthikanti et al. 2022 (arXiv:2205.05198) §4.2.2: with tensor and
+  // sequence parallelism every activation a layer saves is split t ways
+  // (sbh/t (34 + 5as/h) for GPT), while tensor parallelism alone leaves the
+  // LayerNorm / dropout / residual regions whole (sbh (10 + 24/t + ...)).
+  // Pure bf16 (no autocast) so that one GPU and Megatron store the same
+  // dtypes; flash attention (no s^2 term); activations saved at the end of
+  // the first forward.
+  auto saved = [](uint32_t tp, bool sp) {
+    TrainingSetup s = Base();
+    s.precision = Precision::kBf16;
+    s.attn = Attention::kFlash;
+    s.batch = 2;
+    s.seq = 64;
+    s.parallel.gpus = tp;
+    s.parallel.tp = tp;
+    s.parallel.sp = sp;
+    auto ranks = Lower(s);
+    return At(LiveAtEnd(ranks[0].lowered.stream, 1, Phase::kForward), Category::kActivations);
+  };
+  const double one = static_cast<double>(saved(1, false));
+  for (uint32_t t : {2u, 4u}) {
+    EXPECT_NEAR(static_cast<double>(saved(t, true)), one / t, one * 0.02) << "tp " << t;
+    EXPECT_GT(saved(t, false), saved(t, true)) << "tp " << t;
+  }
+}
+
 TEST(Parallel, ZeroInitAbsentPinsGatheredLinearWeights) {
   // Without deepspeed.zero.Init every gathered Linear weight (all but the
   // embedding) stays alive from its forward to its backward.

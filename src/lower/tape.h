@@ -49,6 +49,8 @@ class Tape {
   // Called when the forward enters (begin) and leaves a sharding unit: 0 =
   // embeddings, 1..L = decoder layer L-1, L+1 = final norm + lm_head.
   std::function<void(int unit, bool begin)> unit_hook;
+  // Megatron's sequence-parallel all-gather buffer (persistent, reused).
+  TensorId sp_gather_buffer = kNoTensor;
   void Unit(int unit, bool begin) {
     if (unit_hook) unit_hook(unit, begin);
   }

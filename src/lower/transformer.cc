@@ -55,7 +55,40 @@ void Place(LayerParams& lp, const ParamTensor& pt, Param* p) {
 
 struct Dims {
   uint64_t b, s, t, h, heads, kv, d, inter, vocab;
+  // Megatron sequence parallelism: the residual stream (norms, dropout,
+  // residual adds) holds t / sp tokens; 1 without it.
+  uint64_t sp = 1;
+  Dims Residual() const {
+    Dims r = *this;
+    r.t = t / sp;
+    return r;
+  }
 };
+
+// Sequence parallelism (Megatron-LM core tensor_parallel/mappings.py,
+// 0.5-0.13): a row-parallel output [t, h] is reduce-scattered to [t/sp, h]
+// (the embedding output split the same way); its backward all-gathers the
+// gradient to full size. Without sp: the tensor itself.
+Var ToSequenceShard(Tape& tape, Var full, const Dims& d, std::string_view op) {
+  if (d.sp == 1) return full;
+  Var out = tape.New(full.numel / d.sp, full.elem_bytes, Category::kTemporaries, op);
+  if (full.requires_grad() && tape.grad_enabled) {
+    NodeId n = tape.Node("ReduceScatterToSequenceParallelRegionBackward", &out);
+    tape.graph.Edge(n, full, full.bytes());
+  }
+  tape.Drop(full);
+  return out;
+}
+
+// The column-parallel linears' all-gathered input lives in Megatron's
+// GlobalMemoryBuffer ("mpu"), allocated once at its largest size and reused
+// by every layer in forward and backward: no allocation per layer; saved for
+// backward is the local [t/sp, h] input.
+void EnsureSequenceGatherBuffer(Tape& tape, const Dims& d, uint8_t elem_bytes) {
+  if (d.sp == 1 || tape.sp_gather_buffer != kNoTensor) return;
+  tape.sp_gather_buffer = tape.graph.Alloc(d.t * d.h * elem_bytes, Category::kCommunication,
+                                           "megatron::global_memory_buffer", tape.module());
+}
 
 Var Proj(Tape& tape, const Var& x, Param* w, Param* b, uint64_t tokens, uint64_t out) {
   return Linear(tape, x, *w, b, tokens, out);
@@ -221,20 +254,22 @@ Var SelfAttention(Tape& tape, const ModelSpec& spec, const LayerParams& lp, cons
 
 Var DecoderLayer(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x,
                  const Dims& d, const AttnPlan& plan, const Var* mask, bool moe) {
-  Var h = Norm(tape, spec, x, lp.norm1, lp.norm1_b, d);
-  Var attn = SelfAttention(tape, spec, lp, h, d, plan, mask);
+  const Dims r = d.Residual();
+  Var h = Norm(tape, spec, x, lp.norm1, lp.norm1_b, r);
+  Var attn = ToSequenceShard(tape, SelfAttention(tape, spec, lp, h, d, plan, mask), d, "megatron::reduce_scatter");
   if (spec.sandwich_norm && lp.norm2) {
-    Var n = Norm(tape, spec, attn, lp.norm2, nullptr, d);
+    Var n = Norm(tape, spec, attn, lp.norm2, nullptr, r);
     tape.Drop(attn);
     attn = n;
   }
   if (spec.parallel_attn) {
     // x + attn(ln(x)) + mlp(ln(x)) (falcon-7b, phi-2; gpt-neox uses ln2 for the MLP)
-    Var mh = lp.norm2 && !spec.sandwich_norm ? Norm(tape, spec, x, lp.norm2, lp.norm2_b, d)
+    Var mh = lp.norm2 && !spec.sandwich_norm ? Norm(tape, spec, x, lp.norm2, lp.norm2_b, r)
                                             : tape.Share(h);
     tape.Drop(h);
     Var m = moe ? Moe(tape, spec, lp, mh, d)
                 : Mlp(tape, spec, lp, mh, d, d.t, d.inter, lp.gate, lp.up, lp.down);
+    m = ToSequenceShard(tape, m, d, "megatron::reduce_scatter");
     tape.Drop(mh);
     Var s1 = Add(tape, attn, m);
     tape.Drop(attn);
@@ -247,12 +282,13 @@ Var DecoderLayer(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const
   Var mid = Add(tape, x, attn);
   tape.Drop(attn);
   Param* pre = spec.sandwich_norm ? lp.norm3 : lp.norm2;
-  Var h2 = Norm(tape, spec, mid, pre, spec.sandwich_norm ? nullptr : lp.norm2_b, d);
+  Var h2 = Norm(tape, spec, mid, pre, spec.sandwich_norm ? nullptr : lp.norm2_b, r);
   Var m = moe ? Moe(tape, spec, lp, h2, d)
               : Mlp(tape, spec, lp, h2, d, d.t, d.inter, lp.gate, lp.up, lp.down);
+  m = ToSequenceShard(tape, m, d, "megatron::reduce_scatter");
   tape.Drop(h2);
   if (spec.sandwich_norm && lp.norm4) {
-    Var n = Norm(tape, spec, m, lp.norm4, nullptr, d);
+    Var n = Norm(tape, spec, m, lp.norm4, nullptr, r);
     tape.Drop(m);
     m = n;
   }
@@ -310,6 +346,7 @@ ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Tra
   d.d = spec.head_dim ? spec.head_dim : spec.hidden_size / spec.num_heads;
   d.inter = spec.intermediate_size;
   d.vocab = spec.vocab_size;
+  d.sp = setup.parallel.sp ? setup.parallel.tp : 1;
 
   tape.SetModule("model");
   // input_ids and labels: int64 [b, s], made by the data loader (Megatron's
@@ -336,6 +373,7 @@ ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Tra
       tape.Drop(x);
       x = scaled;
     }
+    x = ToSequenceShard(tape, x, d, "megatron::scatter_to_sequence_parallel_region");
     if (spec.hidden_dropout > 0) {
       Var dx = Dropout(tape, x, spec.hidden_dropout);
       tape.Drop(x);
@@ -346,8 +384,9 @@ ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Tra
     // Megatron p2p recv: the previous stage's hidden states, a leaf whose
     // gradient is sent back (the residual stream's dtype).
     tape.SetModule("pipeline");
-    x = tape.New(d.t * d.h, tape.autocast ? kF32 : tape.compute_bytes, Category::kActivations, "pp::recv");
+    x = tape.New(d.Residual().t * d.h, tape.autocast ? kF32 : tape.compute_bytes, Category::kActivations, "pp::recv");
   }
+  EnsureSequenceGatherBuffer(tape, d, x.elem_bytes);
   // Rotary cos/sin: [b, s, head_dim] in the activation dtype, shared by all
   // layers (LlamaRotaryEmbedding.forward under no_grad).
   tape.SetModule("model.rotary_emb");
@@ -395,7 +434,7 @@ ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Tra
   }
   tape.Unit(head_unit, true);
   tape.SetModule("model.norm");
-  Dims dn = d;
+  Dims dn = d.Residual();
   Var hfin = Norm(tape, spec, x, mp.final_norm, mp.final_norm_b, dn);
   tape.Drop(x);
   tape.SetModule("lm_head");
