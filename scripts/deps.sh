@@ -8,6 +8,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev libfmt-dev libcurl4-openssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-pytest python3-torch python3-torchvision
+  chromium  # headless browser: tests/html_test.py renders the HTML reports offline
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -155,7 +155,8 @@ struct StepTime {
 // counted at experts_per_token / num_experts), attention 4·layers·seq²·width
 // per sample forward (halved by causal SDPA/flash kernels), backward twice the
 // forward (LoRA/QLoRA: the frozen weights' gradients are skipped, so about the
-// forward again), recompute one more forward; all at
+// forward again), recompute the decoder layers' forward again (not the
+// lm_head's: checkpointing wraps decoder layers); all at
 // kAchievableComputeFraction of peak. Optimizer: bytes read and written per
 // trainable parameter over kAchievableBandwidthFraction of HBM bandwidth.
 // `trainable_parameters` as the estimate counts them (LoRA adapters).
@@ -218,5 +219,9 @@ Result<PlanResult> Plan(const ModelSpec& model, const TrainingSetup& setup,
 // explanation; JSON of all of them (docs/plan.md).
 std::string RenderPlanText(const PlanResult& plan, std::string_view source, size_t top = 10);
 std::string RenderPlanJson(const PlanResult& plan, std::string_view source, int indent = 2);
+// One self-contained offline HTML page: every strategy (tokens/s, step time,
+// memory), the explanation and the step-time assumptions; a
+// Content-Security-Policy forbids every network request and it has no script.
+std::string RenderPlanHtml(const PlanResult& plan, std::string_view source);
 
 }  // namespace vramscope

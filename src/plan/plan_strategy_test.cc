@@ -55,8 +55,10 @@ TEST(StepTime, KnobsMoveTimeTheWayTheyShould) {
   TrainingSetup ckpt = full;
   ckpt.grad_ckpt = GradCkpt::kFull;
   const StepTime c = EstimateStepTime(*model, ckpt, *gpu, all);
-  EXPECT_EQ(c.recompute_flops, base.forward_flops);
-  EXPECT_NEAR(c.compute_seconds / base.compute_seconds, 4.0 / 3, 0.01) << "+1/3 compute";
+  // The decoder layers' forward again; the lm_head (128256 x 4096) is outside them.
+  const double lm_head_flops = 2.0 * 128256 * 4096 * 2048;
+  EXPECT_NEAR(c.recompute_flops, base.forward_flops - lm_head_flops, 1e-9 * base.forward_flops);
+  EXPECT_NEAR(c.compute_seconds / base.compute_seconds, 4.0 / 3, 0.03) << "about +1/3 compute";
 
   TrainingSetup lora = full;
   lora.finetune = Finetune::kLora;

@@ -20,6 +20,7 @@ bool IsHalf(Precision p) { return p == Precision::kFp16 || p == Precision::kBf16
 struct MatmulWeights {
   double all = 0;        // every matmul weight
   double quantised = 0;  // what QLoRA stores in NF4 (not lm_head, which stays 16-bit)
+  double lm_head = 0;    // the output projection (tied or not): outside every decoder layer
 };
 
 MatmulWeights CountMatmulWeights(const ModelSpec& m) {
@@ -31,9 +32,13 @@ MatmulWeights CountMatmulWeights(const ModelSpec& m) {
     const bool expert = std::string_view(p.role).substr(0, 7) == "expert_";
     const double n = static_cast<double>(p.numel) * (expert ? expert_share : 1.0);
     w.all += n;
-    if (p.role != "lm_head") w.quantised += n;
+    (p.role == "lm_head" ? w.lm_head : w.quantised) += n;
   }
-  if (m.tie_word_embeddings) w.all += static_cast<double>(m.vocab_size) * static_cast<double>(m.hidden_size);
+  if (m.tie_word_embeddings) {
+    const double tied = static_cast<double>(m.vocab_size) * static_cast<double>(m.hidden_size);
+    w.all += tied;
+    w.lm_head += tied;
+  }
   return w;
 }
 
@@ -88,9 +93,14 @@ StepTime EstimateStepTime(const ModelSpec& model, const TrainingSetup& setup, co
   const double weight_grads = adapters ? 2 * adapter_params * tokens : 2 * weights.all * tokens;
   const double backward = 2 * weights.all * tokens + 2 * adapter_params * tokens + weight_grads + 2 * attention;
   const bool recompute = setup.grad_ckpt != GradCkpt::kNone;
+  // Checkpointing wraps every decoder layer (transformers'
+  // gradient_checkpointing_enable, llm-foundry's and torchtune's per-block
+  // activation checkpointing): backward reruns the layers' forward, not the
+  // lm_head's, which sits outside them. (Adapters are all counted as inside.)
+  const double recomputed = forward - 2 * weights.lm_head * tokens;
   t.forward_flops = micro_batches * forward;
   t.backward_flops = micro_batches * backward;
-  t.recompute_flops = recompute ? micro_batches * forward : 0;
+  t.recompute_flops = recompute ? micro_batches * recomputed : 0;
 
   const double peak = gpu.bf16_dense_tflops * 1e12 * (setup.precision == Precision::kFp32 ? kFp32ComputeShare : 1.0);
   const double utilisation = tokens / (tokens + kHalfUtilisationTokens);

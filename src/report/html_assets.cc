@@ -196,6 +196,7 @@ const std::string_view kHtmlScript = R"JS(
   }
 
   document.querySelectorAll('figure.vs-timeline').forEach(setup);
+  document.documentElement.setAttribute('data-vs-script', 'done');
 })();
 )JS";
 

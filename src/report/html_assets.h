@@ -13,8 +13,11 @@ extern const std::string_view kHtmlStyle;
 // data-* attributes (svg_chart.h) and the figure's script.vs-data JSON
 // ({x, s, p, a, r, c, names, colours, phases}); builds its tooltip with
 // textContent only, so no input text is ever parsed as markup. Without
-// JavaScript the static chart stays as it is. The script has no "//" comments:
-// the offline test flags every "//" as a possible protocol-relative URL.
+// JavaScript the static chart stays as it is. When every figure is set up it
+// sets data-vs-script="done" on <html>: the headless-browser test
+// (tests/html_test.py) reads it to know the script ran without an error.
+// The script has no "//" comments: the offline test flags every "//" as a
+// possible protocol-relative URL.
 extern const std::string_view kHtmlScript;
 
 }  // namespace vramscope::report_internal
