@@ -30,6 +30,9 @@ void AddKnobFlags(CLI::App* sub, KnobArgs* k) {
                 "Step each parameter from its post-accumulate-grad hook (torch >= 2.1)");
   sub->add_flag("--activation-offload", k->activation_offload,
                 "Forward under torch.autograd.graph.save_on_cpu(pin_memory=True): saved tensors live in host memory");
+  sub->add_option("--moe-capacity-factor", k->moe_capacity_factor,
+                  "MoE expert capacity factor (0: dropless, the default; >0: padded to capacity)");
+  sub->add_option("--moe-imbalance", k->moe_imbalance, "MoE: busiest expert's load over an even share (default 1)");
   AddParallelFlags(sub, &k->parallel);
 }
 
@@ -72,6 +75,8 @@ Result<TrainingSetup> KnobArgs::ToSetup() const {
   s.alloc_conf = alloc_conf;
   s.optimizer_in_backward = optimizer_in_backward;
   s.activation_offload = activation_offload;
+  s.moe_capacity_factor = moe_capacity_factor;
+  s.moe_imbalance = moe_imbalance;
   auto layout = parallel.ToLayout();
   if (!layout.ok()) return layout.error();
   s.parallel = *layout;

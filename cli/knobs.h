@@ -24,6 +24,7 @@ struct KnobArgs {
   std::string gpu = "h100-80g", alloc_conf;
   bool optimizer_in_backward = false;
   bool activation_offload = false;
+  double moe_capacity_factor = 0, moe_imbalance = 1;
   ParallelArgs parallel;
   Result<TrainingSetup> ToSetup() const;
 };

@@ -115,6 +115,11 @@ def test_pipeline_report_lists_rank_classes():
     (["--gpus", "8", "--zero", "3", "--fsdp", "full"], "choose one data-parallel mode"),
     (["--gpus", "8", "--ep", "2"], "has no experts"),
     (["--gpus", "8", "--sp"], "--sp: sequence parallelism needs --tp"),
+    (["--gpus", "8", "--virtual-stages", "2"], "--virtual-stages: interleaving needs --pp"),
+    (["--moe-capacity-factor", "-1"], "--moe-capacity-factor"),
+    (["--moe-imbalance", "0.5"], "--moe-imbalance: 0.5 is outside 1..1024"),
+    (["--moe-imbalance", "nan"], "--moe-imbalance"),
+    (["--lora-dropout", "nan", "--finetune", "lora"], "--lora-dropout: nan"),
 ])
 def test_impossible_layouts_are_one_line_errors(args, needle):
     p = run("estimate", "llama-3-8b", *args)

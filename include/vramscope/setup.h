@@ -49,6 +49,12 @@ struct TrainingSetup {
   // torch release, major*100 + minor (2.11 -> 211). Matters for SDPA's
   // enable_gqa (>= 2.5) and cuBLAS workspace sizes.
   int torch_version = 211;
+  // Mixture-of-experts routing: 0 = dropless (transformers, Megatron's
+  // default); F > 0: every expert processes ceil(F * tokens * k / E) tokens
+  // (capacity, padded). Imbalance R >= 1: the busiest expert gets R times its
+  // even share of tokens (dropless only).
+  double moe_capacity_factor = 0;
+  double moe_imbalance = 1;
   bool optimizer_in_backward = false;
   bool activation_offload = false;
   std::string gpu = "h100-80g";

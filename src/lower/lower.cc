@@ -39,7 +39,7 @@ Status Validate(const ModelSpec& m, const TrainingSetup& s) {
   if (s.finetune != Finetune::kFull) {
     if (s.lora_rank == 0 || s.lora_rank > m.hidden_size)
       return bad(fmt::format("--lora-rank: {} must be between 1 and the hidden size {}", s.lora_rank, m.hidden_size));
-    if (s.lora_dropout < 0 || s.lora_dropout >= 1)
+    if (!(s.lora_dropout >= 0 && s.lora_dropout < 1))  // NaN fails too
       return bad(fmt::format("--lora-dropout: {} is outside [0, 1)", s.lora_dropout));
   }
   if (s.finetune == Finetune::kQLora && s.precision == Precision::kFp32)
@@ -54,6 +54,12 @@ Status Validate(const ModelSpec& m, const TrainingSetup& s) {
     return bad(fmt::format("{}: encoder models other than bert (model_type '{}') are not lowered yet", m.name, m.model_type));
   if (m.is_encoder && s.loss != LossKind::kHf)
     return bad("--loss: chunked and fused-linear losses are modelled for causal LMs only, not for bert");
+  if (!(s.moe_capacity_factor == 0 || (s.moe_capacity_factor >= 0.01 && s.moe_capacity_factor <= 64)))
+    return bad(fmt::format("--moe-capacity-factor: {} is outside 0 (dropless) or 0.01..64", s.moe_capacity_factor));
+  if (!(s.moe_imbalance >= 1 && s.moe_imbalance <= 1024))
+    return bad(fmt::format("--moe-imbalance: {} is outside 1..1024", s.moe_imbalance));
+  if (s.moe_capacity_factor > 0 && s.moe_imbalance != 1)
+    return bad("--moe-imbalance: with --moe-capacity-factor every expert is capped (drop the imbalance or the capacity)");
   const ParallelLayout& l = s.parallel;
   const bool distributed = l.multi_gpu() || l.dp_mode != DataParallel::kNone;
   if (distributed && s.optimizer_in_backward)

@@ -121,6 +121,8 @@ std::vector<std::pair<std::string, std::string>> DescribeSetup(const TrainingSet
       {"alloc_conf", s.alloc_conf},
       {"steps", std::to_string(s.steps)}};
   for (auto& kv : DescribeLayout(s.parallel)) k.push_back(std::move(kv));
+  if (s.moe_capacity_factor > 0) k.emplace_back("moe_capacity_factor", fmt::format("{}", s.moe_capacity_factor));
+  if (s.moe_imbalance != 1) k.emplace_back("moe_imbalance", fmt::format("{}", s.moe_imbalance));
   if (s.optimizer_in_backward) k.emplace_back("optimizer_in_backward", "true");
   if (s.activation_offload) k.emplace_back("activation_offload", "true");
   if (s.finetune != Finetune::kFull) {

@@ -1,6 +1,7 @@
 #include "transformer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <unordered_map>
 
@@ -58,6 +59,10 @@ struct Dims {
   // Megatron sequence parallelism: the residual stream (norms, dropout,
   // residual adds) holds t / sp tokens; 1 without it.
   uint64_t sp = 1;
+  // Mixture of experts: expert-parallel size and the routing knobs.
+  uint64_t ep = 1;
+  double moe_capacity_factor = 0;
+  double moe_imbalance = 1;
   Dims Residual() const {
     Dims r = *this;
     r.t = t / sp;
@@ -161,18 +166,26 @@ Var Mlp(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x, 
   return out;
 }
 
-// Mixture of experts (modeling_mixtral.py / qwen2_moe): router logits, fp32
-// softmax, top-k; each expert runs its gated MLP on the tokens routed to it.
-// Tokens are assumed spread evenly over experts (t*k/E each).
+// Mixture of experts (modeling_mixtral.py / qwen2_moe, transformers 4.4x-4.5x):
+// router logits, fp32 softmax, top-k weights and indices, the one-hot expert
+// mask (int64 [E, k, t]); each expert runs its gated MLP on the tokens routed
+// to it (index, MLP, weight, index_add_).
 Var Moe(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x, const Dims& d) {
   const uint64_t experts = std::max<uint64_t>(1, lp.expert_gate.size());
+  const uint64_t top_k = std::max<uint64_t>(1, spec.experts_per_token);
   Var logits = Proj(tape, x, lp.router, nullptr, d.t, experts);
   Var probs = Cast(tape, logits, kF32);
   tape.Drop(logits);
+  Var top_weights = tape.New(d.t * top_k, kF32, Category::kTemporaries, "aten::topk");
+  Var top_index = tape.New(d.t * top_k, kI64, Category::kTemporaries, "aten::topk");
+  Var expert_mask = tape.New(experts * d.ep * top_k * d.t, kI64, Category::kTemporaries, "aten::one_hot");
   Var out = tape.New(d.t * d.h, x.elem_bytes, Category::kTemporaries, "aten::zeros");
-  const uint64_t per_expert = (d.t * std::max<uint64_t>(1, spec.experts_per_token) + experts - 1) / experts;
+  const std::vector<uint64_t> routed =
+      ExpertTokens(d.t, top_k, lp.expert_gate.size(), d.ep, d.moe_capacity_factor, d.moe_imbalance);
   const uint64_t inter = spec.moe_intermediate_size ? spec.moe_intermediate_size : d.inter;
   for (uint64_t e = 0; e < lp.expert_gate.size(); ++e) {
+    const uint64_t per_expert = routed[e];
+    if (per_expert == 0) continue;
     Var xs = tape.New(per_expert * d.h, x.elem_bytes, Category::kTemporaries, "aten::index");
     if (x.requires_grad() && tape.grad_enabled) {
       NodeId n = tape.Node("IndexBackward0", &xs);
@@ -200,6 +213,9 @@ Var Moe(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x, 
     tape.Drop(out);
     out = sum;
   }
+  tape.Drop(expert_mask);
+  tape.Drop(top_index);
+  tape.Drop(top_weights);
   tape.Drop(probs);
   return out;
 }
@@ -306,6 +322,39 @@ bool IsMoeLayer(const ModelSpec& spec, const LayerParams& lp, uint64_t layer) {
 
 }  // namespace
 
+// Tokens each local expert processes (transformer.h). Dropless routing (transformers'
+// Mixtral / Qwen-MoE blocks, Megatron's default): t*k token-expert pairs per
+// rank; spread evenly, or with `imbalance` R the busiest expert gets R times
+// its even share (at most every token once) and the others share the rest;
+// under expert parallelism the worst rank's experts are all that busy. With a
+// capacity factor F (GShard / DeepSpeed-MoE, Megatron
+// --moe-expert-capacity-factor with --moe-pad-expert-input-to-capacity) every
+// expert processes exactly ceil(F * t * k / E) tokens, dropped or padded.
+std::vector<uint64_t> ExpertTokens(uint64_t tokens, uint64_t top_k, uint64_t local_experts, uint64_t ep,
+                                   double capacity_factor, double imbalance) {
+  std::vector<uint64_t> out(local_experts, 0);
+  if (local_experts == 0) return out;
+  const double even = static_cast<double>(tokens * top_k) / static_cast<double>(local_experts);
+  if (capacity_factor > 0) {
+    const auto cap = static_cast<uint64_t>(std::ceil(capacity_factor * even));
+    std::fill(out.begin(), out.end(), cap);
+    return out;
+  }
+  const uint64_t max_per_expert = tokens * ep;  // each token at most once per expert
+  if (ep > 1) {
+    const auto busy = std::min<uint64_t>(max_per_expert, static_cast<uint64_t>(std::ceil(imbalance * even)));
+    std::fill(out.begin(), out.end(), busy);
+    return out;
+  }
+  const uint64_t total = tokens * top_k;
+  const uint64_t busiest = std::min<uint64_t>(max_per_expert, static_cast<uint64_t>(std::ceil(imbalance * even)));
+  out[0] = busiest;
+  const uint64_t rest = total > busiest ? total - busiest : 0;
+  for (uint64_t e = 1; e < local_experts; ++e) out[e] = (rest + local_experts - 2) / (local_experts - 1);
+  if (local_experts == 1) out[0] = total;
+  return out;
+}
+
 ModelParams IndexParams(const ModelSpec& spec, std::vector<Param>& params) {
   ModelParams mp;
   mp.layers.resize(spec.num_layers);
@@ -347,6 +396,9 @@ ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Tra
   d.inter = spec.intermediate_size;
   d.vocab = spec.vocab_size;
   d.sp = setup.parallel.sp ? setup.parallel.tp : 1;
+  d.ep = setup.parallel.ep;
+  d.moe_capacity_factor = setup.moe_capacity_factor;
+  d.moe_imbalance = setup.moe_imbalance;
 
   tape.SetModule("model");
   // input_ids and labels: int64 [b, s], made by the data loader (Megatron's

@@ -33,6 +33,14 @@ struct ModelParams {
   std::vector<LayerParams> layers;
 };
 
+// Tokens each of `local_experts` experts processes for `tokens` tokens per
+// rank routed top-`top_k`: dropless (capacity_factor 0; `imbalance` R gives
+// the busiest expert R times its even share, and under expert parallelism
+// `ep` > 1 every local expert of the worst rank), or padded to a capacity of
+// ceil(F * tokens * k / local_experts) each.
+std::vector<uint64_t> ExpertTokens(uint64_t tokens, uint64_t top_k, uint64_t local_experts, uint64_t ep,
+                                   double capacity_factor, double imbalance);
+
 // Indexes tape.params (built from spec.params) by layer and role.
 ModelParams IndexParams(const ModelSpec& spec, std::vector<Param>& params);
 
