@@ -1,7 +1,10 @@
 // vramscope fit MODEL --gpu NAME [knobs] [--margin GiB-or-%]: the largest
-// micro-batch (at --seq) and the longest sequence (at --batch) that fit.
+// micro-batch (at --seq) and the longest sequence (at --batch) that fit; with
+// a parallel mode (--ddp, --zero, --fsdp, --tp, --pp), also the fewest GPUs.
 #include <cstdio>
 #include <memory>
+
+#include <fmt/format.h>
 
 #include "command.h"
 #include "knobs.h"
@@ -19,6 +22,7 @@ struct FitArgs {
   std::string margin = "0";
   uint64_t max_batch = 0;
   uint64_t max_seq = 0;
+  int64_t max_gpus = 4096;
   bool json = false;
 };
 
@@ -35,6 +39,12 @@ int RunFit(const FitArgs& args) {
   options.margin_bytes = *margin;
   options.max_batch = args.max_batch;
   options.max_seq = args.max_seq;
+  // A parallel mode on the command line asks for the fewest GPUs too.
+  options.search_gpus = setup->parallel.dp_mode != DataParallel::kNone || setup->parallel.model_parallel();
+  if (args.max_gpus < 1 || args.max_gpus > 65536) {
+    return FailBadInput(MakeError(fmt::format("--max-gpus: {} is outside 1..65536", args.max_gpus)));
+  }
+  options.max_gpus = static_cast<uint32_t>(args.max_gpus);
   auto fit = Fit(*model, *setup, options);
   if (!fit.ok()) return FailBadInput(fit.error());
   const std::string text = args.json ? RenderFitJson(*fit, args.model) + "\n" : RenderFitText(*fit, args.model);
@@ -53,6 +63,8 @@ RunFn SetupFit(CLI::App* sub) {
   sub->add_option("--max-batch", args->max_batch, "Largest micro-batch to search (default 65536)");
   sub->add_option("--max-seq", args->max_seq,
                   "Longest sequence to search (default: the model's max_position_embeddings, else 1048576)");
+  sub->add_option("--max-gpus", args->max_gpus,
+                  "With --ddp/--zero/--fsdp/--tp/--pp: the most GPUs the fewest-GPU search tries (default 4096)");
   sub->add_flag("--json", args->json, "Print the result as JSON (integer bytes)");
   return [args] { return RunFit(*args); };
 }

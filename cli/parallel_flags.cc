@@ -1,5 +1,7 @@
 #include "parallel_flags.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 namespace vramscope::cli {
@@ -24,7 +26,7 @@ Status Elems(int64_t v, std::string_view flag, T* out) {
 }  // namespace
 
 void AddParallelFlags(CLI::App* sub, ParallelArgs* a) {
-  sub->add_option("--gpus", a->gpus, "GPUs in the run (default 1; alone: DDP over them)");
+  sub->add_option("--gpus", a->gpus, "GPUs in the run (default 1, or tp x pp x cp; alone: DDP over them)");
   sub->add_option("--gpus-per-node", a->gpus_per_node, "GPUs per node (default 8): FSDP hybrid, NCCL");
   sub->add_flag("--ddp", a->ddp, "torch DistributedDataParallel");
   sub->add_option("--zero", a->zero, "DeepSpeed ZeRO stage 1, 2 or 3 (with --tp/--pp: 1 = Megatron distributed optimizer)");
@@ -68,6 +70,8 @@ Result<ParallelLayout> ParallelArgs::ToLayout() const {
   l.cp = c;
   l.ep = e;
   l.sp = sp;
+  // --tp/--pp/--cp without --gpus: the smallest layout, one data-parallel replica.
+  if (gpus == 1) l.gpus = static_cast<uint32_t>(std::min<uint64_t>(uint64_t{t} * p * c, 1u << 20));
   VS_TRY(mb, Count(microbatches, "--microbatches", 0, 65536));
   l.microbatches = mb;
   VS_TRY(vs, Count(virtual_stages, "--virtual-stages", 1, 64));

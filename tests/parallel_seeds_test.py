@@ -126,3 +126,22 @@ def test_impossible_layouts_are_one_line_errors(args, needle):
     assert p.returncode == 2, p.stderr
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], p.stderr
+
+
+@pytest.mark.parametrize("mode", [["--zero", "3"], ["--fsdp", "full"], ["--zero", "2", "--offload", "optimizer"]])
+def test_fit_fewest_gpus_is_the_boundary(mode):
+    # fit's fewest-GPU answer agrees with estimate: it fits at min_gpus and
+    # not at one GPU fewer (property of the search, checked through estimate).
+    knobs = ["llama-3-8b", "--gpu", "a100-40g", "--seq", "2048", "--grad-ckpt", "full", *mode]
+    p = run("fit", *knobs, "--json")
+    assert p.returncode == 0, p.stderr
+    n = json.loads(p.stdout)["min_gpus"]
+    assert n > 1
+    assert estimate(*knobs, "--gpus", str(n))["fits"]
+    assert not estimate(*knobs, "--gpus", str(n - 1))["fits"]
+
+
+def test_tp_without_gpus_is_the_smallest_layout():
+    r = estimate("llama-3-8b", "--tp", "2", "--pp", "2", "--seq", "512")
+    assert r["knobs"]["gpus"] == "4"
+    assert [x["rank_class"] for x in r["ranks"]] == ["first stage", "last stage"]

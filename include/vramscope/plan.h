@@ -43,6 +43,9 @@ struct FitOptions {
   // 0: the defaults above (the model's max_position_embeddings when stated).
   uint64_t max_batch = 0;
   uint64_t max_seq = 0;
+  // Also search the fewest GPUs for the setup's parallel mode, up to max_gpus.
+  bool search_gpus = false;
+  uint32_t max_gpus = 4096;
 };
 
 // One search: the largest value of one knob that fits, the others held.
@@ -70,12 +73,26 @@ struct FitSearch {
   bool non_monotone = false;
 };
 
+// The fewest GPUs that fit the setup's batch and seq under its parallel mode
+// (--ddp, --zero, --fsdp; with --tp/--pp/--cp the counts are multiples of
+// tp x pp x cp). Memory per GPU falls as sharding spreads the model states,
+// so the search is exponential then binary over the GPU count.
+struct FitGpusSearch {
+  uint32_t step = 1;          // GPU counts searched are multiples of this
+  uint32_t cap = 0;           // the largest count searched
+  uint32_t min_gpus = 0;      // 0: no count up to cap fits
+  Report at_min;              // the estimate at min_gpus (at cap when none fits)
+  std::optional<Report> below;  // at min_gpus - step, which does not fit
+  uint64_t estimates = 0;
+};
+
 struct FitResult {
   GpuSpec gpu;
   uint64_t margin_bytes = 0;
   uint64_t limit_bytes = 0;   // gpu.usable_bytes - margin_bytes
   FitSearch batch;            // at the setup's seq
   FitSearch seq;              // at the setup's batch
+  std::optional<FitGpusSearch> gpus;  // with FitOptions::search_gpus
   bool fits() const { return batch.fits() || seq.fits(); }
   uint64_t estimates = 0;     // distinct Estimate() calls in all
 };
@@ -87,6 +104,10 @@ struct FitResult {
 // not below the GPU's usable bytes.
 Result<FitResult> Fit(const ModelSpec& model, const TrainingSetup& setup,
                       const FitOptions& options = {});
+
+// The GPU-count search alone (Fit calls it with search_gpus).
+Result<FitGpusSearch> FitGpus(const ModelSpec& model, const TrainingSetup& setup, uint64_t limit_bytes,
+                              uint32_t max_gpus);
 
 // --margin text: "2" or "2GiB" (GiB, fractions allowed: "1.5") or "5%" (of
 // usable_bytes). Errors: not a number, negative, or not below usable_bytes.

@@ -134,16 +134,24 @@ Result<FitResult> Fit(const ModelSpec& model, const TrainingSetup& setup, const 
   out.gpu = gpu;
   out.margin_bytes = options.margin_bytes;
   out.limit_bytes = gpu.usable_bytes - options.margin_bytes;
-  EstimateCache cache(model, setup);
+  // With a GPU-count search and no --gpus given, the batch and sequence
+  // searches run at the fewest GPUs found (what the user would launch).
+  TrainingSetup at = setup;
+  if (options.search_gpus) {
+    VS_TRY(gpus, FitGpus(model, setup, out.limit_bytes, options.max_gpus));
+    if (setup.parallel.gpus == 1 && gpus.min_gpus > 0) at.parallel.gpus = gpus.min_gpus;
+    out.gpus = std::move(gpus);
+  }
+  EstimateCache cache(model, at);
   // The setup's own point first: it validates every knob (an error names the
   // flag before any search starts), and both searches start from it.
-  VS_TRY(base, cache.At(setup.batch, setup.seq));
+  VS_TRY(base, cache.At(at.batch, at.seq));
   (void)base;
-  VS_TRY(batch, Search(cache, setup, SweepVariable::kBatch, BatchCap(setup, options), out.limit_bytes));
-  VS_TRY(seq, Search(cache, setup, SweepVariable::kSeq, SeqCap(model, setup, options), out.limit_bytes));
+  VS_TRY(batch, Search(cache, at, SweepVariable::kBatch, BatchCap(at, options), out.limit_bytes));
+  VS_TRY(seq, Search(cache, at, SweepVariable::kSeq, SeqCap(model, at, options), out.limit_bytes));
   out.batch = std::move(batch);
   out.seq = std::move(seq);
-  out.estimates = cache.size();
+  out.estimates = cache.size() + (out.gpus ? out.gpus->estimates : 0);
   return out;
 }
 

@@ -87,6 +87,27 @@ nlohmann::ordered_json SearchJson(const FitSearch& s) {
   return j;
 }
 
+// "Fewest GPUs (data_parallel=zero3): 4, device total 61.20 GiB per GPU; 3 do
+// not fit (at least 83.10 GiB each)." At the setup's batch and seq.
+std::string GpusText(const FitGpusSearch& g) {
+  std::string mode;
+  for (const auto& [key, value] : g.at_min.knobs) {
+    if (key == "data_parallel" || key == "fsdp" || key == "offload" || key == "tp" || key == "pp" || key == "cp") {
+      mode += fmt::format("{}{}={}", mode.empty() ? "" : ", ", key, Clean(value));
+    }
+  }
+  if (g.min_gpus == 0) {
+    return fmt::format("Fewest GPUs ({}): none up to {} fits; at {} each needs {}.\n\n", mode, g.cap, g.cap,
+                       FormatGiB(g.at_min.needed_bytes()));
+  }
+  std::string text = fmt::format("Fewest GPUs ({}): {}, device total {} per GPU", mode, g.min_gpus,
+                                 FormatGiB(DeviceTotalBytes(g.at_min.worst())));
+  if (g.below) {
+    text += fmt::format("; {} do not fit (at least {} each)", g.min_gpus - g.step, FormatGiB(g.below->needed_bytes()));
+  }
+  return text + ".\n\n";
+}
+
 }  // namespace
 
 std::string RenderFitText(const FitResult& fit, std::string_view source) {
@@ -100,6 +121,7 @@ std::string RenderFitText(const FitResult& fit, std::string_view source) {
     knobs += fmt::format("{}{}={}", knobs.empty() ? "" : ", ", key, Clean(value));
   }
   out += fmt::format("Knobs: {}\n\n", knobs);
+  if (fit.gpus) out += GpusText(*fit.gpus);
   out += SearchText(fit.batch, fit.limit_bytes);
   out += SearchText(fit.seq, fit.limit_bytes);
   out += "\n";
@@ -132,6 +154,14 @@ std::string RenderFitJson(const FitResult& fit, std::string_view source, int ind
   j["estimates"] = fit.estimates;
   j["batch"] = SearchJson(fit.batch);
   j["seq"] = SearchJson(fit.seq);
+  if (fit.gpus) {
+    j["min_gpus"] = fit.gpus->min_gpus;
+    j["gpus"] = {{"step", fit.gpus->step},
+                 {"cap", fit.gpus->cap},
+                 {"min_gpus", fit.gpus->min_gpus},
+                 {"estimates", fit.gpus->estimates},
+                 {"estimate", nlohmann::ordered_json::parse(RenderJson(fit.gpus->at_min, -1))}};
+  }
   return j.dump(indent, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
