@@ -27,12 +27,6 @@ struct PlanArgs {
 int RunPlan(const PlanArgs& args) {
   auto setup = args.knobs.ToSetup();
   if (!setup.ok()) return FailBadInput(setup.error());
-  if (setup->parallel.gpus != 1) {
-    return FailBadInput(MakeError(fmt::format(
-        "--gpus {}: plan ranks single-GPU strategies for now; estimate one multi-GPU layout with "
-        "`vramscope estimate MODEL --gpus {} --zero 3` (or --fsdp, --ddp, --tp, --pp)",
-        setup->parallel.gpus, setup->parallel.gpus)));
-  }
   auto model = ResolveModel(args.model);
   if (!model.ok()) return FailBadInput(model.error());
   PlanOptions options;
@@ -40,6 +34,7 @@ int RunPlan(const PlanArgs& args) {
   // A knob given on the command line is a choice already made.
   options.keep_finetune = args.app->count("--finetune") > 0;
   options.keep_optimizer = args.app->count("--optimizer") > 0;
+  options.keep_parallel = args.app->count("--zero") + args.app->count("--fsdp") + args.app->count("--ddp") > 0;
   auto plan = Plan(*model, *setup, options);
   if (!plan.ok()) return FailBadInput(plan.error());
   const std::string text =

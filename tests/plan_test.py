@@ -256,6 +256,35 @@ def test_plan_ranks_fitting_strategies_by_tokens_per_second():
     assert e["device_total_bytes"] == fitting[0]["device_total_bytes"] and e["fits"] is True
 
 
+def test_plan_over_several_gpus_ranks_data_parallel_modes():
+    r = run_json("plan", "qwen2.5-0.5b", "--gpu", "rtx-4090", "--gpus", "4", "--finetune", "full",
+                 "--seq", "1024", "--tokens-per-step", "16384")
+    assert r["gpus"] == 4
+    modes = {s["knobs"]["data_parallel"] for s in r["strategies"]}
+    assert {"ddp", "zero1", "zero2", "zero3", "fsdp"} <= modes
+    fitting = [s for s in r["strategies"] if s["fits"]]
+    for s in r["strategies"]:
+        k = s["knobs"]
+        # Each of the 4 replicas takes a quarter of the step's sequences.
+        assert int(k["batch"]) * int(k["grad_accum"]) * int(k["seq"]) * 4 == 16384
+    # Every entry's memory is what `estimate` says for its knobs (the top one
+    # and a sharded one).
+    sharded = [s for s in fitting if s["knobs"]["data_parallel"] in ("zero3", "fsdp")]
+    for entry in [fitting[0]] + sharded[:1]:
+        k = entry["knobs"]
+        knobs = ["--gpu", "rtx-4090", "--gpus", "4", "--seq", k["seq"], "--batch", k["batch"],
+                 "--grad-accum", k["grad_accum"], "--finetune", k["finetune"], "--optimizer", k["optimizer"],
+                 "--grad-ckpt", k["grad_ckpt"], "--loss", k["loss"]]
+        mode = k["data_parallel"]
+        knobs += {"ddp": ["--ddp"], "fsdp": ["--fsdp", k.get("fsdp", "full")]}.get(mode, ["--zero", mode[-1]])
+        if k.get("offload"):
+            knobs += ["--offload", k["offload"]]
+        if k["alloc_conf"]:
+            knobs += ["--alloc-conf", k["alloc_conf"]]
+        e = estimate("qwen2.5-0.5b", *knobs)
+        assert e["device_total_bytes"] == entry["device_total_bytes"] and e["fits"] is True
+
+
 def test_plan_text_explains_the_top_choice():
     p, _ = run("plan", "qwen2.5-0.5b", "--gpu", "rtx-4090", "--finetune", "full", "--seq", "1024")
     assert p.returncode == 0, p.stderr
@@ -265,7 +294,8 @@ def test_plan_text_explains_the_top_choice():
 
 
 @pytest.mark.parametrize("args", [
-    ["plan", "qwen2.5-0.5b", "--gpus", "4"],
+    ["plan", "qwen2.5-0.5b", "--gpus", "3"],            # 16 sequences do not split over 3 GPUs
+    ["plan", "qwen2.5-0.5b", "--gpus", "4", "--tp", "2"],  # plan ranks data-parallel strategies
     ["plan", "qwen2.5-0.5b", "--seq", "1000", "--tokens-per-step", "4096"],
     ["plan", "qwen2.5-0.5b", "--gpu", "gtx-480"],
     ["plan", "no-such-model-xyz"],

@@ -160,6 +160,15 @@ inline constexpr double kHalfUtilisationTokens = 128;
 // throughput is about 1/16 of dense bf16 on A100 and H100.
 inline constexpr double kFp32ComputeShare = 1.0 / 16;
 
+// Several GPUs (docs/plan.md): collectives run at this share of the link's
+// bandwidth; nodes talk over one 400 Gb/s NIC per GPU (DGX A100/H100 class
+// clusters), 50 GB/s; offloaded optimizer state is read and written by the
+// CPU optimizer at this many bytes per second per GPU process (the host's
+// memory bandwidth shared by eight processes).
+inline constexpr double kAchievableLinkFraction = 0.70;
+inline constexpr double kInterNodeGBps = 50;
+inline constexpr double kHostOptimizerBytesPerSecond = 25e9;
+
 struct StepTime {
   double forward_flops = 0;     // per optimizer step (all micro-batches)
   double backward_flops = 0;
@@ -167,8 +176,13 @@ struct StepTime {
   double compute_seconds = 0;   // the FLOPs at the achievable rate
   double dequant_seconds = 0;   // QLoRA: NF4 weights dequantised per matmul pass
   double optimizer_seconds = 0; // optimizer (and accumulation) memory traffic
+  // Several GPUs: gradient / parameter collectives per step (overlapped with
+  // compute: only what exceeds it adds to the step), and offload traffic
+  // (PCIe both ways plus the CPU optimizer).
+  double communication_seconds = 0;
+  double offload_seconds = 0;
   double step_seconds = 0;
-  double tokens_per_second = 0;
+  double tokens_per_second = 0;  // of all data-parallel replicas together
 };
 
 // Time of one optimizer step of `setup` on `gpu`: batch x seq x grad_accum
@@ -197,6 +211,9 @@ struct PlanOptions {
   bool keep_finetune = false;
   // Only the setup's optimizer (else AdamW and 8-bit AdamW are both tried).
   bool keep_optimizer = false;
+  // Several GPUs: only the setup's data-parallel mode and offload (else DDP,
+  // ZeRO 1-3, FSDP and optimizer offload are tried for full fine-tuning).
+  bool keep_parallel = false;
 };
 
 // One strategy: a setup, its memory (an estimate) and its step time (the

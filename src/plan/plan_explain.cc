@@ -54,6 +54,35 @@ std::string Reasons(const Strategy& s) {
     why.push_back("8-bit AdamW keeps 2 bytes of state per trainable parameter instead of 8");
   }
   if (k.loss == LossKind::kFusedLinear) why.push_back("fused linear cross-entropy never holds the full logits");
+  const uint32_t n = k.parallel.gpus;
+  switch (k.parallel.dp_mode) {
+    case DataParallel::kDdp:
+      why.push_back(fmt::format("DDP keeps a whole replica per GPU plus a bucket copy of the gradients; one "
+                                "all-reduce per step ({:.2f} s, overlapped with compute)", t.communication_seconds));
+      break;
+    case DataParallel::kZero1:
+    case DataParallel::kZero2:
+      why.push_back(fmt::format("ZeRO-{} shards the optimizer state{} over {} GPUs; one reduce-scatter and "
+                                "all-gather per step ({:.2f} s, overlapped)",
+                                k.parallel.dp_mode == DataParallel::kZero1 ? 1 : 2,
+                                k.parallel.dp_mode == DataParallel::kZero1 ? "" : " and gradients", n,
+                                t.communication_seconds));
+      break;
+    case DataParallel::kZero3:
+    case DataParallel::kFsdp:
+      why.push_back(fmt::format("{} shards parameters, gradients and optimizer state over {} GPUs but gathers "
+                                "the parameters in every forward and backward ({:.2f} s of communication, "
+                                "overlapped)",
+                                k.parallel.dp_mode == DataParallel::kFsdp ? "FSDP" : "ZeRO-3", n,
+                                t.communication_seconds));
+      break;
+    case DataParallel::kNone:
+      break;
+  }
+  if (k.parallel.offload != Offload::kNone) {
+    why.push_back(fmt::format("optimizer offload moves master weights and Adam state to the host; the CPU step "
+                              "and PCIe copies take {} of the step", Percent(t.offload_seconds, t.step_seconds)));
+  }
   if (k.alloc_conf.find("expandable_segments:True") != std::string::npos) {
     why.push_back("expandable segments cut reserved-but-unused memory at no time cost");
   }
@@ -74,6 +103,10 @@ std::string StrategyLabel(const TrainingSetup& s) {
   if (s.grad_ckpt != GradCkpt::kNone) out += ", gradient checkpointing";
   if (s.loss != LossKind::kHf) out += fmt::format(", {} loss", LossName(s.loss));
   if (s.alloc_conf.find("expandable_segments:True") != std::string::npos) out += ", expandable segments";
+  if (s.parallel.gpus > 1) {
+    out += fmt::format(", {} x {}", s.parallel.gpus, DataParallelName(s.parallel.dp_mode));
+    if (s.parallel.offload != Offload::kNone) out += fmt::format(" + {} offload", OffloadName(s.parallel.offload));
+  }
   return out;
 }
 

@@ -9,9 +9,11 @@ namespace vramscope {
 std::string RenderPlanText(const PlanResult& plan, std::string_view source, size_t top) {
   size_t fitting = 0;
   for (const Strategy& s : plan.strategies) fitting += s.fits ? 1 : 0;
-  std::string out = fmt::format("vramscope plan: {} on {} ({} usable), one GPU\n", source,
+  const uint32_t gpus = plan.strategies.empty() ? 1u : plan.strategies.front().setup.parallel.gpus;
+  std::string out = fmt::format("vramscope plan: {} on {} ({} usable), {}\n", source,
                                 plan.gpu.display_name.empty() ? plan.gpu.name : plan.gpu.display_name,
-                                FormatGiB(plan.gpu.usable_bytes));
+                                FormatGiB(plan.gpu.usable_bytes),
+                                gpus > 1 ? fmt::format("{} GPUs (data parallel, per GPU memory)", gpus) : "one GPU");
   out += fmt::format("Step: {} tokens = {} sequences of {}. {} strategies considered, {} estimated, {} fit.\n\n",
                      plan.tokens_per_step, plan.seq ? plan.tokens_per_step / plan.seq : 0, plan.seq,
                      plan.considered, plan.estimates, fitting);
@@ -71,7 +73,7 @@ std::string RenderPlanJson(const PlanResult& plan, std::string_view source, int 
                  {"usable_bytes", plan.gpu.usable_bytes},
                  {"bf16_dense_tflops", plan.gpu.bf16_dense_tflops},
                  {"memory_bandwidth_gbps", plan.gpu.memory_bandwidth_gbps}};
-  root["gpus"] = 1;
+  root["gpus"] = plan.strategies.empty() ? 1u : plan.strategies.front().setup.parallel.gpus;
   root["seq"] = plan.seq;
   root["tokens_per_step"] = plan.tokens_per_step;
   root["considered"] = plan.considered;

@@ -1,4 +1,5 @@
-// Plan(): single-GPU strategies ranked by tokens/s among those that fit
+// Plan(): training strategies (one GPU, or data-parallel modes over --gpus)
+// ranked by tokens/s among those that fit
 // (plan.h). Memory of every candidate is an estimate; its speed comes from
 // EstimateStepTime (step_time.cc).
 #include <algorithm>
@@ -30,7 +31,29 @@ struct KnobSet {
   OptimizerKind optimizer;
   LossKind loss;
   std::string alloc_conf;
+  DataParallel dp = DataParallel::kNone;
+  Offload offload = Offload::kNone;
 };
+
+struct DataParallelChoice {
+  DataParallel dp;
+  Offload offload;
+};
+
+// Several GPUs: how the replicas hold the model states. Full fine-tuning
+// tries DDP, ZeRO 1-3, FSDP and optimizer offload; adapters are small, so
+// LoRA and QLoRA replicate them with DDP. A mode given on the command line
+// is kept.
+std::vector<DataParallelChoice> DataParallelChoices(const TrainingSetup& base, Finetune finetune,
+                                                    const PlanOptions& options) {
+  if (base.parallel.gpus <= 1) return {{DataParallel::kNone, Offload::kNone}};
+  if (options.keep_parallel) return {{base.parallel.dp_mode, base.parallel.offload}};
+  if (finetune != Finetune::kFull) return {{DataParallel::kDdp, Offload::kNone}};
+  return {{DataParallel::kDdp, Offload::kNone},       {DataParallel::kZero1, Offload::kNone},
+          {DataParallel::kZero2, Offload::kNone},     {DataParallel::kZero3, Offload::kNone},
+          {DataParallel::kFsdp, Offload::kNone},      {DataParallel::kZero2, Offload::kOptimizer},
+          {DataParallel::kZero3, Offload::kOptimizer}};
+}
 
 template <typename T>
 void AddUnique(std::vector<T>* values, T value) {
@@ -61,10 +84,16 @@ std::vector<KnobSet> KnobSets(const TrainingSetup& base, const PlanOptions& opti
   }
   std::vector<KnobSet> out;
   for (Finetune f : finetunes) {
-    for (GradCkpt c : {GradCkpt::kNone, GradCkpt::kFull}) {
-      for (OptimizerKind o : optimizers) {
-        for (LossKind l : losses) {
-          for (const std::string& a : allocs) out.push_back({f, c, o, l, a});
+    for (const DataParallelChoice& d : DataParallelChoices(base, f, options)) {
+      const bool sharded = d.dp != DataParallel::kNone && d.dp != DataParallel::kDdp;
+      for (GradCkpt c : {GradCkpt::kNone, GradCkpt::kFull}) {
+        for (OptimizerKind o : optimizers) {
+          // ZeRO and FSDP step fp32 partitions with a fused Adam; bitsandbytes'
+          // 8-bit states are not combined with them here.
+          if (sharded && !options.keep_optimizer && o != optimizers.front()) continue;
+          for (LossKind l : losses) {
+            for (const std::string& a : allocs) out.push_back({f, c, o, l, a, d.dp, d.offload});
+          }
         }
       }
     }
@@ -126,7 +155,17 @@ Result<PlanResult> Plan(const ModelSpec& model, const TrainingSetup& setup, cons
   if (tokens % setup.seq != 0) {
     return MakeError(fmt::format("--tokens-per-step: {} is not a multiple of --seq {}", tokens, setup.seq));
   }
-  const uint64_t sequences = tokens / setup.seq;
+  // Several GPUs: each data-parallel replica takes its share of the step.
+  const uint64_t replicas = std::max<uint32_t>(1, setup.parallel.dp());
+  if (setup.parallel.model_parallel()) {
+    return MakeError("plan: --tp/--pp/--cp/--ep layouts are estimated one at a time (vramscope estimate); plan "
+                     "ranks data-parallel strategies");
+  }
+  if ((tokens / setup.seq) % replicas != 0) {
+    return MakeError(fmt::format("--tokens-per-step: {} sequences of {} tokens do not split over {} GPUs",
+                                 tokens / setup.seq, setup.seq, replicas));
+  }
+  const uint64_t sequences = tokens / setup.seq / replicas;
   if (sequences > kMaxGradAccum * kFitMaxBatch) {
     return MakeError(fmt::format("--tokens-per-step: {} is more than one GPU step can hold", tokens));
   }
@@ -163,6 +202,8 @@ Result<PlanResult> Plan(const ModelSpec& model, const TrainingSetup& setup, cons
       s.optimizer = k.optimizer;
       s.loss = k.loss;
       s.alloc_conf = k.alloc_conf;
+      s.parallel.dp_mode = k.dp;
+      s.parallel.offload = k.offload;
       s.batch = micro_batches[index];
       s.grad_accum = sequences / s.batch;
       auto est = Estimate(model, s, fast);

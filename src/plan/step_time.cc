@@ -118,14 +118,42 @@ StepTime EstimateStepTime(const ModelSpec& model, const TrainingSetup& setup, co
 
   const double x = IsHalf(setup.precision) ? 2 : 4;
   const double state = IsHalf(setup.precision) ? 2 : 4;
-  const double trainable = static_cast<double>(trainable_parameters);
+  const ParallelLayout& layout = setup.parallel;
+  const double replicas = std::max<uint32_t>(1, layout.dp());
+  const bool sharded = layout.dp_mode == DataParallel::kZero1 || layout.dp_mode == DataParallel::kZero2 ||
+                       layout.dp_mode == DataParallel::kZero3 || layout.dp_mode == DataParallel::kFsdp;
+  // Sharded optimizers step their 1/N partition only.
+  const double trainable = static_cast<double>(trainable_parameters) / (sharded ? replicas : 1.0);
   // Accumulation: every micro-batch after the first adds into .grad (read +
   // write).
   const double accumulate = (micro_batches - 1) * 2 * x;
   t.optimizer_seconds = trainable * (OptimizerBytesPerParameter(setup.optimizer, x, state) + accumulate) / bandwidth;
 
-  t.step_seconds = t.compute_seconds + t.dequant_seconds + t.optimizer_seconds;
-  if (t.step_seconds > 0) t.tokens_per_second = micro_batches * tokens / t.step_seconds;
+  if (replicas > 1) {
+    // Ring collectives move (N-1)/N of the tensor per GPU. DDP and ZeRO-1/2:
+    // one all-reduce (reduce-scatter + all-gather) of the half gradients /
+    // parameters per step; ZeRO-3 and FSDP: parameters all-gathered in forward
+    // and backward and gradients reduce-scattered, per micro-batch.
+    const double grads = static_cast<double>(trainable_parameters) * 2;
+    const double ring = (replicas - 1) / replicas;
+    const bool gathers = layout.dp_mode == DataParallel::kZero3 || layout.dp_mode == DataParallel::kFsdp;
+    const double volume = gathers ? 3 * micro_batches * grads * ring : 2 * grads * ring;
+    const bool one_node = layout.gpus <= layout.gpus_per_node;
+    const double link = (one_node && gpu.interconnect_gbps > 0 ? gpu.interconnect_gbps
+                         : one_node ? gpu.pcie_gbps : kInterNodeGBps) * 1e9 * kAchievableLinkFraction;
+    if (link > 0) t.communication_seconds = volume / link;
+  }
+  if (layout.offload != Offload::kNone) {
+    // Gradients to the host and updated half parameters back (2 bytes each
+    // way per parameter of the partition), and the CPU optimizer reading and
+    // writing fp32 master, moments and gradient (32 bytes per parameter).
+    const double pcie = gpu.pcie_gbps * 1e9 * kAchievableLinkFraction;
+    if (pcie > 0) t.offload_seconds = trainable * 4 / pcie + trainable * 32 / kHostOptimizerBytesPerSecond;
+    t.optimizer_seconds = 0;  // no optimizer traffic on the GPU
+  }
+  t.step_seconds = std::max(t.compute_seconds, t.communication_seconds) + t.dequant_seconds +
+                   t.optimizer_seconds + t.offload_seconds;
+  if (t.step_seconds > 0) t.tokens_per_second = replicas * micro_batches * tokens / t.step_seconds;
   return t;
 }
 
