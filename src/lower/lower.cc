@@ -103,12 +103,19 @@ namespace {
 // its layers, the embeddings on the first stage, the final norm and head on
 // the last (a tied head: the last stage's copy of the embedding, as Megatron
 // keeps one for the output layer).
-bool InStage(const ParamTensor& pt, const StageSpan& span, bool tied) {
+bool InSpan(const ParamTensor& pt, const StageSpan& span, bool tied) {
   if (pt.layer >= 0) return static_cast<uint64_t>(pt.layer) >= span.first_layer &&
                             static_cast<uint64_t>(pt.layer) < span.end_layer;
   if (pt.role == "embed") return span.embed || (tied && span.head);
   if (pt.role == "pos_embed") return span.embed;
   return span.head;
+}
+
+bool InStage(const ParamTensor& pt, const std::vector<StageSpan>& chunks, bool tied) {
+  for (const StageSpan& span : chunks) {
+    if (InSpan(pt, span, tied)) return true;
+  }
+  return false;
 }
 
 int UnitOf(const ParamTensor& pt, uint64_t num_layers) {
@@ -140,7 +147,8 @@ Result<Lowered> LowerRank(const ModelSpec& model, const TrainingSetup& setup, co
   const bool qlora = setup.finetune == Finetune::kQLora;
   tape.autocast = !half_model && (setup.precision == Precision::kBf16Mixed || setup.precision == Precision::kFp16Mixed);
   tape.compute_bytes = setup.precision == Precision::kFp32 ? kF32 : kHalf;
-  const StageSpan& span = plan.span;
+  const std::vector<StageSpan>& chunks = plan.chunks;
+  const bool whole_model = chunks.size() == 1 && chunks[0].first_layer == 0 && chunks[0].embed && chunks[0].head;
   const bool tied = std::none_of(model.params.begin(), model.params.end(),
                                  [](const ParamTensor& pt) { return pt.role == "lm_head"; });
 
@@ -152,7 +160,7 @@ Result<Lowered> LowerRank(const ModelSpec& model, const TrainingSetup& setup, co
     p.name = pt.name;
     // Outside the stage: a zero-byte placeholder keeps indices aligned with
     // model.params (IndexParams); it is frozen and never used.
-    const bool here = InStage(pt, span, tied);
+    const bool here = InStage(pt, chunks, tied);
     p.unit = here ? UnitOf(pt, model.num_layers) : -1;
     p.module = out.Intern(pt.module);
     p.numel = pt.numel;
@@ -217,7 +225,7 @@ Result<Lowered> LowerRank(const ModelSpec& model, const TrainingSetup& setup, co
         placed.var.fn = tape.graph.AddAccumulateGrad(placed.storage_bytes, &placed.grad);
       }
     }
-    if (lora_params == 0 && model.params.size() == tape.params.size() && span.first_layer == 0 && span.head) {
+    if (lora_params == 0 && whole_model) {
       return MakeError(fmt::format("--lora-targets: none of '{}' matches a linear layer of {}",
                                    fmt::join(setup.lora_targets, ","), model.name));
     }
@@ -233,12 +241,14 @@ Result<Lowered> LowerRank(const ModelSpec& model, const TrainingSetup& setup, co
   if (!model.is_encoder && (!mp.embed || mp.layers.empty())) {
     return MakeError(fmt::format("{}: could not find the embedding and layers in its parameter list", model.name));
   }
-  const size_t end_layer = std::min<size_t>(span.end_layer, mp.layers.size());
-  for (size_t i = model.is_encoder ? end_layer : span.first_layer; i < end_layer; ++i) {
-    const LayerParams& lp = mp.layers[i];
-    const bool attn_ok = lp.qkv || (lp.q && lp.k && lp.v);
-    if (!attn_ok || !lp.o || !lp.norm1) {
-      return MakeError(fmt::format("{}: layer {} lacks attention or norm parameters", model.name, i));
+  for (const StageSpan& span : chunks) {
+    const size_t end_layer = std::min<size_t>(span.end_layer, mp.layers.size());
+    for (size_t i = model.is_encoder ? end_layer : span.first_layer; i < end_layer; ++i) {
+      const LayerParams& lp = mp.layers[i];
+      const bool attn_ok = lp.qkv || (lp.q && lp.k && lp.v);
+      if (!attn_ok || !lp.o || !lp.norm1) {
+        return MakeError(fmt::format("{}: layer {} lacks attention or norm parameters", model.name, i));
+      }
     }
   }
 
@@ -281,16 +291,19 @@ Result<Lowered> LowerRank(const ModelSpec& model, const TrainingSetup& setup, co
   // with the same micro-batches in flight; after the warm-up, two such pairs
   // show every memory state the rest would repeat (the cooldown drains the
   // same way whatever the count).
-  const uint64_t micro_batches = layout.pp > 1 ? std::min<uint64_t>(requested_micro_batches, plan.warmup + 2)
-                                               : requested_micro_batches;
+  const uint64_t micro_batches = layout.pp > 1 && chunks.size() == 1
+                                     ? std::min<uint64_t>(requested_micro_batches, plan.warmup + 2)
+                                     : requested_micro_batches;
   if (micro_batches < requested_micro_batches) {
     result.notes.push_back(fmt::format(
         "pipeline: {} of {} micro-batches per step simulated on each stage; 1F1B repeats the same memory "
         "pattern after its warm-up", micro_batches, requested_micro_batches));
   }
-  std::vector<ForwardOut> in_flight;  // forwards whose backward has not run
+  // Forwards whose backward has not run, per model chunk.
+  std::vector<std::vector<ForwardOut>> in_flight(chunks.size());
   uint32_t step = 1;
-  auto forward = [&] {
+  auto forward = [&](size_t chunk) {
+    const StageSpan& span = chunks[chunk];
     out.BeginPhase(step, Phase::kForward);
     if (!forward_workspace && gpu.cublas_workspace_bytes > 0) {
       tape.SetModule("cublas");
@@ -318,11 +331,12 @@ Result<Lowered> LowerRank(const ModelSpec& model, const TrainingSetup& setup, co
       tape.graph.Drop(f.loss.t);
       f.loss.t = kNoTensor;
     }
-    in_flight.push_back(f);
+    in_flight[chunk].push_back(f);
   };
-  auto backward = [&] {
-    ForwardOut f = in_flight.front();
-    in_flight.erase(in_flight.begin());
+  auto backward = [&](size_t chunk) {
+    const StageSpan& span = chunks[chunk];
+    ForwardOut f = in_flight[chunk].front();
+    in_flight[chunk].erase(in_flight[chunk].begin());
     out.BeginPhase(step, Phase::kBackward);
     if (!backward_workspace && gpu.cublas_workspace_bytes > 0) {
       tape.SetModule("cublas");
@@ -342,13 +356,23 @@ Result<Lowered> LowerRank(const ModelSpec& model, const TrainingSetup& setup, co
   for (; step <= setup.steps; ++step) {
     // 1F1B (Megatron schedules.py): warm-up forwards, then one forward and
     // one backward at a time, then the remaining backwards. One GPU: F, B.
-    const uint64_t warmup = std::min<uint64_t>(plan.warmup, micro_batches);
-    for (uint64_t i = 0; i < warmup; ++i) forward();
-    for (uint64_t i = warmup; i < micro_batches; ++i) {
-      forward();
-      backward();
+    // Interleaved (v chunks): the k-th forward runs chunk (k mod (pp*v)) / pp,
+    // the k-th backward the reverse (schedules.py get_model_chunk_id).
+    const uint64_t v = chunks.size();
+    const uint64_t units = micro_batches * v;
+    const uint64_t warmup = std::min<uint64_t>(plan.warmup, units);
+    const uint64_t group = uint64_t{layout.pp} * v;
+    auto chunk_of = [&](uint64_t k, bool forward_pass) -> size_t {
+      const uint64_t c = v == 1 ? 0 : (k % group) / layout.pp;
+      return static_cast<size_t>(forward_pass ? c : v - 1 - c);
+    };
+    uint64_t forwards = 0, backwards = 0;
+    for (uint64_t i = 0; i < warmup; ++i) forward(chunk_of(forwards++, true));
+    for (uint64_t i = warmup; i < units; ++i) {
+      forward(chunk_of(forwards++, true));
+      backward(chunk_of(backwards++, false));
     }
-    for (uint64_t i = 0; i < warmup; ++i) backward();
+    for (uint64_t i = 0; i < warmup; ++i) backward(chunk_of(backwards++, false));
     out.BeginPhase(step, Phase::kOptimizer);
     Var found_inf;
     if (grad_scaler) {

@@ -116,8 +116,14 @@ Result<std::vector<RankClassPlan>> PlanRankClasses(const ModelSpec& model, const
   if (pp > model.num_layers) {
     return MakeError(fmt::format("--pp: {} pipeline stages for the {} layers of {}", pp, model.num_layers, model.name));
   }
-  if (l.virtual_stages > 1) {
-    return MakeError("--virtual-stages: the interleaved 1F1B schedule is not modelled yet (use 1)");
+  const uint32_t v = l.virtual_stages;
+  if (v > 1 && model.num_layers % (uint64_t{pp} * v) != 0) {
+    return MakeError(fmt::format("--virtual-stages: {} layers of {} do not split into pp x virtual stages = {} "
+                                 "equal chunks (Megatron requires it)", model.num_layers, model.name, pp * v));
+  }
+  if (v > 1 && l.microbatches > 0 && l.microbatches % pp != 0) {
+    return MakeError(fmt::format("--microbatches: {} is not a multiple of --pp {} (the interleaved schedule "
+                                 "needs it)", l.microbatches, pp));
   }
   if (pp > 1 && model.is_encoder) {
     return MakeError(fmt::format("--pp: {} is an encoder; pipeline stages are modelled for decoders", model.name));
@@ -147,11 +153,24 @@ Result<std::vector<RankClassPlan>> PlanRankClasses(const ModelSpec& model, const
     p.name = std::move(name);
     p.ranks = ranks_of(lo, hi);
     p.stage = stage;
-    p.span.first_layer = first[stage];
-    p.span.end_layer = first[stage] + layers[stage];
-    p.span.embed = stage == 0;
-    p.span.head = stage == pp - 1;
-    p.warmup = static_cast<uint32_t>(std::min<uint64_t>(pp - stage - 1, m));
+    if (v == 1) {
+      p.chunks[0].first_layer = first[stage];
+      p.chunks[0].end_layer = first[stage] + layers[stage];
+      p.chunks[0].embed = stage == 0;
+      p.chunks[0].head = stage == pp - 1;
+      p.warmup = static_cast<uint32_t>(std::min<uint64_t>(pp - stage - 1, m));
+      return p;
+    }
+    const uint64_t per_chunk = model.num_layers / (uint64_t{pp} * v);
+    p.chunks.assign(v, StageSpan{});
+    for (uint32_t c = 0; c < v; ++c) {
+      const uint64_t virtual_stage = uint64_t{c} * pp + stage;
+      p.chunks[c].first_layer = virtual_stage * per_chunk;
+      p.chunks[c].end_layer = (virtual_stage + 1) * per_chunk;
+      p.chunks[c].embed = virtual_stage == 0;
+      p.chunks[c].head = virtual_stage == uint64_t{pp} * v - 1;
+    }
+    p.warmup = static_cast<uint32_t>(std::min<uint64_t>((pp - stage - 1) * 2 + uint64_t{v - 1} * pp, m * v));
     return p;
   };
   std::vector<RankClassPlan> out;

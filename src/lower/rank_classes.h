@@ -20,9 +20,13 @@ struct RankClassPlan {
   std::string name;          // "all ranks", "first stage", "middle stages", "last stage"
   std::vector<int> ranks;    // global ranks in Megatron order (tp fastest, then cp, dp, pp)
   uint32_t stage = 0;        // the pipeline stage simulated for the class
-  StageSpan span;
-  // 1F1B (Megatron schedules.py forward_backward_pipelining_without_interleaving):
-  // stage s runs min(pp - s - 1, m) warm-up forwards before its first backward.
+  // The model chunks the stage runs: one, or virtual_stages with the
+  // interleaved schedule (chunk c is virtual stage c * pp + stage).
+  std::vector<StageSpan> chunks = {StageSpan{}};
+  // Megatron schedules.py: 1F1B (forward_backward_pipelining_without_
+  // interleaving) runs min(pp - s - 1, m) warm-up forwards before its first
+  // backward; interleaved, (pp - s - 1) * 2 + (v - 1) * pp chunk forwards
+  // (at most m * v).
   uint32_t warmup = 0;
 };
 
