@@ -78,6 +78,23 @@ Bytes LiveAtEnd(const EventStream& stream, uint32_t step, Phase phase) {
 }
 
 uint64_t At(const Bytes& b, Category c) { return b[static_cast<int>(c)]; }
+
+// The most activation bytes alive at once over the whole stream.
+uint64_t ActivationPeak(const EventStream& stream) {
+  uint64_t live = 0, peak = 0;
+  std::unordered_map<uint64_t, uint64_t> act;
+  for (const Event& e : stream.events()) {
+    if (e.kind == EventKind::kAlloc && e.category == Category::kActivations) {
+      act[e.id] = e.size_bytes;
+      live += e.size_bytes;
+      peak = std::max(peak, live);
+    } else if (e.kind == EventKind::kFree && act.count(e.id)) {
+      live -= act[e.id];
+      act.erase(e.id);
+    }
+  }
+  return peak;
+}
 uint64_t ModelStates(const Bytes& b) {
   return At(b, Category::kParameters) + At(b, Category::kGradients) + At(b, Category::kOptimizerState);
 }
@@ -217,29 +234,14 @@ TEST(Parallel, PipelineStagesHoldTheirLayersAndMicroBatchesInFlight) {
   // Middle stage 1 of 4 runs pp - 1 - 1 = 2 warm-up forwards; its third
   // forward completes before the first backward, so its activation peak is
   // two finished micro-batches plus the peak of a third.
-  auto activation_peak = [](const EventStream& stream) {
-    uint64_t live = 0, peak = 0;
-    std::unordered_map<uint64_t, uint64_t> act;
-    for (const Event& e : stream.events()) {
-      if (e.kind == EventKind::kAlloc && e.category == Category::kActivations) {
-        act[e.id] = e.size_bytes;
-        live += e.size_bytes;
-        peak = std::max(peak, live);
-      } else if (e.kind == EventKind::kFree && act.count(e.id)) {
-        live -= act[e.id];
-        act.erase(e.id);
-      }
-    }
-    return peak;
-  };
   s.parallel.microbatches = 1;
   auto single = Lower(s);
   const uint64_t one_done = At(LiveAtEnd(single[1].lowered.stream, 1, Phase::kForward), Category::kActivations);
-  const uint64_t one_peak = activation_peak(single[1].lowered.stream);
+  const uint64_t one_peak = ActivationPeak(single[1].lowered.stream);
   ASSERT_GT(one_done, 0u);
-  EXPECT_EQ(activation_peak(ranks[1].lowered.stream), 2 * one_done + one_peak);
+  EXPECT_EQ(ActivationPeak(ranks[1].lowered.stream), 2 * one_done + one_peak);
   // The last stage (no warm-up) never holds more than one micro-batch.
-  EXPECT_EQ(activation_peak(ranks[2].lowered.stream), activation_peak(single[2].lowered.stream));
+  EXPECT_EQ(ActivationPeak(ranks[2].lowered.stream), ActivationPeak(single[2].lowered.stream));
 }
 
 TEST(Parallel, TensorPlusSequenceParallelDividesEveryActivation) {
@@ -283,19 +285,7 @@ TEST(Parallel, InterleavedScheduleHoldsMoreChunksOnTheFirstStage) {
     s.optimizer = OptimizerKind::kSgd;
     s.steps = 1;
     auto ranks = Lower(s);
-    uint64_t live = 0, peak = 0;
-    std::unordered_map<uint64_t, uint64_t> act;
-    for (const Event& e : ranks[0].lowered.stream.events()) {
-      if (e.kind == EventKind::kAlloc && e.category == Category::kActivations) {
-        act[e.id] = e.size_bytes;
-        live += e.size_bytes;
-        peak = std::max(peak, live);
-      } else if (e.kind == EventKind::kFree && act.count(e.id)) {
-        live -= act[e.id];
-        act.erase(e.id);
-      }
-    }
-    return static_cast<double>(peak);
+    return static_cast<double>(ActivationPeak(ranks[0].lowered.stream));
   };
   EXPECT_NEAR(first_stage_peak(2) / first_stage_peak(1), 1.25, 0.05);
 }
