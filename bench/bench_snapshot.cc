@@ -9,12 +9,18 @@
 //
 //   cmake --build build-snap --target bench_snapshot
 //   build-snap/bench/bench_snapshot --benchmark_min_time=3
-//   # writes the synthetic file (for memory measurements of the CLI):
-//   VS_BENCH_SNAPSHOT_OUT=/tmp/big.pickle build-snap/bench/bench_snapshot --benchmark_filter=Write
+//   # writes the synthetic file, streamed (for memory measurements of the
+//   # CLI; 41M entries make a ~2 GB file, docs/snapshot.md "Speed"):
+//   VS_BENCH_SNAPSHOT_OUT=/tmp/big.pickle VS_BENCH_SNAPSHOT_ENTRIES=41000000
+//       build-snap/bench/bench_snapshot --benchmark_filter=Write   (one line)
+//   # reads and explains a file (ReadSnapshotFile + MeasureSnapshot), once:
+//   VS_BENCH_SNAPSHOT_FILE=/tmp/big.pickle build-snap/bench/bench_snapshot
+//       --benchmark_filter=ReadFile   (one line)
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
 #include <fstream>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -24,14 +30,21 @@
 namespace vramscope {
 namespace {
 
+// Writes into a string, or streams to `sink` (a file of any size without
+// holding it in memory).
 class PickleWriter {
  public:
+  explicit PickleWriter(std::ostream* sink = nullptr) : sink_(sink) {
+    frames_.assign("\x80\x04", 2);
+  }
   std::string Finish() {
     Flush();
-    std::string out("\x80\x04", 2);
-    out += frames_;
-    out += '.';
-    return out;
+    frames_ += '.';
+    if (sink_ != nullptr) {
+      sink_->write(frames_.data(), static_cast<std::streamsize>(frames_.size()));
+      frames_.clear();
+    }
+    return std::move(frames_);
   }
   void Op(char op) {
     MaybeFrame();
@@ -91,15 +104,20 @@ class PickleWriter {
     for (int i = 0; i < 8; ++i) frames_ += static_cast<char>((n >> (8 * i)) & 0xff);
     frames_ += chunk_;
     chunk_.clear();
+    if (sink_ != nullptr && frames_.size() >= (1u << 22)) {
+      sink_->write(frames_.data(), static_cast<std::streamsize>(frames_.size()));
+      frames_.clear();
+    }
   }
+  std::ostream* sink_;
   std::string frames_, chunk_;
   uint32_t memo_ = 0;
 };
 
 // A training run's trace: `entries` alloc/free entries over 300 distinct
 // stacks of 8 frames each, a few segments.
-std::string SyntheticSnapshot(size_t entries) {
-  PickleWriter w;
+std::string SyntheticSnapshot(size_t entries, std::ostream* sink = nullptr) {
+  PickleWriter w(sink);
   std::mt19937_64 rng(3);
   w.Op('}');
   w.Memoize();
@@ -236,12 +254,34 @@ void BM_WriteSynthetic(benchmark::State& state) {
   for (auto _ : state) {
     if (path == nullptr) continue;
     const char* n = std::getenv("VS_BENCH_SNAPSHOT_ENTRIES");
-    const std::string bytes = SyntheticSnapshot(n ? std::strtoull(n, nullptr, 10) : 2'000'000);
-    std::ofstream(path, std::ios::binary)
-        .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    std::ofstream file(path, std::ios::binary);
+    SyntheticSnapshot(n ? std::strtoull(n, nullptr, 10) : 2'000'000, &file);
+    if (!file) state.SkipWithError("cannot write VS_BENCH_SNAPSHOT_OUT");
   }
 }
 BENCHMARK(BM_WriteSynthetic)->Iterations(1);
+
+// What `vramscope explain FILE` does before reporting, once, for
+// /usr/bin/time -v: VS_BENCH_SNAPSHOT_FILE=PATH.
+void BM_ReadFile(benchmark::State& state) {
+  const char* path = std::getenv("VS_BENCH_SNAPSHOT_FILE");
+  for (auto _ : state) {
+    if (path == nullptr) continue;
+    auto s = ReadSnapshotFile(path);
+    if (!s.ok()) {
+      state.SkipWithError(s.error().message.c_str());
+      break;
+    }
+    auto run = MeasureSnapshot(*s);
+    if (!run.ok()) {
+      state.SkipWithError(run.error().message.c_str());
+      break;
+    }
+    state.counters["entries"] = static_cast<double>(run->trace_entries);
+    state.counters["timeline_points"] = static_cast<double>(run->sim.timeline.size());
+  }
+}
+BENCHMARK(BM_ReadFile)->Iterations(1)->Unit(benchmark::kSecond);
 
 }  // namespace
 }  // namespace vramscope

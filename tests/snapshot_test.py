@@ -143,6 +143,28 @@ def test_explain_segments_only():
     assert r["peak_allocated_bytes"] == r["snapshot"]["segments_allocated_bytes"]
 
 
+# The same run in the structure of each torch generation (docs/snapshot.md,
+# "Structure by release"): every command reads each, and measures its peaks.
+@pytest.mark.parametrize("name", ["torch2_0.pickle", "torch2_1.pickle", "newest.pickle"])
+def test_every_torch_generation_measures_the_run(name):
+    r = run_json("explain", DATA / name)
+    assert r["peak_allocated_bytes"] == FACTS["train"]["peak_allocated_bytes"]
+    assert r["peak_reserved_bytes"] == FACTS["train"]["peak_reserved_bytes"]
+    assert r["snapshot"]["has_frames"]
+    rp = run_json("replay", DATA / name)["replay"]
+    measured = rp["measured_peak_reserved_bytes"]
+    assert abs(rp["baseline_peak_reserved_bytes"] - measured) <= 0.01 * measured
+    p, _ = run("compare", DATA / name, "--", "gpt2", "--json")
+    assert p.returncode == 0, p.stderr
+
+
+def test_torch_1_13_segment_list_with_history():
+    r = run_json("explain", DATA / "torch1_13.pickle")
+    assert r["snapshot"]["trace_entries"] == 0
+    assert r["peak_allocated_bytes"] == r["snapshot"]["segments_allocated_bytes"] > 0
+    assert r["snapshot"]["has_frames"] is False  # no trace: stacks come from blocks only
+
+
 def test_explain_writes_html_svg_csv(tmp_path):
     html, svg, csv = tmp_path / "r.html", tmp_path / "r.svg", tmp_path / "r.csv"
     p, _ = run("explain", DATA / "train_p4.pickle", "--json", "--html", html, "--svg", svg,

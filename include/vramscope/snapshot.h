@@ -8,16 +8,19 @@
 // and, in newer releases, "allocator_settings" and "external_annotations".
 // The same structure as JSON is accepted too.
 //
-// Reading never executes anything from the file, holds memory proportional to
-// the file (the file memory-mapped plus a compact value table of about 2x a
-// pickle's size while reading, then ~24 bytes per trace entry; measured in
-// docs/snapshot.md), and turns any malformed or hostile input
-// into an Error naming the byte offset or the field. Everything here is pure
-// and deterministic; nothing prints.
+// Reading never executes anything from the file and holds memory bounded by
+// the trace, not the file: a file is memory-mapped and dropped behind the
+// reader, each trace entry becomes a 16-byte record as its dict completes,
+// and a run peaks at about 28 bytes per trace entry + 40 MB through explain
+// (docs/snapshot.md, "Memory"). Any malformed or hostile input becomes an
+// Error naming the byte offset or the field. Everything here is pure and
+// deterministic; nothing prints.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <iterator>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -51,6 +54,10 @@ struct SnapshotReadLimits {
   // snapshot needs about 2x; hostile input that would expand further,
   // such as a file of empty lists, stops with an Error instead).
   uint64_t max_memory_bytes = 0;
+  // Not a limit: false reads every trace entry through the general value
+  // table (about 5x the memory) instead of decoding it as its dict
+  // completes. The result is the same; tests compare the two.
+  bool compact_trace_entries = true;
 };
 
 // What one trace entry records ("action" in the file).
@@ -68,13 +75,105 @@ enum class TraceAction : uint8_t {
 };
 std::string_view TraceActionName(TraceAction action);
 
-// One trace entry: 24 bytes, so 10M entries take 240 MB.
+// One trace entry, as the analyses see it (a Trace stores it packed).
 struct TraceEntry {
   uint64_t addr = 0;        // block / segment address; kOom: "device_free"
   uint64_t size_bytes = 0;  // see TraceAction
   uint32_t stack = 0;       // index into Snapshot::stacks (0 = no frames)
   uint16_t stream = 0;      // index into Snapshot::streams
   TraceAction action = TraceAction::kOther;
+};
+
+// Storage of trace entries: 16 bytes each in 1 MiB pages that never move.
+// Packed: the address in 48 bits with the stream index, the size in 36 bits
+// (64 GiB) with the stack index (24 bits) and the action. An entry whose
+// values do not fit (an address above 2^48, a size of 64 GiB or more, more
+// than 2^24 stacks) is kept whole in a side table, 24 bytes more; real
+// traces have next to none. The snapshot reader writes one store for every
+// device and hands out views of it (Trace); not thread-safe for mutation.
+class TraceStore {
+ public:
+  static constexpr int kPageBits = 16;  // 64 Ki entries, 1 MiB per page
+  uint64_t size() const { return size_; }
+  TraceEntry Get(uint64_t i) const {
+    const Packed& p = pages_[i >> kPageBits][i & kPageMask];
+    if ((p.hi >> 60) == kEscape) return overflow_[p.lo];
+    TraceEntry e;
+    e.addr = p.lo & kAddrMask;
+    e.stream = static_cast<uint16_t>(p.lo >> 48);
+    e.size_bytes = p.hi & kSizeMask;
+    e.stack = static_cast<uint32_t>((p.hi >> 36) & kStackMask);
+    e.action = static_cast<TraceAction>(p.hi >> 60);
+    return e;
+  }
+  void Set(uint64_t i, const TraceEntry& e);
+  void Append(const TraceEntry& e);
+  uint64_t MemoryBytes() const {
+    return pages_.size() * (kPageMask + 1) * sizeof(Packed) + overflow_.capacity() * sizeof(TraceEntry);
+  }
+
+ private:
+  struct Packed {
+    uint64_t lo;  // addr (48 bits) | stream << 48; escaped: index into overflow_
+    uint64_t hi;  // size (36 bits) | stack << 36 (24 bits) | action << 60
+  };
+  static constexpr uint64_t kPageMask = (uint64_t{1} << kPageBits) - 1;
+  static constexpr uint64_t kAddrMask = (uint64_t{1} << 48) - 1;
+  static constexpr uint64_t kSizeMask = (uint64_t{1} << 36) - 1;
+  static constexpr uint64_t kStackMask = (uint64_t{1} << 24) - 1;
+  static constexpr uint64_t kEscape = 15;  // no TraceAction has this value
+  struct FreePage {
+    void operator()(Packed* p) const { delete[] p; }
+  };
+  Packed Pack(const TraceEntry& e);
+  std::vector<std::unique_ptr<Packed[], FreePage>> pages_;
+  std::vector<TraceEntry> overflow_;
+  uint64_t size_ = 0;
+};
+
+// One device's trace, oldest first: a view of entries [begin, begin + size)
+// of a TraceStore. Copies share the store; push_back on a view that does not
+// own the end of its store copies the view first (copy on write).
+class Trace {
+ public:
+  Trace() = default;
+  Trace(std::shared_ptr<TraceStore> store, uint64_t begin, uint64_t size)
+      : store_(std::move(store)), begin_(begin), size_(size) {}
+
+  size_t size() const { return static_cast<size_t>(size_); }
+  bool empty() const { return size_ == 0; }
+  TraceEntry operator[](size_t i) const { return store_->Get(begin_ + i); }
+  void push_back(const TraceEntry& e);
+  // Bytes of the store this view shares (all of it, not only the view).
+  uint64_t StoreBytes() const { return store_ ? store_->MemoryBytes() : 0; }
+
+  class const_iterator {
+   public:
+    using iterator_category = std::input_iterator_tag;
+    using value_type = TraceEntry;
+    using difference_type = std::ptrdiff_t;
+    using pointer = void;
+    using reference = TraceEntry;
+    const_iterator(const TraceStore* store, uint64_t i) : store_(store), i_(i) {}
+    TraceEntry operator*() const { return store_->Get(i_); }
+    const_iterator& operator++() {
+      ++i_;
+      return *this;
+    }
+    bool operator==(const const_iterator& o) const { return i_ == o.i_; }
+    bool operator!=(const const_iterator& o) const { return i_ != o.i_; }
+
+   private:
+    const TraceStore* store_;
+    uint64_t i_;
+  };
+  const_iterator begin() const { return const_iterator(store_.get(), begin_); }
+  const_iterator end() const { return const_iterator(store_.get(), begin_ + size_); }
+
+ private:
+  std::shared_ptr<TraceStore> store_;
+  uint64_t begin_ = 0;
+  uint64_t size_ = 0;
 };
 
 struct SnapshotFrame {
@@ -113,7 +212,7 @@ struct SnapshotSettings {
 struct Snapshot {
   std::string format;                                  // "pickle protocol 4", "json", ...
   std::vector<SnapshotSegment> segments;               // every device
-  std::vector<std::vector<TraceEntry>> device_traces;  // index = device ordinal
+  std::vector<Trace> device_traces;                    // index = device ordinal
   std::vector<uint64_t> streams;                       // stream ids; [0] = 0
   std::vector<SnapshotFrame> frames;                   // distinct frames
   std::vector<std::vector<uint32_t>> stacks;           // [0] = {}; innermost first
@@ -129,8 +228,10 @@ struct Snapshot {
 Result<Snapshot> ParseSnapshot(std::string_view bytes, std::string_view name,
                                const SnapshotReadLimits& limits = {});
 
-// Reads a file (memory-mapped, so the bytes are not copied). Errors name the
-// path: missing, a directory, over max_file_bytes, or ParseSnapshot's.
+// Reads a file (memory-mapped, so the bytes are not copied, and dropped
+// behind the reader). Only a regular file is opened: a directory, FIFO,
+// socket or device is an Error before anything is read. Errors name the
+// path: missing, not a regular file, over max_file_bytes, or ParseSnapshot's.
 Result<Snapshot> ReadSnapshotFile(const std::string& path, const SnapshotReadLimits& limits = {});
 
 // ---------------------------------------------------------------------------

@@ -45,13 +45,14 @@ Category Initial(uint32_t tags) {
 void Attribute(Reconstruction& r) {
   const size_t last_mark = r.marks.size() - 1;
   for (AllocRecord& rec : r.records) {
-    if (!r.has_frames && rec.stack == 0) {
+    const uint32_t stack = r.Stack(rec);
+    if (!r.has_frames && stack == 0) {
       // No stacks recorded (context=None): lifetimes alone cannot tell
       // weights from optimizer state; say so rather than guess.
       rec.category = Category::kOther;
       continue;
     }
-    const uint32_t tags = r.stacks[rec.stack].tags;
+    const uint32_t tags = r.stacks[stack].tags;
     const Category by_tags = ByTagsAlone(tags);
     if (by_tags != Category::kOther) {
       rec.category = by_tags;
@@ -69,7 +70,7 @@ void Attribute(Reconstruction& r) {
     const bool same_phase = !alive_at_end && f == a;
     switch (born.phase) {
       case Phase::kOptimizer:
-        if (!(tags & kTagOptimizer) && !r.stacks[rec.stack].site.empty()) {
+        if (!(tags & kTagOptimizer) && !r.stacks[stack].site.empty()) {
           // Allocated after optimizer.step() returned (the next batch moved to
           // the GPU, say): the phase lasts until the next forward, the
           // optimizer's frames do not.

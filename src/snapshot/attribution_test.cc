@@ -63,7 +63,7 @@ struct StepStacks {
 
 Category CategoryOf(const Reconstruction& r, uint64_t address) {
   for (const AllocRecord& rec : r.records) {
-    if (rec.address == address) return rec.category;
+    if (r.Address(rec) == address) return rec.category;
   }
   ADD_FAILURE() << "no record at " << address;
   return Category::kOther;

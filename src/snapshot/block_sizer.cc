@@ -9,13 +9,14 @@ constexpr uint64_t kSmallSizeBytes = kMiB;  // torch kSmallSize
 }  // namespace
 
 BlockSizer::BlockSizer(const Reconstruction& r)
-    : config_(r.rounding),
+    : r_(r),
+      config_(r.rounding),
       infer_(!r.expandable),
       segments_(r.initial_segments.begin(), r.initial_segments.end()) {
   for (const AllocRecord& rec : r.records) {
     if (!rec.initial()) continue;
-    const uint64_t size = rec.exact() ? rec.block_bytes : RoundSize(rec.requested_bytes, config_);
-    if (IsLarge(size)) large_in_use_.insert(rec.address);
+    const uint64_t size = rec.exact() ? rec.block_bytes : RoundSize(r.Requested(rec), config_);
+    if (IsLarge(size)) large_in_use_.insert(r.Address(rec));
   }
 }
 
@@ -24,19 +25,21 @@ bool BlockSizer::IsLarge(uint64_t rounded_bytes) const {
 }
 
 uint64_t BlockSizer::OnAlloc(const AllocRecord& rec) {
-  if (rec.requested_bytes == 0) return 0;  // allocate(0) hands out no block
-  const uint64_t rounded = RoundSize(rec.requested_bytes, config_);
+  const uint64_t requested = r_.Requested(rec);
+  const uint64_t address = r_.Address(rec);
+  if (requested == 0) return 0;  // allocate(0) hands out no block
+  const uint64_t rounded = RoundSize(requested, config_);
   uint64_t size = rec.exact() ? rec.block_bytes : rounded;
   if (!IsLarge(rounded)) return size;
   if (!rec.exact() && infer_) {
-    auto seg = segments_.upper_bound(rec.address);
+    auto seg = segments_.upper_bound(address);
     if (seg != segments_.begin()) {
       --seg;
       uint64_t end = seg->second;
-      if (rec.address < end) {
-        auto next = large_in_use_.upper_bound(rec.address);
+      if (address < end) {
+        auto next = large_in_use_.upper_bound(address);
         if (next != large_in_use_.end() && *next < end) end = *next;
-        const uint64_t span = end - rec.address;
+        const uint64_t span = end - address;
         if (span >= rounded) {
           const uint64_t remaining = span - rounded;
           const bool oversize = rounded >= config_.max_split_size_bytes;
@@ -50,12 +53,12 @@ uint64_t BlockSizer::OnAlloc(const AllocRecord& rec) {
       }
     }
   }
-  large_in_use_.insert(rec.address);
+  large_in_use_.insert(address);
   return size;
 }
 
 void BlockSizer::OnRelease(const AllocRecord& rec) {
-  large_in_use_.erase(rec.address);
+  large_in_use_.erase(r_.Address(rec));
 }
 
 void BlockSizer::OnSegmentAlloc(uint64_t address, uint64_t size_bytes) {

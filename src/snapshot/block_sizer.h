@@ -37,6 +37,7 @@ class BlockSizer {
  private:
   bool IsLarge(uint64_t rounded_bytes) const;
 
+  const Reconstruction& r_;
   const AllocatorConfig& config_;
   bool infer_;
   std::map<uint64_t, uint64_t> segments_;  // start -> end

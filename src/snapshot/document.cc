@@ -22,6 +22,7 @@ std::string_view KindName(Kind k) {
     case Kind::kList: return "list";
     case Kind::kTuple: return "tuple";
     case Kind::kDict: return "dict";
+    case Kind::kEntry: return "trace entry";
   }
   return "?";
 }
@@ -77,24 +78,34 @@ namespace {
 
 constexpr uint64_t kBlockWords = uint64_t{1} << 20;  // 8 MiB blocks
 constexpr uint64_t kHugePageBytes = uint64_t{2} << 20;
+constexpr uint64_t kMappedBytes = uint64_t{64} << 10;  // from here on, mmap
+constexpr uint64_t kPageBytes = 4096;
 
 }  // namespace
 
 void* AllocateWords(uint64_t bytes) {
-  const bool huge = bytes >= kHugePageBytes;
-  const uint64_t align = huge ? kHugePageBytes : 64;
-  const uint64_t rounded = (bytes + align - 1) / align * align;
-  void* p = std::aligned_alloc(align, rounded);
-  if (p == nullptr) throw std::bad_alloc();
+  if (bytes < kMappedBytes) {
+    void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (p == nullptr) throw std::bad_alloc();
+    return p;
+  }
+  const uint64_t rounded = (bytes + kPageBytes - 1) / kPageBytes * kPageBytes;
+  void* p = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
 #ifdef MADV_HUGEPAGE
   // Fewer page faults while the tables are first written (THP "madvise").
-  if (huge) madvise(p, rounded, MADV_HUGEPAGE);
+  if (rounded >= kHugePageBytes) madvise(p, rounded, MADV_HUGEPAGE);
 #endif
   return p;
 }
 
-void FreePage(void* p) {
-  std::free(p);
+void FreeWords(void* p, uint64_t bytes) {
+  if (p == nullptr) return;
+  if (bytes < kMappedBytes) {
+    std::free(p);
+    return;
+  }
+  munmap(p, (bytes + kPageBytes - 1) / kPageBytes * kPageBytes);
 }
 
 uint64_t* WordArena::Reserve(uint64_t n) {
@@ -104,7 +115,7 @@ uint64_t* WordArena::Reserve(uint64_t n) {
   const uint64_t words = std::max(next_block_words_, n);
   next_block_words_ = std::min(kBlockWords, next_block_words_ * 2);
   const uint64_t bytes = (words * sizeof(uint64_t) + 63) / 64 * 64;
-  blocks_.emplace_back(static_cast<uint64_t*>(AllocateWords(bytes)));
+  blocks_.emplace_back(static_cast<uint64_t*>(AllocateWords(bytes)), Free{bytes});
   bytes_ += bytes;
   cur_ = blocks_.back().get();
   limit_ = cur_ + bytes / sizeof(uint64_t);
@@ -114,7 +125,33 @@ uint64_t* WordArena::Reserve(uint64_t n) {
 uint64_t Document::MemoryBytes() const {
   return words_.MemoryBytes() + containers_.MemoryBytes() + chunks_.MemoryBytes() +
          shapes_.size() * 160 + extras_.capacity() * sizeof(Extra) + strings_.MemoryBytes() +
-         floats_.capacity() * sizeof(double) + big_ints_.capacity() * sizeof(BigInt);
+         floats_.capacity() * sizeof(double) + big_ints_.capacity() * sizeof(BigInt) +
+         pool_bytes_ + entry_store_->MemoryBytes() + entry_frames_.MemoryBytes() +
+         streams_.capacity() * 8 + stream_index_.size() * 32;
+}
+
+bool Document::InternStream(uint64_t raw, uint16_t* index) {
+  if (raw == last_stream_) {
+    *index = last_stream_index_;
+    return true;
+  }
+  auto it = stream_index_.find(raw);
+  if (it == stream_index_.end()) {
+    if (streams_.size() > 0xffff) return false;
+    it = stream_index_.emplace(raw, static_cast<uint16_t>(streams_.size())).first;
+    streams_.push_back(raw);
+  }
+  last_stream_ = raw;
+  last_stream_index_ = it->second;
+  *index = it->second;
+  return true;
+}
+
+Value Document::AddEntry(const TraceEntry& entry, Value frames) {
+  const uint64_t index = entry_store_->size();
+  entry_store_->Append(entry);
+  entry_frames_.push_back(frames.is_container() ? static_cast<uint32_t>(frames.payload() + 1) : 0);
+  return Value::Make(Kind::kEntry, index);
 }
 
 Value Document::AddFloat(double d) {
@@ -140,17 +177,30 @@ Value Document::AddUint(uint64_t v) {
   return AddBigInt(BigInt{false, false, v});
 }
 
-Value Document::AddString(Kind kind, const char* data, uint64_t size) {
-  strings_.push_back(StrRef{data, size});
-  return Value::Make(kind, strings_.size() - 1);
+const char* Document::CopyBytes(const char* data, uint64_t size) {
+  constexpr uint64_t kPoolBlock = uint64_t{256} << 10;
+  if (size >= kPoolBlock / 4) {  // its own block; the current one stays in use
+    pool_.push_back(std::make_unique_for_overwrite<char[]>(size));
+    pool_bytes_ += size;
+    std::memcpy(pool_.back().get(), data, size);
+    return pool_.back().get();
+  }
+  if (size > pool_left_) {
+    pool_.push_back(std::make_unique_for_overwrite<char[]>(kPoolBlock));
+    pool_bytes_ += kPoolBlock;
+    pool_cur_ = pool_.back().get();
+    pool_left_ = kPoolBlock;
+  }
+  char* dest = pool_cur_;
+  if (size > 0) std::memcpy(dest, data, size);
+  pool_cur_ += size;
+  pool_left_ -= size;
+  return dest;
 }
 
-Value Document::AddOwnedString(Kind kind, std::string_view text) {
-  auto copy = std::make_unique<char[]>(text.size() + 1);
-  std::memcpy(copy.get(), text.data(), text.size());
-  const char* data = copy.get();
-  pool_.push_back(std::move(copy));
-  return AddString(kind, data, text.size());
+Value Document::AddString(Kind kind, const char* data, uint64_t size) {
+  strings_.push_back(StrRef{CopyBytes(data, size), size});
+  return Value::Make(kind, strings_.size() - 1);
 }
 
 Value Document::NewContainer(Kind kind) {
@@ -201,13 +251,46 @@ void Document::Unshape(Container& c) {
   c.tag = 0;
 }
 
+bool Document::ConsecutiveEntries(const uint64_t* words, uint64_t n, uint64_t next) {
+  uint64_t want = Value::Make(Kind::kEntry, next).bits();
+  for (uint64_t i = 0; i < n; ++i, want += 16) {  // payload + 1 = bits + 16
+    if (words[i] != want) return false;
+  }
+  return true;
+}
+
+void Document::Unrange(Container& c) {
+  const uint64_t n = c.first_count;
+  const uint64_t begin = c.range_begin;
+  uint64_t* dest = words_.Reserve(n);
+  for (uint64_t i = 0; i < n; ++i) dest[i] = Value::Make(Kind::kEntry, begin + i).bits();
+  words_.Commit(n);
+  c.first = dest;
+  c.tag = 0;
+}
+
 void Document::Append(Value container, const uint64_t* words, uint64_t n) {
   if (n == 0) return;
   Container& c = containers_[container.payload()];
-  if (c.tag != 0 && !(c.tag & kMorePieces)) Unshape(c);
   const auto count = static_cast<uint32_t>(n);
+  if (c.tag == kRangeTag) {
+    if (ConsecutiveEntries(words, n, c.range_begin + c.first_count)) {
+      c.first_count += count;
+      return;
+    }
+    Unrange(c);
+  }
+  if (c.tag != 0 && !(c.tag & kMorePieces)) Unshape(c);
   if (c.first_count == 0 && c.tag == 0) {
-    // Empty: the first piece. A dict of string keys may take a shape.
+    // Empty: the first piece. Consecutive entries make a range; a dict of
+    // string keys may take a shape.
+    if (container.kind() != Kind::kDict && Value::FromBits(words[0]).kind() == Kind::kEntry &&
+        ConsecutiveEntries(words, n, Value::FromBits(words[0]).payload())) {
+      c.range_begin = Value::FromBits(words[0]).payload();
+      c.first_count = count;
+      c.tag = kRangeTag;
+      return;
+    }
     if (container.kind() == Kind::kDict) {
       if (const uint32_t shape = ShapeOf(words, n); shape != 0) {
         uint64_t* dest = words_.Reserve(n / 2);

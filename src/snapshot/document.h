@@ -6,9 +6,16 @@
 // value is one 64-bit word (a 4-bit kind plus a 60-bit payload: the integer
 // itself, or an index into a side table), containers store their items as
 // words in shared blocks, dicts that repeat a key sequence store only their
-// values (the keys once per "shape"), and strings point into the input
-// (pickle) or a pooled copy (JSON). A trace entry of ~50 pickle bytes costs
-// ~80 bytes (values, a 16-byte container record, its memo entry).
+// values (the keys once per "shape"), and strings are copied once each into
+// a pool (a pickle memoizes every str, so that is once per distinct string).
+//
+// Trace entries, the bulk of any snapshot, are not containers at all: a
+// reader that completes a dict which decodes as a trace entry (EntryDecoder)
+// stores it as a 16-byte record in a TraceStore and uses a kEntry word for
+// it, and a list of consecutive entries is stored as a range of records, no
+// words. The trace of a 2 GB snapshot so costs 16 bytes per entry, plus 4
+// for its frames until they are interned.
+//
 // Storage grows in pages and blocks that never move, so reading costs one
 // write per word, never a reallocation's copy.
 //
@@ -17,8 +24,8 @@
 // (incrementally, or by CheckGraph when a container is filled after being
 // stored), and JSON cannot express them, so every walk of a Document ends.
 //
-// Ownership: a Document built from pickle bytes points into them; the bytes
-// must outlive it. Not thread-safe for mutation; const access is safe.
+// Ownership: a Document owns everything it holds (it never points into the
+// input). Not thread-safe for mutation; const access is safe.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +35,8 @@
 #include <string_view>
 #include <unordered_map>
 #include <vector>
+
+#include "vramscope/snapshot.h"
 
 namespace vramscope::snapshot {
 
@@ -42,6 +51,7 @@ enum class Kind : uint8_t {
   kList,    // index into containers
   kTuple,   // index into containers
   kDict,    // index into containers; items are key, value, key, value, ...
+  kEntry,   // a dict read as a trace entry: index into the entry table
 };
 
 class Value {
@@ -63,6 +73,7 @@ class Value {
   uint64_t payload() const { return bits_ >> 4; }
   int64_t inline_int() const { return static_cast<int64_t>(bits_) >> 4; }  // arithmetic shift
   uint64_t bits() const { return bits_; }
+  // kEntry is not a container: its values are decoded, nothing to walk.
   bool is_container() const {
     const Kind k = kind();
     return k == Kind::kList || k == Kind::kTuple || k == Kind::kDict;
@@ -82,11 +93,14 @@ struct BigInt {
   uint64_t magnitude = 0;
 };
 
-// Page allocation of the readers' tables: `bytes` rounded up; 2 MiB-aligned
-// and advised for transparent huge pages when at least 2 MiB. Aborts with
-// std::bad_alloc when the host has no memory left.
+// Page allocation of the readers' tables. From 64 KiB up the pages are
+// mapped from the kernel directly and given back when freed: malloc would
+// keep freed pages of the parse resident under its own thresholds (which
+// earlier allocations of the program move), and the trace analysis that
+// follows the parse would come on top of them. 2 MiB and up is advised for
+// transparent huge pages. Throws std::bad_alloc when the host has no memory.
 void* AllocateWords(uint64_t bytes);
-void FreePage(void* p);
+void FreeWords(void* p, uint64_t bytes);  // `bytes` as allocated
 
 // Human name of a kind, for error messages ("int", "str", ...).
 std::string_view KindName(Kind k);
@@ -104,16 +118,21 @@ class PagedVector {
   const T& operator[](uint64_t i) const { return pages_[i >> bits_].get()[i & mask_]; }
   uint64_t size() const { return size_; }
   void push_back(const T& value) {
-    if ((size_ & mask_) == 0) pages_.emplace_back(AllocatePage((mask_ + 1) * sizeof(T)));
+    if ((size_ & mask_) == 0) {
+      const uint64_t bytes = (mask_ + 1) * sizeof(T);
+      pages_.emplace_back(static_cast<T*>(AllocateWords(bytes)), Free{bytes});
+    }
     new (&(*this)[size_++]) T(value);
   }
+  // Drops the last element (its page stays for the next push_back).
+  void pop_back() { --size_; }
   uint64_t MemoryBytes() const { return pages_.size() * (mask_ + 1) * sizeof(T); }
 
  private:
   struct Free {
-    void operator()(T* p) const { FreePage(p); }
+    uint64_t bytes = 0;
+    void operator()(T* p) const { FreeWords(p, bytes); }
   };
-  static T* AllocatePage(uint64_t bytes) { return static_cast<T*>(AllocateWords(bytes)); }
   int bits_;
   uint64_t mask_;
   std::vector<std::unique_ptr<T, Free>> pages_;
@@ -137,7 +156,8 @@ class WordArena {
 
  private:
   struct Free {
-    void operator()(uint64_t* p) const { FreePage(p); }
+    uint64_t bytes = 0;
+    void operator()(uint64_t* p) const { FreeWords(p, bytes); }
   };
   std::vector<std::unique_ptr<uint64_t, Free>> blocks_;
   uint64_t* cur_ = nullptr;
@@ -152,7 +172,9 @@ class Document {
   explicit Document(uint64_t input_bytes = 0)
       : containers_(input_bytes >= (uint64_t{64} << 20) ? 17 : 10),
         chunks_(10),
-        strings_(input_bytes >= (uint64_t{64} << 20) ? 16 : 10) {}
+        strings_(input_bytes >= (uint64_t{64} << 20) ? 16 : 10),
+        entry_store_(std::make_shared<TraceStore>()),
+        entry_frames_(input_bytes >= (uint64_t{64} << 20) ? 18 : 10) {}
   Document(Document&&) noexcept = default;
   Document& operator=(Document&&) noexcept = default;
 
@@ -171,10 +193,11 @@ class Document {
   bool ToUint64(Value v, uint64_t* out) const;
 
   // Containers (kList, kTuple, kDict). Size counts words: a dict of n pairs
-  // has Size() == 2n.
+  // has Size() == 2n. A dict forwarded to a trace entry has none.
   uint64_t Size(Value container) const {
     const Container& c = containers_[container.payload()];
-    if (c.tag == 0) return c.first_count;
+    if (c.tag == 0 || c.tag == kRangeTag) return c.first_count;
+    if (c.tag == kForwardTag) return 0;
     if (c.tag & kMorePieces) return extras_[c.tag & ~kMorePieces].total;
     return uint64_t{c.first_count} * 2;  // shaped: values only
   }
@@ -182,6 +205,11 @@ class Document {
   template <typename F>
   void ForEachWord(Value container, F&& f) const {
     const Container& c = containers_[container.payload()];
+    if (c.tag == kRangeTag) {  // consecutive trace entries
+      for (uint32_t i = 0; i < c.first_count; ++i) f(Value::Make(Kind::kEntry, c.range_begin + i));
+      return;
+    }
+    if (c.tag == kForwardTag) return;
     if (c.tag != 0 && !(c.tag & kMorePieces)) {  // a dict stored as values; keys from its shape
       const uint64_t* keys = shapes_[c.tag].data();
       for (uint32_t i = 0; i < c.first_count; ++i) {
@@ -203,8 +231,39 @@ class Document {
 
   uint64_t num_containers() const { return containers_.size(); }
   uint64_t num_chunks() const { return chunks_.size(); }
-  // Bytes held by the tables (not counting the input the strings point into).
+  // Bytes held by the tables, the strings and the trace entries.
   uint64_t MemoryBytes() const;
+
+  // --- Trace entries ---
+  // A list (or tuple) holding only consecutive entries: their range.
+  bool EntryRange(Value list, uint64_t* begin, uint64_t* count) const {
+    const Container& c = containers_[list.payload()];
+    if (c.tag != kRangeTag) return false;
+    *begin = c.range_begin;
+    *count = c.first_count;
+    return true;
+  }
+  // A dict the pickle reader turned into an entry after it had been shared
+  // (DUP, memo): the entry. kEntry words are the common case.
+  bool ForwardedEntry(Value dict, uint64_t* entry) const {
+    const Container& c = containers_[dict.payload()];
+    if (c.tag != kForwardTag) return false;
+    *entry = c.range_begin;
+    return true;
+  }
+  uint64_t num_entries() const { return entry_store_->size(); }
+  // The entry's frames as its reader found them: a list or tuple (to intern
+  // after reading, when no reader can still add to it), or None (0).
+  Value EntryFrames(uint64_t entry) const {
+    const uint32_t f = entry_frames_[entry];
+    return f == 0 ? Value::None() : Value::Make(Kind::kList, f - 1);
+  }
+  // The store of all entries; the extractor fills in the stacks and hands
+  // out views of it.
+  const std::shared_ptr<TraceStore>& entry_store() const { return entry_store_; }
+  // Stream handles seen so far; index 0 is stream 0. False past 65535.
+  bool InternStream(uint64_t raw, uint16_t* index);
+  std::vector<uint64_t> TakeStreams() { return std::move(streams_); }
 
   // --- Building (the readers) ---
   void set_root(Value v) { root_ = v; }
@@ -213,15 +272,30 @@ class Document {
   // Integer, inline when it fits, else a BigInt.
   Value AddInt(int64_t v);
   Value AddUint(uint64_t v);
-  // `data` must outlive the Document (input bytes or the string pool).
+  // Copies the bytes into the Document's pool.
   Value AddString(Kind kind, const char* data, uint64_t size);
-  // Copies `text` into the Document's own pool (JSON strings, unescaped).
-  Value AddOwnedString(Kind kind, std::string_view text);
+  Value AddString(Kind kind, std::string_view text) {
+    return AddString(kind, text.data(), text.size());
+  }
   Value NewContainer(Kind kind);
+  // Drops the most recent container (a dict the pickle reader turned into
+  // an entry before anything else referred to it).
+  void PopContainer() { containers_.pop_back(); }
   // Appends words to a list or dict (its last chunk grows in place when it
-  // ends the arena, else a chunk is linked). The caller keeps
+  // ends the arena, else a chunk is linked). Consecutive entries appended to
+  // an empty list or continuing its range stay a range. The caller keeps
   // Size(container) + n and num_chunks() below 2^32 (reader limits).
   void Append(Value container, const uint64_t* words, uint64_t n);
+  // A decoded entry; `frames` is a list/tuple value or None.
+  Value AddEntry(const TraceEntry& entry, Value frames);
+  // Makes an empty dict stand for `entry` (see ForwardedEntry).
+  void ForwardToEntry(Value dict, uint64_t entry) {
+    Container& c = containers_[dict.payload()];
+    c.range_begin = entry;
+    c.first_count = 0;
+    c.tag = kForwardTag;
+  }
+  bool IsForwarded(Value dict) const { return containers_[dict.payload()].tag == kForwardTag; }
 
  private:
   struct StrRef {
@@ -235,16 +309,23 @@ class Document {
   };
   // 16 bytes: most containers are one piece of words.
   struct Container {
-    const uint64_t* first = nullptr;
-    uint32_t first_count = 0;  // words in the first piece
+    union {
+      const uint64_t* first = nullptr;  // the first piece
+      uint64_t range_begin;             // kRangeTag / kForwardTag: an entry index
+    };
+    uint32_t first_count = 0;  // words in the first piece (kRangeTag: entries)
     // 0: one piece. kMorePieces | i: more pieces, described by extras_[i].
-    // Otherwise a shape id: a dict whose keys are shapes_[tag] and whose one
-    // piece holds only the values. Snapshot dicts repeat a few key sequences
-    // millions of times (every trace entry has the same six keys), so
-    // storing each sequence once halves their words.
+    // kRangeTag: a list of first_count consecutive entries from range_begin.
+    // kForwardTag: a dict that is entry range_begin. Otherwise a shape id: a
+    // dict whose keys are shapes_[tag] and whose one piece holds only the
+    // values. Snapshot dicts repeat a few key sequences many times (every
+    // segment and block has the same keys), so storing each sequence once
+    // halves their words.
     uint32_t tag = 0;
   };
   static constexpr uint32_t kMorePieces = 0x80000000u;
+  static constexpr uint32_t kRangeTag = 0x7fffffffu;
+  static constexpr uint32_t kForwardTag = 0x7ffffffeu;
   struct Extra {
     uint32_t more = 0;   // first extra chunk
     uint32_t last = 0;   // last extra chunk
@@ -253,6 +334,11 @@ class Document {
   // Finds or adds the shape of `pairs` (key, value, ...); 0 when not shapeable.
   uint32_t ShapeOf(const uint64_t* pairs, uint64_t n);
   void Unshape(Container& c);
+  // A range list that receives something else goes back to words.
+  void Unrange(Container& c);
+  // Entries words[0, n) continue `next` (the entry index they must start at).
+  static bool ConsecutiveEntries(const uint64_t* words, uint64_t n, uint64_t next);
+  const char* CopyBytes(const char* data, uint64_t size);
 
   Value root_;
   WordArena words_;
@@ -265,7 +351,18 @@ class Document {
   std::vector<std::vector<uint64_t>> shapes_{{}};  // [0]: no shape
   std::unordered_map<std::string, uint32_t> shape_index_;
   uint32_t recent_shape_ = 0;
-  std::vector<std::unique_ptr<char[]>> pool_;  // owned string bytes
+  // String bytes, in blocks (a string larger than a block gets its own).
+  std::vector<std::unique_ptr<char[]>> pool_;
+  char* pool_cur_ = nullptr;
+  uint64_t pool_left_ = 0;
+  uint64_t pool_bytes_ = 0;
+  // Trace entries.
+  std::shared_ptr<TraceStore> entry_store_;
+  PagedVector<uint32_t> entry_frames_;  // container index + 1, 0 = none
+  std::vector<uint64_t> streams_{0};
+  std::unordered_map<uint64_t, uint16_t> stream_index_{{0, 0}};
+  uint64_t last_stream_ = 0;
+  uint16_t last_stream_index_ = 0;
 };
 
 }  // namespace vramscope::snapshot

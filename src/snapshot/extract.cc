@@ -9,11 +9,11 @@
 // "allocator_settings" / "external_annotations" keys. Unknown keys are
 // ignored so newer files still read.
 #include <fmt/format.h>
-#include <sys/mman.h>
 
 #include <array>
 #include <unordered_map>
 
+#include "entry_decoder.h"
 #include "frame_table.h"
 #include "readers.h"
 #include "vramscope/alloc_config.h"
@@ -21,20 +21,6 @@
 namespace vramscope {
 namespace snapshot {
 namespace {
-
-// Millions of entries are written once, in order: ask for huge pages on the
-// 2 MiB-aligned interior of the buffer (fewer page faults).
-void AdviseHugePages(void* data, uint64_t bytes) {
-#ifdef MADV_HUGEPAGE
-  constexpr uint64_t kHuge = uint64_t{2} << 20;
-  const auto begin = (reinterpret_cast<uintptr_t>(data) + kHuge - 1) & ~(kHuge - 1);
-  const auto end = (reinterpret_cast<uintptr_t>(data) + bytes) & ~(kHuge - 1);
-  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
-#else
-  (void)data;
-  (void)bytes;
-#endif
-}
 
 // Input text quoted in an error: printable ASCII only, at most 40 bytes, so
 // the one-line error stays one printable line whatever the file holds.
@@ -70,47 +56,10 @@ struct Path {
   }
 };
 
-bool ParseAction(std::string_view s, TraceAction* out) {
-  static constexpr std::pair<std::string_view, TraceAction> kActions[] = {
-      {"alloc", TraceAction::kAlloc},
-      {"free_requested", TraceAction::kFreeRequested},
-      {"free_completed", TraceAction::kFreeCompleted},
-      {"segment_alloc", TraceAction::kSegmentAlloc},
-      {"segment_free", TraceAction::kSegmentFree},
-      {"segment_map", TraceAction::kSegmentMap},
-      {"segment_unmap", TraceAction::kSegmentUnmap},
-      {"snapshot", TraceAction::kSnapshot},
-      {"oom", TraceAction::kOom},
-  };
-  for (const auto& [text, action] : kActions) {
-    if (s == text) {
-      *out = action;
-      return true;
-    }
-  }
-  return false;
-}
-
-// Keys of a trace entry, told apart once per distinct key string: pickles
-// reference one memoized str per key, JSON interns them, so a small cache by
-// value identity answers almost every lookup.
-enum class EntryKey : uint8_t { kOther, kAction, kAddr, kSize, kStream, kFrames };
-
-EntryKey KeyOf(std::string_view key) {
-  if (key == "action") return EntryKey::kAction;
-  if (key == "addr" || key == "device_free") return EntryKey::kAddr;
-  if (key == "size") return EntryKey::kSize;
-  if (key == "stream") return EntryKey::kStream;
-  if (key == "frames") return EntryKey::kFrames;
-  return EntryKey::kOther;
-}
-
 class Extractor {
  public:
-  Extractor(const Document& doc, std::string_view name, bool shared, Snapshot* out)
-      : doc_(doc), name_(name), out_(out), frames_(doc, &out->frames, &out->stacks, shared) {
-    out_->streams.push_back(0);
-  }
+  Extractor(Document& doc, std::string_view name, bool shared, Snapshot* out)
+      : doc_(doc), name_(name), out_(out), frames_(doc, &out->frames, &out->stacks, shared) {}
 
   Status Run();
 
@@ -122,6 +71,16 @@ class Extractor {
   }
   Error WrongKind(const Path& path, std::string_view expected, Value got) const {
     return Fail(path, fmt::format("expected {}, got {}", expected, KindName(got.kind())));
+  }
+  // A dict the reader decoded as a trace entry (it has "action" and valid
+  // entry fields) where PyTorch puts something else: its other keys are
+  // gone, so it is refused rather than read as an empty dict.
+  bool IsEntry(Value v) const {
+    return v.kind() == Kind::kEntry || (v.kind() == Kind::kDict && doc_.IsForwarded(v));
+  }
+  Error EntryWhere(const Path& path, std::string_view expected) const {
+    return Fail(path, fmt::format("a trace entry (a dict with \"action\") where {} is expected",
+                                  expected));
   }
 
   Result<uint64_t> Size(Value v, const Path& path) const;
@@ -138,27 +97,14 @@ class Extractor {
   Status Block(Value dict, uint64_t computed_address, const Path& path, SnapshotBlock* block);
   Status Traces(Value list, const Path& path);
   Status Entry(Value dict, const Path& path, TraceEntry* entry);
+  Status Record(uint64_t record, const Path& path, TraceEntry* entry);
   Status Settings(Value dict, const Path& path);
 
-  const Document& doc_;
+  Document& doc_;
   std::string_view name_;
   Snapshot* out_;
   FrameTable frames_;
-  std::unordered_map<uint64_t, uint16_t> stream_index_{{0, 0}};
-  uint64_t last_stream_bits_ = Value::Int(0).bits();
-  uint16_t last_stream_index_ = 0;
-  static constexpr size_t kKeyCacheSize = 64;
-  struct KeySlot {
-    uint64_t bits = 0;  // never a str's bits (kind 0 = None)
-    EntryKey key = EntryKey::kOther;
-  };
-  struct ActionSlot {
-    uint64_t bits = 0;
-    bool known = false;
-    TraceAction action = TraceAction::kOther;
-  };
-  std::array<KeySlot, kKeyCacheSize> key_cache_{};
-  std::array<ActionSlot, kKeyCacheSize> action_cache_{};
+  EntryDecoder decoder_;
 };
 
 Result<uint64_t> Extractor::Size(Value v, const Path& path) const {
@@ -189,14 +135,12 @@ Result<uint64_t> Extractor::Address(Value v, const Path& path) const {
   return WrongKind(path, "an int", v);
 }
 
+// Stream handles are interned in the document, which the readers' decoded
+// trace entries already used.
 Result<uint16_t> Extractor::Stream(Value v, const Path& path) {
   VS_TRY(raw, Address(v, path));
-  auto it = stream_index_.find(raw);
-  if (it != stream_index_.end()) return it->second;
-  if (out_->streams.size() > 0xffff) return Fail(path, "more than 65535 distinct streams");
-  const auto index = static_cast<uint16_t>(out_->streams.size());
-  out_->streams.push_back(raw);
-  stream_index_.emplace(raw, index);
+  uint16_t index = 0;
+  if (!doc_.InternStream(raw, &index)) return Fail(path, "more than 65535 distinct streams");
   return index;
 }
 
@@ -216,6 +160,7 @@ Status Extractor::Run() {
     out_->segments_only = true;
     return Segments(root, top);
   }
+  if (IsEntry(root)) return EntryWhere(top, "the snapshot dict");
   if (root.kind() != Kind::kDict) {
     return WrongKind(top, "a dict with \"segments\" and \"device_traces\" (or a list of segments)",
                      root);
@@ -240,6 +185,25 @@ Status Extractor::Run() {
   return Ok{};
 }
 
+// A record the reader decoded: its frames interned now (nothing can add to
+// them any more), the stack written back into the store.
+Status Extractor::Record(uint64_t record, const Path& path, TraceEntry* entry) {
+  TraceStore& store = *doc_.entry_store();
+  *entry = store.Get(record);
+  if (entry->action == TraceAction::kOther) {
+    ++out_->unknown_actions;
+    return Ok{};
+  }
+  const Value frames = doc_.EntryFrames(record);
+  if (!frames.is_container()) return Ok{};
+  VS_TRY(stack, Stack(frames, path.Key("frames")));
+  if (entry->stack != stack) {
+    entry->stack = stack;
+    store.Set(record, *entry);
+  }
+  return Ok{};
+}
+
 Status Extractor::Segments(Value list, const Path& path) {
   if (list.kind() != Kind::kList) return WrongKind(path, "a list", list);
   out_->segments.reserve(doc_.Size(list));
@@ -253,6 +217,7 @@ Status Extractor::Segments(Value list, const Path& path) {
 }
 
 Status Extractor::Segment(Value dict, const Path& path) {
+  if (IsEntry(dict)) return EntryWhere(path, "a segment");
   if (dict.kind() != Kind::kDict) return WrongKind(path, "a dict", dict);
   SnapshotSegment seg;
   Value v;
@@ -317,6 +282,7 @@ Status Extractor::Segment(Value dict, const Path& path) {
 
 Status Extractor::Block(Value dict, uint64_t computed_address, const Path& path,
                         SnapshotBlock* block) {
+  if (IsEntry(dict)) return EntryWhere(path, "a block");
   if (dict.kind() != Kind::kDict) return WrongKind(path, "a dict", dict);
   Value v;
   if (!doc_.Find(dict, "size", &v)) return Fail(path, "no \"size\"");
@@ -351,6 +317,7 @@ Status Extractor::Block(Value dict, uint64_t computed_address, const Path& path,
     Value last;
     doc_.ForEachWord(v, [&](Value h) { last = h; });
     const Path hist = path.Key("history");
+    if (IsEntry(last)) return EntryWhere(hist, "a history entry");
     if (last.kind() != Kind::kDict) return WrongKind(hist, "a dict", last);
     if (doc_.Find(last, "real_size", &v) && block->state != BlockState::kInactive) {
       VS_TRY(real, Size(v, hist.Key("real_size")));
@@ -364,6 +331,8 @@ Status Extractor::Block(Value dict, uint64_t computed_address, const Path& path,
   return Ok{};
 }
 
+// Each device's trace: a range of decoded records (the common case, shared
+// with the document's store, no copy), else entry by entry.
 Status Extractor::Traces(Value list, const Path& path) {
   if (list.kind() != Kind::kList) return WrongKind(path, "a list (one per device)", list);
   uint64_t device = 0;
@@ -375,65 +344,57 @@ Status Extractor::Traces(Value list, const Path& path) {
       status = WrongKind(device_path, "a list of trace entries", trace);
       return;
     }
-    std::vector<TraceEntry>& entries = out_->device_traces.emplace_back();
-    entries.reserve(doc_.Size(trace));
-    AdviseHugePages(entries.data(), entries.capacity() * sizeof(TraceEntry));
+    uint64_t begin = 0, count = 0;
+    if (doc_.EntryRange(trace, &begin, &count)) {
+      TraceEntry entry;
+      for (uint64_t i = 0; i < count && status.ok(); ++i) {
+        status = Record(begin + i, device_path.Index(i), &entry);
+      }
+      out_->device_traces.emplace_back(doc_.entry_store(), begin, count);
+      return;
+    }
+    Trace& entries = out_->device_traces.emplace_back();
     uint64_t i = 0;
     doc_.ForEachWord(trace, [&](Value e) {
       if (!status.ok()) return;
       TraceEntry entry;
-      status = Entry(e, device_path.Index(i++), &entry);
+      uint64_t record = 0;
+      if (e.kind() == Kind::kEntry) {
+        status = Record(e.payload(), device_path.Index(i), &entry);
+      } else if (e.kind() == Kind::kDict && doc_.ForwardedEntry(e, &record)) {
+        status = Record(record, device_path.Index(i), &entry);
+      } else {
+        status = Entry(e, device_path.Index(i), &entry);
+      }
+      ++i;
       if (status.ok()) entries.push_back(entry);
     });
   });
   return status;
 }
 
-// The hot path: one pass over the entry's pairs. Keys: action, addr
-// (device_free for oom), size, stream, time_us, frames; newer releases add
-// compile_context, user_metadata (ignored).
+// An entry the reader left a dict (every entry when compact_trace_entries
+// is off, else only one with a bad field): decoded with errors that name
+// the field. EntryDecoder::TryDecode accepts exactly what this accepts.
 Status Extractor::Entry(Value dict, const Path& path, TraceEntry* entry) {
   if (dict.kind() != Kind::kDict) return WrongKind(path, "a dict", dict);
-  Value action, addr, size, stream, frames;
-  bool has_action = false, has_addr = false, has_size = false, has_stream = false,
-       has_frames = false;
-  bool is_key = true;
-  EntryKey key = EntryKey::kOther;
-  doc_.ForEachWord(dict, [&](Value w) {
-    if (is_key) {
-      key = EntryKey::kOther;
-      if (w.kind() == Kind::kStr) {
-        KeySlot& slot = key_cache_[(w.bits() >> 4) & (kKeyCacheSize - 1)];
-        if (slot.bits != w.bits()) slot = KeySlot{w.bits(), KeyOf(doc_.AsString(w))};
-        key = slot.key;
-      }
-    } else {
-      switch (key) {
-        case EntryKey::kAction: action = w, has_action = true; break;
-        case EntryKey::kAddr: addr = w, has_addr = true; break;
-        case EntryKey::kSize: size = w, has_size = true; break;
-        case EntryKey::kStream: stream = w, has_stream = true; break;
-        case EntryKey::kFrames: frames = w, has_frames = true; break;
-        case EntryKey::kOther: break;
-      }
-    }
-    is_key = !is_key;
-  });
+  EntryFields f;
+  decoder_.Scan(doc_, dict, &f);
+  const Value action = f.action, addr = f.addr, size = f.size, stream = f.stream,
+              frames = f.frames;
+  const bool has_action = f.has_action, has_addr = f.has_addr, has_size = f.has_size,
+             has_stream = f.has_stream, has_frames = f.has_frames;
   if (!has_action) return Fail(path, "no \"action\"");
   if (action.kind() != Kind::kStr) return WrongKind(path.Key("action"), "a str", action);
-  ActionSlot& cached = action_cache_[(action.bits() >> 4) & (kKeyCacheSize - 1)];
-  if (cached.bits != action.bits()) {
-    cached.bits = action.bits();
-    cached.known = ParseAction(doc_.AsString(action), &cached.action);
-  }
-  if (!cached.known) {
+  TraceAction known_action;
+  if (!decoder_.Action(doc_, action, &known_action)) {
     // A newer release's action ("annotate", "user_defined", ...): kept as
     // kOther so indices stay those of the file, ignored by the analyses.
     entry->action = TraceAction::kOther;
     ++out_->unknown_actions;
     return Ok{};
   }
-  entry->action = cached.action;
+  entry->action = known_action;
   if (!has_size) return Fail(path, "no \"size\"");
   if (size.kind() == Kind::kInt && size.inline_int() >= 0) {
     entry->size_bytes = static_cast<uint64_t>(size.inline_int());  // < 2^59: in range
@@ -454,12 +415,8 @@ Status Extractor::Entry(Value dict, const Path& path, TraceEntry* entry) {
     }
   }
   if (has_stream) {
-    if (stream.bits() != last_stream_bits_) {
-      VS_TRY(stream_index, Stream(stream, path.Key("stream")));
-      last_stream_bits_ = stream.bits();
-      last_stream_index_ = stream_index;
-    }
-    entry->stream = last_stream_index_;
+    VS_TRY(stream_index, Stream(stream, path.Key("stream")));
+    entry->stream = stream_index;
   }
   if (has_frames) {
     VS_TRY(stack, Stack(frames, path.Key("frames")));
@@ -470,6 +427,7 @@ Status Extractor::Entry(Value dict, const Path& path, TraceEntry* entry) {
 
 // allocator_settings (Module.cpp, torch >= 2.5): the effective values.
 Status Extractor::Settings(Value dict, const Path& path) {
+  if (IsEntry(dict)) return EntryWhere(path, "the allocator settings");
   if (dict.kind() != Kind::kDict) return WrongKind(path, "a dict", dict);
   SnapshotSettings settings;
   Value v;
@@ -541,12 +499,13 @@ Status Extractor::Settings(Value dict, const Path& path) {
 
 }  // namespace
 
-Result<Snapshot> ExtractSnapshot(const Document& doc, std::string_view name, std::string format,
+Result<Snapshot> ExtractSnapshot(Document& doc, std::string_view name, std::string format,
                                  bool shared_containers) {
   Snapshot snapshot;
   snapshot.format = std::move(format);
   Extractor extractor(doc, name, shared_containers, &snapshot);
   if (Status s = extractor.Run(); !s.ok()) return s.error();
+  snapshot.streams = doc.TakeStreams();
   return snapshot;
 }
 

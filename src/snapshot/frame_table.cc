@@ -21,6 +21,10 @@ size_t FrameTable::VectorHash::operator()(const std::vector<uint32_t>& v) const 
 }
 
 Result<uint32_t> FrameTable::InternFrame(Value dict, uint64_t position) {
+  if (dict.kind() == Kind::kEntry || (dict.kind() == Kind::kDict && doc_.IsForwarded(dict))) {
+    return MakeError(fmt::format(
+        "[{}]: a trace entry (a dict with \"action\") where a frame is expected", position));
+  }
   if (dict.kind() != Kind::kDict) {
     return MakeError(
         fmt::format("[{}]: expected a frame dict, got {}", position, KindName(dict.kind())));

@@ -29,8 +29,6 @@ struct Frame {
 }  // namespace
 
 Status CheckGraph(const Document& doc, std::string_view name, uint32_t max_depth) {
-  const Value root = doc.root();
-  if (!root.is_container()) return Ok{};
   // Heights above 0xfffe cannot be stored; the limit is far below that.
   const uint32_t limit = std::min<uint32_t>(max_depth, 0xfff0);
   std::vector<uint16_t> state(doc.num_containers(), kWhite);
@@ -52,35 +50,52 @@ Status CheckGraph(const Document& doc, std::string_view name, uint32_t max_depth
     return Ok{};
   };
 
-  if (Status s = open(root.payload()); !s.ok()) return s;
-  while (!frames.empty()) {
-    Frame& top = frames.back();
-    if (top.next < top.children_end) {
-      const uint64_t child = aux[top.next++];
-      const uint16_t child_state = state[child];
-      if (child_state == kGray) {
-        return MakeError(fmt::format(
-            "{}: a container contains itself (a memo reference cycle); a snapshot is a tree of "
-            "plain values",
-            name));
+  auto walk = [&](uint64_t start) -> Status {
+    if (state[start] != kWhite) return Ok{};
+    if (Status s = open(start); !s.ok()) return s;
+    while (!frames.empty()) {
+      Frame& top = frames.back();
+      if (top.next < top.children_end) {
+        const uint64_t child = aux[top.next++];
+        const uint16_t child_state = state[child];
+        if (child_state == kGray) {
+          return MakeError(fmt::format(
+              "{}: a container contains itself (a memo reference cycle); a snapshot is a tree "
+              "of plain values",
+              name));
+        }
+        if (child_state == kWhite) {
+          if (Status s = open(child); !s.ok()) return s;
+        } else {
+          top.max_child_height = std::max(top.max_child_height, child_state);
+        }
+        continue;
       }
-      if (child_state == kWhite) {
-        if (Status s = open(child); !s.ok()) return s;
-      } else {
-        top.max_child_height = std::max(top.max_child_height, child_state);
+      const auto height = static_cast<uint16_t>(top.max_child_height + 1);
+      if (height > limit) {
+        return MakeError(
+            fmt::format("{}: values nest deeper than {} levels (max_depth)", name, limit));
       }
-      continue;
+      state[top.container] = height;
+      aux.resize(top.children_begin);  // drop this frame's children
+      frames.pop_back();
+      if (!frames.empty()) {
+        frames.back().max_child_height = std::max(frames.back().max_child_height, height);
+      }
     }
-    const auto height = static_cast<uint16_t>(top.max_child_height + 1);
-    if (height > limit) {
-      return MakeError(
-          fmt::format("{}: values nest deeper than {} levels (max_depth)", name, limit));
-    }
-    state[top.container] = height;
-    aux.resize(top.children_begin);  // drop this frame's children
-    frames.pop_back();
-    if (!frames.empty()) {
-      frames.back().max_child_height = std::max(frames.back().max_child_height, height);
+    return Ok{};
+  };
+
+  const Value root = doc.root();
+  if (root.is_container()) {
+    if (Status s = walk(root.payload()); !s.ok()) return s;
+  }
+  // Trace entries are records, not containers; their frames lists are read
+  // after parsing, so they are walked too.
+  for (uint64_t e = 0; e < doc.num_entries(); ++e) {
+    const Value f = doc.EntryFrames(e);
+    if (f.is_container()) {
+      if (Status s = walk(f.payload()); !s.ok()) return s;
     }
   }
   return Ok{};

@@ -9,6 +9,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "entry_decoder.h"
 #include "readers.h"
 
 namespace vramscope::snapshot {
@@ -81,10 +82,10 @@ class Builder final : public nlohmann::json_sax<nlohmann::json> {
       Fail(fmt::format("a string of {} bytes is over the limit (max_string_bytes)", s.size()));
       return Value::None();
     }
-    if (s.size() > 64) return doc_.AddOwnedString(Kind::kStr, s);
+    if (s.size() > 64) return doc_.AddString(Kind::kStr, s);
     auto it = interned_.find(s);
     if (it != interned_.end()) return it->second;
-    const Value v = doc_.AddOwnedString(Kind::kStr, s);
+    const Value v = doc_.AddString(Kind::kStr, s);
     interned_.emplace(s, v);
     return v;
   }
@@ -103,8 +104,12 @@ class Builder final : public nlohmann::json_sax<nlohmann::json> {
       return Fail(fmt::format("a {} of {} items is over the limit (max_container_items)",
                               KindName(c.kind), n));
     }
-    const Value v = doc_.NewContainer(c.kind);
-    doc_.Append(v, words_.data() + c.begin, n);
+    Value v;
+    if (!(c.kind == Kind::kDict && limits_.compact_trace_entries &&
+          DecodeEntry(words_.data() + c.begin, n, &v))) {
+      v = doc_.NewContainer(c.kind);
+      doc_.Append(v, words_.data() + c.begin, n);
+    }
     words_.resize(c.begin);
     words_.push_back(v.bits());
     const uint64_t used = doc_.MemoryBytes() + words_.capacity() * 8 + interned_.size() * 96;
@@ -113,6 +118,18 @@ class Builder final : public nlohmann::json_sax<nlohmann::json> {
                               budget_));
     }
     return error_.empty();
+  }
+
+  // A completed object that is a trace entry becomes a record (see
+  // entry_decoder.h); JSON has no references, so no container is needed.
+  bool DecodeEntry(const uint64_t* pairs, uint64_t n, Value* entry) {
+    EntryFields f;
+    if (!decoder_.Scan(doc_, pairs, n, &f) || !f.has_action) return false;
+    TraceEntry e;
+    if (!decoder_.TryDecode(doc_, f, &e) || doc_.num_entries() >= 0xffffffffu) return false;
+    const bool frames = f.has_frames && e.action != TraceAction::kOther;
+    *entry = doc_.AddEntry(e, frames ? f.frames : Value::None());
+    return true;
   }
 
   struct OpenContainer {
@@ -127,6 +144,7 @@ class Builder final : public nlohmann::json_sax<nlohmann::json> {
   std::vector<uint64_t> words_;  // items of the open containers, innermost last
   std::vector<OpenContainer> open_;
   std::unordered_map<std::string, Value> interned_;
+  EntryDecoder decoder_;
   std::string error_;
 };
 

@@ -68,7 +68,7 @@ class Measurer {
 void Measurer::Allocate(AllocRecord& rec, uint64_t block_bytes) {
   rec.block_bytes = block_bytes;
   allocated_ += block_bytes;
-  requested_ += rec.requested_bytes;
+  requested_ += r_.Requested(rec);
   by_category_[static_cast<int>(rec.category)] += block_bytes;
 }
 
@@ -106,12 +106,12 @@ void Measurer::Free(const AllocRecord& rec) {
 }
 
 void Measurer::Release(const AllocRecord& rec) {
-  requested_ -= std::min(requested_, rec.requested_bytes);
+  requested_ -= std::min(requested_, r_.Requested(rec));
   sizer_->OnRelease(rec);
 }
 
 void Measurer::ApplyEntry(uint64_t i) {
-  const TraceEntry& e = (*r_.entries)[i];
+  const TraceEntry e = (*r_.entries)[i];
   std::vector<AllocRecord>& records = r_.records;
   // A block whose address was handed out again without a free in the trace
   // closes before the new alloc at the same entry.
@@ -201,11 +201,12 @@ std::vector<LiveAllocation> Measurer::LiveAt(uint64_t entry, bool before_first, 
     const AllocRecord& rec = records[live[k]];
     LiveAllocation a;
     a.id = live[k];
-    a.requested_bytes = rec.requested_bytes;
+    a.requested_bytes = r_.Requested(rec);
     a.block_bytes = rec.block_bytes;
     a.category = rec.category;
-    a.op = r_.stacks[rec.stack].op;
-    a.module = r_.stacks[rec.stack].site;
+    const uint32_t stack = r_.Stack(rec);
+    a.op = r_.stacks[stack].op;
+    a.module = r_.stacks[stack].site;
     if (!rec.initial()) {
       const snapshot::PhaseMark& m = r_.marks[r_.MarkAt(rec.alloc_entry)];
       a.step = m.step;
@@ -224,7 +225,7 @@ void Measurer::CollectSites(const std::vector<uint32_t>& live_ids) {
   std::unordered_map<std::string, Acc> sites;
   for (uint32_t id : live_ids) {
     const AllocRecord& rec = r_.records[id];
-    const std::string& site = r_.stacks[rec.stack].site;
+    const std::string& site = r_.stacks[r_.Stack(rec)].site;
     Acc& acc = sites[site.empty() ? std::string("(no stack recorded)") : site];
     acc.bytes += rec.block_bytes;
     ++acc.blocks;
@@ -245,7 +246,7 @@ void Measurer::CollectSites(const std::vector<uint32_t>& live_ids) {
 
 void Measurer::Run() {
   std::vector<AllocRecord>& records = r_.records;
-  const std::vector<TraceEntry>& entries = *r_.entries;
+  const Trace& entries = *r_.entries;
   SimResult& s = sim();
   s.num_events = entries.size();
 
@@ -253,7 +254,7 @@ void Measurer::Run() {
   reserved_ = r_.initial_reserved_bytes;
   for (AllocRecord& rec : records) {
     if (!rec.initial()) continue;
-    Allocate(rec, rec.exact() ? rec.block_bytes : RoundSize(rec.requested_bytes, r_.rounding));
+    Allocate(rec, rec.exact() ? rec.block_bytes : RoundSize(r_.Requested(rec), r_.rounding));
     ++run_->initially_live_blocks;
     run_->initially_live_bytes += rec.block_bytes;
   }

@@ -6,12 +6,20 @@
 // torch::cuda::_memory_snapshot_pickled) emits a subset of the same with
 // PROTO 2 and BINPUT memo entries. The machine keeps Python's semantics: a
 // value stack, a stack of MARK positions, and a memo of values by index.
+//
+// Trace entries are decoded as their dicts complete (EntryDecoder): the dict
+// becomes a 16-byte record and its container slot is given back when nothing
+// else can refer to it yet (the common case: Python's pickler writes
+// EMPTY_DICT, MEMOIZE, MARK, the pairs, SETITEMS). Input behind the reader is
+// released as it goes (InputWindow), so reading a file costs about the
+// records, the memo and the distinct strings, not the file.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cstring>
 #include <unordered_map>
 
+#include "entry_decoder.h"
 #include "readers.h"
 
 namespace vramscope::snapshot {
@@ -59,7 +67,8 @@ std::string_view UnsupportedName(uint8_t op) {
 
 class Machine {
  public:
-  Machine(std::string_view bytes, std::string_view name, const SnapshotReadLimits& limits)
+  Machine(std::string_view bytes, std::string_view name, const SnapshotReadLimits& limits,
+          InputWindow* window)
       : begin_(reinterpret_cast<const uint8_t*>(bytes.data())),
         p_(begin_),
         end_(begin_ + bytes.size()),
@@ -68,7 +77,15 @@ class Machine {
         budget_(MemoryBudgetBytes(limits, bytes.size())),
         // Container sizes are 32-bit in the Document.
         max_items_(std::min<uint64_t>(limits.max_container_items, 0xffffffffu)),
-        doc_(bytes.size()) {}
+        doc_(bytes.size()),
+        // Big pages for big inputs (fewer of them), small ones for small
+        // inputs (no 512 KiB page for a 1 KiB file).
+        memo_(bytes.size() >= (uint64_t{64} << 20) ? 16 : 10),
+        shape_(bytes.size() >= (uint64_t{64} << 20) ? 16 : 10),
+        window_(window),
+        release_at_(end_) {
+    if (window_ != nullptr) release_at_ = begin_ + std::min<uint64_t>(kReleaseStep, end_ - begin_);
+  }
 
   Result<Document> Run(int* protocol);
 
@@ -136,11 +153,35 @@ class Machine {
     return true;
   }
 
+  // --- input release ---
+  static constexpr uint64_t kReleaseStep = uint64_t{32} << 20;
+  void Release() {
+    window_->Consumed(static_cast<uint64_t>(p_ - begin_));
+    release_at_ = p_ + std::min<uint64_t>(kReleaseStep, Remaining());
+  }
+
   // --- operations ---
   Value NewContainer(Kind kind) {
     shape_.push_back(1);
-    return doc_.NewContainer(kind);
+    const Value c = doc_.NewContainer(kind);
+    last_bits_ = c.bits();
+    last_memo_puts_ = 0;
+    last_aliased_ = false;
+    return c;
   }
+  // A copy of a value was pushed (DUP, BINGET): the newest container, if it
+  // was that, is no longer referred to from one stack slot only.
+  void NoteCopy(uint64_t bits) {
+    if (bits == last_bits_) last_aliased_ = true;
+  }
+  void NoteMemoPut(uint64_t bits, uint64_t index) {
+    if (bits == last_bits_) {
+      ++last_memo_puts_;
+      last_memo_index_ = index;
+    }
+  }
+  bool TryEntry(Value target, uint64_t container_pos, const uint64_t* pairs, uint64_t n);
+  bool DecodeEntry(const uint64_t* pairs, uint64_t n, Value* entry);
   bool NoteChildren(Value target, const uint64_t* words, uint64_t n);
   bool String(Kind kind, uint64_t length, std::string_view op);
   bool Long(uint64_t n);
@@ -162,7 +203,7 @@ class Machine {
   Document doc_;
   std::vector<uint64_t> stack_;
   std::vector<uint64_t> marks_;
-  PagedVector<uint64_t> memo_{16};
+  PagedVector<uint64_t> memo_;
   std::unordered_map<uint64_t, uint64_t> sparse_memo_;
   // Per container: nesting height in the low 15 bits, and bit 15 once it
   // has been stored into another container. Python's pickler stores a
@@ -170,13 +211,65 @@ class Machine {
   // after being stored, the values form a DAG whose heights are exact; a
   // pickle that does so (a recursive structure, or a crafted one) gets the
   // full graph check at the end instead.
-  PagedVector<uint16_t> shape_{16};
+  PagedVector<uint16_t> shape_;
   bool needs_graph_check_ = false;
   uint64_t memo_count_ = 0;
   uint64_t memory_checks_ = 0;
   bool failed_ = false;
   Error error_;
+  // Trace entries.
+  EntryDecoder decoder_;
+  bool compact_ = limits_.compact_trace_entries;
+  // The newest container, tracked until something other than its own stack
+  // slot and one memo slot could refer to it (kUnset: none).
+  uint64_t last_bits_ = kUnset;
+  uint64_t last_memo_index_ = 0;
+  uint32_t last_memo_puts_ = 0;
+  bool last_aliased_ = false;
+  InputWindow* window_;
+  const uint8_t* release_at_;
 };
+
+// pairs[0, n) as a trace entry record, if they decode as one.
+bool Machine::DecodeEntry(const uint64_t* pairs, uint64_t n, Value* entry) {
+  EntryFields f;
+  if (!decoder_.Scan(doc_, pairs, n, &f) || !f.has_action) return false;
+  TraceEntry e;
+  if (!decoder_.TryDecode(doc_, f, &e)) return false;
+  if (doc_.num_entries() >= 0xffffffffu) return false;  // stays a dict
+  const bool frames = f.has_frames && e.action != TraceAction::kOther;
+  *entry = doc_.AddEntry(e, frames ? f.frames : Value::None());
+  return true;
+}
+
+// The first fill of an empty dict (SETITEM(S)): if the pairs are a trace
+// entry, the dict becomes a record. Its container slot is given back when
+// only its stack slot and at most one memo slot refer to it (both then
+// rewritten); otherwise the container forwards to the record.
+bool Machine::TryEntry(Value target, uint64_t container_pos, const uint64_t* pairs, uint64_t n) {
+  Value entry;
+  if (!DecodeEntry(pairs, n, &entry)) return false;
+  constexpr uint16_t kStored = 0x8000;
+  const bool sole = target.bits() == last_bits_ && !last_aliased_ && last_memo_puts_ <= 1 &&
+                    (shape_[target.payload()] & kStored) == 0;
+  if (sole) {
+    if (last_memo_puts_ == 1) {
+      if (last_memo_index_ < memo_.size()) {
+        if (memo_[last_memo_index_] == target.bits()) memo_[last_memo_index_] = entry.bits();
+      } else if (auto it = sparse_memo_.find(last_memo_index_);
+                 it != sparse_memo_.end() && it->second == target.bits()) {
+        it->second = entry.bits();
+      }
+    }
+    doc_.PopContainer();
+    shape_.pop_back();
+    last_bits_ = kUnset;
+  } else {
+    doc_.ForwardToEntry(target, entry.payload());
+  }
+  stack_[container_pos] = entry.bits();
+  return true;
+}
 
 bool Machine::String(Kind kind, uint64_t length, std::string_view op) {
   if (length > Remaining()) {
@@ -246,6 +339,22 @@ bool Machine::BuildContainer(Kind kind, uint64_t base, std::string_view op) {
   if (n > max_items_) {
     return Fail(fmt::format("{} of {} items is over the limit (max_container_items)", op, n));
   }
+  if (kind == Kind::kDict && compact_ && n > 0) {
+    Value entry;
+    if (DecodeEntry(stack_.data() + base, n, &entry)) {
+      // Nothing else refers to a dict built by DICT yet; its items may still
+      // nest too deep or be cycles only through containers, checked as usual.
+      const Value probe = NewContainer(kind);
+      const bool ok = NoteChildren(probe, stack_.data() + base, n);
+      doc_.PopContainer();
+      shape_.pop_back();
+      last_bits_ = kUnset;
+      if (!ok) return false;
+      stack_.resize(base);
+      stack_.push_back(entry.bits());
+      return CheckMemory(n);
+    }
+  }
   const Value c = NewContainer(kind);
   if (!NoteChildren(c, stack_.data() + base, n)) return false;
   doc_.Append(c, stack_.data() + base, n);
@@ -258,6 +367,11 @@ bool Machine::BuildContainer(Kind kind, uint64_t base, std::string_view op) {
 // stack position `container_pos`.
 bool Machine::AddTo(Kind want, uint64_t container_pos, uint64_t first, std::string_view op) {
   const Value target = Value::FromBits(stack_[container_pos]);
+  if (target.kind() == Kind::kEntry || (target.kind() == Kind::kDict && doc_.IsForwarded(target))) {
+    return Fail(fmt::format(
+        "{} adds to a dict already complete and read as a trace entry (PyTorch never writes that)",
+        op));
+  }
   if (target.kind() != want) {
     return Fail(fmt::format("{} applied to a {}, expected a {}", op, KindName(target.kind()),
                             KindName(want)));
@@ -272,6 +386,11 @@ bool Machine::AddTo(Kind want, uint64_t container_pos, uint64_t first, std::stri
   }
   if (doc_.num_chunks() >= 0xffffffffu) return Fail("too many container pieces");
   if (!NoteChildren(target, stack_.data() + first, n)) return false;
+  if (want == Kind::kDict && compact_ && doc_.Size(target) == 0 &&
+      TryEntry(target, container_pos, stack_.data() + first, n)) {
+    stack_.resize(first);
+    return CheckMemory(n);
+  }
   doc_.Append(target, stack_.data() + first, n);
   stack_.resize(first);
   return CheckMemory(n);
@@ -305,6 +424,7 @@ bool Machine::NoteChildren(Value target, const uint64_t* words, uint64_t n) {
 bool Machine::MemoPut(uint64_t index) {
   if (stack_.size() <= MarkBase()) return Fail("memo store with an empty stack");
   const uint64_t top = stack_.back();
+  NoteMemoPut(top, index);
   if (index < memo_.size()) {
     if (memo_[index] == kUnset) ++memo_count_;
     memo_[index] = top;
@@ -326,11 +446,15 @@ bool Machine::MemoPut(uint64_t index) {
 }
 
 bool Machine::MemoGet(uint64_t index) {
-  if (index < memo_.size() && memo_[index] != kUnset) return Push(Value::FromBits(memo_[index]));
+  if (index < memo_.size() && memo_[index] != kUnset) {
+    NoteCopy(memo_[index]);
+    return Push(Value::FromBits(memo_[index]));
+  }
   auto it = sparse_memo_.find(index);
   if (it == sparse_memo_.end()) {
     return Fail(fmt::format("memo index {} was never stored", index));
   }
+  NoteCopy(it->second);
   return Push(Value::FromBits(it->second));
 }
 
@@ -496,6 +620,7 @@ bool Machine::Step(uint8_t op, bool* stop) {
     }
     case '2':  // DUP
       if (stack_.size() <= MarkBase()) return Fail("DUP with an empty stack");
+      NoteCopy(stack_.back());
       return Push(Value::FromBits(stack_.back()));
     default: break;
   }
@@ -517,6 +642,7 @@ Result<Document> Machine::Run(int* protocol) {
   stack_.reserve(1024);
   bool stop = false;
   while (!stop) {
+    if (p_ >= release_at_ && window_ != nullptr && p_ < end_) Release();
     if (p_ == end_) {
       op_offset_ = static_cast<uint64_t>(p_ - begin_);
       Fail("truncated: the input ends before the STOP opcode");
@@ -530,11 +656,13 @@ Result<Document> Machine::Run(int* protocol) {
       const uint64_t index = *p_;
       if (index < memo_.size() && stack_.size() < limits_.max_stack_items) {
         ++p_;
+        NoteCopy(memo_[index]);
         stack_.push_back(memo_[index]);
         continue;
       }
     } else if (op == 0x94 && stack_.size() > MarkBase() && memo_count_ == memo_.size() &&
                memo_count_ < limits_.max_memo_entries) {
+      NoteMemoPut(stack_.back(), memo_count_);
       memo_.push_back(stack_.back());
       ++memo_count_;
       continue;
@@ -575,9 +703,13 @@ uint64_t MemoryBudgetBytes(const SnapshotReadLimits& limits, uint64_t input_byte
 }
 
 Result<Document> ParsePickle(std::string_view bytes, std::string_view name,
-                             const SnapshotReadLimits& limits, int* protocol) {
-  Machine machine(bytes, name, limits);
-  return machine.Run(protocol);
+                             const SnapshotReadLimits& limits, int* protocol,
+                             InputWindow* window) {
+  Machine machine(bytes, name, limits, window);
+  Result<Document> doc = machine.Run(protocol);
+  // The Document copied what it keeps: the input can go.
+  if (window != nullptr) window->Consumed(bytes.size());
+  return doc;
 }
 
 }  // namespace vramscope::snapshot

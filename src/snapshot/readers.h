@@ -18,11 +18,23 @@
 
 namespace vramscope::snapshot {
 
+// Where a reader has got to in its input, so that a memory-mapped file can
+// drop the pages behind it (a Document copies what it keeps).
+class InputWindow {
+ public:
+  virtual ~InputWindow() = default;
+  // Nothing before `offset` will be read again.
+  virtual void Consumed(uint64_t offset) = 0;
+};
+
 // Parses one pickle (the first; bytes after its STOP are ignored, as
 // pickle.load does). Errors: "NAME: offset N: problem". `protocol` receives
-// the PROTO number. The Document points into `bytes`.
+// the PROTO number. Dicts that decode as trace entries become entries
+// (unless limits.compact_trace_entries is false). `window`, if given, is
+// told as the input is consumed.
 Result<Document> ParsePickle(std::string_view bytes, std::string_view name,
-                             const SnapshotReadLimits& limits, int* protocol);
+                             const SnapshotReadLimits& limits, int* protocol,
+                             InputWindow* window = nullptr);
 
 // True for a byte that is a pickle opcode of any protocol (format sniffing).
 bool IsPickleOpcode(unsigned char byte);
@@ -32,15 +44,17 @@ bool IsPickleOpcode(unsigned char byte);
 Result<Document> ParseJson(std::string_view text, std::string_view name,
                            const SnapshotReadLimits& limits);
 
-// Checks the structure PyTorch writes and converts it (docs/snapshot.md).
+// Checks the structure PyTorch writes and converts it (docs/snapshot.md),
+// taking over the document's trace entries and streams.
 // Errors: "NAME: segments[3].blocks[0].size: problem".
 // `shared_containers`: true for pickles (memo references share containers).
-Result<Snapshot> ExtractSnapshot(const Document& doc, std::string_view name, std::string format,
+Result<Snapshot> ExtractSnapshot(Document& doc, std::string_view name, std::string format,
                                  bool shared_containers);
 
 // Rejects a Document whose containers nest deeper than `max_depth` or contain
-// themselves (a pickle memo can build cycles). O(containers + words), no
-// recursion. Errors: "NAME: problem".
+// themselves (a pickle memo can build cycles), from the root and from the
+// trace entries' frames. O(containers + words), no recursion.
+// Errors: "NAME: problem".
 Status CheckGraph(const Document& doc, std::string_view name, uint32_t max_depth);
 
 // The memory the readers may use for `input_bytes` of input under `limits`.

@@ -99,7 +99,7 @@ Result<int> ChooseDevice(const Snapshot& snapshot, int requested) {
 }
 
 Result<Reconstruction> Reconstruct(const Snapshot& snapshot, int device) {
-  static const std::vector<TraceEntry> kNoEntries;
+  static const Trace kNoEntries;
   Reconstruction r;
   r.device = device;
   r.entries = static_cast<size_t>(device) < snapshot.device_traces.size()
@@ -108,9 +108,9 @@ Result<Reconstruction> Reconstruct(const Snapshot& snapshot, int device) {
   r.stacks = ClassifyStacks(snapshot);
   r.rounding = SnapshotAllocatorConfig(snapshot);
   r.expandable = r.rounding.expandable_segments;
-  const std::vector<TraceEntry>& entries = *r.entries;
+  const Trace& entries = *r.entries;
 
-  for (const TraceEntry& e : entries) {
+  for (const TraceEntry e : entries) {
     if (e.action == TraceAction::kAlloc && e.stack != 0) {
       r.has_frames = true;
       break;
@@ -126,32 +126,37 @@ Result<Reconstruction> Reconstruct(const Snapshot& snapshot, int device) {
     return MakeError(
         fmt::format("{} trace entries: more than this reader handles (2^32)", entries.size()));
   }
-  uint64_t alloc_entries = 0;
-  for (const TraceEntry& e : entries) alloc_entries += e.action == TraceAction::kAlloc;
-  r.records.reserve(alloc_entries + 1024);
+  // Records: one per alloc, one per free without its alloc, one per block
+  // of the final segments the trace never allocated. Reserving that bound
+  // means the vector never grows by copying (which would double the peak);
+  // what stays unused is never touched, so it costs no resident memory.
+  uint64_t record_bound = 0;
+  for (const TraceEntry e : entries) {
+    record_bound += e.action == TraceAction::kAlloc || e.action == TraceAction::kFreeRequested;
+  }
+  for (const SnapshotSegment& s : snapshot.segments) {
+    if (s.device == device) record_bound += s.blocks.size();
+  }
+  r.records.reserve(record_bound);
   r.entry_record.assign(entries.size(), kNoRecord);
   PhaseMachine phases(&r.marks, r.has_frames);
   std::unordered_map<uint64_t, uint32_t> live;  // address -> record
   uint64_t unmatched_allocs = 0;
   uint64_t segment_delta_in = 0, segment_delta_out = 0;
   for (uint64_t i = 0; i < entries.size(); ++i) {
-    const TraceEntry& e = entries[i];
+    const TraceEntry e = entries[i];
     switch (e.action) {
       case TraceAction::kAlloc: {
         if (auto it = live.find(e.addr); it != live.end()) {
           // A block handed out again without its free in the trace.
           AllocRecord& old = r.records[it->second];
-          if (old.free_entry == kNever) old.free_entry = i;
-          old.release_entry = i;
+          if (old.free_entry == kNever) old.free_entry = static_cast<uint32_t>(i);
+          old.release_entry = static_cast<uint32_t>(i);
           r.forced_frees.emplace_back(i, it->second);
           ++unmatched_allocs;
         }
         AllocRecord rec;
-        rec.alloc_entry = i;
-        rec.address = e.addr;
-        rec.requested_bytes = e.size_bytes;
-        rec.stack = e.stack;
-        rec.stream = e.stream;
+        rec.alloc_entry = static_cast<uint32_t>(i);
         live[e.addr] = static_cast<uint32_t>(r.records.size());
         r.entry_record[i] = static_cast<uint32_t>(r.records.size());
         r.records.push_back(rec);
@@ -162,17 +167,15 @@ Result<Reconstruction> Reconstruct(const Snapshot& snapshot, int device) {
         auto it = live.find(e.addr);
         if (it != live.end()) {
           AllocRecord& rec = r.records[it->second];
-          if (rec.free_entry == kNever) rec.free_entry = i;
+          if (rec.free_entry == kNever) rec.free_entry = static_cast<uint32_t>(i);
           r.entry_record[i] = it->second;
           break;
         }
         AllocRecord rec;  // allocated before the trace began
         rec.flags = AllocRecord::kInitial;
-        rec.address = e.addr;
-        rec.requested_bytes = e.size_bytes;
-        rec.stack = e.stack;
-        rec.stream = e.stream;
-        rec.free_entry = i;
+        rec.alloc_entry = static_cast<uint32_t>(r.initial.size());
+        r.initial.push_back(InitialBlock{e.addr, e.size_bytes, e.stack, e.stream});
+        rec.free_entry = static_cast<uint32_t>(i);
         live[e.addr] = static_cast<uint32_t>(r.records.size());
         r.entry_record[i] = static_cast<uint32_t>(r.records.size());
         r.records.push_back(rec);
@@ -184,8 +187,8 @@ Result<Reconstruction> Reconstruct(const Snapshot& snapshot, int device) {
         // allocated_bytes had already dropped, nothing to count.
         if (it == live.end()) break;
         AllocRecord& rec = r.records[it->second];
-        if (rec.free_entry == kNever) rec.free_entry = i;
-        rec.release_entry = i;
+        if (rec.free_entry == kNever) rec.free_entry = static_cast<uint32_t>(i);
+        rec.release_entry = static_cast<uint32_t>(i);
         r.entry_record[i] = it->second;
         live.erase(it);
         break;
@@ -220,7 +223,14 @@ Result<Reconstruction> Reconstruct(const Snapshot& snapshot, int device) {
         AllocRecord& rec = r.records[it->second];
         rec.block_bytes = b.size_bytes;
         rec.flags |= AllocRecord::kExactSize;
-        if (rec.stack == 0) rec.stack = b.stack;
+        if (b.stack != 0 && r.Stack(rec) == 0) {
+          if (rec.initial()) {
+            r.initial[rec.alloc_entry].stack = b.stack;
+          } else {
+            r.segment_stacks[rec.alloc_entry] = b.stack;
+            rec.flags |= AllocRecord::kSegmentStack;
+          }
+        }
         continue;
       }
       if (b.state == BlockState::kActivePendingFree) {
@@ -229,11 +239,9 @@ Result<Reconstruction> Reconstruct(const Snapshot& snapshot, int device) {
       }
       AllocRecord rec;
       rec.flags = AllocRecord::kInitial | AllocRecord::kExactSize;
-      rec.address = b.address;
-      rec.requested_bytes = b.requested_bytes;
+      rec.alloc_entry = static_cast<uint32_t>(r.initial.size());
+      r.initial.push_back(InitialBlock{b.address, b.requested_bytes, b.stack, s.stream});
       rec.block_bytes = b.size_bytes;
-      rec.stack = b.stack;
-      rec.stream = s.stream;
       r.records.push_back(rec);
     }
   }
@@ -242,7 +250,7 @@ Result<Reconstruction> Reconstruct(const Snapshot& snapshot, int device) {
   // Walk the segment actions backwards from the final state: what existed
   // when the trace began (MemoryViz.js reconstructs its history the same way).
   for (uint64_t i = entries.size(); i-- > 0;) {
-    const TraceEntry& e = entries[i];
+    const TraceEntry e = entries[i];
     if (e.action == TraceAction::kSegmentAlloc) {
       segments.erase(e.addr);
     } else if (e.action == TraceAction::kSegmentFree) {

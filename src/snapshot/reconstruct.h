@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "stack_tags.h"
@@ -22,25 +23,38 @@
 
 namespace vramscope::snapshot {
 
-inline constexpr uint64_t kNever = std::numeric_limits<uint64_t>::max();
+// Entry indices are below 2^32 - 1 (Reconstruct refuses longer traces).
+inline constexpr uint32_t kNever = std::numeric_limits<uint32_t>::max();
 inline constexpr uint32_t kNoRecord = std::numeric_limits<uint32_t>::max();
 
+// 24 bytes: one per allocation of a trace of any length. What the alloc
+// entry records (address, requested size, stack, stream) is read from it
+// (Reconstruction::Address ...), not copied.
 struct AllocRecord {
-  uint64_t alloc_entry = 0;         // meaningless for initial records
-  uint64_t free_entry = kNever;     // free_requested (or free_completed alone)
-  uint64_t release_entry = kNever;  // free_completed
-  uint64_t address = 0;
-  uint64_t requested_bytes = 0;
   uint64_t block_bytes = 0;  // filled by the timeline pass (exact ones earlier)
-  uint32_t stack = 0;
-  uint16_t stream = 0;
+  // Trace records: the alloc entry. Initial records: index into
+  // Reconstruction::initial.
+  uint32_t alloc_entry = 0;
+  uint32_t free_entry = kNever;     // free_requested (or free_completed alone)
+  uint32_t release_entry = kNever;  // free_completed
   Category category = Category::kOther;
   uint8_t flags = 0;
 
-  static constexpr uint8_t kInitial = 1;    // alive before the first entry
-  static constexpr uint8_t kExactSize = 2;  // block size known from the final segments
+  static constexpr uint8_t kInitial = 1;       // alive before the first entry
+  static constexpr uint8_t kExactSize = 2;     // block size known from the final segments
+  static constexpr uint8_t kSegmentStack = 4;  // stack from the final segments
   bool initial() const { return (flags & kInitial) != 0; }
   bool exact() const { return (flags & kExactSize) != 0; }
+};
+static_assert(sizeof(AllocRecord) == 24);
+
+// What an initial record's alloc entry would have said (from a free
+// without an alloc, or a block of the final segments).
+struct InitialBlock {
+  uint64_t address = 0;
+  uint64_t requested_bytes = 0;
+  uint32_t stack = 0;
+  uint16_t stream = 0;
 };
 
 // The phase that starts at `entry` (and lasts until the next mark).
@@ -52,10 +66,14 @@ struct PhaseMark {
 
 struct Reconstruction {
   int device = 0;
-  const std::vector<TraceEntry>* entries = nullptr;
+  const Trace* entries = nullptr;
   // Trace allocs in entry order, with initial records interleaved where they
   // were discovered (a free) or at the end (final segments).
   std::vector<AllocRecord> records;
+  std::vector<InitialBlock> initial;
+  // Alloc entry -> stack, for blocks alive at the end whose alloc entry had
+  // no frames but whose final segment block has (kSegmentStack).
+  std::unordered_map<uint32_t, uint32_t> segment_stacks;
   std::vector<PhaseMark> marks;  // marks[0] = {0, 0, setup}
   // Per trace entry, the record an alloc / free_requested / free_completed
   // entry acts on (kNoRecord: none, e.g. a free of a block freed before the
@@ -78,6 +96,23 @@ struct Reconstruction {
 
   // Index of the mark in force at `entry`.
   size_t MarkAt(uint64_t entry) const;
+
+  // A record's address, requested bytes, stack and stream.
+  uint64_t Address(const AllocRecord& rec) const {
+    return rec.initial() ? initial[rec.alloc_entry].address : (*entries)[rec.alloc_entry].addr;
+  }
+  uint64_t Requested(const AllocRecord& rec) const {
+    return rec.initial() ? initial[rec.alloc_entry].requested_bytes
+                         : (*entries)[rec.alloc_entry].size_bytes;
+  }
+  uint32_t Stack(const AllocRecord& rec) const {
+    if (rec.initial()) return initial[rec.alloc_entry].stack;
+    if (rec.flags & AllocRecord::kSegmentStack) return segment_stacks.at(rec.alloc_entry);
+    return (*entries)[rec.alloc_entry].stack;
+  }
+  uint16_t Stream(const AllocRecord& rec) const {
+    return rec.initial() ? initial[rec.alloc_entry].stream : (*entries)[rec.alloc_entry].stream;
+  }
 };
 
 // Chooses the device (-1: most trace entries, else lowest with segments).

@@ -18,7 +18,7 @@ AllocatorConfig SnapshotAllocatorConfig(const Snapshot& snapshot) {
     if (s.expandable) config.expandable_segments = true;
   }
   for (const auto& trace : snapshot.device_traces) {
-    for (const TraceEntry& e : trace) {
+    for (const TraceEntry e : trace) {
       if (e.action == TraceAction::kSegmentMap) {
         config.expandable_segments = true;
         break;
@@ -36,7 +36,7 @@ Result<EventStream> SnapshotToEventStream(const Snapshot& snapshot, int device) 
   if (!reconstruction.ok()) return reconstruction.error();
   const snapshot::Reconstruction& r = *reconstruction;
   const std::vector<snapshot::AllocRecord>& records = r.records;
-  const std::vector<TraceEntry>& entries = *r.entries;
+  const Trace& entries = *r.entries;
 
   EventStream stream;
   stream.metadata()["source"] = "pytorch memory snapshot";
@@ -44,15 +44,15 @@ Result<EventStream> SnapshotToEventStream(const Snapshot& snapshot, int device) 
   stream.Reserve(entries.size() + records.size());
   std::unordered_map<uint32_t, std::pair<uint32_t, uint32_t>> strings;  // stack -> op, module
   auto alloc = [&](uint64_t id, const snapshot::AllocRecord& rec) {
-    auto it = strings.find(rec.stack);
+    const uint32_t stack = r.Stack(rec);
+    auto it = strings.find(stack);
     if (it == strings.end()) {
-      const snapshot::StackInfo& info = r.stacks[rec.stack];
-      it = strings
-               .emplace(rec.stack, std::make_pair(stream.Intern(info.op), stream.Intern(info.site)))
+      const snapshot::StackInfo& info = r.stacks[stack];
+      it = strings.emplace(stack, std::make_pair(stream.Intern(info.op), stream.Intern(info.site)))
                .first;
     }
-    stream.AllocInterned(id, std::min(rec.requested_bytes, kMaxSizeBytes), rec.category,
-                         it->second.first, it->second.second, rec.stream);
+    stream.AllocInterned(id, std::min(r.Requested(rec), kMaxSizeBytes), rec.category,
+                         it->second.first, it->second.second, r.Stream(rec));
   };
 
   // Blocks alive before the trace, in address order (their real layout is
@@ -63,7 +63,7 @@ Result<EventStream> SnapshotToEventStream(const Snapshot& snapshot, int device) 
     if (records[i].initial()) initial.push_back(i);
   }
   std::sort(initial.begin(), initial.end(),
-            [&](uint32_t a, uint32_t b) { return records[a].address < records[b].address; });
+            [&](uint32_t a, uint32_t b) { return r.Address(records[a]) < r.Address(records[b]); });
   for (uint32_t i : initial) alloc(i, records[i]);
 
   // The model reuses a block once PyTorch can (free_completed), not when the
@@ -78,7 +78,7 @@ Result<EventStream> SnapshotToEventStream(const Snapshot& snapshot, int device) 
     while (next_forced < r.forced_frees.size() && r.forced_frees[next_forced].first == i) {
       stream.Free(r.forced_frees[next_forced++].second);
     }
-    const TraceEntry& e = entries[i];
+    const TraceEntry e = entries[i];
     const uint32_t id = r.entry_record[i];
     const bool release =
         e.action == TraceAction::kSegmentFree || e.action == TraceAction::kSegmentUnmap;

@@ -5,56 +5,88 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
 #include "readers.h"
 
 namespace vramscope {
 namespace {
 
-// Read-only mapping of a whole file; unmapped on destruction.
-class MappedFile {
+// Only a regular file within the size limit is read (checked before any
+// byte is: a FIFO, socket or character device would block or never end).
+Status CheckRegular(const std::string& path, const struct stat& st, uint64_t max_bytes) {
+  if (S_ISDIR(st.st_mode)) {
+    return MakeError(fmt::format("{}: is a directory, expected a snapshot file", path));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    const char* what = S_ISFIFO(st.st_mode)   ? "a FIFO (named pipe)"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                       : S_ISCHR(st.st_mode)  ? "a character device"
+                       : S_ISBLK(st.st_mode)  ? "a block device"
+                                              : "not a regular file";
+    return MakeError(
+        fmt::format("{}: is {}, expected a regular snapshot file (nothing was read)", path, what));
+  }
+  const auto size = static_cast<uint64_t>(st.st_size);
+  if (size > max_bytes) {
+    return MakeError(fmt::format("{}: {} bytes is larger than the {}-byte limit (max_file_bytes)",
+                                 path, size, max_bytes));
+  }
+  return Ok{};
+}
+
+// Read-only mapping of a whole file; unmapped on destruction. Pages behind
+// the reader are dropped as it goes (Consumed), so a file of any size costs
+// a window of it, not all of it, in resident memory; dropped pages of a
+// read-only file mapping read back from the page cache if touched again.
+class MappedFile final : public snapshot::InputWindow {
  public:
   MappedFile() = default;
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
-  ~MappedFile() {
+  ~MappedFile() override {
     if (data_ != nullptr) munmap(data_, size_);
   }
+  void Consumed(uint64_t offset) override {
+    constexpr uint64_t kPage = 4096;
+    const uint64_t upto = std::min(offset, size_) / kPage * kPage;
+    if (data_ == nullptr || upto <= released_) return;
+    madvise(static_cast<char*>(data_) + released_, upto - released_, MADV_DONTNEED);
+    released_ = upto;
+  }
   Status Open(const std::string& path, uint64_t max_bytes) {
-    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-      struct stat st;
-      if (stat(path.c_str(), &st) != 0) return MakeError(fmt::format("{}: no such file", path));
-      return MakeError(fmt::format("{}: cannot open for reading", path));
-    }
+    // stat before open: opening a FIFO without a writer blocks forever, and a
+    // device or socket is no snapshot either. Only regular files are read.
     struct stat st;
+    if (stat(path.c_str(), &st) != 0) {
+      if (errno == ENOENT || errno == ENOTDIR) return MakeError(fmt::format("{}: no such file", path));
+      return MakeError(fmt::format("{}: cannot read ({})", path, std::strerror(errno)));
+    }
+    if (Status s = CheckRegular(path, st, max_bytes); !s.ok()) return s;
+    // O_NONBLOCK: should the path be swapped for a FIFO after the stat, open
+    // still returns at once (and the fstat below refuses it).
+    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0) return MakeError(fmt::format("{}: cannot open for reading", path));
     if (fstat(fd, &st) != 0) {
       close(fd);
       return MakeError(fmt::format("{}: cannot stat", path));
     }
-    if (S_ISDIR(st.st_mode)) {
+    if (Status s = CheckRegular(path, st, max_bytes); !s.ok()) {
       close(fd);
-      return MakeError(fmt::format("{}: is a directory, expected a snapshot file", path));
-    }
-    if (!S_ISREG(st.st_mode)) {
-      close(fd);
-      return MakeError(fmt::format("{}: not a regular file", path));
+      return s;
     }
     size_ = static_cast<uint64_t>(st.st_size);
-    if (size_ > max_bytes) {
-      close(fd);
-      return MakeError(fmt::format("{}: {} bytes is larger than the {}-byte limit (max_file_bytes)",
-                                   path, size_, max_bytes));
-    }
     if (size_ > 0) {
-      // MAP_POPULATE: the reader touches every byte once, in order; mapping
-      // it all up front costs far less than a page fault per 4 KiB.
-      void* p = mmap(nullptr, size_, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+      // No MAP_POPULATE: that would make the whole file resident at once.
+      void* p = mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
       if (p == MAP_FAILED) {
         close(fd);
         return MakeError(fmt::format("{}: cannot map the file into memory", path));
       }
       data_ = p;
-      // One sequential pass: let the kernel read ahead and drop pages behind.
+      // One sequential pass: let the kernel read ahead.
       madvise(data_, size_, MADV_SEQUENTIAL);
     }
     close(fd);
@@ -68,12 +100,11 @@ class MappedFile {
  private:
   void* data_ = nullptr;
   uint64_t size_ = 0;
+  uint64_t released_ = 0;
 };
 
-}  // namespace
-
-Result<Snapshot> ParseSnapshot(std::string_view bytes, std::string_view name,
-                               const SnapshotReadLimits& limits) {
+Result<Snapshot> Parse(std::string_view bytes, std::string_view name,
+                       const SnapshotReadLimits& limits, snapshot::InputWindow* window) {
   if (bytes.size() > limits.max_file_bytes) {
     return MakeError(fmt::format("{}: {} bytes is larger than the {}-byte limit (max_file_bytes)",
                                  name, bytes.size(), limits.max_file_bytes));
@@ -84,7 +115,7 @@ Result<Snapshot> ParseSnapshot(std::string_view bytes, std::string_view name,
   // goes through the pickle machine, which names what it refuses (GLOBAL...).
   if (first == 0x80 || (first != '{' && first != '[' && snapshot::IsPickleOpcode(first))) {
     int protocol = 0;
-    auto doc = snapshot::ParsePickle(bytes, name, limits, &protocol);
+    auto doc = snapshot::ParsePickle(bytes, name, limits, &protocol, window);
     if (!doc.ok()) return doc.error();
     return snapshot::ExtractSnapshot(*doc, name, fmt::format("pickle protocol {}", protocol),
                                      /*shared_containers=*/true);
@@ -96,6 +127,7 @@ Result<Snapshot> ParseSnapshot(std::string_view bytes, std::string_view name,
   }
   if (i < bytes.size() && (bytes[i] == '{' || bytes[i] == '[')) {
     auto doc = snapshot::ParseJson(bytes, name, limits);
+    if (window != nullptr) window->Consumed(bytes.size());  // the Document owns its strings
     if (!doc.ok()) return doc.error();
     return snapshot::ExtractSnapshot(*doc, name, "json", /*shared_containers=*/false);
   }
@@ -105,10 +137,17 @@ Result<Snapshot> ParseSnapshot(std::string_view bytes, std::string_view name,
                   name, first));
 }
 
+}  // namespace
+
+Result<Snapshot> ParseSnapshot(std::string_view bytes, std::string_view name,
+                               const SnapshotReadLimits& limits) {
+  return Parse(bytes, name, limits, nullptr);
+}
+
 Result<Snapshot> ReadSnapshotFile(const std::string& path, const SnapshotReadLimits& limits) {
   MappedFile file;
   if (Status s = file.Open(path, limits.max_file_bytes); !s.ok()) return s.error();
-  return ParseSnapshot(file.bytes(), path, limits);
+  return Parse(file.bytes(), path, limits, &file);
 }
 
 }  // namespace vramscope

@@ -35,6 +35,49 @@ inline Snapshot LoadOrDie(const std::string& name) {
   return s.ok() ? std::move(*s) : Snapshot{};
 }
 
+// Frames of a stack as text, so snapshots read from different files compare.
+inline std::vector<std::string> StackText(const Snapshot& s, uint32_t stack) {
+  std::vector<std::string> out;
+  for (uint32_t f : s.stacks[stack]) {
+    out.push_back(s.frames[f].name + "@" + s.frames[f].filename + ":" +
+                  std::to_string(s.frames[f].line));
+  }
+  return out;
+}
+
+// The same segments, blocks, trace entries and stacks (by content: stack
+// and stream indices may differ between readers).
+inline void ExpectSameSnapshot(const Snapshot& a, const Snapshot& b) {
+  ASSERT_EQ(a.segments.size(), b.segments.size());
+  for (size_t i = 0; i < a.segments.size(); ++i) {
+    EXPECT_EQ(a.segments[i].address, b.segments[i].address);
+    EXPECT_EQ(a.segments[i].total_bytes, b.segments[i].total_bytes);
+    ASSERT_EQ(a.segments[i].blocks.size(), b.segments[i].blocks.size());
+    for (size_t k = 0; k < a.segments[i].blocks.size(); ++k) {
+      EXPECT_EQ(a.segments[i].blocks[k].size_bytes, b.segments[i].blocks[k].size_bytes);
+      EXPECT_EQ(StackText(a, a.segments[i].blocks[k].stack),
+                StackText(b, b.segments[i].blocks[k].stack));
+    }
+  }
+  ASSERT_EQ(a.device_traces.size(), b.device_traces.size());
+  for (size_t d = 0; d < a.device_traces.size(); ++d) {
+    ASSERT_EQ(a.device_traces[d].size(), b.device_traces[d].size());
+    for (size_t i = 0; i < a.device_traces[d].size(); ++i) {
+      const TraceEntry x = a.device_traces[d][i];
+      const TraceEntry y = b.device_traces[d][i];
+      EXPECT_EQ(x.action, y.action) << d << " " << i;
+      EXPECT_EQ(x.addr, y.addr) << d << " " << i;
+      EXPECT_EQ(x.size_bytes, y.size_bytes) << d << " " << i;
+      EXPECT_EQ(a.streams[x.stream], b.streams[y.stream]) << d << " " << i;
+      EXPECT_EQ(StackText(a, x.stack), StackText(b, y.stack)) << d << " " << i;
+    }
+  }
+  EXPECT_EQ(a.unknown_actions, b.unknown_actions);
+  EXPECT_EQ(a.external_annotations, b.external_annotations);
+  EXPECT_EQ(a.segments_only, b.segments_only);
+  EXPECT_EQ(a.settings.has_value(), b.settings.has_value());
+}
+
 // Builds Snapshot values by hand: frames and stacks by name, trace entries.
 class SnapshotBuilder {
  public:

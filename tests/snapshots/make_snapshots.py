@@ -9,6 +9,10 @@ Outputs (deterministic; commit them):
                            (torch/csrc/cuda/Module.cpp, THCPModule_memorySnapshot,
                            torch 2.5+), pickled with Python's pickle at protocols 2-5,
                            plus a JSON copy and value-coverage pickles
+                           and the same run in the structure of each
+                           generation of torch (layout_snapshot, docs/snapshot.md
+                           "Structure by release"): torch1_13, torch2_0, torch2_1,
+                           newest
   tests/bad_inputs/snapshot/  malformed, truncated and hostile files
   fuzz/corpus/snapshot/    fuzzing seeds
 
@@ -387,6 +391,78 @@ def training_snapshot(limit=1 << 62, oom_at=None, steps=2):
     return build_snapshot(alloc, s, [], settings=True), alloc
 
 
+# The structure of each generation of THCPModule_memorySnapshot
+# (torch/csrc/cuda/Module.cpp), as docs/snapshot.md "Structure by release"
+# lists it with its sources. The same run in each, so the measured peaks are
+# the same (torch1_13 has no trace: the state at the end only).
+def layout_snapshot(snap, layout):
+    segments = snap["segments"]
+    trace = snap["device_traces"][0]
+
+    def old_segments(requested):
+        # torch <= 2.0: blocks carry "history" (the allocation's addr,
+        # real_size and frames) instead of "address" and "frames"; segments
+        # have neither "frames", "is_expandable" nor "segment_pool_id".
+        out = []
+        for seg in segments:
+            blocks = []
+            for b in seg["blocks"]:
+                d = {"size": b["size"], "state": b["state"]}
+                if requested:
+                    d["requested_size"] = b["requested_size"]
+                if b["state"] != "inactive":
+                    h = {"addr": b["address"], "real_size": b["requested_size"]}
+                    if b["frames"]:
+                        h["frames"] = b["frames"]
+                    d["history"] = [h]
+                blocks.append(d)
+            d = {k: seg[k] for k in ("device", "address", "total_size", "allocated_size",
+                                     "active_size", "stream", "segment_type")}
+            if requested:
+                d["requested_size"] = seg["requested_size"]
+            d["blocks"] = blocks
+            out.append(d)
+        return out
+
+    def entries(keep_time, extra):
+        out = []
+        for i, e in enumerate(trace):
+            d = {k: v for k, v in e.items() if keep_time or k != "time_us"}
+            d.update(extra)
+            out.append(d)
+        return out
+
+    if layout == "torch1_13":
+        # _snapshot() returned the list of segments (no trace yet).
+        return old_segments(requested=False)
+    if layout == "torch2_0":
+        old = entries(keep_time=False, extra={})
+        for d in old:  # stacks="all": C++ frames as a list of str beside "frames"
+            if "frames" in d:
+                d["cpp_frames"] = ["at::native::empty_cuda"]
+        return {"segments": old_segments(requested=True), "device_traces": [old]}
+    if layout == "torch2_1":
+        return {"segments": segments, "device_traces": [entries(keep_time=False, extra={})]}
+    if layout == "newest":
+        new = entries(keep_time=True, extra={"compile_context": "N/A", "user_metadata": "",
+                                             "pool_id": (0, 0)})
+        # An annotate action (unknown to this reader: kept, ignored) mid-trace.
+        mid = len(new) // 2
+        new.insert(mid, {"action": "annotate", "addr": new[mid]["addr"] if "addr" in new[mid]
+                         else 0, "size": 0, "stream": 0, "time_us": new[mid]["time_us"],
+                         "frames": [], "compile_context": "N/A",
+                         "user_metadata": '{"retained_by": "autograd"}', "pool_id": (0, 0)})
+        settings = dict(snap["allocator_settings"])
+        settings["graph_capture_record_stream_reuse"] = False
+        return {"segments": segments, "device_traces": [new], "allocator_settings": settings,
+                "external_annotations": [{"stage": "START", "name": "## forward ##",
+                                          "device": 0, "time_us": 1700000000000000}]}
+    raise ValueError(layout)
+
+
+LAYOUTS = ("torch1_13", "torch2_0", "torch2_1", "newest")
+
+
 def write(path, data):
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "wb") as f:
@@ -471,6 +547,12 @@ def hostile_files():
             "blocks": [{"size": 100, "state": "haunted"}]}], "device_traces": []}, protocol=4),
         "frames_not_dicts.pickle": pickle.dumps({"segments": [], "device_traces": [[
             {"action": "alloc", "addr": 1, "size": 5, "stream": 0, "frames": [1, 2]}]]}, protocol=4),
+        # A trace entry dict filled again after it was complete (SETITEMS twice).
+        "entry_filled_twice.pickle": p4 + b"}(\x8c\x06action\x8c\x05alloc\x8c\x04addrK\x01"
+                                          b"\x8c\x04sizeK\x02u(\x8c\x01xK\x03u.",
+        # A dict that reads as a trace entry where a segment belongs.
+        "entry_as_segment.pickle": pickle.dumps({"segments": [
+            {"action": "alloc", "addr": 1, "size": 2}], "device_traces": []}, protocol=4),
         "malformed.json": b'{"segments": [}',
         "truncated.json": b'{"segments": [], "device_traces": [[{"action": "alloc", "addr": 1',
         "deep.json": b"[" * 20000 + b"]" * 20000,
@@ -506,6 +588,11 @@ def main():
     facts["oom"] = {"peak_reserved_bytes": oom_alloc.peak_reserved,
                     "peak_allocated_bytes": oom_alloc.peak_allocated, "limit_bytes": 420 * MiB}
 
+    # The same run in the structure of each torch generation.
+    for layout in LAYOUTS:
+        write(os.path.join(OUT, f"{layout}.pickle"),
+              pickle.dumps(layout_snapshot(snap, layout), protocol=4))
+
     # torch.cuda.memory_snapshot() returns the segments alone.
     write(os.path.join(OUT, "segments_only.pickle"), pickle.dumps(snap["segments"], protocol=4))
 
@@ -538,6 +625,9 @@ def main():
     write(os.path.join(CORPUS, "train_small_p2.pickle"), pickle.dumps(small, protocol=2))
     write(os.path.join(CORPUS, "train_small.json"), json.dumps(small).encode())
     write(os.path.join(CORPUS, "values_p5.pickle"), pickle.dumps(values_document(), protocol=5))
+    for layout in LAYOUTS:
+        seed = layout_snapshot(small, layout)
+        write(os.path.join(CORPUS, f"layout_{layout}.pickle"), pickle.dumps(seed, protocol=4))
     for name, data in hostile_files().items():
         if len(data) < 4096:
             write(os.path.join(CORPUS, "bad_" + name), data)
