@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -37,8 +38,12 @@ struct LoweredRank {
 // Validates the setup and its parallel layout against the model (one-line
 // Error naming the knob) and lowers `setup.steps` optimizer steps for each
 // rank class of setup.parallel.
+// `each`, when given, is called once per class with its index, on the
+// thread that lowered it (classes are lowered concurrently; it must not touch
+// another class); an error it returns fails the whole call.
+using RankClassCallback = std::function<Status(size_t index, LoweredRank& lowered)>;
 Result<std::vector<LoweredRank>> LowerRankClasses(const ModelSpec& model, const TrainingSetup& setup,
-                                                  const GpuSpec& gpu);
+                                                  const GpuSpec& gpu, const RankClassCallback& each = {});
 
 // The first rank class of LowerRankClasses (the only one on a single GPU).
 Result<Lowered> LowerTraining(const ModelSpec& model, const TrainingSetup& setup,

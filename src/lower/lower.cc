@@ -413,7 +413,7 @@ Result<Lowered> LowerRank(const ModelSpec& model, const TrainingSetup& setup, co
 }  // namespace lower
 
 Result<std::vector<LoweredRank>> LowerRankClasses(const ModelSpec& model, const TrainingSetup& setup,
-                                                  const GpuSpec& gpu) {
+                                                  const GpuSpec& gpu, const RankClassCallback& each) {
   using namespace lower;
   if (Status s = Validate(model, setup); !s.ok()) return s.error();
   if (Status s = ValidateLayout(setup.parallel); !s.ok()) return s.error();
@@ -423,32 +423,26 @@ Result<std::vector<LoweredRank>> LowerRankClasses(const ModelSpec& model, const 
   // (Megatron-LM / Transformer Engine ring attention).
   local_setup.seq = setup.seq / setup.parallel.cp;
   VS_TRY(plans, PlanRankClasses(local, local_setup));
-  // Rank classes share nothing mutable: lowered concurrently, one thread each.
-  std::vector<Result<Lowered>> lowered_classes(plans.size(), Result<Lowered>(MakeError("not lowered")));
-  {
-    std::vector<std::thread> workers;
-    for (size_t i = 1; i < plans.size(); ++i) {
-      workers.emplace_back([&, i] { lowered_classes[i] = LowerRank(local, local_setup, gpu, plans[i]); });
-    }
-    lowered_classes[0] = LowerRank(local, local_setup, gpu, plans[0]);
-    for (std::thread& w : workers) w.join();
-  }
-  std::vector<LoweredRank> out;
-  for (size_t i = 0; i < plans.size(); ++i) {
+  // Rank classes share nothing mutable: lowered concurrently, one thread each,
+  // and each handed to `each` on its own thread as soon as it is lowered.
+  std::vector<LoweredRank> out(plans.size());
+  std::vector<Status> status(plans.size(), Ok{});
+  auto work = [&](size_t i) {
     const RankClassPlan& plan = plans[i];
-    if (!lowered_classes[i].ok()) return lowered_classes[i].error();
-    Lowered& lowered = lowered_classes[i].value();
-    LoweredRank r;
+    auto lowered = LowerRank(local, local_setup, gpu, plan);
+    if (!lowered.ok()) {
+      status[i] = lowered.error();
+      return;
+    }
+    LoweredRank& r = out[i];
     r.rank_class = plan.name;
     r.ranks = plan.ranks;
     r.nccl_bytes = NcclBytes(setup.parallel);
-    r.lowered = std::move(lowered);
+    r.lowered = std::move(lowered.value());
     if (setup.parallel.model_parallel()) {
       for (const std::string& n : local.notes) {
         if (std::find(model.notes.begin(), model.notes.end(), n) == model.notes.end()) r.lowered.notes.push_back(n);
       }
-    }
-    if (setup.parallel.model_parallel()) {
       // The report counts the whole model's parameters, not one rank's.
       uint64_t adapters = 0;
       if (setup.finetune != Finetune::kFull) {
@@ -460,7 +454,14 @@ Result<std::vector<LoweredRank>> LowerRankClasses(const ModelSpec& model, const 
       r.lowered.parameters = model.ParameterCount() + adapters;
       r.lowered.trainable_parameters = adapters > 0 ? adapters : model.ParameterCount();
     }
-    out.push_back(std::move(r));
+    if (each) status[i] = each(i, r);
+  };
+  std::vector<std::thread> workers;
+  for (size_t i = 1; i < plans.size(); ++i) workers.emplace_back(work, i);
+  work(0);
+  for (std::thread& w : workers) w.join();
+  for (const Status& st : status) {
+    if (!st.ok()) return st.error();
   }
   return out;
 }

@@ -1,7 +1,7 @@
 #include "vramscope/estimate.h"
 
 #include <algorithm>
-#include <thread>
+#include <mutex>
 #include <utility>
 
 namespace vramscope {
@@ -10,7 +10,28 @@ Result<Estimated> Estimate(const ModelSpec& model, const TrainingSetup& setup,
                            const EstimateOptions& options) {
   VS_TRY(gpu, FindGpu(setup.gpu));
   VS_TRY(conf, ParseAllocConf(setup.alloc_conf));
-  VS_TRY(classes, LowerRankClasses(model, setup, gpu));
+  // Each rank class is simulated on the thread that lowered it.
+  std::vector<SimResult> sims;
+  std::mutex sims_mutex;  // guards only the resize below
+  auto simulate = [&](size_t i, LoweredRank& cls) -> Status {
+    const Lowered& lowered = cls.lowered;
+    SimOptions sim_options;
+    sim_options.alloc = conf;
+    sim_options.top_allocations = options.top_allocations;
+    if (!options.timeline) sim_options.max_timeline_points = 0;
+    // The allocator may reserve what the GPU offers minus what lives outside
+    // it: the CUDA context, NCCL's buffers and memory managed elsewhere (paged
+    // optimizer state).
+    const uint64_t outside = gpu.cuda_context_bytes + lowered.managed_bytes + cls.nccl_bytes;
+    sim_options.device_limit_bytes = gpu.usable_bytes > outside ? gpu.usable_bytes - outside : 0;
+    auto sim = Simulate(lowered.stream, sim_options);
+    if (!sim.ok()) return sim.error();
+    std::lock_guard<std::mutex> lock(sims_mutex);
+    if (sims.size() <= i) sims.resize(i + 1);
+    sims[i] = std::move(sim.value());
+    return Ok{};
+  };
+  VS_TRY(classes, LowerRankClasses(model, setup, gpu, simulate));
 
   Estimated out;
   Report& report = out.report;
@@ -21,31 +42,10 @@ Result<Estimated> Estimate(const ModelSpec& model, const TrainingSetup& setup,
   // Where the model came from (catalog, file, Hub cache) first, then the
   // lowering's assumptions.
   report.notes = model.notes;
-  // Rank classes are independent: simulated concurrently (one thread each;
-  // lowering and simulation share nothing mutable).
-  std::vector<Result<SimResult>> sims(classes.size(), Result<SimResult>(MakeError("not simulated")));
-  auto simulate = [&](size_t i) {
-    const Lowered& lowered = classes[i].lowered;
-    SimOptions sim_options;
-    sim_options.alloc = conf;
-    sim_options.top_allocations = options.top_allocations;
-    if (!options.timeline) sim_options.max_timeline_points = 0;
-    // The allocator may reserve what the GPU offers minus what lives outside
-    // it: the CUDA context, NCCL's buffers and memory managed elsewhere (paged
-    // optimizer state).
-    const uint64_t outside = gpu.cuda_context_bytes + lowered.managed_bytes + classes[i].nccl_bytes;
-    sim_options.device_limit_bytes = gpu.usable_bytes > outside ? gpu.usable_bytes - outside : 0;
-    sims[i] = Simulate(lowered.stream, sim_options);
-  };
-  std::vector<std::thread> workers;
-  for (size_t i = 1; i < classes.size(); ++i) workers.emplace_back(simulate, i);
-  simulate(0);
-  for (std::thread& w : workers) w.join();
   for (size_t i = 0; i < classes.size(); ++i) {
     LoweredRank& cls = classes[i];
     Lowered& lowered = cls.lowered;
-    if (!sims[i].ok()) return sims[i].error();
-    SimResult& sim = sims[i].value();
+    SimResult& sim = sims[i];
     if (!report.model) {
       report.model = ModelSummary{model.name, model.model_type, lowered.parameters,
                                   lowered.trainable_parameters};
