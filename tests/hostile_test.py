@@ -159,9 +159,6 @@ _BLOCKING_FIFO = "opens a FIFO with a blocking open(): it waits for a writer for
 KNOWN_DEFECTS = {
     ("validate", "fifo_without_writer"): "ReadTextFile (cli/output.cc) " + _BLOCKING_FIFO,
     ("thresholds", "fifo_without_writer"): "ReadTextFile (cli/output.cc) " + _BLOCKING_FIFO,
-    ("explain", "fifo_without_writer"): "the snapshot reader (src/snapshot) " + _BLOCKING_FIFO,
-    ("replay", "fifo_without_writer"): "the snapshot reader (src/snapshot) " + _BLOCKING_FIFO,
-    ("compare", "fifo_without_writer"): "the snapshot reader (src/snapshot) " + _BLOCKING_FIFO,
 }
 
 CASES = [(reader, name) for reader in READERS
