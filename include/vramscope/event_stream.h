@@ -9,6 +9,7 @@
 // module paths). Not thread-safe for concurrent mutation; const access is safe.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -99,7 +100,27 @@ class EventStream {
  private:
   std::vector<Event> events_;
   std::vector<std::string> strings_;
-  std::unordered_map<std::string, uint32_t> string_index_;
+  // Transparent hash and equality, so that Intern looks a string_view up
+  // without building a std::string (most op names and module paths are
+  // longer than the small-string buffer, so that would be a heap allocation
+  // per call).
+  struct StringHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view text) const noexcept {
+      return std::hash<std::string_view>{}(text);
+    }
+  };
+  std::unordered_map<std::string, uint32_t, StringHash, std::equal_to<>> string_index_;
+  // Intern's recent answers by the caller's character pointer. Lowering
+  // interns the same few literals (op names) tens of thousands of times per
+  // stream; a hit costs one comparison with the stored text instead of
+  // hashing it. The comparison makes a stale pointer harmless.
+  struct RecentString {
+    const char* data = nullptr;
+    size_t size = 0;
+    uint32_t index = 0;
+  };
+  std::array<RecentString, 64> recent_{};
   std::map<std::string, std::string> metadata_;
 };
 

@@ -47,6 +47,9 @@ struct CachingAllocator::Impl {
   uint64_t TryMergeBlocks(uint32_t dst, uint32_t src);
   void InsertFree(uint32_t block);
   void EraseFree(uint32_t block);
+  // Takes the entry at `pos` out of `pool`'s free set; its tree node becomes
+  // spare_node, for the next InsertFree.
+  void ExtractFree(alloc::Pool& pool, alloc::FreeSet::const_iterator pos);
   bool IsExpandable(uint32_t block) const { return segments[blocks[block].segment].expandable(); }
   bool IsSplit(uint32_t block) const {
     return blocks[block].prev != alloc::kNil || blocks[block].next != alloc::kNil;
@@ -95,6 +98,11 @@ struct CachingAllocator::Impl {
   alloc::Arena<alloc::Block> blocks;
   alloc::Arena<alloc::Segment> segments;
   std::deque<alloc::Pool> pools;  // deque: pools never move
+  // The tree node of the block last taken out of a free set, reused by the
+  // next InsertFree: a malloc that splits and a free that merges then move
+  // one node around instead of returning it to `nodes` and taking it back.
+  // Declared after `nodes` and `pools` so that it is destroyed first.
+  alloc::FreeSet::node_type spare_node;
   std::unordered_map<uint32_t, std::array<uint32_t, 2>> pools_by_stream;  // [large, small]
   uint32_t cached_stream = 0;
   std::array<uint32_t, 2> cached_pools{alloc::kNil, alloc::kNil};

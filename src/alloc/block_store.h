@@ -17,6 +17,33 @@ namespace vramscope::alloc {
 
 inline constexpr uint32_t kNil = UINT32_MAX;
 
+// torch: BlockComparatorSize orders free blocks by (stream, size, address);
+// each Pool below holds one stream's blocks, so (size, address) remains.
+struct FreeKey {
+  uint64_t size_bytes;
+  uint64_t address;
+  uint32_t block;
+};
+struct FreeKeyLess {
+  bool operator()(const FreeKey& a, const FreeKey& b) const {
+    // One 128-bit comparison: the compiler can select instead of branching
+    // on unpredictable sizes while walking the tree.
+    return ((static_cast<unsigned __int128>(a.size_bytes) << 64) | a.address) <
+           ((static_cast<unsigned __int128>(b.size_bytes) << 64) | b.address);
+  }
+};
+// torch: BlockComparatorAddress orders unmapped blocks by (stream, address).
+struct AddressKey {
+  uint64_t address;
+  uint32_t block;
+};
+struct AddressKeyLess {
+  bool operator()(const AddressKey& a, const AddressKey& b) const { return a.address < b.address; }
+};
+
+using FreeSet = std::pmr::set<FreeKey, FreeKeyLess>;
+using UnmappedSet = std::pmr::set<AddressKey, AddressKeyLess>;
+
 // torch: struct Block (c10/cuda/CUDACachingAllocator.cpp). Stream, pool kind
 // and expandability are properties of the owning pool / segment.
 struct Block {
@@ -28,6 +55,10 @@ struct Block {
   uint32_t next = kNil;
   uint32_t segment = kNil;
   uint32_t pool = kNil;
+  // Where the block sits in its pool's `blocks` set while in_free_set (free
+  // and mapped): erasing by position skips a second search of the tree.
+  FreeSet::iterator free_pos{};
+  bool in_free_set = false;
   bool live = false;       // arena slot in use
   bool allocated = false;  // handed to the caller
   bool mapped = true;      // expandable segments: backed by physical pages
@@ -80,30 +111,6 @@ class Arena {
   std::vector<uint32_t> free_;
   uint64_t live_count_ = 0;
 };
-
-// torch: BlockComparatorSize orders free blocks by (stream, size, address);
-// each Pool below holds one stream's blocks, so (size, address) remains.
-struct FreeKey {
-  uint64_t size_bytes;
-  uint64_t address;
-  uint32_t block;
-};
-struct FreeKeyLess {
-  bool operator()(const FreeKey& a, const FreeKey& b) const {
-    return a.size_bytes != b.size_bytes ? a.size_bytes < b.size_bytes : a.address < b.address;
-  }
-};
-// torch: BlockComparatorAddress orders unmapped blocks by (stream, address).
-struct AddressKey {
-  uint64_t address;
-  uint32_t block;
-};
-struct AddressKeyLess {
-  bool operator()(const AddressKey& a, const AddressKey& b) const { return a.address < b.address; }
-};
-
-using FreeSet = std::pmr::set<FreeKey, FreeKeyLess>;
-using UnmappedSet = std::pmr::set<AddressKey, AddressKeyLess>;
 
 // torch: BlockPool. PyTorch keeps one set for all streams whose comparator
 // starts with the stream, so a lookup only ever sees the requesting stream's

@@ -75,16 +75,33 @@ uint32_t CachingAllocator::Impl::PoolFor(uint32_t stream, bool small) {
 
 void CachingAllocator::Impl::InsertFree(uint32_t b) {
   Block& block = blocks[b];
+  alloc::Pool& pool = pools[block.pool];
+  VS_CHECK(!block.in_free_set);
   // torch BlockPool::insert_into_blocks stamps the pool's clock for GC.
-  block.gc_count_base = free_block_calls[pools[block.pool].is_small];
-  const bool inserted = pools[block.pool].blocks.insert({block.size_bytes, block.address, b}).second;
-  VS_CHECK(inserted);
+  block.gc_count_base = free_block_calls[pool.is_small];
+  const alloc::FreeKey key{block.size_bytes, block.address, b};
+  if (spare_node.empty()) {
+    const auto [pos, inserted] = pool.blocks.insert(key);
+    VS_CHECK(inserted);
+    block.free_pos = pos;
+  } else {
+    spare_node.value() = key;
+    const auto result = pool.blocks.insert(std::move(spare_node));
+    VS_CHECK(result.inserted);
+    block.free_pos = result.position;
+  }
+  block.in_free_set = true;
+}
+
+void CachingAllocator::Impl::ExtractFree(alloc::Pool& pool, alloc::FreeSet::const_iterator pos) {
+  blocks[pos->block].in_free_set = false;
+  spare_node = pool.blocks.extract(pos);
 }
 
 void CachingAllocator::Impl::EraseFree(uint32_t b) {
   const Block& block = blocks[b];
-  const size_t erased = pools[block.pool].blocks.erase({block.size_bytes, block.address, b});
-  VS_CHECK(erased == 1);
+  VS_CHECK(block.in_free_set && block.free_pos->block == b);
+  ExtractFree(pools[block.pool], block.free_pos);
 }
 
 // torch: DeviceCachingAllocator::malloc.
@@ -152,7 +169,7 @@ bool CachingAllocator::Impl::GetFreeBlock(Request& r) {
     return false;
   }
   r.block = it->block;
-  pool.blocks.erase(it);
+  ExtractFree(pool, it);
   return true;
 }
 

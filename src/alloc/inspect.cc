@@ -96,6 +96,7 @@ Status CachingAllocator::Impl::CheckInvariants() const {
       if (block.mapped && (prev == kNil || !blocks[prev].mapped)) ++ranges;
       if (block.mapped) reserved += block.size_bytes;
       if (block.allocated) {
+        if (block.in_free_set) return Violation(fmt::format("allocated block {} is in a free set", b));
         allocated += block.size_bytes;
         requested += block.requested_bytes;
         if (!config.ideal && block.requested_bytes > block.size_bytes) {
@@ -111,6 +112,12 @@ Status CachingAllocator::Impl::CheckInvariants() const {
             block.mapped ? pool.blocks.count({block.size_bytes, block.address, b}) == 1
                          : pool.unmapped.count({block.address, b}) == 1;
         if (!indexed) return Violation(fmt::format("free block {} is missing from its pool", b));
+        // The remembered position must be the block's own entry.
+        if (block.mapped != block.in_free_set ||
+            (block.mapped && (block.free_pos->block != b || block.free_pos->size_bytes != block.size_bytes ||
+                              block.free_pos->address != block.address))) {
+          return Violation(fmt::format("free block {} has a stale position in its pool", b));
+        }
         if (block.gc_count_base > free_block_calls[pool.is_small]) {
           return Violation(fmt::format("free block {} has a GC stamp from the future", b));
         }

@@ -89,12 +89,17 @@ void EventStream::EmptyCache() {
 
 uint32_t EventStream::Intern(std::string_view text) {
   if (text.empty()) return 0;
-  // Heterogeneous lookup needs C++20 transparent hashing on the map type;
-  // building a key string per call is fine for the few distinct strings a
-  // stream has (the hot reader path uses AppendString instead).
-  const auto it = string_index_.find(std::string(text));
-  if (it != string_index_.end()) return it->second;
-  return AppendString(text);
+  // Fibonacci hashing of the pointer picks one of the 64 recent slots.
+  const uint64_t pointer = reinterpret_cast<uintptr_t>(text.data());
+  RecentString& recent = recent_[(pointer * 0x9e3779b97f4a7c15ULL) >> 58];
+  if (recent.data == text.data() && recent.size == text.size() &&
+      std::string_view(strings_[recent.index]) == text) {
+    return recent.index;
+  }
+  const auto it = string_index_.find(text);
+  const uint32_t index = it != string_index_.end() ? it->second : AppendString(text);
+  recent = {text.data(), text.size(), index};
+  return index;
 }
 
 uint32_t EventStream::AppendString(std::string_view text) {

@@ -3,6 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <string>
+
 namespace vramscope {
 namespace {
 
@@ -27,6 +30,24 @@ TEST(EventStream, AppendStringKeepsDuplicatesAndInternFindsTheFirst) {
   EXPECT_EQ(s.AppendString("x"), 2u);
   EXPECT_EQ(s.Intern("x"), 1u);
   EXPECT_EQ(s.strings().size(), 3u);
+}
+
+// Intern remembers recent answers by the caller's pointer; a buffer reused
+// for other text (same pointer, same length) must not get the old index.
+TEST(EventStream, InternChecksTheTextBehindARememberedPointer) {
+  EventStream s;
+  char buffer[] = "alpha";
+  const uint32_t alpha = s.Intern(buffer);
+  std::memcpy(buffer, "gamma", 5);
+  const uint32_t gamma = s.Intern(buffer);
+  EXPECT_NE(gamma, alpha);
+  EXPECT_EQ(s.String(gamma), "gamma");
+  std::memcpy(buffer, "alpha", 5);
+  EXPECT_EQ(s.Intern(buffer), alpha);
+  // A copy keeps working with its own strings.
+  EventStream copy = s;
+  EXPECT_EQ(copy.Intern(buffer), alpha);
+  EXPECT_EQ(copy.Intern(std::string("gamma")), gamma);
 }
 
 TEST(EventStream, BuildersRecordEvents) {

@@ -1,10 +1,14 @@
 // Sweep(): one Estimate() per grid point (plan.h). Each point is an
 // independent estimate, so a sweep's numbers are exactly what
-// `vramscope estimate` prints for those knobs.
+// `vramscope estimate` prints for those knobs. Points run on several threads
+// (parallel_for.h); each writes only its own slot, so the result does not
+// depend on the number of threads.
+#include <optional>
 #include <utility>
 
 #include <fmt/format.h>
 
+#include "parallel_for.h"
 #include "vramscope/estimate.h"
 #include "vramscope/plan.h"
 
@@ -79,19 +83,25 @@ Result<SweepResult> Sweep(const ModelSpec& model, const TrainingSetup& setup,
   }
   const size_t inner = axes.size() == 2 ? axes[1].values.size() : 1;
   const size_t total = axes[0].values.size() * inner;
-  out.points.reserve(total);
   EstimateOptions options;
   options.timeline = false;  // the peaks are all a sweep shows
   options.top_allocations = 0;
-  for (size_t i = 0; i < total; ++i) {
+  auto coordinates = [&](size_t i) {
+    std::vector<uint64_t> at{axes[0].values[i / inner]};
+    if (axes.size() == 2) at.push_back(axes[1].values[i % inner]);
+    return at;
+  };
+  // One slot per point, written by whichever thread runs the point.
+  std::vector<std::optional<Result<SweepPoint>>> points(total);
+  plan_internal::ParallelFor(total, [&](size_t i) {
     SweepPoint point;
-    point.at.push_back(axes[0].values[i / inner]);
-    if (axes.size() == 2) point.at.push_back(axes[1].values[i % inner]);
+    point.at = coordinates(i);
     TrainingSetup s = setup;
     for (size_t a = 0; a < axes.size(); ++a) s = WithKnob(std::move(s), axes[a].variable, point.at[a]);
     auto est = Estimate(model, s, options);
     if (!est.ok()) {
-      return MakeError(fmt::format("{}: {}", PointLabel(axes, point.at), est.error().message));
+      points[i].emplace(MakeError(fmt::format("{}: {}", PointLabel(axes, point.at), est.error().message)));
+      return false;  // ends the sweep; the points below this one still run
     }
     const Report& report = est->report;
     const RankReport& worst = report.worst();
@@ -101,11 +111,21 @@ Result<SweepResult> Sweep(const ModelSpec& model, const TrainingSetup& setup,
     point.needed_bytes = report.needed_bytes();
     point.oom = worst.sim.oom.has_value();
     point.fits = report.fits();
-    if (i == 0) {
+    if (i == 0) {  // only this item writes these
       out.gpu = report.gpu;
       out.model = report.model;
     }
-    out.points.push_back(std::move(point));
+    points[i].emplace(std::move(point));
+    return true;
+  });
+
+  // In point order, so the error reported is the first failing point's, as
+  // if the points had run one after another.
+  out.points.reserve(total);
+  for (std::optional<Result<SweepPoint>>& point : points) {
+    VS_CHECK(point.has_value());  // every point below a failing one ran
+    if (!point->ok()) return point->error();
+    out.points.push_back(std::move(point->value()));
   }
   return out;
 }

@@ -2,6 +2,11 @@
 // order; bad axes and failing points are errors naming the flag.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <stdexcept>
+#include <vector>
+
+#include "parallel_for.h"
 #include "vramscope/estimate.h"
 #include "vramscope/plan.h"
 
@@ -108,6 +113,49 @@ TEST(Sweep, AFailingPointNamesItself) {
   auto r = Sweep(*model, s, {{SweepVariable::kLoraRank, {8, 100000}}});
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().message.rfind("--lora-rank 100000: ", 0), 0u) << r.error().message;
+}
+
+// Points run on several threads; the error is still the first failing
+// point's in grid order, whichever thread finished first.
+TEST(Sweep, TheFirstFailingPointIsReported) {
+  auto model = LoadCatalogModel("gpt2");
+  ASSERT_TRUE(model.ok());
+  TrainingSetup s;
+  s.finetune = Finetune::kLora;
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    auto r = Sweep(*model, s, {{SweepVariable::kLoraRank, {8, 16, 100000, 200000, 300000, 400000}}});
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error().message.rfind("--lora-rank 100000: ", 0), 0u) << r.error().message;
+  }
+}
+
+TEST(ParallelFor, RunsEveryItemOnceAndStopsAfterAFailure) {
+  std::vector<std::atomic<int>> runs(1000);
+  plan_internal::ParallelFor(runs.size(), [&](size_t i) {
+    ++runs[i];
+    return true;
+  });
+  for (const auto& n : runs) EXPECT_EQ(n.load(), 1);
+
+  // Item 10 fails: every item below it still ran.
+  std::vector<std::atomic<int>> partial(1000);
+  plan_internal::ParallelFor(partial.size(), [&](size_t i) {
+    ++partial[i];
+    return i != 10;
+  });
+  for (size_t i = 0; i <= 10; ++i) EXPECT_EQ(partial[i].load(), 1) << i;
+}
+
+TEST(ParallelFor, RethrowsAnExceptionAfterJoining) {
+  std::atomic<int> ran{0};
+  EXPECT_THROW(plan_internal::ParallelFor(100,
+                                          [&](size_t i) {
+                                            ++ran;
+                                            if (i == 3) throw std::runtime_error("item 3");
+                                            return true;
+                                          }),
+               std::runtime_error);
+  EXPECT_GE(ran.load(), 4);
 }
 
 }  // namespace

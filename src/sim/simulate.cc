@@ -1,14 +1,17 @@
 // Replays an event stream through the CachingAllocator model.
 //
-// Two passes: the first measures (peaks, phases, timeline, OOM); the second
-// replays up to the allocated peak to list what was alive there. Replay is
-// cheap (millions of events per second), and this keeps memory proportional
-// to live allocations instead of copying the live set at every new peak.
+// One pass measures peaks, phases, the timeline and the OOM, and also keeps
+// what was alive at the allocated peak without copying the live set at every
+// new peak: an allocation live at the peak is either still live at the end,
+// or it was freed after the peak, and those are set aside as they are freed
+// (the list is dropped whenever a higher peak is reached). Memory stays
+// proportional to live allocations, not to the number of events.
 #include <algorithm>
 #include <unordered_map>
 
 #include <fmt/format.h>
 
+#include "live_map.h"
 #include "timeline.h"
 #include "vramscope/simulate.h"
 
@@ -24,13 +27,19 @@ struct LiveEntry {
   Category category = Category::kOther;
 };
 
-// Replay state shared by both passes.
+struct LiveAt {
+  uint64_t id = 0;
+  LiveEntry entry;
+};
+
+// Replay state.
 struct Replayer {
   Replayer(const SimOptions& options)
-      : allocator(options.alloc, options.device_limit_bytes) {}
+      : allocator(options.alloc, options.device_limit_bytes),
+        track_peak_set(options.top_allocations > 0) {}
 
   CachingAllocator allocator;
-  std::unordered_map<uint64_t, LiveEntry> live;
+  sim::LiveMap<LiveEntry> live;
   // Ids whose allocation failed with OOM (when not stopping at OOM): their
   // frees are ignored.
   std::unordered_map<uint64_t, bool> failed;
@@ -38,7 +47,21 @@ struct Replayer {
   uint32_t step = 0;
   Phase phase = Phase::kSetup;
 
+  // The live set at the peak is wanted (top allocations).
+  bool track_peak_set;
+  bool have_peak = false;
+  uint64_t peak_event = 0;
+  // Allocations that were live at the peak and have been freed since.
+  std::vector<LiveAt> freed_since_peak;
+
   enum class Outcome { kOk, kOom };
+
+  // The state after the current event is the new allocated peak.
+  void MarkPeak(uint64_t index) {
+    have_peak = true;
+    peak_event = index;
+    freed_since_peak.clear();
+  }
 
   // Applies event `index`. Returns an Error for streams that break lifetime
   // rules (the file reader reports these with line numbers first).
@@ -56,7 +79,7 @@ struct Replayer {
           return MakeError(fmt::format("event {}: alloc size {} is above 2^62 bytes",
                                        index, e.size_bytes));
         }
-        if (live.count(e.id) != 0) {
+        if (live.Find(e.id) != nullptr) {
           return MakeError(fmt::format("event {}: alloc of id {} that is already live",
                                        index, e.id));
         }
@@ -66,24 +89,43 @@ struct Replayer {
           return Outcome::kOom;
         }
         const uint64_t block_bytes = allocator.BlockSize(*handle);
-        live.emplace(e.id, LiveEntry{*handle, block_bytes, index, step, phase, e.category});
+        LiveEntry& entry = live.Insert(e.id);
+        entry.handle = *handle;
+        entry.block_bytes = block_bytes;
+        entry.alloc_event = index;
+        entry.step = step;
+        entry.phase = phase;
+        entry.category = e.category;
         by_category[static_cast<int>(e.category)] += block_bytes;
         return Outcome::kOk;
       }
       case EventKind::kFree: {
-        auto it = live.find(e.id);
-        if (it == live.end()) {
+        const LiveEntry* entry = live.Find(e.id);
+        if (entry == nullptr) {
           if (failed.erase(e.id) != 0) return Outcome::kOk;
           return MakeError(fmt::format("event {}: free of id {} that is not live",
                                        index, e.id));
         }
-        by_category[static_cast<int>(it->second.category)] -= it->second.block_bytes;
-        allocator.Free(it->second.handle);
-        live.erase(it);
+        by_category[static_cast<int>(entry->category)] -= entry->block_bytes;
+        allocator.Free(entry->handle);
+        if (track_peak_set && have_peak && entry->alloc_event <= peak_event) {
+          freed_since_peak.push_back({e.id, *entry});
+        }
+        live.Erase(e.id);
         return Outcome::kOk;
       }
     }
     return Outcome::kOk;
+  }
+
+  // What was live right after event peak_event: allocated up to it and not
+  // freed by then.
+  std::vector<LiveAt> LiveAtPeak() const {
+    std::vector<LiveAt> out = freed_since_peak;
+    live.ForEach([&](uint64_t id, const LiveEntry& entry) {
+      if (entry.alloc_event <= peak_event) out.push_back({id, entry});
+    });
+    return out;
   }
 };
 
@@ -91,34 +133,21 @@ void ClosePhase(std::vector<PhasePeak>& phases, uint64_t allocated_bytes) {
   if (!phases.empty()) phases.back().allocated_at_end_bytes = allocated_bytes;
 }
 
-std::vector<LiveAllocation> CollectTopAtPeak(const EventStream& stream,
-                                             const SimOptions& options,
-                                             uint64_t peak_event_index,
-                                             uint64_t* live_count) {
-  Replayer replay(options);
-  const auto& events = stream.events();
-  for (uint64_t i = 0; i <= peak_event_index && i < events.size(); ++i) {
-    // The first pass already validated these events.
-    (void)replay.Apply(events[i], i);
-  }
-  *live_count = replay.live.size();
-  std::vector<std::pair<uint64_t, const LiveEntry*>> order;
-  order.reserve(replay.live.size());
-  for (const auto& [id, entry] : replay.live) order.emplace_back(id, &entry);
-  const size_t keep = std::min(options.top_allocations, order.size());
+std::vector<LiveAllocation> TopAtPeak(const EventStream& stream, std::vector<LiveAt> order,
+                                      size_t top_allocations) {
+  const size_t keep = std::min(top_allocations, order.size());
   // Largest first; ties by allocation order so output is deterministic.
-  auto larger = [](const auto& a, const auto& b) {
-    if (a.second->block_bytes != b.second->block_bytes)
-      return a.second->block_bytes > b.second->block_bytes;
-    return a.second->alloc_event < b.second->alloc_event;
+  auto larger = [](const LiveAt& a, const LiveAt& b) {
+    if (a.entry.block_bytes != b.entry.block_bytes) return a.entry.block_bytes > b.entry.block_bytes;
+    return a.entry.alloc_event < b.entry.alloc_event;
   };
   std::partial_sort(order.begin(), order.begin() + keep, order.end(), larger);
   std::vector<LiveAllocation> top;
   top.reserve(keep);
   for (size_t i = 0; i < keep; ++i) {
-    const LiveEntry& entry = *order[i].second;
-    const Event& e = events[entry.alloc_event];
-    top.push_back(LiveAllocation{order[i].first, e.size_bytes, entry.block_bytes,
+    const LiveEntry& entry = order[i].entry;
+    const Event& e = stream.events()[entry.alloc_event];
+    top.push_back(LiveAllocation{order[i].id, e.size_bytes, entry.block_bytes,
                                  entry.category, std::string(stream.String(e.op)),
                                  std::string(stream.String(e.module)), entry.step,
                                  entry.phase});
@@ -134,8 +163,6 @@ Result<SimResult> Simulate(const EventStream& stream, const SimOptions& options)
   sim::TimelineSampler timeline(options.max_timeline_points);
   const auto& events = stream.events();
   result.num_events = events.size();
-  bool have_peak = false;
-
   for (uint64_t i = 0; i < events.size(); ++i) {
     const Event& e = events[i];
     if (e.kind == EventKind::kPhase) {
@@ -164,8 +191,8 @@ Result<SimResult> Simulate(const EventStream& stream, const SimOptions& options)
     PhasePeak& current = result.phases.back();
     current.peak_allocated_bytes = std::max(current.peak_allocated_bytes, stats.allocated_bytes);
     current.peak_reserved_bytes = std::max(current.peak_reserved_bytes, stats.reserved_bytes);
-    if (!have_peak || stats.allocated_bytes > result.peak_allocated_bytes) {
-      have_peak = true;
+    if (!replay.have_peak || stats.allocated_bytes > result.peak_allocated_bytes) {
+      replay.MarkPeak(i);
       result.peak_allocated_bytes = stats.allocated_bytes;
       result.peak_event_index = i;
       result.peak_step = replay.step;
@@ -173,17 +200,20 @@ Result<SimResult> Simulate(const EventStream& stream, const SimOptions& options)
       result.reserved_at_peak_bytes = stats.reserved_bytes;
       result.breakdown_at_peak = replay.by_category;
     }
-    timeline.Add(TimelinePoint{i, replay.step, replay.phase, stats.allocated_bytes,
-                               stats.reserved_bytes, replay.by_category});
+    if (options.max_timeline_points > 0) {  // searches and sweeps skip the copy
+      timeline.Add(TimelinePoint{i, replay.step, replay.phase, stats.allocated_bytes,
+                                 stats.reserved_bytes, replay.by_category});
+    }
   }
   ClosePhase(result.phases, replay.allocator.stats().allocated_bytes);
   result.final_stats = replay.allocator.stats();
   result.peak_reserved_bytes = result.final_stats.peak_reserved_bytes;
   result.peak_requested_bytes = result.final_stats.peak_requested_bytes;
   result.timeline = timeline.Finish();
-  if (have_peak && options.top_allocations > 0) {
-    result.top_at_peak = CollectTopAtPeak(stream, options, result.peak_event_index,
-                                          &result.live_at_peak_count);
+  if (replay.have_peak && options.top_allocations > 0) {
+    std::vector<LiveAt> live_at_peak = replay.LiveAtPeak();
+    result.live_at_peak_count = live_at_peak.size();
+    result.top_at_peak = TopAtPeak(stream, std::move(live_at_peak), options.top_allocations);
   }
   return result;
 }

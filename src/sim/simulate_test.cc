@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
+#include <unordered_map>
 
 namespace vramscope {
 namespace {
@@ -158,6 +160,107 @@ TEST(Simulate, TimelineMarksEveryPhase) {
   }
   EXPECT_EQ(changes, 8);
   EXPECT_EQ(r->phases.size(), 9u);
+}
+
+// Simulate() keeps the live set at the peak in its single pass (allocations
+// freed after the peak are set aside). Reference: replay the stream again up
+// to the peak event with the allocator alone and list what is live there.
+std::vector<LiveAllocation> LiveAtPeakByReplay(const EventStream& s, const SimOptions& o,
+                                               uint64_t peak_event_index) {
+  CachingAllocator allocator(o.alloc, o.device_limit_bytes);
+  struct Live {
+    BlockHandle handle;
+    uint64_t event;
+    uint32_t step;
+    Phase phase;
+  };
+  std::unordered_map<uint64_t, Live> live;
+  uint32_t step = 0;
+  Phase phase = Phase::kSetup;
+  for (uint64_t i = 0; i <= peak_event_index; ++i) {
+    const Event& e = s.events()[i];
+    if (e.kind == EventKind::kPhase) {
+      step = e.step;
+      phase = e.phase;
+    } else if (e.kind == EventKind::kAlloc) {
+      if (auto h = allocator.Malloc(e.size_bytes, e.stream)) live[e.id] = Live{*h, i, step, phase};
+    } else if (e.kind == EventKind::kFree) {
+      if (auto it = live.find(e.id); it != live.end()) {
+        allocator.Free(it->second.handle);
+        live.erase(it);
+      }
+    }
+  }
+  std::vector<std::pair<uint64_t, Live>> order(live.begin(), live.end());
+  std::sort(order.begin(), order.end(), [&](const auto& a, const auto& b) {
+    const uint64_t ab = allocator.BlockSize(a.second.handle), bb = allocator.BlockSize(b.second.handle);
+    return ab != bb ? ab > bb : a.second.event < b.second.event;
+  });
+  std::vector<LiveAllocation> out;
+  for (const auto& [id, l] : order) {
+    const Event& e = s.events()[l.event];
+    out.push_back(LiveAllocation{id, e.size_bytes, allocator.BlockSize(l.handle), e.category,
+                                 std::string(s.String(e.op)), std::string(s.String(e.module)), l.step,
+                                 l.phase});
+  }
+  return out;
+}
+
+TEST(Simulate, LiveAtPeakMatchesASecondReplay) {
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    std::mt19937_64 rng(seed);
+    EventStream s;
+    std::vector<uint64_t> live;
+    uint32_t step = 0;
+    for (int i = 0; i < 20000; ++i) {
+      const uint64_t roll = rng() % 100;
+      if (roll == 0) {
+        ++step;
+        s.BeginPhase(step / 3 + 1, static_cast<Phase>(1 + step % 3));
+      } else if ((roll < 55 && live.size() < 300) || live.empty()) {
+        // Ids are reused once freed (400 ids, at most 300 live), so an id
+        // live at the peak may be allocated again after it.
+        uint64_t id;
+        do {
+          id = 1 + rng() % 400;
+        } while (std::find(live.begin(), live.end(), id) != live.end());
+        const uint64_t bytes = rng() % 8 == 0 ? 1 + rng() % (64 << 20) : 1 + rng() % (1 << 20);
+        s.Alloc(id, bytes, static_cast<Category>(rng() % kNumCategories), rng() % 2 ? "aten::mm" : "aten::add",
+                "layer." + std::to_string(rng() % 4));
+        live.push_back(id);
+      } else {
+        const size_t k = rng() % live.size();
+        s.Free(live[k]);
+        live[k] = live.back();
+        live.pop_back();
+      }
+    }
+    for (bool limited : {false, true}) {
+      SimOptions o;
+      o.top_allocations = seed % 2 ? 10 : 100000;  // a partial list, and all of it
+      if (limited) {
+        o.device_limit_bytes = 2u << 30;  // OOMs along the way; failed ids' frees are ignored
+        o.stop_at_oom = seed % 3 != 0;
+      }
+      auto r = Simulate(s, o);
+      ASSERT_TRUE(r.ok()) << r.error().message;
+      std::vector<LiveAllocation> want = LiveAtPeakByReplay(s, o, r->peak_event_index);
+      EXPECT_EQ(r->live_at_peak_count, want.size()) << "seed " << seed;
+      want.resize(std::min<size_t>(want.size(), o.top_allocations));
+      ASSERT_EQ(r->top_at_peak.size(), want.size()) << "seed " << seed;
+      for (size_t i = 0; i < want.size(); ++i) {
+        const LiveAllocation& got = r->top_at_peak[i];
+        EXPECT_EQ(got.id, want[i].id) << "seed " << seed << " entry " << i;
+        EXPECT_EQ(got.block_bytes, want[i].block_bytes);
+        EXPECT_EQ(got.requested_bytes, want[i].requested_bytes);
+        EXPECT_EQ(got.category, want[i].category);
+        EXPECT_EQ(got.op, want[i].op);
+        EXPECT_EQ(got.module, want[i].module);
+        EXPECT_EQ(got.step, want[i].step);
+        EXPECT_EQ(got.phase, want[i].phase);
+      }
+    }
+  }
 }
 
 }  // namespace
