@@ -23,25 +23,26 @@ struct CompareArgs {
   bool json = false;
 };
 
-struct EstimateArgs {
+struct CompareEstimateArgs {
   std::string model;
   KnobArgs knobs;
   bool json = false;
 };
 
 // The part after "--" is an estimate command line of its own.
-Result<EstimateArgs> ParseEstimateArgs(const std::vector<std::string>& args) {
+Result<CompareEstimateArgs> ParseCompareEstimateArgs(const std::vector<std::string>& args) {
   if (args.empty()) {
     return MakeError(
         "compare needs the model and knobs of the prediction after --, e.g. "
         "`vramscope compare snapshot.pickle -- llama-3-8b --batch 4 --seq 2048`");
   }
-  EstimateArgs out;
+  CompareEstimateArgs out;
   CLI::App app{"compare: the prediction"};
   app.add_option("MODEL", out.model, "Catalog alias, Hugging Face id, config.json or model dir")
       ->required();
   AddKnobFlags(&app, &out.knobs);
   app.add_flag("--json", out.json, "Print JSON");
+  CheckNumericFlags(&app);
   std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes them reversed
   try {
     app.parse(reversed);
@@ -54,7 +55,7 @@ Result<EstimateArgs> ParseEstimateArgs(const std::vector<std::string>& args) {
 }
 
 int RunCompare(const CompareArgs& args) {
-  auto estimate_args = ParseEstimateArgs(args.estimate_args);
+  auto estimate_args = ParseCompareEstimateArgs(args.estimate_args);
   if (!estimate_args.ok()) return FailBadInput(estimate_args.error());
   auto setup = estimate_args->knobs.ToSetup();
   if (!setup.ok()) return FailBadInput(setup.error());

@@ -4,6 +4,7 @@
 #include <exception>
 
 #include "command.h"
+#include "output.h"
 
 namespace vramscope::cli {
 
@@ -16,6 +17,7 @@ void BuildApp(CLI::App& app, RunFn* chosen) {
   for (const CommandSpec& spec : Commands()) {
     CLI::App* sub = app.add_subcommand(spec.name, spec.summary);
     RunFn run = spec.setup(sub);
+    CheckNumericFlags(sub);  // output.h: no negative integer, no nan or inf
     sub->callback([run, chosen] { *chosen = run; });
   }
 }

@@ -2,11 +2,17 @@
 
 #include "command.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
-#include <filesystem>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
-#include <iostream>
-#include <sstream>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -27,26 +33,149 @@ Status WriteTextFile(const std::string& path, const std::string& text) {
   return Ok{};
 }
 
-Result<std::string> ReadTextFile(const std::string& path, uint64_t max_bytes) {
-  std::error_code ec;
-  const auto status = std::filesystem::status(path, ec);
-  if (ec || !std::filesystem::exists(status)) {
-    return MakeError(fmt::format("{}: no such file", path));
+namespace {
+
+// The paths that name a descriptor this process already holds
+// (`validate /dev/stdin < results.jsonl`, `cat results.jsonl | vramscope
+// validate /dev/stdin`, a shell's `<(...)`): streams the caller set up
+// deliberately, read to their end. Any other pipe, device or socket is refused.
+bool IsOwnDescriptorPath(const std::string& path) {
+  if (path == "/dev/stdin") return true;
+  for (const char* prefix : {"/dev/fd/", "/proc/self/fd/"}) {
+    const std::string_view p(prefix);
+    if (path.size() > p.size() && path.compare(0, p.size(), p) == 0 &&
+        path.find_first_not_of("0123456789", p.size()) == std::string::npos) {
+      return true;
+    }
   }
-  if (std::filesystem::is_directory(status)) {
+  return false;
+}
+
+const char* FileKind(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+// Closes the descriptor when it goes out of scope.
+struct Fd {
+  int fd;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+}  // namespace
+
+Result<std::string> ReadTextFile(const std::string& path, uint64_t max_bytes) {
+  // O_NONBLOCK: opening a FIFO that no one writes to returns at once instead
+  // of waiting for a writer; the kind of file is then checked on the open
+  // descriptor (no window between a stat() and the open()).
+  const Fd f{::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY)};
+  if (f.fd < 0) {
+    const int err = errno;
+    if (err == ENOENT || err == ENOTDIR) return MakeError(fmt::format("{}: no such file", path));
+    return MakeError(fmt::format("{}: cannot open for reading: {}", path, std::strerror(err)));
+  }
+  struct stat st {};
+  if (::fstat(f.fd, &st) != 0) {
+    return MakeError(fmt::format("{}: cannot stat: {}", path, std::strerror(errno)));
+  }
+  if (S_ISDIR(st.st_mode)) {
     return MakeError(fmt::format("{}: is a directory, expected a file", path));
   }
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return MakeError(fmt::format("{}: cannot open for reading", path));
+  const bool regular = S_ISREG(st.st_mode);
+  if (!regular && !IsOwnDescriptorPath(path)) {
+    return MakeError(
+        fmt::format("{}: is {}, expected a regular file", path, FileKind(st.st_mode)));
+  }
+  // Checked before reading a byte; a stream is checked as it is read.
+  if (regular && static_cast<uint64_t>(st.st_size) > max_bytes) {
+    return MakeError(fmt::format("{}: {} bytes, larger than the {} byte limit", path,
+                                 static_cast<uint64_t>(st.st_size), max_bytes));
+  }
+  // Blocking reads from here on: a stream the caller handed us is read to its end.
+  const int flags = ::fcntl(f.fd, F_GETFL);
+  if (flags >= 0) ::fcntl(f.fd, F_SETFL, flags & ~O_NONBLOCK);
   std::string text;
+  if (regular) text.reserve(static_cast<size_t>(st.st_size));
   char buffer[1 << 16];
-  while (f.read(buffer, sizeof buffer) || f.gcount() > 0) {
-    text.append(buffer, static_cast<size_t>(f.gcount()));
+  for (;;) {
+    const ssize_t n = ::read(f.fd, buffer, sizeof buffer);
+    if (n == 0) break;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return MakeError(fmt::format("{}: read failed: {}", path, std::strerror(errno)));
+    }
+    text.append(buffer, static_cast<size_t>(n));
+    // A regular file can still grow while it is read.
     if (text.size() > max_bytes) {
       return MakeError(fmt::format("{}: larger than the {} byte limit", path, max_bytes));
     }
   }
   return text;
+}
+
+namespace {
+
+// The option's value without the blanks strtoull/strtod skip ("  7").
+std::string_view Trimmed(const std::string& text) {
+  const size_t begin = text.find_first_not_of(" \t\n\v\f\r");
+  if (begin == std::string::npos) return {};
+  const size_t end = text.find_last_not_of(" \t\n\v\f\r");
+  return std::string_view(text).substr(begin, end - begin + 1);
+}
+
+// A value as quoted in a message: at most 40 bytes of it.
+std::string Quoted(std::string_view value) {
+  return value.size() <= 40 ? std::string(value) : fmt::format("{}...", value.substr(0, 40));
+}
+
+// CLI11 validator of every integer option: "" when the value is acceptable,
+// else the problem. No flag of vramscope takes a negative number (a count, a
+// size, a device index), so a minus sign is refused for signed options too
+// (--device -5 would otherwise mean "the default device"). A value that is
+// no number at all is left to CLI11's own conversion error.
+std::string CheckNonNegativeInteger(const std::string& text) {
+  const std::string_view v = Trimmed(text);
+  if (!v.empty() && v.front() == '-') {
+    return fmt::format("{} is negative; expected 0 or more", Quoted(v));
+  }
+  errno = 0;
+  char* end = nullptr;
+  std::strtoull(std::string(v).c_str(), &end, 0);
+  if (errno == ERANGE) return fmt::format("{} is out of range (over 2^64-1)", Quoted(v));
+  return {};
+}
+
+std::string CheckFinite(const std::string& text) {
+  char* end = nullptr;
+  const double d = std::strtod(text.c_str(), &end);
+  if (end != text.c_str() && !std::isfinite(d)) {
+    return fmt::format("{} is not a finite number", Quoted(Trimmed(text)));
+  }
+  return {};
+}
+
+}  // namespace
+
+void CheckNumericFlags(CLI::App* sub) {
+  for (CLI::Option* option : sub->get_options()) {
+    if (option->get_type_size() == 0) continue;  // a flag: takes no value
+    // CLI11's type names: UINT for unsigned integers, INT for signed ones,
+    // FLOAT for floating point (a vector of them: the same name), then
+    // ":DESCRIPTION" of each validator already attached.
+    std::string type = option->get_type_name();
+    type = type.substr(0, type.find(':'));
+    // No description: --help stays as it is.
+    if (type == "UINT" || type == "INT") {
+      option->check(CheckNonNegativeInteger, "", "non-negative");
+    } else if (type == "FLOAT") {
+      option->check(CheckFinite, "", "finite");
+    }
+  }
 }
 
 int FailBadInput(const Error& error) {

@@ -1,5 +1,6 @@
-// Shared output plumbing of report-producing commands: --json, --html, --svg,
-// --csv, and the one-line error path (stderr, exit 2).
+// Shared plumbing of the commands: --json, --html, --svg, --csv of the
+// report-producing ones, the one-line error path (stderr, exit 2), reading an
+// input file within a size limit, and the checks of numeric flag values.
 #pragma once
 
 #include <string>
@@ -31,7 +32,21 @@ int FailBadInput(const Error& error);
 // Writes `text` to `path`; an Error names the path on failure.
 Status WriteTextFile(const std::string& path, const std::string& text);
 
-// Reads a whole file; an Error names the path (missing, directory, too big).
+// Reads a whole regular file of at most `max_bytes` (the size is checked
+// before reading). Never blocks on a FIFO: a pipe, device or socket is an
+// Error, except /dev/stdin, /dev/fd/N and /proc/self/fd/N, which are read to
+// their end with the limit checked while reading. An Error names the path
+// (missing, directory, not a regular file, too big, unreadable).
 Result<std::string> ReadTextFile(const std::string& path, uint64_t max_bytes);
+
+// Makes every integer option of `sub` declared so far refuse what CLI11 2.1
+// would silently wrap, saturate or take as "the default": a negative value
+// ("--top -1" would become 2^64-1, "--device -5" the default device; no flag
+// takes a negative number) and one beyond 2^64-1; and every floating-point
+// option refuse nan and inf. The error (exit 2) names the flag. A value that
+// fits 64 bits but not the option's type is CLI11's own conversion error.
+// Called once per subcommand, after its flags are declared (BuildApp), so a
+// new flag is covered without a line of its own.
+void CheckNumericFlags(CLI::App* sub);
 
 }  // namespace vramscope::cli

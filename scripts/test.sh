@@ -1,9 +1,25 @@
 #!/usr/bin/env bash
 # Quick start, step 2: every test. Installs and builds first if needed, then
-# runs the C++ suite (ctest) and the Python suites (pytest, real PyTorch on CPU).
+# runs the C++ suite (ctest) and the Python suites (pytest, real PyTorch on
+# CPU); then the same C++ and end-to-end suite under AddressSanitizer +
+# UndefinedBehaviorSanitizer (build-asan/), and every libFuzzer target for 60 s
+# from that same build (docs/hardening.md). Any failure, sanitizer finding or
+# fuzz crash fails the run. Each step prints how long it took.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/deps.sh
-scripts/build.sh
-ctest --test-dir build --output-on-failure -j "$(nproc)"
-/usr/bin/python3 -m pytest -q python/tests tools/groundtruth/tests
+
+step() {
+  local name=$1 start=$SECONDS
+  shift
+  "$@"
+  echo "test.sh: $name: $((SECONDS - start)) s"
+}
+
+step deps scripts/deps.sh
+step build scripts/build.sh
+scripts/seed_ctest_costs.sh build  # the end-to-end tests first
+step ctest ctest --test-dir build --output-on-failure -j "$(nproc)"
+step pytest /usr/bin/python3 -m pytest -q python/tests tools/groundtruth/tests
+step sanitize scripts/test_sanitize.sh
+step fuzz env FUZZ_BUILD_DIR=build-asan FUZZ_SECONDS=60 scripts/fuzz.sh
+echo "test.sh: all passed in $SECONDS s"

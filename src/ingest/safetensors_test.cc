@@ -12,7 +12,7 @@ using testing::FakeTensor;
 using testing::IsOneLine;
 using testing::MakeSafetensors;
 
-Result<std::vector<SafetensorsTensor>> Parse(const std::string& bytes) {
+Result<std::vector<SafetensorsTensor>> ParseHeaderBytes(const std::string& bytes) {
   return ParseSafetensorsHeader(bytes, bytes.size(), "w.safetensors");
 }
 
@@ -23,8 +23,8 @@ std::string WithHeader(const std::string& header, uint64_t data_bytes) {
   return out + header + std::string(data_bytes, '\0');
 }
 
-std::string ErrorOf(const std::string& bytes) {
-  auto r = Parse(bytes);
+std::string HeaderErrorOf(const std::string& bytes) {
+  auto r = ParseHeaderBytes(bytes);
   EXPECT_FALSE(r.ok());
   if (r.ok()) return "";
   EXPECT_TRUE(IsOneLine(r.error().message)) << r.error().message;
@@ -35,7 +35,7 @@ std::string ErrorOf(const std::string& bytes) {
 TEST(SafetensorsTest, ReadsNamesShapesAndDtypes) {
   std::string bytes = MakeSafetensors({{"a.weight", "BF16", {4, 8}}, {"b.bias", "F32", {8}},
                                        {"scalar", "F16", {}}, {"empty", "I8", {0, 3}}});
-  auto r = Parse(bytes);
+  auto r = ParseHeaderBytes(bytes);
   ASSERT_TRUE(r.ok()) << r.error().message;
   ASSERT_EQ(r->size(), 4u);
   EXPECT_EQ((*r)[0].name, "a.weight");
@@ -49,7 +49,7 @@ TEST(SafetensorsTest, ReadsNamesShapesAndDtypes) {
 TEST(SafetensorsTest, HeaderLengthPastTheEndOfTheFile) {
   std::string bytes = MakeSafetensors({{"a", "F32", {2}}});
   testing::SetHeaderLength(bytes, bytes.size());  // lies: longer than what follows
-  EXPECT_NE(ErrorOf(bytes).find("runs past the end"), std::string::npos);
+  EXPECT_NE(HeaderErrorOf(bytes).find("runs past the end"), std::string::npos);
 }
 
 TEST(SafetensorsTest, HeaderLengthOverTheLimitIsRejectedBeforeReading) {
@@ -64,42 +64,42 @@ TEST(SafetensorsTest, HeaderLengthOverTheLimitIsRejectedBeforeReading) {
 }
 
 TEST(SafetensorsTest, TooShortOrNotJson) {
-  EXPECT_NE(ErrorOf("abc").find("too short"), std::string::npos);
-  EXPECT_NE(ErrorOf(WithHeader("{not json", 0)).find("not a JSON object"), std::string::npos);
-  EXPECT_NE(ErrorOf(WithHeader("[1,2]", 0)).find("not a JSON object"), std::string::npos);
+  EXPECT_NE(HeaderErrorOf("abc").find("too short"), std::string::npos);
+  EXPECT_NE(HeaderErrorOf(WithHeader("{not json", 0)).find("not a JSON object"), std::string::npos);
+  EXPECT_NE(HeaderErrorOf(WithHeader("[1,2]", 0)).find("not a JSON object"), std::string::npos);
 }
 
 TEST(SafetensorsTest, OffsetsMustStayInsideTheDataArea) {
   std::string header = R"({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}})";
-  EXPECT_TRUE(Parse(WithHeader(header, 16)).ok());
-  EXPECT_NE(ErrorOf(WithHeader(header, 15)).find("past the 15 data bytes"), std::string::npos);
+  EXPECT_TRUE(ParseHeaderBytes(WithHeader(header, 16)).ok());
+  EXPECT_NE(HeaderErrorOf(WithHeader(header, 15)).find("past the 15 data bytes"), std::string::npos);
 }
 
 TEST(SafetensorsTest, SizeMustMatchDtypeTimesShape) {
   std::string header = R"({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 8]}})";
-  EXPECT_NE(ErrorOf(WithHeader(header, 8)).find("needs 16"), std::string::npos);
+  EXPECT_NE(HeaderErrorOf(WithHeader(header, 8)).find("needs 16"), std::string::npos);
   std::string reversed = R"({"a": {"dtype": "F32", "shape": [0], "data_offsets": [8, 0]}})";
-  EXPECT_NE(ErrorOf(WithHeader(reversed, 8)).find("end before begin"), std::string::npos);
+  EXPECT_NE(HeaderErrorOf(WithHeader(reversed, 8)).find("end before begin"), std::string::npos);
 }
 
 TEST(SafetensorsTest, OverlappingTensors) {
   std::string header = R"({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
                            "b": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}})";
-  EXPECT_NE(ErrorOf(WithHeader(header, 16)).find("overlap"), std::string::npos);
+  EXPECT_NE(HeaderErrorOf(WithHeader(header, 16)).find("overlap"), std::string::npos);
 }
 
 TEST(SafetensorsTest, MalformedEntries) {
-  EXPECT_NE(ErrorOf(WithHeader(R"({"a": {"dtype": "Q4", "shape": [1], "data_offsets": [0, 1]}})", 1))
+  EXPECT_NE(HeaderErrorOf(WithHeader(R"({"a": {"dtype": "Q4", "shape": [1], "data_offsets": [0, 1]}})", 1))
                 .find("unknown \"Q4\""),
             std::string::npos);
-  EXPECT_NE(ErrorOf(WithHeader(R"({"a": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}})", 4))
+  EXPECT_NE(HeaderErrorOf(WithHeader(R"({"a": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}})", 4))
                 .find("shape"),
             std::string::npos);
-  EXPECT_NE(ErrorOf(WithHeader(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0]}})", 4))
+  EXPECT_NE(HeaderErrorOf(WithHeader(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0]}})", 4))
                 .find("data_offsets"),
             std::string::npos);
-  EXPECT_NE(ErrorOf(WithHeader(R"({"a": 5})", 0)).find("tensor \"a\""), std::string::npos);
-  EXPECT_NE(ErrorOf(WithHeader(R"({"a": {"dtype": "F32", "shape": [4294967296, 4294967296, 16],
+  EXPECT_NE(HeaderErrorOf(WithHeader(R"({"a": 5})", 0)).find("tensor \"a\""), std::string::npos);
+  EXPECT_NE(HeaderErrorOf(WithHeader(R"({"a": {"dtype": "F32", "shape": [4294967296, 4294967296, 16],
                                    "data_offsets": [0, 4]}})", 4)).find("too large"),
             std::string::npos);
 }
@@ -107,9 +107,9 @@ TEST(SafetensorsTest, MalformedEntries) {
 // Hostile headers (docs/hardening.md): deep nesting is refused before
 // parsing; names quoted in messages are escaped and cut.
 TEST(SafetensorsTest, HostileNestingAndNames) {
-  EXPECT_NE(ErrorOf(WithHeader(std::string(100000, '['), 0)).find("nested deeper than 64 levels"),
+  EXPECT_NE(HeaderErrorOf(WithHeader(std::string(100000, '['), 0)).find("nested deeper than 64 levels"),
             std::string::npos);
-  const std::string name = ErrorOf(WithHeader(
+  const std::string name = HeaderErrorOf(WithHeader(
       R"({"w\u001b[2J\n)" + std::string(500, 'x') + R"(": 5})", 0));
   EXPECT_NE(name.find(R"(tensor "w\u001b[2J\nxxx)"), std::string::npos) << name;
   EXPECT_LT(name.size(), 250u) << name;

@@ -5,10 +5,10 @@
 
 #include <fmt/format.h>
 
+#include "int_math.h"
+
 namespace vramscope::lower {
 namespace {
-
-uint64_t CeilDiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
 bool IsZero(DataParallel m) {
   return m == DataParallel::kZero1 || m == DataParallel::kZero2 || m == DataParallel::kZero3;

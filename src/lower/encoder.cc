@@ -12,9 +12,6 @@
 namespace vramscope::lower {
 namespace {
 
-bool EndsWith(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 bool Has(const std::string& s, std::string_view part) { return s.find(part) != std::string::npos; }
 
 // dense -> dropout -> LayerNorm(x + residual): BertSelfOutput and BertOutput.
@@ -40,12 +37,12 @@ Result<EncoderParams> IndexEncoderParams(const ModelSpec& spec, std::vector<Para
   // beside it: it is the decoder's bias.
   std::unordered_map<std::string, std::string> weight_role;
   for (const ParamTensor& pt : spec.params) {
-    if (pt.role != "bias" && !EndsWith(pt.name, ".bias")) weight_role.emplace(pt.module, pt.role);
+    if (pt.role != "bias" && !pt.name.ends_with(".bias")) weight_role.emplace(pt.module, pt.role);
   }
   for (size_t i = 0; i < spec.params.size(); ++i) {
     const ParamTensor& pt = spec.params[i];
     Param* p = &params[i];
-    const bool bias = EndsWith(pt.name, ".bias");
+    const bool bias = pt.name.ends_with(".bias");
     auto set = [&](Param*& w, Param*& b) { (bias ? b : w) = p; };
     std::string r = pt.role;
     if (r == "bias") {

@@ -4,27 +4,15 @@
 
 #include <gtest/gtest.h>
 
+#include "test_models.h"
+
 #include "vramscope/simulate.h"
 
 namespace vramscope {
 namespace {
 
-// A small Llama config (real shapes would make tests slow to read).
-constexpr const char* kTinyLlama = R"({
-  "model_type": "llama", "architectures": ["LlamaForCausalLM"],
-  "hidden_size": 256, "intermediate_size": 688, "num_hidden_layers": 4,
-  "num_attention_heads": 8, "num_key_value_heads": 2, "vocab_size": 1000,
-  "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "tie_word_embeddings": false,
-  "torch_dtype": "bfloat16"
-})";
-
-GpuSpec TestGpu() {
-  GpuSpec g;
-  g.name = "test";
-  g.usable_bytes = uint64_t{80} << 30;
-  g.cublas_workspace_bytes = 0;
-  return g;
-}
+using lower_testing::TestGpu;
+using lower_testing::Tiny;
 
 SimResult RunLowered(const TrainingSetup& setup, const ModelSpec& m) {
   auto lowered = LowerTraining(m, setup, TestGpu());
@@ -34,12 +22,6 @@ SimResult RunLowered(const TrainingSetup& setup, const ModelSpec& m) {
   auto sim = Simulate(lowered->stream, o);
   EXPECT_TRUE(sim.ok());
   return *sim;
-}
-
-ModelSpec Tiny() {
-  auto m = ParseModelConfig(kTinyLlama, "tiny");
-  EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.error().message);
-  return *m;
 }
 
 TEST(Lower, SteadyStateAndNothingLeaks) {

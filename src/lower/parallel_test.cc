@@ -8,38 +8,21 @@
 
 #include <gtest/gtest.h>
 
+#include "test_models.h"
+
 #include "vramscope/lower.h"
 
 namespace vramscope {
 namespace {
 
-constexpr const char* kTinyLlama = R"({
-  "model_type": "llama", "architectures": ["LlamaForCausalLM"],
-  "hidden_size": 256, "intermediate_size": 688, "num_hidden_layers": 4,
-  "num_attention_heads": 8, "num_key_value_heads": 2, "vocab_size": 1000,
-  "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "tie_word_embeddings": false,
-  "torch_dtype": "bfloat16"
-})";
+using lower_testing::TestGpu;
+using lower_testing::Tiny;
 
 // Parameter counts of the tiny model, by hand: h=256, i=688, kv heads 2 of
 // head_dim 32, vocab 1000, 4 layers, untied head.
 constexpr uint64_t kH = 256, kI = 688, kKv = 2 * 32, kV = 1000, kL = 4;
 constexpr uint64_t kLayer = kH * kH + 2 * kH * kKv + kH * kH + 3 * kH * kI + 2 * kH;
 constexpr uint64_t kParams = 2 * kV * kH + kL * kLayer + kH;
-
-GpuSpec TestGpu() {
-  GpuSpec g;
-  g.name = "test";
-  g.usable_bytes = uint64_t{80} << 30;
-  g.cublas_workspace_bytes = 0;
-  return g;
-}
-
-ModelSpec Tiny() {
-  auto m = ParseModelConfig(kTinyLlama, "tiny");
-  EXPECT_TRUE(m.ok());
-  return *m;
-}
 
 TrainingSetup Base() {
   TrainingSetup s;

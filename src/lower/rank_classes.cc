@@ -4,10 +4,10 @@
 
 #include <fmt/format.h>
 
+#include "int_math.h"
+
 namespace vramscope::lower {
 namespace {
-
-uint64_t CeilDiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
 bool ColumnParallel(const std::string& role) {
   return role == "q" || role == "k" || role == "v" || role == "qkv" || role == "gate" || role == "up" ||

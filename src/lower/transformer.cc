@@ -11,13 +11,9 @@
 namespace vramscope::lower {
 namespace {
 
-bool EndsWith(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // Assigns one parameter to its slot by role and name.
 void Place(LayerParams& lp, const ParamTensor& pt, Param* p) {
-  const bool bias = EndsWith(pt.name, ".bias");
+  const bool bias = pt.name.ends_with(".bias");
   const std::string& r = pt.role;
   auto set = [&](Param*& w, Param*& b) { (bias ? b : w) = p; };
   Param* none = nullptr;
@@ -362,7 +358,7 @@ ModelParams IndexParams(const ModelSpec& spec, std::vector<Param>& params) {
   // they belong to the weight of the same module.
   std::unordered_map<std::string, std::string> weight_role;
   for (const ParamTensor& pt : spec.params) {
-    if (pt.role != "bias" && !EndsWith(pt.name, ".bias")) weight_role.emplace(pt.module, pt.role);
+    if (pt.role != "bias" && !pt.name.ends_with(".bias")) weight_role.emplace(pt.module, pt.role);
   }
   for (size_t i = 0; i < spec.params.size(); ++i) {
     ParamTensor pt = spec.params[i];
@@ -377,8 +373,8 @@ ModelParams IndexParams(const ModelSpec& spec, std::vector<Param>& params) {
     }
     if (pt.role == "embed") mp.embed = p;
     else if (pt.role == "pos_embed") mp.pos_embed = p;
-    else if (pt.role == "norm" || pt.role == "final_norm") (EndsWith(pt.name, ".bias") ? mp.final_norm_b : mp.final_norm) = p;
-    else if (pt.role == "lm_head") (EndsWith(pt.name, ".bias") ? mp.lm_head_b : mp.lm_head) = p;
+    else if (pt.role == "norm" || pt.role == "final_norm") (pt.name.ends_with(".bias") ? mp.final_norm_b : mp.final_norm) = p;
+    else if (pt.role == "lm_head") (pt.name.ends_with(".bias") ? mp.lm_head_b : mp.lm_head) = p;
   }
   return mp;
 }

@@ -8,7 +8,7 @@ namespace vramscope {
 namespace {
 
 using V = std::vector<uint64_t>;
-constexpr uint64_t kGiB = uint64_t{1} << 30;
+constexpr uint64_t kParseGiB = uint64_t{1} << 30;
 
 TEST(ParseGrid, StartStopCountIsInclusiveAndEven) {
   EXPECT_EQ(*ParseGrid("1:2048:10", "--seq"), (V{1, 228, 456, 683, 911, 1138, 1366, 1593, 1821, 2048}));
@@ -51,17 +51,17 @@ TEST(ParseGrid, ListsLongerThanThePointLimitFail) {
 }
 
 TEST(ParseMargin, GiBAndPercent) {
-  const uint64_t usable = 80 * kGiB;
-  EXPECT_EQ(*ParseMargin("2", usable), 2 * kGiB);
-  EXPECT_EQ(*ParseMargin("1.5GiB", usable), 3 * kGiB / 2);
-  EXPECT_EQ(*ParseMargin("1.5 gib", usable), 3 * kGiB / 2);
+  const uint64_t usable = 80 * kParseGiB;
+  EXPECT_EQ(*ParseMargin("2", usable), 2 * kParseGiB);
+  EXPECT_EQ(*ParseMargin("1.5GiB", usable), 3 * kParseGiB / 2);
+  EXPECT_EQ(*ParseMargin("1.5 gib", usable), 3 * kParseGiB / 2);
   EXPECT_EQ(*ParseMargin("0", usable), 0u);
-  EXPECT_EQ(*ParseMargin("5%", usable), 4 * kGiB);
-  EXPECT_EQ(*ParseMargin("12.5 %", usable), 10 * kGiB);
+  EXPECT_EQ(*ParseMargin("5%", usable), 4 * kParseGiB);
+  EXPECT_EQ(*ParseMargin("12.5 %", usable), 10 * kParseGiB);
 }
 
 TEST(ParseMargin, RejectsNegativeHugeAndJunk) {
-  const uint64_t usable = 80 * kGiB;
+  const uint64_t usable = 80 * kParseGiB;
   for (const char* text : {"-1", "-0", "-5%", "80", "100%", "120%", "1e30", "inf", "nan", "abc", "", "%",
                            "2 MiB", "GiB"}) {
     auto r = ParseMargin(text, usable);

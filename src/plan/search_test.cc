@@ -4,8 +4,10 @@
 #include "search.h"
 
 #include <cmath>
+#include <functional>
 #include <random>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -17,8 +19,11 @@ constexpr uint64_t kLimit = 80'000'000'000;
 
 // A curve of needed bytes per value; fits when needed <= limit.
 struct Curve {
+  explicit Curve(std::function<uint64_t(uint64_t)> needed_bytes, uint64_t limit_bytes = kLimit)
+      : needed(std::move(needed_bytes)), limit(limit_bytes) {}
+
   std::function<uint64_t(uint64_t)> needed;
-  uint64_t limit = kLimit;
+  uint64_t limit;
   std::set<uint64_t> probed;
 
   Probe AsProbe() {

@@ -28,7 +28,7 @@ void ExpectPointIsEstimate(const ModelSpec& model, const TrainingSetup& setup, c
   EXPECT_EQ(p.oom, r.worst().sim.oom.has_value());
 }
 
-struct Case {
+struct SweepCase {
   const char* model;
   TrainingSetup setup;
   std::vector<SweepAxis> axes;
@@ -45,14 +45,14 @@ TEST(Sweep, PointsEqualEstimate) {
   fp32.gpu = "t4";
   TrainingSetup big;  // llama-3-8b full fine-tune: no point fits an A100-40GB
   big.gpu = "a100-40g";
-  const std::vector<Case> cases = {
+  const std::vector<SweepCase> cases = {
       {"qwen2.5-0.5b", TrainingSetup{}, {{SweepVariable::kSeq, {1, 512, 2048, 8192}}}},
       {"llama-3.2-1b", lora, {{SweepVariable::kBatch, {1, 2, 8}}, {SweepVariable::kLoraRank, {8, 64}}}},
       {"gpt2", fp32, {{SweepVariable::kSeq, {64, 1024}}, {SweepVariable::kBatch, {1, 16, 64}}}},
       {"smollm2-135m", TrainingSetup{}, {{SweepVariable::kGradAccum, {1, 4}}}},
       {"llama-3-8b", big, {{SweepVariable::kSeq, {1, 2048}}}},
   };
-  for (const Case& c : cases) {
+  for (const SweepCase& c : cases) {
     SCOPED_TRACE(c.model);
     auto model = LoadCatalogModel(c.model);
     ASSERT_TRUE(model.ok());

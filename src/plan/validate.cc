@@ -264,6 +264,36 @@ Result<std::optional<MeasuredRun>> ParseRecord(const Ctx& c, const json& rec,
   return std::optional<MeasuredRun>{std::move(run)};
 }
 
+// Calls visit(line_no, line) for each line that is not blank, in order,
+// until it returns false.
+template <typename Visit>
+void ForEachRecordLine(std::string_view text, Visit visit) {
+  size_t line_no = 0;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view line = text.substr(pos, end - pos);
+    pos = end + 1;
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    if (!visit(line_no, line)) return;
+  }
+}
+
+// One non-blank line of a results file: a record, compared or listed.
+Status ParseRecordLine(const Ctx& c, std::string_view line, std::string_view gpu_override,
+                       MeasuredFile* file) {
+  if (JsonNestsDeeperThan(line, kMaxJsonDepth)) {
+    return c.Fail("line", fmt::format("JSON nested deeper than {} levels", kMaxJsonDepth));
+  }
+  json rec = json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (rec.is_discarded()) return c.Fail("line", "not valid JSON");
+  VS_TRY(run, ParseRecord(c, rec, gpu_override, &file->not_compared));
+  if (run) file->runs.push_back(std::move(*run));
+  return Ok{};
+}
+
 ErrorStats Stats(const std::vector<double>& errors) {
   ErrorStats s;
   s.count = errors.size();
@@ -283,28 +313,26 @@ ErrorStats Stats(const std::vector<double>& errors) {
 
 Result<MeasuredFile> ParseGroundTruth(std::string_view text, std::string_view label,
                                       std::string_view gpu_override) {
-  MeasuredFile file;
-  size_t line_no = 0;
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string_view::npos) end = text.size();
-    std::string_view line = text.substr(pos, end - pos);
-    pos = end + 1;
-    ++line_no;
-    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
-    Ctx c{fmt::format("{}:{}", label, line_no)};
-    if (file.runs.size() + file.not_compared.size() >= kMaxRecordsPerFile) {
-      return c.Fail("file", fmt::format("more than {} records", kMaxRecordsPerFile));
-    }
-    if (JsonNestsDeeperThan(line, kMaxJsonDepth)) {
-      return c.Fail("line", fmt::format("JSON nested deeper than {} levels", kMaxJsonDepth));
-    }
-    json rec = json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (rec.is_discarded()) return c.Fail("line", "not valid JSON");
-    VS_TRY(run, ParseRecord(c, rec, gpu_override, &file.not_compared));
-    if (run) file.runs.push_back(std::move(*run));
+  // Counted before anything is parsed, so an oversized file fails at once.
+  size_t records = 0;
+  size_t first_over_line = 0;
+  ForEachRecordLine(text, [&](size_t line_no, std::string_view) {
+    if (++records <= kMaxRecordsPerFile) return true;
+    first_over_line = line_no;
+    return false;
+  });
+  if (first_over_line != 0) {
+    return Ctx{fmt::format("{}:{}", label, first_over_line)}.Fail(
+        "file", fmt::format("more than {} records", kMaxRecordsPerFile));
   }
+  MeasuredFile file;
+  Status status = Ok{};
+  ForEachRecordLine(text, [&](size_t line_no, std::string_view line) {
+    Ctx c{fmt::format("{}:{}", label, line_no)};
+    status = ParseRecordLine(c, line, gpu_override, &file);
+    return status.ok();
+  });
+  if (!status.ok()) return status.error();
   return file;
 }
 

@@ -2,6 +2,7 @@
 // file) and RenderHtml (inline, one per rank class). Private to src/report.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -19,6 +20,12 @@ struct ChartLayout {
   static constexpr double kPlotBottom = 448;
   static constexpr double kLegendLeft = 760;
 };
+
+// Shared by the timeline and the sweep chart, so that both read the same way.
+inline constexpr double kChartGiB = static_cast<double>(uint64_t{1} << 30);
+inline constexpr const char* kAllocatedColour = "#1a1a1a";
+inline constexpr const char* kDeviceTotalColour = "#7a2e8e";
+inline constexpr const char* kLimitColour = "#c0392b";
 
 // Memory over time stacked by category, allocated and reserved lines, phase
 // markers, the device-total level and the GPU limit, axes in GiB.

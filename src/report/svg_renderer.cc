@@ -18,19 +18,13 @@
 namespace vramscope::report_internal {
 namespace {
 
-using L = ChartLayout;
-
-constexpr double kGiB = static_cast<double>(uint64_t{1} << 30);
 // Smallest y range (GiB): a run of a few KiB still gets readable ticks.
 constexpr double kMinRangeGiB = 1.0 / 1024;
 // The GPU limit joins the y range only when it is at most this many times the
 // data; farther up it would squash the data into a flat line at the bottom.
-constexpr double kLimitOnChartRatio = 2.0;
+constexpr double kTimelineLimitOnChartRatio = 2.0;
 constexpr double kMinLabelGapPx = 12;  // rotated phase labels closer than this overlap
 
-constexpr const char* kAllocatedColour = "#1a1a1a";
-constexpr const char* kDeviceTotalColour = "#7a2e8e";
-constexpr const char* kLimitColour = "#c0392b";
 constexpr const char* kMarkerColour = "#9a9a9a";
 
 // Coordinates in tenths of a unit, kept as integers so that equal positions
@@ -62,12 +56,12 @@ class ChartWriter {
  private:
   double Px(uint64_t event) const {
     const uint64_t e = std::clamp(event, x_min_, x_max_);
-    return L::kPlotLeft + static_cast<double>(e - x_min_) / static_cast<double>(x_max_ - x_min_) *
-                              (L::kPlotRight - L::kPlotLeft);
+    return ChartLayout::kPlotLeft + static_cast<double>(e - x_min_) / static_cast<double>(x_max_ - x_min_) *
+                              (ChartLayout::kPlotRight - ChartLayout::kPlotLeft);
   }
   double Py(uint64_t bytes) const {
-    const double share = std::min(1.0, static_cast<double>(bytes) / kGiB / y_.top);
-    return L::kPlotBottom - share * (L::kPlotBottom - L::kPlotTop);
+    const double share = std::min(1.0, static_cast<double>(bytes) / kChartGiB / y_.top);
+    return ChartLayout::kPlotBottom - share * (ChartLayout::kPlotBottom - ChartLayout::kPlotTop);
   }
   // Allocated at the OOM plus the block that could not be had.
   uint64_t FailedRequestTopBytes() const {
@@ -101,9 +95,9 @@ class ChartWriter {
       max_bytes = std::max({max_bytes, p.allocated_bytes, p.reserved_bytes,
                             CumulativeBytes(p, kNumCategories - 1)});
     }
-    double max_gib = static_cast<double>(max_bytes) / kGiB;
-    const double usable_gib = static_cast<double>(report_.gpu.usable_bytes) / kGiB;
-    limit_on_chart_ = usable_gib > 0 && max_gib > 0 && usable_gib <= kLimitOnChartRatio * max_gib;
+    double max_gib = static_cast<double>(max_bytes) / kChartGiB;
+    const double usable_gib = static_cast<double>(report_.gpu.usable_bytes) / kChartGiB;
+    limit_on_chart_ = usable_gib > 0 && max_gib > 0 && usable_gib <= kTimelineLimitOnChartRatio * max_gib;
     if (limit_on_chart_) max_gib = std::max(max_gib, usable_gib);
     // All zero: a 0..1 GiB axis rather than a degenerate one.
     y_ = ValueTicks(max_gib > 0 ? std::max(max_gib, kMinRangeGiB) : 1.0, 5);
@@ -121,7 +115,7 @@ class ChartWriter {
         "viewBox=\"0 0 {0} {1}\" font-family=\"sans-serif\" font-size=\"12\" class=\"vs-chart\" "
         "id=\"{2}\" data-plot-left=\"{3}\" data-plot-right=\"{4}\" data-plot-top=\"{5}\" "
         "data-plot-bottom=\"{6}\" data-x-min=\"{7}\" data-x-max=\"{8}\">\n",
-        L::kWidth, L::kHeight, id_, L::kPlotLeft, L::kPlotRight, L::kPlotTop, L::kPlotBottom,
+        ChartLayout::kWidth, ChartLayout::kHeight, id_, ChartLayout::kPlotLeft, ChartLayout::kPlotRight, ChartLayout::kPlotTop, ChartLayout::kPlotBottom,
         x_min_, x_max_);
     out_ += fmt::format("<title>{}</title>\n", EscapeMarkup(title));
     out_ += fmt::format(
@@ -131,29 +125,29 @@ class ChartWriter {
     out_ += fmt::format(
         "<defs><clipPath id=\"{}-clip\"><rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\"/>"
         "</clipPath></defs>\n",
-        id_, L::kPlotLeft, L::kPlotTop - 1, L::kPlotRight - L::kPlotLeft,
-        L::kPlotBottom - L::kPlotTop + 2);
-    out_ += fmt::format("<rect width=\"{}\" height=\"{}\" fill=\"#ffffff\"/>\n", L::kWidth, L::kHeight);
+        id_, ChartLayout::kPlotLeft, ChartLayout::kPlotTop - 1, ChartLayout::kPlotRight - ChartLayout::kPlotLeft,
+        ChartLayout::kPlotBottom - ChartLayout::kPlotTop + 2);
+    out_ += fmt::format("<rect width=\"{}\" height=\"{}\" fill=\"#ffffff\"/>\n", ChartLayout::kWidth, ChartLayout::kHeight);
     out_ += fmt::format(
         "<text x=\"{}\" y=\"20\" text-anchor=\"middle\" font-size=\"15\" font-weight=\"bold\">{}</text>\n",
-        L::kWidth / 2, EscapeMarkup(title));
+        ChartLayout::kWidth / 2, EscapeMarkup(title));
     out_ += fmt::format("<text x=\"{}\" y=\"38\" text-anchor=\"middle\" fill=\"#444444\">{}</text>\n",
-                        L::kWidth / 2, EscapeMarkup(VerdictLine(report_)));
+                        ChartLayout::kWidth / 2, EscapeMarkup(VerdictLine(report_)));
   }
 
   void YAxis() {
     out_ += "<g class=\"vs-yaxis\">\n";
     for (double gib : y_.values) {
-      const double y = L::kPlotBottom - gib / y_.top * (L::kPlotBottom - L::kPlotTop);
+      const double y = ChartLayout::kPlotBottom - gib / y_.top * (ChartLayout::kPlotBottom - ChartLayout::kPlotTop);
       out_ += fmt::format(
           "<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"#e4e4e4\"/>"
           "<text x=\"{3}\" y=\"{4}\" text-anchor=\"end\">{5:.{6}f}</text>\n",
-          Coord(L::kPlotLeft), Coord(y), Coord(L::kPlotRight), Coord(L::kPlotLeft - 6),
+          Coord(ChartLayout::kPlotLeft), Coord(y), Coord(ChartLayout::kPlotRight), Coord(ChartLayout::kPlotLeft - 6),
           Coord(y + 4), gib, y_.decimals);
     }
     out_ += fmt::format(
         "<text transform=\"translate(18,{}) rotate(-90)\" text-anchor=\"middle\">memory (GiB)</text>\n",
-        Coord((L::kPlotTop + L::kPlotBottom) / 2));
+        Coord((ChartLayout::kPlotTop + ChartLayout::kPlotBottom) / 2));
     out_ += "</g>\n";
   }
 
@@ -161,7 +155,7 @@ class ChartWriter {
   // areas.
   std::string StepPath(const std::vector<int64_t>& ys, bool closed) const {
     const auto& points = sim_.timeline;
-    const int64_t base = Tenths(L::kPlotBottom);
+    const int64_t base = Tenths(ChartLayout::kPlotBottom);
     std::string d = closed ? fmt::format("M{},{}V{}", Coord(Px(points[0].event_index)), Coord(base), Coord(ys[0]))
                            : fmt::format("M{},{}", Coord(Px(points[0].event_index)), Coord(ys[0]));
     int64_t last_y = ys[0];
@@ -170,7 +164,7 @@ class ChartWriter {
       d += fmt::format("H{}V{}", Coord(Px(points[i].event_index)), Coord(ys[i]));
       last_y = ys[i];
     }
-    d += fmt::format("H{}", Coord(sim_.oom ? Px(sim_.oom_event_index) : L::kPlotRight));
+    d += fmt::format("H{}", Coord(sim_.oom ? Px(sim_.oom_event_index) : ChartLayout::kPlotRight));
     if (closed) d += fmt::format("V{}Z", Coord(base));
     return d;
   }
@@ -213,16 +207,16 @@ class ChartWriter {
           "stroke=\"{4}\" stroke-dasharray=\"4 2\" vector-effect=\"non-scaling-stroke\"/>\n"
           "<line x1=\"{0}\" y1=\"{5}\" x2=\"{0}\" y2=\"{6}\" stroke=\"{4}\" stroke-width=\"2\" "
           "vector-effect=\"non-scaling-stroke\"/>\n",
-          Coord(px), Coord(top), Coord(std::max(0.0, L::kPlotRight - px)),
+          Coord(px), Coord(top), Coord(std::max(0.0, ChartLayout::kPlotRight - px)),
           Coord(std::max(0.0, Py(sim_.oom->allocated_bytes) - top)), kLimitColour,
-          Coord(L::kPlotTop), Coord(L::kPlotBottom));
+          Coord(ChartLayout::kPlotTop), Coord(ChartLayout::kPlotBottom));
     }
     out_ += "</g></g>\n";
     if (points.empty()) {
       out_ += fmt::format(
           "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" fill=\"#666666\">No timeline was recorded "
           "for this run.</text>\n",
-          Coord((L::kPlotLeft + L::kPlotRight) / 2), Coord((L::kPlotTop + L::kPlotBottom) / 2));
+          Coord((ChartLayout::kPlotLeft + ChartLayout::kPlotRight) / 2), Coord((ChartLayout::kPlotTop + ChartLayout::kPlotBottom) / 2));
     }
   }
 
@@ -241,7 +235,7 @@ class ChartWriter {
       out_ += fmt::format(
           "<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" stroke=\"{3}\" stroke-width=\"0.8\" "
           "vector-effect=\"non-scaling-stroke\"/>\n",
-          Coord(markers_.back().px), Coord(L::kPlotTop), Coord(L::kPlotBottom), kMarkerColour);
+          Coord(markers_.back().px), Coord(ChartLayout::kPlotTop), Coord(ChartLayout::kPlotBottom), kMarkerColour);
     }
   }
 
@@ -251,7 +245,7 @@ class ChartWriter {
     out_ += fmt::format(
         "<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"{3}\" stroke-width=\"1.5\" "
         "stroke-dasharray=\"{4}\"/>\n",
-        Coord(L::kPlotLeft), Coord(Py(bytes)), Coord(L::kPlotRight), colour, dash);
+        Coord(ChartLayout::kPlotLeft), Coord(Py(bytes)), Coord(ChartLayout::kPlotRight), colour, dash);
   }
 
   void Levels() {
@@ -275,19 +269,19 @@ class ChartWriter {
       out_ += fmt::format(
           "<g class=\"vs-pin vs-phase\" data-px=\"{0}\"{1}><text transform=\"translate({2},{3}) "
           "rotate(-90)\" text-anchor=\"end\" font-size=\"10\" fill=\"#555555\">{4}</text></g>\n",
-          Coord(m.px), visible ? "" : " display=\"none\"", Coord(m.px + 11), Coord(L::kPlotTop + 4),
+          Coord(m.px), visible ? "" : " display=\"none\"", Coord(m.px + 11), Coord(ChartLayout::kPlotTop + 4),
           EscapeMarkup(m.label));
     }
     if (!sim_.timeline.empty()) {
       const double px = Px(sim_.peak_event_index);
       const double py = Py(sim_.peak_allocated_bytes);
-      const bool left_half = px < (L::kPlotLeft + L::kPlotRight) / 2;
+      const bool left_half = px < (ChartLayout::kPlotLeft + ChartLayout::kPlotRight) / 2;
       out_ += fmt::format(
           "<g class=\"vs-pin\" data-px=\"{0}\"><circle cx=\"{0}\" cy=\"{1}\" r=\"4\" fill=\"#ffffff\" "
           "stroke=\"{2}\" stroke-width=\"2\"/><text x=\"{3}\" y=\"{4}\" text-anchor=\"{5}\" "
           "font-weight=\"bold\">peak allocated {6}</text></g>\n",
           Coord(px), Coord(py), kAllocatedColour, Coord(left_half ? px + 8 : px - 8),
-          Coord(std::max(py - 8, L::kPlotTop + 12)), left_half ? "start" : "end",
+          Coord(std::max(py - 8, ChartLayout::kPlotTop + 12)), left_half ? "start" : "end",
           FormatGiB(sim_.peak_allocated_bytes));
     }
     if (sim_.oom) {
@@ -295,7 +289,7 @@ class ChartWriter {
       out_ += fmt::format(
           "<g class=\"vs-pin\" data-px=\"{0}\"><text x=\"{1}\" y=\"{2}\" text-anchor=\"end\" "
           "fill=\"{3}\" font-weight=\"bold\">OOM: {4} more</text></g>\n",
-          Coord(px), Coord(px - 4), Coord(L::kPlotBottom - 8), kLimitColour,
+          Coord(px), Coord(px - 4), Coord(ChartLayout::kPlotBottom - 8), kLimitColour,
           FormatGiB(sim_.oom->alloc_size_bytes));
     }
     out_ += "</g>\n";
@@ -305,20 +299,20 @@ class ChartWriter {
     out_ += fmt::format(
         "<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"#333333\"/>"
         "<line x1=\"{0}\" y1=\"{3}\" x2=\"{0}\" y2=\"{1}\" stroke=\"#333333\"/>\n",
-        Coord(L::kPlotLeft), Coord(L::kPlotBottom), Coord(L::kPlotRight), Coord(L::kPlotTop));
+        Coord(ChartLayout::kPlotLeft), Coord(ChartLayout::kPlotBottom), Coord(ChartLayout::kPlotRight), Coord(ChartLayout::kPlotTop));
     out_ += "<g class=\"vs-xticks\">\n";
     for (uint64_t tick : IndexTicks(x_min_, x_max_, 6)) {
       const double x = Px(tick);
       out_ += fmt::format(
           "<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" stroke=\"#333333\"/>"
           "<text x=\"{0}\" y=\"{3}\" text-anchor=\"middle\">{4}</text>\n",
-          Coord(x), Coord(L::kPlotBottom), Coord(L::kPlotBottom + 5), Coord(L::kPlotBottom + 18),
+          Coord(x), Coord(ChartLayout::kPlotBottom), Coord(ChartLayout::kPlotBottom + 5), Coord(ChartLayout::kPlotBottom + 18),
           GroupThousands(tick));
     }
     out_ += "</g>\n";
     out_ += fmt::format(
         "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">events (allocations and frees, in order)</text>\n",
-        Coord((L::kPlotLeft + L::kPlotRight) / 2), Coord(L::kPlotBottom + 40));
+        Coord((ChartLayout::kPlotLeft + ChartLayout::kPlotRight) / 2), Coord(ChartLayout::kPlotBottom + 40));
   }
 
   // A line sample with its label, and an optional second line in grey.
@@ -327,26 +321,26 @@ class ChartWriter {
     out_ += fmt::format(
         "<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"{3}\" stroke-width=\"{4}\"{5}/>"
         "<text x=\"{6}\" y=\"{7}\">{8}</text>\n",
-        Coord(L::kLegendLeft), Coord(y), Coord(L::kLegendLeft + 18), colour, width,
-        *dash ? fmt::format(" stroke-dasharray=\"{}\"", dash) : std::string(), Coord(L::kLegendLeft + 24),
+        Coord(ChartLayout::kLegendLeft), Coord(y), Coord(ChartLayout::kLegendLeft + 18), colour, width,
+        *dash ? fmt::format(" stroke-dasharray=\"{}\"", dash) : std::string(), Coord(ChartLayout::kLegendLeft + 24),
         Coord(y + 4), label);
     if (!detail.empty()) {
       out_ += fmt::format("<text x=\"{}\" y=\"{}\" fill=\"#555555\">{}</text>\n",
-                          Coord(L::kLegendLeft + 24), Coord(y + 19), detail);
+                          Coord(ChartLayout::kLegendLeft + 24), Coord(y + 19), detail);
     }
   }
 
   void Legend() {
     out_ += "<g class=\"vs-legend\">\n";
-    double y = L::kPlotTop;
+    double y = ChartLayout::kPlotTop;
     out_ += fmt::format("<text x=\"{}\" y=\"{}\" font-weight=\"bold\">allocated at the peak, GiB</text>\n",
-                        Coord(L::kLegendLeft), Coord(y + 4));
+                        Coord(ChartLayout::kLegendLeft), Coord(y + 4));
     for (Category c : kAllCategories) {
       y += 20;
       out_ += fmt::format(
           "<rect x=\"{}\" y=\"{}\" width=\"18\" height=\"12\" fill=\"{}\"/>"
           "<text x=\"{}\" y=\"{}\">{} {}</text>\n",
-          Coord(L::kLegendLeft), Coord(y - 6), CategoryColour(c), Coord(L::kLegendLeft + 24),
+          Coord(ChartLayout::kLegendLeft), Coord(y - 6), CategoryColour(c), Coord(ChartLayout::kLegendLeft + 24),
           Coord(y + 4), CategoryLabel(c),
           GiBNumber(sim_.breakdown_at_peak[static_cast<size_t>(c)]));
     }

@@ -23,25 +23,19 @@
 namespace vramscope::report_internal {
 namespace {
 
-using L = ChartLayout;
-
-constexpr double kGiB = static_cast<double>(uint64_t{1} << 30);
 // The GPU limit joins the y range when it is at most this many times the
 // data: a sweep is about what fits, so the line matters more here than on a
 // timeline, but far above the data it would flatten every curve.
-constexpr double kLimitOnChartRatio = 4.0;
+constexpr double kSweepLimitOnChartRatio = 4.0;
 constexpr double kInsetPx = 10;         // markers at the ends stay off the frame
 constexpr size_t kLegendGroups = 12;    // second-axis values named in the legend
 constexpr size_t kDensePoints = 60;     // points per line above which markers shrink
 
-constexpr const char* kAllocatedColour = "#1a1a1a";
-constexpr const char* kDeviceTotalColour = "#7a2e8e";
-constexpr const char* kLimitColour = "#c0392b";
 // Distinct hues for the lines of a second knob, in order.
 constexpr const char* kGroupColours[] = {"#3a6ea5", "#e08a1e", "#2e8b57", "#7a2e8e", "#8c564b",
                                          "#d6604d", "#17becf", "#6b6b6b"};
 
-std::string Coord(double v) { return fmt::format("{:.1f}", v); }
+std::string SweepCoord(double v) { return fmt::format("{:.1f}", v); }
 
 class SweepChartWriter {
  public:
@@ -73,11 +67,11 @@ class SweepChartWriter {
   double Px(uint64_t x) const {
     x = std::clamp(x, x_lo_, x_hi_);
     const double share = static_cast<double>(x - x_lo_) / static_cast<double>(x_hi_ - x_lo_);
-    return L::kPlotLeft + kInsetPx + share * (L::kPlotRight - L::kPlotLeft - 2 * kInsetPx);
+    return ChartLayout::kPlotLeft + kInsetPx + share * (ChartLayout::kPlotRight - ChartLayout::kPlotLeft - 2 * kInsetPx);
   }
   double Py(uint64_t bytes) const {
-    const double share = std::min(1.0, static_cast<double>(bytes) / kGiB / y_.top);
-    return L::kPlotBottom - share * (L::kPlotBottom - L::kPlotTop);
+    const double share = std::min(1.0, static_cast<double>(bytes) / kChartGiB / y_.top);
+    return ChartLayout::kPlotBottom - share * (ChartLayout::kPlotBottom - ChartLayout::kPlotTop);
   }
 
   void Scale() {
@@ -92,9 +86,9 @@ class SweepChartWriter {
     for (const SweepPoint& p : sweep_.points) {
       max_bytes = std::max({max_bytes, SweepPointBytes(p), p.peak_reserved_bytes, p.peak_allocated_bytes});
     }
-    double max_gib = static_cast<double>(max_bytes) / kGiB;
-    const double usable_gib = static_cast<double>(sweep_.gpu.usable_bytes) / kGiB;
-    limit_on_chart_ = usable_gib > 0 && (max_gib == 0 || usable_gib <= kLimitOnChartRatio * max_gib);
+    double max_gib = static_cast<double>(max_bytes) / kChartGiB;
+    const double usable_gib = static_cast<double>(sweep_.gpu.usable_bytes) / kChartGiB;
+    limit_on_chart_ = usable_gib > 0 && (max_gib == 0 || usable_gib <= kSweepLimitOnChartRatio * max_gib);
     if (limit_on_chart_) max_gib = std::max(max_gib, usable_gib);
     y_ = ValueTicks(max_gib > 0 ? max_gib : 1.0, 5);
   }
@@ -108,30 +102,30 @@ class SweepChartWriter {
     out_ += fmt::format(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} {1}\" "
         "font-family=\"sans-serif\" font-size=\"12\" class=\"vs-sweep-chart\" id=\"{2}\">\n",
-        L::kWidth, L::kHeight, id_);
+        ChartLayout::kWidth, ChartLayout::kHeight, id_);
     out_ += fmt::format("<title>{}</title>\n<desc>{}</desc>\n", EscapeMarkup(title),
                         EscapeMarkup(SweepSummaryLine(sweep_)));
-    out_ += fmt::format("<rect width=\"{}\" height=\"{}\" fill=\"#ffffff\"/>\n", L::kWidth, L::kHeight);
+    out_ += fmt::format("<rect width=\"{}\" height=\"{}\" fill=\"#ffffff\"/>\n", ChartLayout::kWidth, ChartLayout::kHeight);
     out_ += fmt::format(
         "<text x=\"{}\" y=\"20\" text-anchor=\"middle\" font-size=\"15\" font-weight=\"bold\">{}</text>\n",
-        L::kWidth / 2, EscapeMarkup(title));
+        ChartLayout::kWidth / 2, EscapeMarkup(title));
     out_ += fmt::format("<text x=\"{}\" y=\"38\" text-anchor=\"middle\" fill=\"#444444\">{}</text>\n",
-                        L::kWidth / 2, EscapeMarkup(ClipText(SweepSummaryLine(sweep_), 140)));
+                        ChartLayout::kWidth / 2, EscapeMarkup(ClipText(SweepSummaryLine(sweep_), 140)));
   }
 
   void YAxis() {
     out_ += "<g class=\"vs-yaxis\">\n";
     for (double gib : y_.values) {
-      const double y = L::kPlotBottom - gib / y_.top * (L::kPlotBottom - L::kPlotTop);
+      const double y = ChartLayout::kPlotBottom - gib / y_.top * (ChartLayout::kPlotBottom - ChartLayout::kPlotTop);
       out_ += fmt::format(
           "<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"#e4e4e4\"/>"
           "<text x=\"{3}\" y=\"{4}\" text-anchor=\"end\">{5:.{6}f}</text>\n",
-          Coord(L::kPlotLeft), Coord(y), Coord(L::kPlotRight), Coord(L::kPlotLeft - 6), Coord(y + 4), gib,
+          SweepCoord(ChartLayout::kPlotLeft), SweepCoord(y), SweepCoord(ChartLayout::kPlotRight), SweepCoord(ChartLayout::kPlotLeft - 6), SweepCoord(y + 4), gib,
           y_.decimals);
     }
     out_ += fmt::format(
         "<text transform=\"translate(18,{}) rotate(-90)\" text-anchor=\"middle\">memory (GiB)</text>\n",
-        Coord((L::kPlotTop + L::kPlotBottom) / 2));
+        SweepCoord((ChartLayout::kPlotTop + ChartLayout::kPlotBottom) / 2));
     out_ += "</g>\n";
   }
 
@@ -139,13 +133,13 @@ class SweepChartWriter {
     out_ += fmt::format(
         "<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"#333333\"/>"
         "<line x1=\"{0}\" y1=\"{3}\" x2=\"{0}\" y2=\"{1}\" stroke=\"#333333\"/>\n",
-        Coord(L::kPlotLeft), Coord(L::kPlotBottom), Coord(L::kPlotRight), Coord(L::kPlotTop));
+        SweepCoord(ChartLayout::kPlotLeft), SweepCoord(ChartLayout::kPlotBottom), SweepCoord(ChartLayout::kPlotRight), SweepCoord(ChartLayout::kPlotTop));
     out_ += "<g class=\"vs-xticks\">\n";
     for (uint64_t tick : IndexTicks(x_lo_, x_hi_, 6)) {
       out_ += fmt::format(
           "<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" stroke=\"#333333\"/>"
           "<text x=\"{0}\" y=\"{3}\" text-anchor=\"middle\">{4}</text>\n",
-          Coord(Px(tick)), Coord(L::kPlotBottom), Coord(L::kPlotBottom + 5), Coord(L::kPlotBottom + 18),
+          SweepCoord(Px(tick)), SweepCoord(ChartLayout::kPlotBottom), SweepCoord(ChartLayout::kPlotBottom + 5), SweepCoord(ChartLayout::kPlotBottom + 18),
           GroupThousands(tick));
     }
     out_ += "</g>\n";
@@ -153,7 +147,7 @@ class SweepChartWriter {
         sweep_.axes.empty() ? std::string() : fmt::format("{} ({})", SweepVariableKey(sweep_.axes[0].variable),
                                                           SweepVariableFlag(sweep_.axes[0].variable));
     out_ += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n",
-                        Coord((L::kPlotLeft + L::kPlotRight) / 2), Coord(L::kPlotBottom + 40), label);
+                        SweepCoord((ChartLayout::kPlotLeft + ChartLayout::kPlotRight) / 2), SweepCoord(ChartLayout::kPlotBottom + 40), label);
   }
 
   // A polyline through the points of one group; `skip_oom` breaks it at points
@@ -168,7 +162,7 @@ class SweepChartWriter {
         pen_down = false;
         continue;
       }
-      d += fmt::format("{}{},{}", pen_down ? "L" : "M", Coord(Px(X(p))), Coord(Py(value(p))));
+      d += fmt::format("{}{},{}", pen_down ? "L" : "M", SweepCoord(Px(X(p))), SweepCoord(Py(value(p))));
       pen_down = true;
     }
     if (d.empty()) return;
@@ -190,7 +184,7 @@ class SweepChartWriter {
           p.fits ? ", fits" : p.oom ? ", does not fit: simulated OOM (numbers up to the failure)" : ", does not fit");
       out_ += fmt::format("<circle cx=\"{}\" cy=\"{}\" r=\"{}\" fill=\"{}\" stroke=\"{}\" stroke-width=\"{}\">"
                           "<title>{}</title></circle>\n",
-                          Coord(Px(X(p))), Coord(Py(SweepPointBytes(p))), radius, p.fits ? colour : "#ffffff",
+                          SweepCoord(Px(X(p))), SweepCoord(Py(SweepPointBytes(p))), radius, p.fits ? colour : "#ffffff",
                           p.fits ? colour : kLimitColour, stroke, EscapeMarkup(tip));
     }
     out_ += "</g>\n";
@@ -216,31 +210,31 @@ class SweepChartWriter {
     out_ += fmt::format(
         "<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"{3}\" stroke-width=\"1.5\" "
         "stroke-dasharray=\"8 4\"/>\n",
-        Coord(L::kPlotLeft), Coord(Py(sweep_.gpu.usable_bytes)), Coord(L::kPlotRight), kLimitColour);
+        SweepCoord(ChartLayout::kPlotLeft), SweepCoord(Py(sweep_.gpu.usable_bytes)), SweepCoord(ChartLayout::kPlotRight), kLimitColour);
   }
 
   void LegendLine(double y, const char* colour, const char* dash, double width, std::string_view label) {
     out_ += fmt::format(
         "<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"{3}\" stroke-width=\"{4}\"{5}/>"
         "<text x=\"{6}\" y=\"{7}\">{8}</text>\n",
-        Coord(L::kLegendLeft), Coord(y), Coord(L::kLegendLeft + 18), colour, width,
-        *dash ? fmt::format(" stroke-dasharray=\"{}\"", dash) : std::string(), Coord(L::kLegendLeft + 24),
-        Coord(y + 4), EscapeMarkup(label));
+        SweepCoord(ChartLayout::kLegendLeft), SweepCoord(y), SweepCoord(ChartLayout::kLegendLeft + 18), colour, width,
+        *dash ? fmt::format(" stroke-dasharray=\"{}\"", dash) : std::string(), SweepCoord(ChartLayout::kLegendLeft + 24),
+        SweepCoord(y + 4), EscapeMarkup(label));
   }
 
   void Legend() {
     out_ += "<g class=\"vs-legend\">\n";
-    double y = L::kPlotTop + 4;
+    double y = ChartLayout::kPlotTop + 4;
     if (sweep_.axes.size() == 2) {
       out_ += fmt::format("<text x=\"{}\" y=\"{}\" font-weight=\"bold\">device total per {}</text>\n",
-                          Coord(L::kLegendLeft), Coord(y), SweepVariableKey(sweep_.axes[1].variable));
+                          SweepCoord(ChartLayout::kLegendLeft), SweepCoord(y), SweepVariableKey(sweep_.axes[1].variable));
       for (size_t g = 0; g < sweep_.axes[1].values.size() && g < kLegendGroups; ++g) {
         LegendLine(y += 20, kGroupColours[g % std::size(kGroupColours)], "", 1.8,
                    fmt::format("{} {}", SweepVariableKey(sweep_.axes[1].variable), sweep_.axes[1].values[g]));
       }
       if (sweep_.axes[1].values.size() > kLegendGroups) {
-        out_ += fmt::format("<text x=\"{}\" y=\"{}\">... {} more</text>\n", Coord(L::kLegendLeft + 24),
-                            Coord((y += 20) + 4), Groups() - kLegendGroups);
+        out_ += fmt::format("<text x=\"{}\" y=\"{}\">... {} more</text>\n", SweepCoord(ChartLayout::kLegendLeft + 24),
+                            SweepCoord((y += 20) + 4), Groups() - kLegendGroups);
       }
     } else {
       LegendLine(y, kAllocatedColour, "", 1.6, "peak allocated");
@@ -255,14 +249,14 @@ class SweepChartWriter {
         "<circle cx=\"{}\" cy=\"{}\" r=\"3\" fill=\"#ffffff\" stroke=\"{}\" stroke-width=\"1.5\"/>"
         "<text x=\"{}\" y=\"{}\">does not fit</text>\n"
         "<text x=\"{}\" y=\"{}\" fill=\"#555555\">OOM: in use at the failure</text>\n",
-        Coord(L::kLegendLeft + 9), Coord(y), kLimitColour, Coord(L::kLegendLeft + 24), Coord(y + 4),
-        Coord(L::kLegendLeft + 24), Coord(y + 19));
+        SweepCoord(ChartLayout::kLegendLeft + 9), SweepCoord(y), kLimitColour, SweepCoord(ChartLayout::kLegendLeft + 24), SweepCoord(y + 4),
+        SweepCoord(ChartLayout::kLegendLeft + 24), SweepCoord(y + 19));
       y += 15;
     }
     y += 30;
     LegendLine(y, kLimitColour, "8 4", 1.5, "GPU usable memory");
-    out_ += fmt::format("<text x=\"{}\" y=\"{}\" fill=\"#555555\">{}{}</text>\n", Coord(L::kLegendLeft + 24),
-                        Coord(y + 19), FormatGiB(sweep_.gpu.usable_bytes),
+    out_ += fmt::format("<text x=\"{}\" y=\"{}\" fill=\"#555555\">{}{}</text>\n", SweepCoord(ChartLayout::kLegendLeft + 24),
+                        SweepCoord(y + 19), FormatGiB(sweep_.gpu.usable_bytes),
                         limit_on_chart_ ? "" : ": far above");
     out_ += "</g>\n";
   }

@@ -113,12 +113,11 @@ TEST(Replay, EventStreamCarriesCategoriesPhasesAndInitialBlocks) {
   auto stream = SnapshotToEventStream(s);
   ASSERT_TRUE(stream.ok());
   ASSERT_TRUE(stream->Validate().ok());
-  size_t allocs = 0, phases = 0, empties = 0;
+  size_t allocs = 0, phases = 0;
   bool saw_optimizer_state = false;
   for (const Event& e : stream->events()) {
     allocs += e.kind == EventKind::kAlloc;
     phases += e.kind == EventKind::kPhase;
-    empties += e.kind == EventKind::kEmptyCache;
     saw_optimizer_state |= e.kind == EventKind::kAlloc && e.category == Category::kOptimizerState;
   }
   EXPECT_GT(allocs, 30u);
