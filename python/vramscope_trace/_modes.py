@@ -3,6 +3,12 @@
 DispatchMode sees every ATen op below autograd (where storages are born); FunctionMode
 sees torch functions above autograd (where autograd nodes are made and backward() is
 called). Both hand everything to the Recorder and change nothing.
+
+Both can be called from more than one thread at once: a backward pass over CUDA
+tensors runs on autograd's device thread while the calling thread works through the
+CPU nodes of the same graph (torch/csrc/autograd/engine.cpp; the graph task's
+ThreadLocalState carries the mode stacks there). The Recorder serialises its own
+bookkeeping; the ops themselves run unlocked.
 """
 
 import torch
@@ -14,6 +20,14 @@ _Tensor = torch.Tensor
 
 class DispatchMode(compat.TorchDispatchMode):
     """Sees every ATen op below autograd: where storages are born."""
+
+    # torch 2.x: a HigherOrderOperator called in eager mode (torch.cond, flex_attention,
+    # invoke_subgraph, ...) raises NotImplementedError under a user dispatch mode that
+    # has no rule for it, unless the mode sets this; then the HOP reaches
+    # __torch_dispatch__ like an op (torch/_ops.py, HigherOrderOperator.dispatch). We
+    # pass it through: its outputs are recorded, its inner ops are not seen. Unused
+    # before that attribute existed.
+    supports_higher_order_operators = True
 
     def __init__(self, recorder):
         super().__init__()

@@ -14,9 +14,13 @@ How it sees things:
   optimizer's step() is called.
 
 Nothing the recorder holds keeps a tensor alive, so it changes no allocation of the
-program it watches. One Recorder records one run; it is not reentrant.
+program it watches. One Recorder records one run; it is not reentrant. Its bookkeeping
+takes a lock, because a backward pass over CUDA tensors calls it from autograd's device
+thread while the calling thread may be running the CPU nodes of the same graph.
 """
 
+import functools
+import threading
 import weakref
 
 import torch
@@ -46,6 +50,18 @@ __version__ = "0.1.0"
 
 _Tensor = torch.Tensor
 _NODE_TAG = "vramscope_module"
+_STORAGE_RESIZE = "UntypedStorage.resize_"
+
+
+def _locked(method):
+    """Runs `method` holding the recorder's lock (re-entrant: locked methods call each other)."""
+
+    @functools.wraps(method)
+    def locked(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return locked
 
 
 class Recorder:
@@ -98,6 +114,7 @@ class Recorder:
         self._restores = []
         self._modes = []
         self._active = False
+        self._lock = threading.RLock()
         self.result = None
 
     # ----------------------------------------------------------------- lifecycle
@@ -212,33 +229,75 @@ class Recorder:
         self._handles.append(compat.register_module_forward_pre_hook(self._on_module_pre))
         self._handles.append(compat.register_module_forward_hook(self._on_module_post))
         for optimizer in self.optimizers:
-            if compat.HAS_OPTIMIZER_STEP_HOOKS:
-                self._handles.append(optimizer.register_step_pre_hook(
-                    lambda opt, args, kwargs: self._on_optimizer_pre(opt)))
-                self._handles.append(optimizer.register_step_post_hook(
-                    lambda opt, args, kwargs: self._on_optimizer_post(opt)))
+            handles = compat.register_optimizer_step_hooks(
+                optimizer, self._on_optimizer_pre, self._on_optimizer_post)
+            if handles is not None:
+                self._handles.extend(handles)
             else:
                 self._patch_step(optimizer)
         if compat.HAS_POST_ACCUMULATE_GRAD_HOOK:
             for param in self._params:
                 if param.requires_grad:
-                    self._handles.append(param.register_post_accumulate_grad_hook(
-                        lambda p: self._mark(p.grad, GRAD)))
-        cuda = getattr(torch, "cuda", None)
-        if cuda is not None and hasattr(cuda, "empty_cache"):
-            original = cuda.empty_cache
+                    try:
+                        self._handles.append(param.register_post_accumulate_grad_hook(
+                            lambda p: self._mark(p.grad, GRAD)))
+                    except RuntimeError:
+                        pass  # not a leaf: the scans after backward() still find its grad
+        for namespace, name in compat.empty_cache_functions():
+            self._wrap_attribute(namespace, name, self._empty_cache_wrapper)
+        # torch.autograd.backward reaches no TorchFunctionMode (see backward_functions).
+        self._wrap_attribute(torch.autograd, "backward", self._backward_wrapper)
+        # UntypedStorage.resize_ is no ATen op: FSDP frees and re-allocates through it.
+        self._wrap_attribute(torch.UntypedStorage, "resize_", self._storage_resize_wrapper)
 
-            def empty_cache():
-                if self._active:
-                    self._collect_frees()
-                    self._events.append(("e",))
-                return original()
+    def _wrap_attribute(self, owner, name, make_wrapper):
+        """Replaces owner.name with make_wrapper(original) until the recording stops."""
+        had_own = name in vars(owner)
+        previous = vars(owner).get(name)
+        original = getattr(owner, name)
+        wrapper = make_wrapper(original)
+        setattr(owner, name, wrapper)
 
-            cuda.empty_cache = empty_cache
-            self._restores.append(lambda: setattr(cuda, "empty_cache", original))
+        def restore():
+            if vars(owner).get(name) is wrapper:
+                if had_own:
+                    setattr(owner, name, previous)
+                else:
+                    delattr(owner, name)
+
+        self._restores.append(restore)
+
+    def _empty_cache_wrapper(self, original):
+        @functools.wraps(original)
+        def empty_cache(*args, **kwargs):
+            if self._active:
+                self._on_empty_cache()
+            return original(*args, **kwargs)
+
+        return empty_cache
+
+    def _backward_wrapper(self, original):
+        @functools.wraps(original)
+        def backward(*args, **kwargs):
+            if not self._active:
+                return original(*args, **kwargs)
+            return self._run_backward(original, args, kwargs)
+
+        return backward
+
+    def _storage_resize_wrapper(self, original):
+        @functools.wraps(original)
+        def resize_(storage, size):
+            out = original(storage, size)
+            if self._active:
+                self._on_storage_resized(storage)
+            return out
+
+        return resize_
 
     def _patch_step(self, optimizer):
-        """torch < 2.0 has no optimizer step hooks: wrap this optimizer's step()."""
+        """Wraps this optimizer's step() where step hooks are missing (torch < 2.0) or would
+        not run (see _torch_compat.register_optimizer_step_hooks)."""
         had_own = "step" in optimizer.__dict__
         previous = optimizer.__dict__.get("step")
         original = optimizer.step
@@ -276,8 +335,15 @@ class Recorder:
 
         A storage registered here by anything but an op output (external=True) was made
         before recording or outside ATen. `collect` first logs the frees that happened
-        since the last check, so the new allocation lands after them.
+        since the last check, so the new allocation lands after them. A wrapper tensor
+        subclass (DTensor, ...) owns no bytes: the tensors inside it are adopted instead.
         """
+        if type(tensor) is not _Tensor:
+            inner = compat.inner_tensors(tensor)
+            if inner is not None:
+                for item in inner:
+                    self._adopt(item, flags, module_id, op_id, external, collect)
+                return
         try:
             key = compat.storage_id(tensor)
         except RuntimeError:
@@ -288,10 +354,13 @@ class Recorder:
             return
         if self.device is not None and tensor.device != self.device:
             return
-        storage = compat.untyped_storage(tensor)
-        size_bytes = storage.nbytes()
-        if size_bytes == 0:
+        storage = compat.real_storage(tensor)
+        if storage is None:
             return
+        self._register(key, storage, storage.nbytes(), flags, module_id, op_id, external,
+                       collect)
+
+    def _register(self, key, storage, size_bytes, flags, module_id, op_id, external, collect):
         if collect and self._active:
             self._collect_frees()
         if external:
@@ -303,6 +372,7 @@ class Recorder:
         self._table.add(key, storage, record)
         self._events.append(("a", record))
 
+    @_locked
     def _mark(self, tensor, flags):
         if isinstance(tensor, _Tensor):
             self._adopt(tensor, flags, self._current_module())
@@ -321,6 +391,7 @@ class Recorder:
             self._op_ids[func] = op_id
         return op_id
 
+    @_locked
     def _see_inputs(self, args, kwargs):
         """Storages first met as op inputs were made outside ATen or before recording."""
         live = self._table._live
@@ -352,6 +423,7 @@ class Recorder:
                         continue
                     self._adopt(value, 0, self._current_module())
 
+    @_locked
     def _see_outputs(self, func, out):
         if isinstance(out, _Tensor):
             outs = (out,)
@@ -386,11 +458,21 @@ class Recorder:
 
     def _check_resize(self, func, key, tensor, record):
         """resize_/set_/out= may give a live storage a new size: a new allocation, then a free."""
-        size_bytes = compat.untyped_storage(tensor).nbytes()
-        if size_bytes == record.size_bytes:
+        try:
+            size_bytes = compat.untyped_storage(tensor).nbytes()
+        except RuntimeError:
             return
+        if size_bytes != record.size_bytes:
+            self._resized(key, record, size_bytes, self._op_id(func))
+
+    def _resized(self, key, record, size_bytes, op_id):
         self._collect_frees()
-        grown = AllocRecord(self._next_alloc_id, size_bytes, self._op_id(func),
+        if size_bytes == 0:  # the bytes are gone, the (empty) storage lives on
+            self._table.discard(key)
+            record.free_phase_index = self._phase_index
+            self._events.append(("f", record))
+            return
+        grown = AllocRecord(self._next_alloc_id, size_bytes, op_id,
                             self._current_module(), self._phase_index, record.flags,
                             self._region)
         self._next_alloc_id += 1
@@ -400,6 +482,25 @@ class Recorder:
         old.free_phase_index = self._phase_index
         self._events.append(("f", old))
 
+    @_locked
+    def _on_storage_resized(self, storage):
+        """UntypedStorage.resize_ ran (FSDP's free and re-allocation of parameters)."""
+        key = compat.storage_key(storage)
+        size_bytes = storage.nbytes()
+        record = self._table.get(key)
+        if record is not None:
+            if size_bytes != record.size_bytes:
+                self._resized(key, record, size_bytes, self._intern(_STORAGE_RESIZE))
+        elif size_bytes and (self.device is None or storage.device == self.device):
+            self._register(key, storage, size_bytes, 0, self._current_module(),
+                           self._intern(_STORAGE_RESIZE), False, True)
+
+    @_locked
+    def _on_empty_cache(self):
+        self._collect_frees()
+        self._events.append(("e",))
+
+    @_locked
     def _collect_frees(self):
         dead = self._table.collect_dead()
         if dead:
@@ -447,18 +548,21 @@ class Recorder:
         self._backward_module = 0
 
     def _run_backward(self, func, args, kwargs):
-        if self._backward_depth == 0:
-            roots = args[0] if args else kwargs.get("tensors", kwargs.get("outputs"))
-            self._begin_backward(roots)
-        self._backward_depth += 1
+        with self._lock:
+            if self._backward_depth == 0:
+                roots = args[0] if args else kwargs.get("tensors", kwargs.get("outputs"))
+                self._begin_backward(roots)
+            self._backward_depth += 1
         try:
-            return func(*args, **kwargs)
+            return func(*args, **kwargs)  # unlocked: autograd's threads call back into us
         finally:
-            self._backward_depth -= 1
-            if self._backward_depth == 0 and self._active:
-                self._collect_frees()
-                self._scan_grads()
+            with self._lock:
+                self._backward_depth -= 1
+                if self._backward_depth == 0 and self._active:
+                    self._collect_frees()
+                    self._scan_grads()
 
+    @_locked
     def _on_module_pre(self, module, inputs):
         if not self._active:
             return
@@ -470,6 +574,7 @@ class Recorder:
                 self._begin_forward()
         self._module_stack.append((id(module), self._module_id(module)))
 
+    @_locked
     def _on_module_post(self, module, inputs, outputs):
         if not self._active:
             return
@@ -484,12 +589,14 @@ class Recorder:
             for tensor in iter_tensors(outputs):
                 self._adopt(tensor, LOSS, 0)
 
+    @_locked
     def _on_optimizer_pre(self, optimizer):
         if not self._active:
             return
         self._set_phase("optimizer", self._step)
         self._region = OPTIMIZER_STEP
 
+    @_locked
     def _on_optimizer_post(self, optimizer):
         if not self._active:
             return
@@ -500,6 +607,7 @@ class Recorder:
 
     # ----------------------------------------------------------------- autograd nodes
 
+    @_locked
     def _tag_node(self, node):
         """Remembers which module made `node`; its pre-hook names that module in backward."""
         metadata = node.metadata
@@ -515,6 +623,7 @@ class Recorder:
         except (AttributeError, RuntimeError):
             pass  # a node kind without pre-hooks: its backward ops keep the previous module
 
+    @_locked
     def _on_backward_node(self, module_id):
         if not self._active:
             return

@@ -8,8 +8,8 @@ expired, which is the moment the caching allocator (or the CPU allocator) got th
 back. `collect_dead` is called before every allocation the recorder writes, so frees
 are ordered correctly relative to allocations.
 
-Not thread-safe by itself; the recorder calls it with the GIL held from the thread that
-runs the ops (autograd's device threads included), one at a time.
+Not thread-safe by itself; the recorder calls it holding its own lock, from whichever
+thread runs the ops (autograd's device threads included).
 """
 
 from ._torch_compat import free_weak_ref, new_weak_ref, weak_ref_expired
@@ -36,6 +36,13 @@ class StorageTable:
         record.weak_ref, old.weak_ref = old.weak_ref, 0
         self._live[key] = record
         return old
+
+    def discard(self, key):
+        """Stops tracking storage `key` (its bytes were released in place); returns its record."""
+        record = self._live.pop(key)
+        free_weak_ref(record.weak_ref)
+        record.weak_ref = 0
+        return record
 
     def collect_dead(self):
         """Removes and returns the records of storages released since the last call."""
