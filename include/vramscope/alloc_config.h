@@ -52,7 +52,7 @@ struct AllocatorConfig {
 Result<AllocatorConfig> ParseAllocConf(std::string_view text);
 
 // Checks a programmatically built config against the ranges ParseAllocConf
-// enforces (max_split_size > 20 MiB or unlimited, thresholds in range,
+// enforces (max_split_size >= 20 MiB or unlimited, thresholds in range,
 // divisions 0 or powers of two). CachingAllocator requires a valid config.
 Status ValidateAllocConfig(const AllocatorConfig& config);
 

@@ -1,6 +1,11 @@
-// ParseAllocConf: PYTORCH_CUDA_ALLOC_CONF syntax with torch 2.4-2.8's key
-// validation (c10/cuda/CUDAAllocatorConfig.cpp, CUDAAllocatorConfig::parseArgs
-// and its parse* helpers). Keys added later are accepted as noted per key.
+// ParseAllocConf: PYTORCH_CUDA_ALLOC_CONF syntax with torch 2.9-2.11's key
+// validation. From 2.9 the device-generic keys (max_split_size_mb,
+// max_non_split_rounding_mb, garbage_collection_threshold,
+// roundup_power2_divisions, expandable_segments) are parsed by
+// c10/core/AllocatorConfig.cpp (AcceleratorAllocatorConfig::parseArgs and its
+// parse* helpers; CUDAAllocatorConfig only forwards to it); the CUDA-only keys
+// stay in c10/cuda/CUDAAllocatorConfig.cpp. Where 2.4-2.8
+// (CUDAAllocatorConfig::parseArgs) differed, the rule says so.
 #include <fmt/format.h>
 
 #include <charconv>
@@ -69,14 +74,14 @@ class Parser {
  private:
   Status ParseKey(const std::string& key, AllocatorConfig& c) {
     if (key == "max_split_size_mb") {
-      // torch 2.4-2.8 parseMaxSplitSize: "must be > 20" (kLargeBuffer / MB).
-      // torch >= 2.9 (AcceleratorAllocatorConfig) accepts >= 20; we follow
-      // 2.4-2.8.
-      return Megabytes(key, /*min_exclusive_mb=*/20, c.max_split_size_bytes);
+      // torch 2.9-2.11 AcceleratorAllocatorConfig::parseMaxSplitSize: the
+      // value must be >= kLargeBuffer / MB = 20 (torch 2.4-2.8 wanted > 20).
+      return Megabytes(key, /*min_mb=*/20, c.max_split_size_bytes);
     }
     if (key == "max_non_split_rounding_mb") {
-      // torch >= 2.6 parseMaxNonSplitRoundingSize, same "> 20" rule.
-      return Megabytes(key, 20, c.max_non_split_rounding_bytes);
+      // torch 2.9-2.11 parseMaxNonSplitRoundingSize: >= 20, like
+      // max_split_size_mb (key added in 2.6).
+      return Megabytes(key, /*min_mb=*/20, c.max_non_split_rounding_bytes);
     }
     if (key == "garbage_collection_threshold") {
       // torch parseGarbageCollectionThreshold: strictly inside (0, 1).
@@ -184,18 +189,18 @@ class Parser {
     return out;
   }
 
-  Status Megabytes(const std::string& key, uint64_t min_exclusive_mb, uint64_t& out_bytes) {
+  Status Megabytes(const std::string& key, uint64_t min_mb, uint64_t& out_bytes) {
     VS_TRY(mb, Integer(key));
-    if (mb <= min_exclusive_mb) {
-      return Fail(key, fmt::format("{} is too small, must be > {} (torch 2.4-2.8)", Quote(),
-                                   min_exclusive_mb));
+    if (mb < min_mb) {
+      return Fail(key, fmt::format("{} is too small, must be >= {}", Quote(), min_mb));
     }
     out_bytes = mb * kMiB;
     return Ok{};
   }
 
   // torch parseRoundUpPower2Divisions: either one power of two for every
-  // interval, or "[MB:div,...,>:div]".
+  // interval, or "[MB:div,...,>:div]" (list rules of torch 2.9-2.11,
+  // AcceleratorAllocatorConfig::parseRoundUpPower2Divisions).
   Status Divisions(const std::string& key, AllocatorConfig& c) {
     VS_TRY(first, Word(key));
     auto& div = c.roundup_power2_divisions;
@@ -220,9 +225,11 @@ class Parser {
       }
       const auto v32 = static_cast<uint32_t>(value);
       if (interval == ">") {
-        // torch fills from the *last key's* interval to the end, so ">"
-        // also overwrites the last explicit entry.
-        std::fill(div.begin() + static_cast<ptrdiff_t>(last_index), div.end(), v32);
+        // torch 2.9-2.11 fills the intervals *after* the last key's one
+        // (last_index + 1 to the end; with no key before it, from interval
+        // 1, so interval 0 keeps its value). torch 2.4-2.8 filled from
+        // last_index itself, overwriting the last key's value.
+        std::fill(div.begin() + static_cast<ptrdiff_t>(last_index + 1), div.end(), v32);
       } else {
         VS_TRY(mb, ToInteger(key, interval));
         if (!IsPowerOfTwo(mb)) {
@@ -269,8 +276,9 @@ Result<AllocatorConfig> ParseAllocConf(std::string_view text) {
 
 Status ValidateAllocConfig(const AllocatorConfig& c) {
   auto fail = [](std::string what) { return MakeError(fmt::format("{}: {}", kWhat, what)); };
-  if (c.max_split_size_bytes != kUnlimited && c.max_split_size_bytes <= alloc::kLargeBufferBytes) {
-    return fail("max_split_size must be > 20 MiB or unlimited");
+  // torch 2.9-2.11: max_split_size_mb >= 20 (kLargeBuffer).
+  if (c.max_split_size_bytes != kUnlimited && c.max_split_size_bytes < alloc::kLargeBufferBytes) {
+    return fail("max_split_size must be >= 20 MiB or unlimited");
   }
   if (c.max_non_split_rounding_bytes == 0) return fail("max_non_split_rounding must be > 0");
   if (!(c.garbage_collection_threshold >= 0.0 && c.garbage_collection_threshold < 1.0)) {

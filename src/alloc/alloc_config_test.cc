@@ -61,13 +61,34 @@ TEST(ParseAllocConf, RoundupSingleValueAppliesToEveryInterval) {
 
 TEST(ParseAllocConf, RoundupListFillsIntervalsLikePyTorch) {
   // Keys are MB powers of two: 256 -> interval 8 (sizes 256-512 MiB).
-  // Intervals below the first key get its value; ">" fills from the last
-  // key's interval (10) to the end, overwriting 1024's 4.
+  // Intervals below the first key get its value; ">" fills the intervals
+  // after the last key's one (torch 2.9-2.11), so 1024's 4 stays.
   const AllocatorConfig c = Parse("roundup_power2_divisions:[256:1,512:2,1024:4,>:8]");
   const auto& d = c.roundup_power2_divisions;
   for (int i = 0; i <= 8; ++i) EXPECT_EQ(d[i], 1u) << i;
   EXPECT_EQ(d[9], 2u);
-  for (int i = 10; i < 16; ++i) EXPECT_EQ(d[i], 8u) << i;
+  EXPECT_EQ(d[10], 4u);
+  for (int i = 11; i < 16; ++i) EXPECT_EQ(d[i], 8u) << i;
+}
+
+TEST(ParseAllocConf, RoundupListMatchesTorchAllocatorConfigTest) {
+  // The case of c10/test/core/AllocatorConfig_test.cpp (torch 2.9+):
+  // [64:8,128:2,256:4,512:2,1024:4,>:1] gives 8 for 32 and 64 MB, 2 for 128,
+  // 4 for 256, 2 for 512, 4 for 1024 and 1 from 2048 MB on. Interval index
+  // = log2(MB), so 32 MB is interval 5.
+  const AllocatorConfig c =
+      Parse("roundup_power2_divisions:[64:8,128:2,256:4,512:2,1024:4,>:1]");
+  const auto& d = c.roundup_power2_divisions;
+  const uint32_t expected[16] = {8, 8, 8, 8, 8, 8, 8, 2, 4, 2, 4, 1, 1, 1, 1, 1};
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(d[i], expected[i]) << i;
+}
+
+TEST(ParseAllocConf, RoundupListGreaterThanAloneLeavesIntervalZero) {
+  // With no key before it, ">" starts at interval 1 (last_index + 1 with
+  // last_index 0): sizes below 2 MiB keep plain 512-byte rounding.
+  const AllocatorConfig c = Parse("roundup_power2_divisions:[>:4]");
+  EXPECT_EQ(c.roundup_power2_divisions[0], 0u);
+  for (int i = 1; i < 16; ++i) EXPECT_EQ(c.roundup_power2_divisions[i], 4u) << i;
 }
 
 TEST(ParseAllocConf, RoundupListWithoutGreaterThanKeepsLaterIntervalsOff) {
@@ -99,13 +120,15 @@ TEST(ParseAllocConf, UnknownKeyIsNamed) {
   EXPECT_EQ(e.find('\n'), std::string::npos);
 }
 
-TEST(ParseAllocConf, MaxSplitSizeMustExceed20MB) {
-  // torch 2.4-2.8 parseMaxSplitSize: "must be > 20".
-  EXPECT_EQ(ErrorOf("max_split_size_mb:20"),
-            "PYTORCH_CUDA_ALLOC_CONF: max_split_size_mb: \"20\" is too small, must be > 20 "
-            "(torch 2.4-2.8)");
+TEST(ParseAllocConf, MaxSplitSizeMustBeAtLeast20MB) {
+  // torch 2.9-2.11 parseMaxSplitSize / parseMaxNonSplitRoundingSize:
+  // "must be >= 20" (kLargeBuffer / MB); 2.4-2.8 refused 20 itself.
+  EXPECT_EQ(Parse("max_split_size_mb:20").max_split_size_bytes, 20 * kMiB);
+  EXPECT_EQ(ErrorOf("max_split_size_mb:19"),
+            "PYTORCH_CUDA_ALLOC_CONF: max_split_size_mb: \"19\" is too small, must be >= 20");
   EXPECT_EQ(Parse("max_split_size_mb:21").max_split_size_bytes, 21 * kMiB);
-  EXPECT_NE(ErrorOf("max_non_split_rounding_mb:20").find("max_non_split_rounding_mb"),
+  EXPECT_EQ(Parse("max_non_split_rounding_mb:20").max_non_split_rounding_bytes, 20 * kMiB);
+  EXPECT_NE(ErrorOf("max_non_split_rounding_mb:19").find("max_non_split_rounding_mb"),
             std::string::npos);
 }
 
@@ -147,6 +170,11 @@ TEST(ParseAllocConf, ValidateRejectsImpossibleProgrammaticConfigs) {
   AllocatorConfig c;
   EXPECT_TRUE(ValidateAllocConfig(c).ok());
   c.max_split_size_bytes = 4 * kMiB;
+  EXPECT_FALSE(ValidateAllocConfig(c).ok());
+  // torch 2.9-2.11: max_split_size_mb >= 20 (kLargeBuffer).
+  c.max_split_size_bytes = 20 * kMiB;
+  EXPECT_TRUE(ValidateAllocConfig(c).ok());
+  c.max_split_size_bytes = 20 * kMiB - 1;
   EXPECT_FALSE(ValidateAllocConfig(c).ok());
   c = AllocatorConfig{};
   c.roundup_power2_divisions[3] = 3;

@@ -20,6 +20,23 @@ TEST(AllocatorScenario, MaxSplitSizeKeepsOversizeBlocksFromSmallerRequests) {
   EXPECT_EQ(a.stats().reserved_bytes, 90 * MiB);
 }
 
+// max_split_size_mb:20 is accepted from torch 2.9 (>= 20). Then a 20 MiB
+// large-pool segment is itself oversize once free: a 1.5 MiB request splits a
+// fresh 20 MiB segment (should_split: 1.5 MiB < 20 MiB, remainder 18.5 MiB >
+// 1 MiB), but after the free merges it back, the next 1.5 MiB request may not
+// take the free 20 MiB block (rule 1) and makes a second segment.
+TEST(AllocatorScenario, MaxSplitSize20MakesFreedLargeBufferSegmentsOversize) {
+  CheckedAllocator a("max_split_size_mb:20");
+  const uint64_t request = MiB + MiB / 2;
+  const BlockHandle h = a.Malloc(request);
+  EXPECT_EQ(a.Layout(), "l0[A1536K F18944K]");
+  a.Free(h);
+  a.Malloc(request);
+  EXPECT_EQ(a.Layout(), "l0[F20M] l0[A1536K F18944K]");
+  EXPECT_EQ(a.stats().reserved_bytes, 2 * 20 * MiB);
+  EXPECT_EQ(a.stats().allocated_bytes, request);
+}
+
 // get_free_block rule 2: an oversize request takes a cached oversize block
 // only if block < request + max_non_split_rounding (20 MiB default), and
 // should_split never splits it (size >= max_split_size): 41 MiB takes all
@@ -198,15 +215,18 @@ TEST(AllocatorScenario, RoundupPower2DivisionsRoundsToQuarterSteps) {
   EXPECT_EQ(a.Layout(), "s0[A1.5K A5K F2041.5K] l0[A1280M]");
 }
 
-// The list form: [256:1,512:2,1024:4,>:8]. ">" fills from the last key's
-// interval on, overwriting 1024's 4 with 8 (parseRoundUpPower2Divisions).
-// 300 MiB (interval 256 MiB, 1 division) stays 300 MiB; 600 MiB (2) ->
-// 768 MiB; 1100 MiB (8) -> 1152 MiB.
+// The list form: [256:1,512:2,1024:4,>:8]. ">" fills the intervals after
+// the last key's one, so 1024 keeps its 4 (torch 2.9-2.11
+// AcceleratorAllocatorConfig::parseRoundUpPower2Divisions; 2.4-2.8 overwrote
+// it with 8). 300 MiB (interval 256 MiB, 1 division) stays 300 MiB; 600 MiB
+// (2) -> 768 MiB; 1100 MiB (4: steps of 256 MiB) -> 1280 MiB; 2100 MiB (8:
+// steps of 256 MiB in [2 GiB, 4 GiB)) -> 2304 MiB.
 TEST(AllocatorScenario, RoundupPower2DivisionsListAppliesPerInterval) {
   CheckedAllocator a("roundup_power2_divisions:[256:1,512:2,1024:4,>:8]");
   EXPECT_EQ(a.raw().BlockSize(a.Malloc(300 * MiB)), 300 * MiB);
   EXPECT_EQ(a.raw().BlockSize(a.Malloc(600 * MiB)), 768 * MiB);
-  EXPECT_EQ(a.raw().BlockSize(a.Malloc(1100 * MiB)), 1152 * MiB);
+  EXPECT_EQ(a.raw().BlockSize(a.Malloc(1100 * MiB)), 1280 * MiB);
+  EXPECT_EQ(a.raw().BlockSize(a.Malloc(2100 * MiB)), 2304 * MiB);
 }
 
 // vramscope's ideal mode: no rounding, no caching.

@@ -42,9 +42,17 @@ constexpr uint64_t kMiB = uint64_t{1} << 20;
 //    MiB. Anchors: 274 MiB measured after one tensor op with LAZY
 //    (pytorch/pytorch#86509, torch 1.13); "about 300 MB" and "around 400 MB"
 //    (ptrblck in pytorch/pytorch#107667 and #109888, torch 2.0/2.1); a bare
-//    context of 426 MiB on an RTX 6000 Ada, 142 SMs (unslothai/unsloth-zoo
-//    PR #1053, torch 2.10 + CUDA 13.0). A training step loads more kernels
-//    (GEMM, optimizer, NCCL) than those probes, so this errs high.
+//    context of 426 MiB on an RTX 6000 Ada, 142 SMs x 1536 threads
+//    (unslothai/unsloth-zoo PR #1053, torch 2.10 + CUDA 13.0), and 426 MiB per
+//    process on A100 80GB, 108 SMs x 2048 threads, driver 535 / CUDA 12.2
+//    (meta-pytorch/torchrec PR #3580). Both bare figures are ~212 MiB plus
+//    the local-memory term above (213 and 216 MiB), so the base here leaves
+//    ~44 MiB for the kernels a training step loads on top (GEMM, optimizer,
+//    attention, loss). A training step loads more kernels than those probes,
+//    so this errs high for a bare context. H100 SXM: 256 + 264 = 520 MiB.
+//    The ground-truth harness records the bare context after one
+//    torch.zeros(1) (tools/groundtruth/gtlib/worker.py) and the device figure
+//    as cudaMemGetInfo's used bytes at the end of each phase.
 // Not measured per GPU; ROCm (MI300X) uses the same formula unverified.
 constexpr uint64_t kContextBaseBytes = 256 * kMiB;
 constexpr uint64_t kLocalMemoryBytesPerThread = 1024;
@@ -53,12 +61,33 @@ constexpr uint64_t ContextBytes(uint64_t sm_count, uint64_t max_threads_per_sm) 
   return kContextBaseBytes + sm_count * max_threads_per_sm * kLocalMemoryBytesPerThread;
 }
 
-// aten/src/ATen/cuda/CublasHandlePool.cpp, parseChosenWorkspaceSize(): the
-// default CUBLAS_WORKSPACE_CONFIG ":4096:2:16:8" = 4096 KiB x 2 + 16 KiB x 8,
-// and 4096 x 8 x 1024 = 32 MiB when compute capability is exactly 9.0
-// (pytorch/pytorch#89027 / #91564, in torch 2.0 and later; read at commit
-// 26a39059, 2025). On ROCm the default is 32 MiB, 128 MiB on gfx94x/gfx95x
-// (MI300X); hipBLASLt keeps a separate 76 MiB workspace there.
+// cuBLAS workspaces, aten/src/ATen/cuda/CublasHandlePool.cpp (read at commit
+// 26a39059, a 2025 copy with the 2.9+ float32Precision API, and in two 2026
+// copies with torch.backends.cuda workspace-size overrides):
+//  - size: getChosenWorkspaceSize() parses CUBLAS_WORKSPACE_CONFIG; the
+//    default ":4096:2:16:8" is 4096 KiB x 2 + 16 KiB x 8 = 8.125 MiB, and
+//    4096 KiB x 8 = 32 MiB on Hopper (compute capability 9.0 in torch 2.0-2.10,
+//    pytorch/pytorch#89027 / #91564; major 9, 10 or 12 in the 2026 copies);
+//  - allocated through the caching allocator (getNewWorkspace calls
+//    CUDACachingAllocator::get()->allocate), so it counts in
+//    memory_allocated / memory_reserved; a static map holds it for the life
+//    of the process (empty_cache() cannot release an allocated block);
+//  - one per (handle, stream) (setWorkspaceForHandle): handles come from a
+//    per-thread pool (DeviceThreadHandlePool), so the main thread (forward,
+//    optimizer) and the autograd engine's device thread (backward) hold one
+//    each, both on the default stream: 2 x 32 MiB on an H100;
+//  - cuBLASLt (used for addmm with a 1-D bias, i.e. nn.Linear with a bias in
+//    forward): torch 2.9-2.10 keep a separate 1 MiB workspace per (handle,
+//    stream) (getCUDABlasLtWorkspace, CUBLASLT_WORKSPACE_SIZE default 1024
+//    KiB, pytorch/pytorch#156495 and #73328). pytorch/pytorch#168175
+//    (approved 2026-01-12; 2.11's branch cut was 2026-02-16; the merge date
+//    was not found) makes the Lt calls reuse the cuBLAS workspace of the same
+//    (handle, stream) by default (TORCH_CUBLASLT_UNIFIED_WORKSPACE, on outside
+//    fbcode): then no extra bytes in 2.11, else 1 MiB in the small pool for
+//    the forward thread of a model with biased Linear layers. Not in this
+//    catalog (the lowering adds none).
+// On ROCm the default is 32 MiB, 128 MiB on gfx94x/gfx95x (MI300X);
+// hipBLASLt keeps a separate 76 MiB workspace there.
 constexpr uint64_t kCublasDefaultBytes = 4096 * 1024 * 2 + 16 * 1024 * 8;  // 8.125 MiB
 constexpr uint64_t kCublasSm90Bytes = 32 * kMiB;
 constexpr uint64_t kHipblasGfx94Bytes = 128 * kMiB;

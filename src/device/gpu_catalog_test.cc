@@ -68,6 +68,20 @@ TEST(GpuCatalog, CublasWorkspaceFollowsPyTorchDefaults) {
   EXPECT_EQ(FindGpu("rtx-4090")->cublas_workspace_bytes, 8519680u);  // sm89 is not Hopper
 }
 
+// CUDA context (gpu_catalog.cc, ContextBytes): 256 MiB plus 1 KiB of stack
+// per resident thread (SMs x max threads per SM). H100 SXM: 132 SMs x 2048.
+// The public bare-context measurements (426 MiB on an A100 80GB, 108 SMs x
+// 2048, and on an RTX 6000 Ada) must stay below the figure, which also
+// covers the kernels a training step loads, by less than 128 MiB.
+TEST(GpuCatalog, ContextIsBasePlusStackPerResidentThread) {
+  EXPECT_EQ(FindGpu("h100-80g")->cuda_context_bytes, 256 * kMiB + 132u * 2048 * 1024);
+  EXPECT_EQ(FindGpu("h100-80g")->cuda_context_bytes, 520 * kMiB);
+  const uint64_t a100 = FindGpu("a100-80g")->cuda_context_bytes;
+  EXPECT_EQ(a100, 256 * kMiB + 108u * 2048 * 1024);
+  EXPECT_GT(a100, 426 * kMiB);
+  EXPECT_LT(a100, (426 + 128) * kMiB);
+}
+
 TEST(GpuCatalog, H100ReportsAbout79GiB) {
   const GpuSpec h100 = FindGpu("h100-80g").value();
   EXPECT_GT(h100.total_bytes, 79 * kGiB);

@@ -20,9 +20,25 @@ void AddState(Tape& tape, Param& p, uint64_t bytes, std::string_view op) {
   p.state.push_back(tape.graph.Alloc(bytes, Category::kOptimizerState, op, p.module));
 }
 
-// torch/optim/adamw.py (_multi_tensor_adamw; Adam since 2.7): per device and
-// dtype group, `exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs)` is one
-// full-size temporary per parameter, freed when the group is done.
+// torch.optim AdamW with foreach (torch 2.x; read in torch/optim/adam.py of
+// a 2.8+ copy, where AdamW is Adam with decoupled_weight_decay=True, and in
+// the 2.4-era adamw.py _multi_tensor_adamw, which allocates the same):
+// _multi_tensor_adam, per (device, dtype) group of
+// Optimizer._group_tensors_by_device_and_dtype:
+//  - step counters live on the CPU (torch.tensor(0.0) unless capturable or
+//    fused) and are bumped there: no device bytes;
+//  - decoupled weight decay (AdamW's default 1e-2) is _foreach_mul_ on the
+//    params, _foreach_lerp_ / _foreach_mul_ / _foreach_addcmul_ update the
+//    moments in place; the bias corrections and step sizes are Python floats;
+//  - exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs): one full-size
+//    temporary per parameter of the group, divided and offset in place,
+//    consumed by _foreach_addcdiv_, and released when the name is rebound by
+//    the next group (after that group's list exists) or when the function
+//    returns.
+// Not modelled: maximize (a _foreach_neg copy of the grads), Adam's coupled
+// weight decay (a _foreach_add copy), amsgrad (a third state). Groups are
+// keyed here by element size; torch iterates a hash map of (device, dtype),
+// whose order is unspecified: smaller elements first here.
 void AdamForeach(Tape& tape, const std::vector<Param*>& params) {
   std::map<uint8_t, std::vector<Param*>> groups;
   for (Param* p : params) groups[p->elem_bytes].push_back(p);
@@ -39,7 +55,10 @@ void AdamForeach(Tape& tape, const std::vector<Param*>& params) {
   for (TensorId t : previous) tape.graph.Drop(t);
 }
 
-// _single_tensor_adamw: denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
+// torch.optim _single_tensor_adam (foreach=False; torch 2.x): per parameter,
+// denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps): the sqrt
+// temporary dies once divided; denom lives until the next parameter's denom
+// replaces it.
 void AdamForLoop(Tape& tape, const std::vector<Param*>& params) {
   TensorId denom = kNoTensor;
   for (Param* p : params) {
@@ -73,9 +92,13 @@ void OptimizerStepParams(Tape& tape, const TrainingSetup& setup, const std::vect
     case OptimizerKind::kNone:
       return;
     case OptimizerKind::kSgd:
-      return;  // _foreach_add_(params, grads, alpha=-lr): in place
+      // torch.optim _multi_tensor_sgd (torch 2.x, default weight_decay 0):
+      // _foreach_add_(params, grads, alpha=-lr), in place.
+      return;
     case OptimizerKind::kSgdMomentum:
-      // momentum_buffer = torch.clone(grad).detach() on the first step.
+      // _multi_tensor_sgd: while some momentum_buffer is missing, each is
+      // torch.clone(grad).detach() (first step); later steps update the
+      // buffers in place (_foreach_mul_, _foreach_add_).
       if (first_step) {
         for (Param* p : params) AddState(tape, *p, Bytes(*p), "aten::clone");
       }
@@ -83,15 +106,20 @@ void OptimizerStepParams(Tape& tape, const TrainingSetup& setup, const std::vect
     case OptimizerKind::kAdamW:
     case OptimizerKind::kAdamWFused:
     case OptimizerKind::kAdamWForLoop:
+      // torch.optim Adam._init_group (torch 2.x, AdamW shares it from 2.7):
+      // per parameter in order, state["step"], then exp_avg and exp_avg_sq
+      // (zeros_like). `step` is a CPU tensor unless fused or capturable;
+      // fused keeps it on the device as a float32 scalar (_get_scalar_dtype
+      // (is_fused=True)): 4 bytes, one 512-byte small-pool block each.
+      // _fused_adamw then bumps the steps with _foreach_add_ and runs
+      // torch._fused_adamw_ in place: no temporaries.
       if (first_step) {
         for (Param* p : params) {
+          if (setup.optimizer == OptimizerKind::kAdamWFused) {
+            AddState(tape, *p, 4, "aten::zeros");  // step
+          }
           AddState(tape, *p, Bytes(*p), "aten::zeros_like");  // exp_avg
           AddState(tape, *p, Bytes(*p), "aten::zeros_like");  // exp_avg_sq
-          // fused (and capturable) keep `step` on the device: a 4-byte
-          // tensor per parameter (one 512-byte block each).
-          if (setup.optimizer == OptimizerKind::kAdamWFused) {
-            AddState(tape, *p, 4, "aten::zeros");
-          }
         }
       }
       if (setup.optimizer == OptimizerKind::kAdamW) AdamForeach(tape, params);
