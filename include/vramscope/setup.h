@@ -44,8 +44,10 @@ struct TrainingSetup {
   Attention attn = Attention::kSdpa;
   LossKind loss = LossKind::kHf;
   // transformers release whose behaviour is modelled, as major*100 + minor
-  // (4.57 -> 457). Matters for the loss path (<= 4.45, 4.46-4.48, >= 4.49).
-  int transformers_version = 457;
+  // (4.57 -> 457). Matters for the loss path (<= 4.45, 4.46-4.48, >= 4.49)
+  // and for mixture-of-experts layers (>= 5.0: stacked experts, grouped_mm).
+  // Default: 5.23, the newest stable release on PyPI when this was set.
+  int transformers_version = 523;
   // torch release, major*100 + minor (2.11 -> 211). Matters for SDPA's
   // enable_gqa (>= 2.5) and cuBLAS workspace sizes.
   int torch_version = 211;

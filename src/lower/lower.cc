@@ -82,8 +82,18 @@ Status Validate(const ModelSpec& m, const TrainingSetup& s) {
   return Ok{};
 }
 
-bool IsLoraTarget(const ParamTensor& pt, const std::vector<std::string>& targets) {
-  if (!pt.is_linear_weight) return false;
+// transformers >= 5.0 stores routed experts as 3-D nn.Parameters
+// (`*Experts.gate_up_proj` [E, 2I, h], `down_proj` [E, h, I]), not nn.Linear:
+// PEFT's target_modules ("all-linear" or gate/up/down names) no longer reach
+// them, and bitsandbytes' replace_with_bnb_linear (nn.Linear / Conv1D only)
+// leaves them unquantized.
+bool IsStackedExpert(const ParamTensor& pt, int transformers_version) {
+  return transformers_version >= 500 &&
+         (pt.role == "expert_gate" || pt.role == "expert_up" || pt.role == "expert_down");
+}
+
+bool IsLoraTarget(const ParamTensor& pt, const std::vector<std::string>& targets, int transformers_version) {
+  if (!pt.is_linear_weight || IsStackedExpert(pt, transformers_version)) return false;
   for (const std::string& t : targets) {
     if (t == "all-linear") return pt.role != "lm_head" && pt.role != "router";
     if (t == pt.role) return true;
@@ -167,7 +177,7 @@ Result<Lowered> LowerRank(const ModelSpec& model, const TrainingSetup& setup, co
     p.elem_bytes = pbytes;
     p.trainable = !lora;
     p.storage_bytes = p.numel * p.elem_bytes;
-    if (qlora && pt.is_linear_weight && pt.role != "lm_head") {
+    if (qlora && pt.is_linear_weight && pt.role != "lm_head" && !IsStackedExpert(pt, setup.transformers_version)) {
       // bitsandbytes NF4 with double quantization: 0.5 byte per weight, one
       // 8-bit absmax per 64 values, fp32 absmax per 256 of those (QLoRA paper §3).
       p.storage_bytes = p.numel / 2 + (p.numel + 63) / 64 + ((p.numel + 63) / 64 + 255) / 256 * 4;
@@ -201,7 +211,7 @@ Result<Lowered> LowerRank(const ModelSpec& model, const TrainingSetup& setup, co
     const size_t base_count = tape.params.size();
     for (size_t i = 0; i < base_count; ++i) {
       const ParamTensor& pt = model.params[i];
-      if (!IsLoraTarget(pt, setup.lora_targets) || pt.shape.size() != 2) continue;
+      if (!IsLoraTarget(pt, setup.lora_targets, setup.transformers_version) || pt.shape.size() != 2) continue;
       if (tape.params[i].unit < 0) continue;
       lora_params += setup.lora_rank * (pt.shape[0] + pt.shape[1]);
       const uint64_t numels[2] = {setup.lora_rank * pt.shape[1], pt.shape[0] * setup.lora_rank};
@@ -447,7 +457,7 @@ Result<std::vector<LoweredRank>> LowerRankClasses(const ModelSpec& model, const 
       uint64_t adapters = 0;
       if (setup.finetune != Finetune::kFull) {
         for (const ParamTensor& pt : model.params) {
-          if (IsLoraTarget(pt, setup.lora_targets) && pt.shape.size() == 2)
+          if (IsLoraTarget(pt, setup.lora_targets, setup.transformers_version) && pt.shape.size() == 2)
             adapters += setup.lora_rank * (pt.shape[0] + pt.shape[1]);
         }
       }

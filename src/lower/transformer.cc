@@ -59,6 +59,8 @@ struct Dims {
   uint64_t ep = 1;
   double moe_capacity_factor = 0;
   double moe_imbalance = 1;
+  // transformers >= 5.0: stacked experts run through grouped_mm (MoeGrouped).
+  bool grouped_experts = false;
   Dims Residual() const {
     Dims r = *this;
     r.t = t / sp;
@@ -166,7 +168,10 @@ Var Mlp(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x, 
 // router logits, fp32 softmax, top-k weights and indices, the one-hot expert
 // mask (int64 [E, k, t]); each expert runs its gated MLP on the tokens routed
 // to it (index, MLP, weight, index_add_).
+Var MoeGrouped(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x, const Dims& d);
+
 Var Moe(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x, const Dims& d) {
+  if (d.grouped_experts) return MoeGrouped(tape, spec, lp, x, d);
   const uint64_t experts = std::max<uint64_t>(1, lp.expert_gate.size());
   const uint64_t top_k = std::max<uint64_t>(1, spec.experts_per_token);
   Var logits = Proj(tape, x, lp.router, nullptr, d.t, experts);
@@ -182,9 +187,15 @@ Var Moe(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x, 
   for (uint64_t e = 0; e < lp.expert_gate.size(); ++e) {
     const uint64_t per_expert = routed[e];
     if (per_expert == 0) continue;
+    // idx, top_x = torch.where(expert_mask[e]): the (slot, token) pairs routed
+    // here, two int64 vectors; the index ops below save top_x (and idx), so
+    // they live until this expert's backward.
+    Var idx = tape.New(per_expert, kI64, Category::kTemporaries, "aten::where");
+    Var top_x = tape.New(per_expert, kI64, Category::kTemporaries, "aten::where");
     Var xs = tape.New(per_expert * d.h, x.elem_bytes, Category::kTemporaries, "aten::index");
     if (x.requires_grad() && tape.grad_enabled) {
       NodeId n = tape.Node("IndexBackward0", &xs);
+      tape.graph.Save(n, top_x.t);
       tape.graph.Edge(n, x, x.bytes());
     }
     Var y = Mlp(tape, spec, lp, xs, d, per_expert, inter, lp.expert_gate[e], lp.expert_up[e],
@@ -194,12 +205,28 @@ Var Moe(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x, 
     Var rw = tape.New(per_expert, kF32, Category::kTemporaries, "aten::index");
     if (probs.requires_grad() && tape.grad_enabled) {
       NodeId n = tape.Node("IndexBackward0", &rw);
+      tape.graph.Save(n, top_x.t);
+      tape.graph.Save(n, idx.t);
       tape.graph.Edge(n, probs, probs.bytes());
     }
     Var w = Mul(tape, y, rw);
     tape.Drop(rw);
     tape.Drop(y);
-    tape.Drop(w);  // index_add_ into `out`, in place
+    // final_hidden_states.index_add_(0, top_x, w), in place: `out` gets a new
+    // grad_fn, IndexAddBackward0 (derivatives.yaml: self gets the incoming
+    // gradient as it is, source gets grad.index_select(0, index), so the index
+    // is saved). This is what connects each expert's graph to the loss; the
+    // chain of these nodes runs every expert's backward in reverse order.
+    if (tape.grad_enabled && (w.requires_grad() || out.requires_grad())) {
+      const Var before = out;
+      NodeId n = tape.Node("IndexAddBackward0", &out);
+      tape.graph.Save(n, top_x.t);
+      tape.graph.EdgePass(n, before);
+      tape.graph.Edge(n, w, w.bytes());
+    }
+    tape.Drop(w);
+    tape.Drop(top_x);
+    tape.Drop(idx);
   }
   if (lp.shared_gate) {
     Var sh = Mlp(tape, spec, lp, x, d, d.t, spec.shared_expert_intermediate_size,
@@ -213,6 +240,173 @@ Var Moe(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x, 
   tape.Drop(top_index);
   tape.Drop(top_weights);
   tape.Drop(probs);
+  return out;
+}
+
+// One grouped matmul over stacked expert weights (torch._grouped_mm /
+// F.grouped_mm, torch >= 2.9; derivatives.yaml treats it like mm: the input
+// is saved only if the weight needs a gradient, the weight (a leaf, free)
+// only if the input does). `weights` are the per-expert tensors that make up
+// the stacked parameter; its gradient is one tensor of their total size.
+Var GroupedMm(Tape& tape, const Var& in, const std::vector<Param*>& weights, uint64_t rows,
+              uint64_t out_features, uint8_t out_bytes) {
+  Var out = tape.New(rows * out_features, out_bytes, Category::kTemporaries, "aten::_grouped_mm");
+  bool weight_grad = false;
+  for (const Param* p : weights) weight_grad = weight_grad || p->var.requires_grad();
+  if (tape.grad_enabled && (weight_grad || in.requires_grad())) {
+    NodeId n = tape.Node("GroupedMmBackward0", &out);
+    if (weight_grad) tape.graph.Save(n, in.t);
+    tape.graph.Edge(n, in, in.bytes());
+    for (Param* p : weights) tape.graph.Edge(n, p->var, p->numel * p->elem_bytes);
+  }
+  return out;
+}
+
+// Mixture of experts, transformers >= 5.0 (modeling_qwen2_moe.py,
+// modeling_qwen3_moe.py, modeling_mixtral.py: `*TopKRouter` and
+// `@use_experts_implementation` `*Experts` with 3-D gate_up_proj [E, 2I, h]
+// and down_proj [E, h, I]; integrations/moe.py grouped_mm_experts_forward,
+// the default experts implementation):
+//   router: F.linear, softmax(dtype=float32) (saved), topk, the top-k weights
+//     cast back to the logits' dtype; no one-hot expert mask any more;
+//   experts, all S = t * k (token, expert) pairs at once: hidden_states[token_idx]
+//     [S, h], argsort by expert and a sorted copy [S, h], one grouped_mm into
+//     [S, 2I] (gate | up, saved for act and mul), act(gate) * up, one
+//     grouped_mm into [S, h] (saved for the routing weights' gradient), the
+//     weighted rows, a copy back in token order, then a sum over k into [t, h];
+//     grouped_mm is not autocast-enabled: the input is cast to the experts' dtype.
+//   qwen2_moe: the shared expert first, then sigmoid(shared_expert_gate(x)) * it.
+Var MoeGrouped(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x, const Dims& d) {
+  const uint64_t experts = lp.expert_gate.size();
+  const uint64_t top_k = std::max<uint64_t>(1, spec.experts_per_token);
+  const uint64_t s = d.t * top_k;
+  const uint64_t inter = spec.moe_intermediate_size ? spec.moe_intermediate_size : d.inter;
+  const bool grad = tape.grad_enabled;
+  Var shared;
+  if (lp.shared_gate) {
+    shared = Mlp(tape, spec, lp, x, d, d.t, spec.shared_expert_intermediate_size, lp.shared_gate,
+                 lp.shared_up, lp.shared_down);
+  }
+  // --- router
+  Var logits = Proj(tape, x, lp.router, nullptr, d.t, experts);
+  Var l32 = Cast(tape, logits, kF32);
+  Var probs = tape.New(d.t * experts, kF32, Category::kTemporaries, "aten::_softmax");
+  if (grad && l32.requires_grad()) {
+    NodeId n = tape.Node("SoftmaxBackward0", &probs);
+    tape.graph.Save(n, probs.t);
+    tape.graph.Edge(n, l32, l32.bytes());
+  }
+  tape.Drop(l32);
+  Var top_w = tape.New(d.t * top_k, kF32, Category::kTemporaries, "aten::topk");
+  Var top_i = tape.New(d.t * top_k, kI64, Category::kTemporaries, "aten::topk");
+  if (grad && probs.requires_grad()) {
+    NodeId n = tape.Node("TopkBackward0", &top_w);
+    tape.graph.Save(n, top_i.t);
+    tape.graph.Edge(n, probs, probs.bytes());  // zeros [t, E] + scatter
+  }
+  tape.Drop(probs);
+  Var weights = Cast(tape, top_w, logits.elem_bytes);  // router_top_value.to(router_logits.dtype)
+  tape.Drop(top_w);
+  tape.Drop(logits);
+  // --- experts
+  const uint8_t expert_bytes = lp.expert_gate.front()->elem_bytes;
+  // token_idx = arange(t)[:, None].expand(-1, k).reshape(-1): an int64 copy.
+  Var token_idx = tape.New(s, kI64, Category::kTemporaries, "aten::reshape");
+  Var routed = tape.New(s * d.h, x.elem_bytes, Category::kTemporaries, "aten::index");
+  if (grad && x.requires_grad()) {
+    NodeId n = tape.Node("IndexBackward0", &routed);
+    tape.graph.Save(n, token_idx.t);
+    tape.graph.Edge(n, x, x.bytes());  // zeros [t, h] + index_put_(accumulate=True)
+  }
+  // perm = argsort(expert_ids) (sort's values die), inv_perm[perm] = arange(S).
+  Var perm = tape.New(s, kI64, Category::kTemporaries, "aten::sort");
+  Var sorted = tape.New(s, kI64, Category::kTemporaries, "aten::sort");
+  tape.Drop(sorted);
+  Var inv_perm = tape.New(s, kI64, Category::kTemporaries, "aten::empty_like");
+  Var arange = tape.New(s, kI64, Category::kTemporaries, "aten::arange");
+  tape.Drop(arange);
+  Var ids_sorted = tape.New(s, kI64, Category::kTemporaries, "aten::index");
+  Var w_sorted = tape.New(s, weights.elem_bytes, Category::kTemporaries, "aten::index");
+  if (grad && weights.requires_grad()) {
+    NodeId n = tape.Node("IndexBackward0", &w_sorted);
+    tape.graph.Save(n, perm.t);
+    tape.graph.Edge(n, weights, weights.bytes());
+  }
+  Var routed_sorted = tape.New(s * d.h, x.elem_bytes, Category::kTemporaries, "aten::index");
+  if (grad && routed.requires_grad()) {
+    NodeId n = tape.Node("IndexBackward0", &routed_sorted);
+    tape.graph.Save(n, perm.t);
+    tape.graph.Edge(n, routed, routed.bytes());
+  }
+  // Offsets: histc over an int32 copy of the sorted ids, cumsum to int32 [E].
+  Var hist_in = tape.New(s, 4, Category::kTemporaries, "aten::_to_copy");
+  Var counts = tape.New(experts, 4, Category::kTemporaries, "aten::histc");
+  tape.Drop(hist_in);
+  Var offsets = tape.New(experts, 4, Category::kTemporaries, "aten::cumsum");
+  tape.Drop(counts);
+  Var xin = Cast(tape, routed_sorted, expert_bytes);
+  std::vector<Param*> gate_up = lp.expert_gate;
+  gate_up.insert(gate_up.end(), lp.expert_up.begin(), lp.expert_up.end());
+  Var gu = GroupedMm(tape, xin, gate_up, s, 2 * inter, expert_bytes);
+  tape.Drop(xin);
+  // chunk(2, dim=-1): two views of one [S, 2I] storage.
+  Var g = gu;
+  g.numel = gu.numel / 2;
+  Var u = tape.Share(gu);
+  u.numel = gu.numel / 2;
+  Var act = spec.mlp == MlpKind::kGatedGeluTanh ? Gelu(tape, g) : Silu(tape, g);
+  tape.Drop(g);
+  Var prod = Mul(tape, act, u);
+  tape.Drop(act);
+  tape.Drop(u);
+  Var y = GroupedMm(tape, prod, lp.expert_down, s, d.h, expert_bytes);
+  tape.Drop(prod);
+  // out_per_sample_g * sample_weights_g.unsqueeze(-1); the weights' gradient
+  // is (grad * y).sum(-1): a full-size product first.
+  Var weighted = Mul(tape, y, w_sorted);
+  if (weighted.fn != kNoNode && w_sorted.requires_grad()) {
+    tape.graph.Workspace(weighted.fn, weighted.bytes());
+  }
+  tape.Drop(y);
+  Var unsorted = tape.New(s * d.h, weighted.elem_bytes, Category::kTemporaries, "aten::index");
+  if (grad && weighted.requires_grad()) {
+    NodeId n = tape.Node("IndexBackward0", &unsorted);
+    tape.graph.Save(n, inv_perm.t);
+    tape.graph.Edge(n, weighted, weighted.bytes());
+  }
+  // .view(t, k, h).sum(dim=1): the gradient is an expanded view.
+  Var summed = tape.New(d.t * d.h, unsorted.elem_bytes, Category::kTemporaries, "aten::sum");
+  if (grad && unsorted.requires_grad()) {
+    NodeId n = tape.Node("SumBackward1", &summed);
+    tape.graph.EdgePass(n, unsorted);
+  }
+  Var out = Cast(tape, summed, x.elem_bytes);  // .to(hidden_states.dtype)
+  tape.Drop(summed);
+  // The experts function returns: its locals die.
+  for (Var* v : {&routed, &routed_sorted, &weighted, &unsorted, &token_idx, &perm, &inv_perm,
+                 &ids_sorted, &w_sorted, &offsets, &weights, &top_i}) {
+    tape.Drop(*v);
+  }
+  if (lp.shared_gate) {
+    if (lp.shared_router) {
+      Var gate_logit = Proj(tape, x, lp.shared_router, nullptr, d.t, 1);
+      Var sig = tape.New(d.t, gate_logit.elem_bytes, Category::kTemporaries, "aten::sigmoid");
+      if (grad && gate_logit.requires_grad()) {
+        NodeId n = tape.Node("SigmoidBackward0", &sig);
+        tape.graph.Save(n, sig.t);
+        tape.graph.Edge(n, gate_logit, gate_logit.bytes());
+      }
+      tape.Drop(gate_logit);
+      Var gated = Mul(tape, sig, shared);
+      tape.Drop(sig);
+      tape.Drop(shared);
+      shared = gated;
+    }
+    Var sum = Add(tape, out, shared);
+    tape.Drop(shared);
+    tape.Drop(out);
+    out = sum;
+  }
   return out;
 }
 
@@ -395,6 +589,11 @@ ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Tra
   d.ep = setup.parallel.ep;
   d.moe_capacity_factor = setup.moe_capacity_factor;
   d.moe_imbalance = setup.moe_imbalance;
+  // transformers >= 5.0 runs routed experts as stacked [E, 2I, h] / [E, h, I]
+  // parameters through `grouped_mm` (the default experts implementation,
+  // PreTrainedModel.get_correct_experts_implementation). Megatron-style knobs
+  // (expert parallelism, a capacity factor) keep the per-expert lowering.
+  d.grouped_experts = setup.transformers_version >= 500 && d.ep == 1 && setup.moe_capacity_factor == 0;
 
   tape.SetModule("model");
   // input_ids and labels: int64 [b, s], made by the data loader (Megatron's
