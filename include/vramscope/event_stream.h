@@ -22,6 +22,18 @@
 
 namespace vramscope {
 
+// A bijective 64-bit mixer for allocation ids (the splitmix64 finalizer),
+// shared by the id tables of src/events and src/sim: ids are often sequential
+// or strided, and mixing spreads them over a power-of-two table.
+inline uint64_t MixAllocationId(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  x ^= x >> 31;
+  return x;
+}
+
 // Phase of a training step. kSetup is everything before the first forward
 // (model load, optimizer construction).
 enum class Phase : uint8_t { kSetup = 0, kForward, kBackward, kOptimizer };

@@ -1,26 +1,16 @@
 #include "live_id_set.h"
 
+#include "vramscope/event_stream.h"
+
 namespace vramscope::events_internal {
 namespace {
-
-// A bijective 64-bit mixer (the splitmix64 finalizer). Ids are often
-// sequential or multiples of a stride; mixing spreads them over the table so
-// linear probing stays short.
-uint64_t Mix(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  x ^= x >> 31;
-  return x;
-}
 
 constexpr size_t kInitialSlots = 64;
 
 }  // namespace
 
 size_t LiveIdSet::HomeSlot(uint64_t id) const {
-  return static_cast<size_t>(Mix(id)) & (slots_.size() - 1);
+  return static_cast<size_t>(MixAllocationId(id)) & (slots_.size() - 1);
 }
 
 bool LiveIdSet::Contains(uint64_t id) const {

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "vramscope/event_stream.h"
 #include "vramscope/result.h"
 
 namespace vramscope::sim {
@@ -93,22 +94,13 @@ class LiveMap {
     V value{};
   };
 
-  // The splitmix64 finalizer.
-  static uint64_t Mix(uint64_t x) {
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ULL;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebULL;
-    x ^= x >> 31;
-    return x;
-  }
   // Ids usually come in runs of consecutive numbers (lowering and recorders
   // number allocations in order), but may be addresses or other strided
   // values. Adding the id to a mix of id / 16 keeps 16 consecutive ids in
   // neighbouring buckets (one cache line of heads) and still spreads runs
   // and strides over the whole table.
   size_t Bucket(uint64_t id) const {
-    return static_cast<size_t>(id + Mix(id >> 4)) & (heads_.size() - 1);
+    return static_cast<size_t>(id + MixAllocationId(id >> 4)) & (heads_.size() - 1);
   }
 
   void Grow() {
