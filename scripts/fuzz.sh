@@ -42,7 +42,7 @@ dict_file() {
 # Longest input worth trying, per reader: a few records, a config, a header.
 max_len() {
   case $1 in
-    fuzz_cli_flags) echo 512 ;;
+    fuzz_cli_flags | fuzz_grid) echo 512 ;;
     fuzz_groundtruth) echo 8192 ;;
     fuzz_event_reader | fuzz_model_config | fuzz_safetensors) echo 16384 ;;
     *) echo 65536 ;;
