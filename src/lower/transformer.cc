@@ -634,13 +634,16 @@ ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Tra
     x = tape.New(d.Residual().t * d.h, tape.autocast ? kF32 : tape.compute_bytes, Category::kActivations, "pp::recv");
   }
   EnsureSequenceGatherBuffer(tape, d, x.elem_bytes);
-  // Rotary cos/sin: [b, s, head_dim] in the activation dtype, shared by all
-  // layers (LlamaRotaryEmbedding.forward under no_grad).
+  // Rotary cos/sin in the activation dtype, shared by all layers
+  // (LlamaRotaryEmbedding.forward under no_grad). Their batch dimension is
+  // position_ids': the model makes it `cache_position.unsqueeze(0)`, [1, s],
+  // when the caller passes none (transformers 4.4x-5.x LlamaModel.forward and
+  // the models copied from it), so cos/sin are [1, s, head_dim].
   tape.SetModule("model.rotary_emb");
   Var cos, sin;
   if (spec.position == PositionKind::kRope) {
-    cos = tape.New(d.t * d.d, x.elem_bytes, Category::kOther, "aten::cos");
-    sin = tape.New(d.t * d.d, x.elem_bytes, Category::kOther, "aten::sin");
+    cos = tape.New(d.s * d.d, x.elem_bytes, Category::kOther, "aten::cos");
+    sin = tape.New(d.s * d.d, x.elem_bytes, Category::kOther, "aten::sin");
   }
   const AttnPlan plan = PlanAttention(setup, tape.autocast ? tape.compute_bytes : x.elem_bytes,
                                       d.heads, d.kv, spec.sliding_window > 0 && spec.sliding_window < d.s);
