@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -102,5 +103,11 @@ std::string RenderHtml(const Report& report);
 
 // "12.34 GiB" (2^30 bytes, two decimals).
 std::string FormatGiB(uint64_t bytes);
+
+// Text from outside (model names, file names, module paths) made safe for
+// HTML/XML element content and quoted attributes: invalid UTF-8 bytes become
+// U+FFFD, control characters '?', and &, <, >, ", ' entities. The one escape
+// every HTML page of vramscope uses (reports here, plans in src/plan).
+std::string EscapeHtml(std::string_view text);
 
 }  // namespace vramscope

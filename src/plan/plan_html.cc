@@ -12,26 +12,6 @@
 namespace vramscope {
 namespace {
 
-// &, <, >, " and ' as entities, control characters as '?': safe in element
-// content and in quoted attributes. (src/report's EscapeMarkup does the same
-// and also repairs invalid UTF-8; it is private to src/report. An invalid
-// byte here is shown by the browser as U+FFFD, which is harmless.)
-std::string Escape(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (const char c : text) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) ? '?' : c;
-    }
-  }
-  return out;
-}
-
 constexpr std::string_view kStyle = R"CSS(
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto;
        max-width: 1100px; padding: 16px 24px 48px; color: #1a1a1a; line-height: 1.4; }
@@ -73,7 +53,7 @@ void StrategyTable(const PlanResult& plan, std::string* out) {
             Cell(fmt::format("{:.0f}", s.time.tokens_per_second), true) +
             Cell(fmt::format("{:.2f}", s.time.step_seconds), true) + Cell(FormatGiB(s.device_total_bytes), true) +
             Cell(FormatGiB(s.peak_allocated_bytes), true) + Cell(fits) +
-            Cell(Escape(plan_internal::StrategyLabel(s.setup))) + "</tr>\n";
+            Cell(EscapeHtml(plan_internal::StrategyLabel(s.setup))) + "</tr>\n";
   }
   *out += "</table>\n";
 }
@@ -81,7 +61,7 @@ void StrategyTable(const PlanResult& plan, std::string* out) {
 }  // namespace
 
 std::string RenderPlanHtml(const PlanResult& plan, std::string_view source) {
-  const std::string title = Escape(source.empty() ? "plan" : source);
+  const std::string title = EscapeHtml(source.empty() ? "plan" : source);
   size_t fitting = 0;
   for (const Strategy& s : plan.strategies) fitting += s.fits ? 1 : 0;
   std::string out = "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n";
@@ -90,12 +70,12 @@ std::string RenderPlanHtml(const PlanResult& plan, std::string_view source) {
   out += fmt::format("<title>vramscope plan: {}</title>\n<style>{}</style>\n</head>\n<body>\n", title, kStyle);
   out += fmt::format("<h1>vramscope plan: {}</h1>\n", title);
   if (plan.model) {
-    out += fmt::format("<p class=\"meta\">Model: <b>{}</b>{}, {} parameters</p>\n", Escape(plan.model->name),
-                       plan.model->architecture.empty() ? "" : " (" + Escape(plan.model->architecture) + ")",
+    out += fmt::format("<p class=\"meta\">Model: <b>{}</b>{}, {} parameters</p>\n", EscapeHtml(plan.model->name),
+                       plan.model->architecture.empty() ? "" : " (" + EscapeHtml(plan.model->architecture) + ")",
                        Grouped(plan.model->parameters));
   }
   const std::string gpu = plan.gpu.display_name.empty() ? plan.gpu.name : plan.gpu.display_name;
-  out += fmt::format("<p class=\"meta\">GPU: <b>{}</b>, {} usable, one GPU</p>\n", Escape(gpu),
+  out += fmt::format("<p class=\"meta\">GPU: <b>{}</b>, {} usable, one GPU</p>\n", EscapeHtml(gpu),
                      FormatGiB(plan.gpu.usable_bytes));
   out += fmt::format(
       "<p class=\"verdict {}\">Step: {} tokens = {} sequences of {}. {} strategies considered, {} estimated, {} "
@@ -104,7 +84,7 @@ std::string RenderPlanHtml(const PlanResult& plan, std::string_view source) {
       plan.considered, plan.estimates, fitting);
   if (!plan.explanation.empty()) {
     out += "<h2>Why</h2>\n<ul>\n";
-    for (const std::string& line : plan.explanation) out += fmt::format("<li>{}</li>\n", Escape(line));
+    for (const std::string& line : plan.explanation) out += fmt::format("<li>{}</li>\n", EscapeHtml(line));
     out += "</ul>\n";
   }
   out += "<h2>Strategies</h2>\n<p>Those that fit, fastest first; then those that do not, by memory needed. "

@@ -55,4 +55,6 @@ std::string FormatGiB(uint64_t bytes) {
   return fmt::format("{} GiB", report_internal::GiBNumber(bytes));
 }
 
+std::string EscapeHtml(std::string_view text) { return report_internal::EscapeMarkup(text); }
+
 }  // namespace vramscope
