@@ -12,8 +12,8 @@
 #include <fmt/format.h>
 
 #include "live_map.h"
-#include "timeline.h"
 #include "vramscope/simulate.h"
+#include "vramscope/timeline_sampler.h"
 
 namespace vramscope {
 namespace {
@@ -160,7 +160,7 @@ std::vector<LiveAllocation> TopAtPeak(const EventStream& stream, std::vector<Liv
 Result<SimResult> Simulate(const EventStream& stream, const SimOptions& options) {
   SimResult result;
   Replayer replay(options);
-  sim::TimelineSampler timeline(options.max_timeline_points);
+  TimelineSampler timeline(options.max_timeline_points);
   const auto& events = stream.events();
   result.num_events = events.size();
   for (uint64_t i = 0; i < events.size(); ++i) {

@@ -1,6 +1,6 @@
-#include "timeline.h"
+#include "vramscope/timeline_sampler.h"
 
-namespace vramscope::sim {
+namespace vramscope {
 
 void TimelineSampler::Merge(TimelinePoint& into, const TimelinePoint& other) {
   const uint64_t reserved = std::max(into.reserved_bytes, other.reserved_bytes);
@@ -74,4 +74,4 @@ std::vector<TimelinePoint> TimelineSampler::Finish() {
   return std::move(points_);
 }
 
-}  // namespace vramscope::sim
+}  // namespace vramscope

@@ -12,9 +12,9 @@
 
 #include "block_sizer.h"
 #include "reconstruct.h"
-#include "timeline_sampler.h"
 #include "vramscope/allocator.h"
 #include "vramscope/snapshot.h"
+#include "vramscope/timeline_sampler.h"
 
 namespace vramscope {
 namespace {
@@ -53,7 +53,7 @@ class Measurer {
   Reconstruction& r_;
   const ExplainOptions& options_;
   SnapshotRun* run_;
-  snapshot::TimelineSampler sampler_;
+  TimelineSampler sampler_;
   std::unique_ptr<snapshot::BlockSizer> sizer_;
   SimResult& sim() { return run_->sim; }
 
