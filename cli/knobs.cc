@@ -33,6 +33,8 @@ void AddKnobFlags(CLI::App* sub, KnobArgs* k) {
   sub->add_option("--moe-capacity-factor", k->moe_capacity_factor,
                   "MoE expert capacity factor (0: dropless, the default; >0: padded to capacity)");
   sub->add_option("--moe-imbalance", k->moe_imbalance, "MoE: busiest expert's load over an even share (default 1)");
+  sub->add_option("--device-rules", k->device_rules,
+                  "cuda (default) or cpu: PyTorch's CPU kernels, only to compare with CPU reference traces (docs/fidelity.md)");
   AddParallelFlags(sub, &k->parallel);
 }
 
@@ -77,6 +79,9 @@ Result<TrainingSetup> KnobArgs::ToSetup() const {
   s.activation_offload = activation_offload;
   s.moe_capacity_factor = moe_capacity_factor;
   s.moe_imbalance = moe_imbalance;
+  auto dr = ParseDeviceRules(device_rules);
+  if (!dr.ok()) return dr.error();
+  s.device_rules = *dr;
   auto layout = parallel.ToLayout();
   if (!layout.ok()) return layout.error();
   s.parallel = *layout;

@@ -21,7 +21,7 @@ struct KnobArgs {
   double lora_dropout = 0.05;
   std::string grad_ckpt = "none", attn = "sdpa", loss = "hf";
   std::string transformers_version = "5.23", torch_version = "2.11";
-  std::string gpu = "h100-80g", alloc_conf;
+  std::string gpu = "h100-80g", alloc_conf, device_rules = "cuda";
   bool optimizer_in_backward = false;
   bool activation_offload = false;
   double moe_capacity_factor = 0, moe_imbalance = 1;

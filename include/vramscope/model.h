@@ -81,7 +81,13 @@ struct ModelSpec {
   double final_logit_softcapping = 0;  // gemma2
   double attn_logit_softcapping = 0;   // gemma2
   double attention_dropout = 0;
-  double hidden_dropout = 0;   // gpt2 resid/embd pdrop, bert hidden_dropout_prob
+  double hidden_dropout = 0;   // on the embeddings: gpt2/phi embd_pdrop, gpt_neox, bert hidden_dropout_prob
+  // On the attention and the MLP output before each residual add (gpt2 resid_pdrop,
+  // opt dropout, phi/phi3 resid_pdrop, gpt_neox hidden_dropout).
+  double residual_dropout = 0;
+  // OPT with do_layer_norm_before: false (opt-350m): LayerNorm after each residual
+  // add, no final norm.
+  bool post_norm = false;
 
   // Mixture of experts (mixtral, qwen2_moe, qwen3_moe); 0 experts = dense.
   uint64_t num_experts = 0;

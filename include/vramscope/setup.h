@@ -28,6 +28,11 @@ enum class Finetune : uint8_t { kFull, kLora, kQLora };
 enum class GradCkpt : uint8_t { kNone, kFull /* non-reentrant */, kReentrant };
 enum class Attention : uint8_t { kEager, kSdpa, kFlash };
 enum class LossKind : uint8_t { kHf, kChunked, kFusedLinear };
+// Which device's kernels the device-dependent rules follow. kCuda is the product;
+// kCpu describes PyTorch's CPU kernels and exists only so that the lowering can be
+// compared with traces of the real libraries run on CPU (docs/fidelity.md): no cuBLAS
+// workspace, optimizer step counters on the device, dropout masks in the input's dtype.
+enum class DeviceRules : uint8_t { kCuda, kCpu };
 
 struct TrainingSetup {
   uint64_t batch = 1;
@@ -61,6 +66,7 @@ struct TrainingSetup {
   bool activation_offload = false;
   std::string gpu = "h100-80g";
   std::string alloc_conf;
+  DeviceRules device_rules = DeviceRules::kCuda;
   // GPUs and how they share the work (one GPU by default).
   ParallelLayout parallel;
 };
@@ -71,6 +77,7 @@ std::string_view FinetuneName(Finetune f);
 std::string_view GradCkptName(GradCkpt g);
 std::string_view AttentionName(Attention a);
 std::string_view LossName(LossKind l);
+std::string_view DeviceRulesName(DeviceRules d);
 
 Result<Precision> ParsePrecision(std::string_view text);
 Result<OptimizerKind> ParseOptimizer(std::string_view text);
@@ -78,6 +85,7 @@ Result<Finetune> ParseFinetune(std::string_view text);
 Result<GradCkpt> ParseGradCkpt(std::string_view text);
 Result<Attention> ParseAttention(std::string_view text);
 Result<LossKind> ParseLoss(std::string_view text);
+Result<DeviceRules> ParseDeviceRules(std::string_view text);
 // "4.46" -> 446.
 Result<int> ParseVersion(std::string_view text, std::string_view field);
 // "q,k,v" or "all-linear".

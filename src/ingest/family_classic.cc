@@ -24,7 +24,10 @@ void ReadGpt2(ConfigReader& r, ModelSpec& s, ArchDetails&) {
   s.intermediate_size = r.Uint("n_inner", 4 * s.hidden_size, 1, kMaxIntermediate);
   s.tie_word_embeddings = r.Bool("tie_word_embeddings", true);
   s.attention_dropout = r.Number("attn_pdrop", 0.1, 0.0, 1.0);
-  s.hidden_dropout = r.Number("resid_pdrop", 0.1, 0.0, 1.0);
+  // GPT2Model.drop (embd_pdrop) on the embeddings; resid_dropout after attention's
+  // c_proj and GPT2MLP.dropout after the MLP's c_proj (transformers 4.57 / 5.x).
+  s.hidden_dropout = r.Number("embd_pdrop", 0.1, 0.0, 1.0);
+  s.residual_dropout = r.Number("resid_pdrop", 0.1, 0.0, 1.0);
   if (r.Bool("add_cross_attention", false)) {
     r.Fail("add_cross_attention", "true (GPT-2 with cross-attention) is not supported");
   }
@@ -68,7 +71,9 @@ void ReadGptNeox(ConfigReader& r, ModelSpec& s, ArchDetails&) {
   s.partial_rotary_factor = ReadPartialRotary(r, "rotary_pct", 0.25);
   s.parallel_attn = r.Bool("use_parallel_residual", true);
   s.attention_dropout = r.Number("attention_dropout", 0.0, 0.0, 1.0);
+  // GPTNeoXModel.emb_dropout, GPTNeoXLayer.post_attention_dropout / post_mlp_dropout.
   s.hidden_dropout = r.Number("hidden_dropout", 0.0, 0.0, 1.0);
+  s.residual_dropout = s.hidden_dropout;
   bool attention_bias = r.Bool("attention_bias", true);
   s.qkv_bias = s.o_bias = attention_bias;
   s.mlp_bias = true;
@@ -110,9 +115,12 @@ void ReadOpt(ConfigReader& r, ModelSpec& s, ArchDetails& a) {
       r.Uint("max_position_embeddings", 2048, 1, kMaxLearnedPositions);
   s.tie_word_embeddings = r.Bool("tie_word_embeddings", true);
   s.attention_dropout = r.Number("attention_dropout", 0.0, 0.0, 1.0);
-  s.hidden_dropout = r.Number("dropout", 0.1, 0.0, 1.0);
+  // OPTDecoderLayer: dropout after self_attn and after fc2, none on the embeddings
+  // (modeling_opt.py, transformers 4.57 / 5.x).
+  s.residual_dropout = r.Number("dropout", 0.1, 0.0, 1.0);
   a.word_embed_proj_dim = r.Uint("word_embed_proj_dim", s.hidden_size, 1, kMaxHidden);
   bool before = r.Bool("do_layer_norm_before", true);
+  s.post_norm = !before;
   a.final_layer_norm = before && !r.Bool("_remove_final_layer_norm", false);
   a.layer_norm_affine = r.Bool("layer_norm_elementwise_affine", true);
   bool bias = r.Bool("enable_bias", true);
@@ -231,7 +239,10 @@ void ReadPhi(ConfigReader& r, ModelSpec& s, ArchDetails&) {
   s.partial_rotary_factor = ReadPartialRotary(r, "partial_rotary_factor", 0.5);
   s.qk_norm = r.Bool("qk_layernorm", false);
   s.attention_dropout = r.Number("attention_dropout", 0.0, 0.0, 1.0);
-  s.hidden_dropout = r.Number("resid_pdrop", 0.0, 0.0, 1.0);
+  // PhiModel.embed_dropout (embd_pdrop); PhiDecoderLayer.resid_dropout on the
+  // attention and the MLP output.
+  s.hidden_dropout = r.Number("embd_pdrop", 0.0, 0.0, 1.0);
+  s.residual_dropout = r.Number("resid_pdrop", 0.0, 0.0, 1.0);
   s.qkv_bias = s.o_bias = s.mlp_bias = true;
   s.parallel_attn = true;  // PhiDecoderLayer feeds one LayerNorm output to both
   s.torch_dtype = ReadTorchDtype(r);

@@ -194,7 +194,8 @@ void ReadPhi3(ConfigReader& r, ModelSpec& s, ArchDetails&) {
   s.fused_qkv = true;
   s.mlp = MlpKind::kFusedGateUp;
   s.partial_rotary_factor = ReadPartialRotary(r, "partial_rotary_factor", 1.0);
-  s.hidden_dropout = r.Number("resid_pdrop", 0.0, 0.0, 1.0);
+  // Phi3DecoderLayer.resid_attn_dropout / resid_mlp_dropout (resid_pdrop).
+  s.residual_dropout = r.Number("resid_pdrop", 0.0, 0.0, 1.0);
   if (r.Has("sliding_window")) s.sliding_window = ReadWindow(r, 0);
 }
 

@@ -165,6 +165,7 @@ Result<Lowered> LowerRank(const ModelSpec& model, const TrainingSetup& setup, co
   // --- setup: parameters as from_pretrained / from_config place them --------
   tape.params.reserve(model.params.size() * 3);
   tape.lora_dropout = setup.lora_dropout;
+  tape.cpu_rules = setup.device_rules == DeviceRules::kCpu;
   for (const ParamTensor& pt : model.params) {
     Param p;
     p.name = pt.name;
@@ -315,7 +316,7 @@ Result<Lowered> LowerRank(const ModelSpec& model, const TrainingSetup& setup, co
   auto forward = [&](size_t chunk) {
     const StageSpan& span = chunks[chunk];
     out.BeginPhase(step, Phase::kForward);
-    if (!forward_workspace && gpu.cublas_workspace_bytes > 0) {
+    if (!forward_workspace && gpu.cublas_workspace_bytes > 0 && !tape.cpu_rules) {
       tape.SetModule("cublas");
       tape.graph.Alloc(gpu.cublas_workspace_bytes, Category::kWorkspace, "cublas_workspace", tape.module());
       forward_workspace = true;
@@ -348,7 +349,7 @@ Result<Lowered> LowerRank(const ModelSpec& model, const TrainingSetup& setup, co
     ForwardOut f = in_flight[chunk].front();
     in_flight[chunk].erase(in_flight[chunk].begin());
     out.BeginPhase(step, Phase::kBackward);
-    if (!backward_workspace && gpu.cublas_workspace_bytes > 0) {
+    if (!backward_workspace && gpu.cublas_workspace_bytes > 0 && !tape.cpu_rules) {
       tape.SetModule("cublas");
       tape.graph.Alloc(gpu.cublas_workspace_bytes, Category::kWorkspace, "cublas_workspace", tape.module());
       backward_workspace = true;

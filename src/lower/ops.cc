@@ -229,6 +229,21 @@ Var Relu(Tape& tape, const Var& x) {
 
 Var Dropout(Tape& tape, const Var& x, double p) {
   if (p <= 0) return tape.Share(x);
+  if (tape.cpu_rules) {
+    // CPU (aten/src/ATen/native/Dropout.cpp _dropout_impl, no fused kernel): noise =
+    // empty_like(input).bernoulli_(1 - p).div_(1 - p); input * noise. The noise, in
+    // the input's dtype, is what MulBackward0 saves.
+    Var noise = tape.New(x.numel, x.elem_bytes, Category::kActivations, "aten::empty_like");
+    Var out = tape.New(x.numel, x.elem_bytes, Category::kTemporaries, "aten::mul");
+    if (AnyGrad(tape, x)) {
+      NodeId n = tape.Node("MulBackward0", &out);
+      SaveIf(tape, n, noise);
+      EdgeIf(tape, n, x);
+    }
+    tape.Drop(noise);
+    return out;
+  }
+  // CUDA: native_dropout (is_fused_kernel_acceptable) returns the output and a bool mask.
   Var out = tape.New(x.numel, x.elem_bytes, Category::kTemporaries, "aten::native_dropout");
   Var mask = tape.New(x.numel, kBool, Category::kActivations, "aten::native_dropout");
   if (AnyGrad(tape, x)) {

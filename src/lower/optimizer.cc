@@ -115,7 +115,8 @@ void OptimizerStepParams(Tape& tape, const TrainingSetup& setup, const std::vect
       // torch._fused_adamw_ in place: no temporaries.
       if (first_step) {
         for (Param* p : params) {
-          if (setup.optimizer == OptimizerKind::kAdamWFused) {
+          // CPU rules: the "CPU tensor" step is on the device, float32 (4 bytes).
+          if (setup.optimizer == OptimizerKind::kAdamWFused || tape.cpu_rules) {
             AddState(tape, *p, 4, "aten::zeros");  // step
           }
           AddState(tape, *p, Bytes(*p), "aten::zeros_like");  // exp_avg

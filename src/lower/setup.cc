@@ -33,6 +33,7 @@ constexpr Named<Attention> kAttns[] = {
     {"eager", Attention::kEager}, {"sdpa", Attention::kSdpa}, {"flash", Attention::kFlash}};
 constexpr Named<LossKind> kLosses[] = {
     {"hf", LossKind::kHf}, {"chunked", LossKind::kChunked}, {"fused-linear", LossKind::kFusedLinear}};
+constexpr Named<DeviceRules> kDeviceRules[] = {{"cuda", DeviceRules::kCuda}, {"cpu", DeviceRules::kCpu}};
 
 template <typename E, size_t N>
 Result<E> Parse(const Named<E> (&table)[N], std::string_view text, std::string_view flag) {
@@ -61,6 +62,7 @@ std::string_view FinetuneName(Finetune f) { return Name(kFinetunes, f); }
 std::string_view GradCkptName(GradCkpt g) { return Name(kCkpts, g); }
 std::string_view AttentionName(Attention a) { return Name(kAttns, a); }
 std::string_view LossName(LossKind l) { return Name(kLosses, l); }
+std::string_view DeviceRulesName(DeviceRules d) { return Name(kDeviceRules, d); }
 
 Result<Precision> ParsePrecision(std::string_view t) { return Parse(kPrecisions, t, "--precision"); }
 Result<OptimizerKind> ParseOptimizer(std::string_view t) { return Parse(kOptimizers, t, "--optimizer"); }
@@ -68,6 +70,7 @@ Result<Finetune> ParseFinetune(std::string_view t) { return Parse(kFinetunes, t,
 Result<GradCkpt> ParseGradCkpt(std::string_view t) { return Parse(kCkpts, t, "--grad-ckpt"); }
 Result<Attention> ParseAttention(std::string_view t) { return Parse(kAttns, t, "--attn"); }
 Result<LossKind> ParseLoss(std::string_view t) { return Parse(kLosses, t, "--loss"); }
+Result<DeviceRules> ParseDeviceRules(std::string_view t) { return Parse(kDeviceRules, t, "--device-rules"); }
 
 Result<int> ParseVersion(std::string_view text, std::string_view field) {
   const size_t dot = text.find('.');
@@ -125,6 +128,7 @@ std::vector<std::pair<std::string, std::string>> DescribeSetup(const TrainingSet
   if (s.moe_imbalance != 1) k.emplace_back("moe_imbalance", fmt::format("{}", s.moe_imbalance));
   if (s.optimizer_in_backward) k.emplace_back("optimizer_in_backward", "true");
   if (s.activation_offload) k.emplace_back("activation_offload", "true");
+  if (s.device_rules != DeviceRules::kCuda) k.emplace_back("device_rules", std::string(DeviceRulesName(s.device_rules)));
   if (s.finetune != Finetune::kFull) {
     std::string targets;
     for (const auto& t : s.lora_targets) targets += (targets.empty() ? "" : ",") + t;

@@ -46,6 +46,8 @@ class Tape {
   uint8_t compute_bytes = kHalf;
   bool grad_enabled = true;
   double lora_dropout = 0;
+  // CPU kernels instead of CUDA's where they allocate differently (setup.h DeviceRules).
+  bool cpu_rules = false;
   // Called when the forward enters (begin) and leaves a sharding unit: 0 =
   // embeddings, 1..L = decoder layer L-1, L+1 = final norm + lm_head.
   std::function<void(int unit, bool begin)> unit_hook;

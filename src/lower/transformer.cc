@@ -458,11 +458,40 @@ Var SelfAttention(Tape& tape, const ModelSpec& spec, const LayerParams& lp, cons
   return out;
 }
 
+// Dropout on a branch's output before its residual add (spec.residual_dropout).
+Var ResidualDropout(Tape& tape, const ModelSpec& spec, Var x) {
+  if (spec.residual_dropout <= 0) return x;
+  Var out = Dropout(tape, x, spec.residual_dropout);
+  tape.Drop(x);
+  return out;
+}
+
+// OPT with do_layer_norm_before=False (OPTDecoderLayer.forward, transformers
+// 4.57 / 5.x): h = LN(x + dropout(attn(x))); out = LN(h + dropout(fc2(relu(fc1(h))))).
+Var PostNormDecoderLayer(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x,
+                         const Dims& d, const AttnPlan& plan, const Var* mask) {
+  const Dims r = d.Residual();
+  Var attn = ResidualDropout(tape, spec, SelfAttention(tape, spec, lp, x, d, plan, mask));
+  Var mid = Add(tape, x, attn);
+  tape.Drop(attn);
+  Var h = Norm(tape, spec, mid, lp.norm1, lp.norm1_b, r);
+  tape.Drop(mid);
+  Var m = ResidualDropout(tape, spec, Mlp(tape, spec, lp, h, d, d.t, d.inter, lp.gate, lp.up, lp.down));
+  Var sum = Add(tape, h, m);
+  tape.Drop(h);
+  tape.Drop(m);
+  Var out = Norm(tape, spec, sum, lp.norm2, lp.norm2_b, r);
+  tape.Drop(sum);
+  return out;
+}
+
 Var DecoderLayer(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x,
                  const Dims& d, const AttnPlan& plan, const Var* mask, bool moe) {
+  if (spec.post_norm) return PostNormDecoderLayer(tape, spec, lp, x, d, plan, mask);
   const Dims r = d.Residual();
   Var h = Norm(tape, spec, x, lp.norm1, lp.norm1_b, r);
   Var attn = ToSequenceShard(tape, SelfAttention(tape, spec, lp, h, d, plan, mask), d, "megatron::reduce_scatter");
+  attn = ResidualDropout(tape, spec, attn);
   if (spec.sandwich_norm && lp.norm2) {
     Var n = Norm(tape, spec, attn, lp.norm2, nullptr, r);
     tape.Drop(attn);
@@ -475,7 +504,7 @@ Var DecoderLayer(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const
     tape.Drop(h);
     Var m = moe ? Moe(tape, spec, lp, mh, d)
                 : Mlp(tape, spec, lp, mh, d, d.t, d.inter, lp.gate, lp.up, lp.down);
-    m = ToSequenceShard(tape, m, d, "megatron::reduce_scatter");
+    m = ResidualDropout(tape, spec, ToSequenceShard(tape, m, d, "megatron::reduce_scatter"));
     tape.Drop(mh);
     Var s1 = Add(tape, attn, m);
     tape.Drop(attn);
@@ -491,7 +520,7 @@ Var DecoderLayer(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const
   Var h2 = Norm(tape, spec, mid, pre, spec.sandwich_norm ? nullptr : lp.norm2_b, r);
   Var m = moe ? Moe(tape, spec, lp, h2, d)
               : Mlp(tape, spec, lp, h2, d, d.t, d.inter, lp.gate, lp.up, lp.down);
-  m = ToSequenceShard(tape, m, d, "megatron::reduce_scatter");
+  m = ResidualDropout(tape, spec, ToSequenceShard(tape, m, d, "megatron::reduce_scatter"));
   tape.Drop(h2);
   if (spec.sandwich_norm && lp.norm4) {
     Var n = Norm(tape, spec, m, lp.norm4, nullptr, r);
@@ -569,6 +598,8 @@ ModelParams IndexParams(const ModelSpec& spec, std::vector<Param>& params) {
     else if (pt.role == "pos_embed") mp.pos_embed = p;
     else if (pt.role == "norm" || pt.role == "final_norm") (pt.name.ends_with(".bias") ? mp.final_norm_b : mp.final_norm) = p;
     else if (pt.role == "lm_head") (pt.name.ends_with(".bias") ? mp.lm_head_b : mp.lm_head) = p;
+    else if (pt.role == "proj_in") mp.proj_in = p;
+    else if (pt.role == "proj_out") mp.proj_out = p;
   }
   return mp;
 }
@@ -606,9 +637,17 @@ ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Tra
   if (span.embed) {
     tape.Unit(0, true);
     tape.SetModule("model.embed_tokens");
-    x = Embedding(tape, ids, *mp.embed, d.t, d.h);
+    // OPT: embed_tokens is word_embed_proj_dim wide and project_in widens it
+    // after the positions are embedded (OPTDecoder.forward).
+    const uint64_t embed_dim = mp.proj_in ? mp.embed->numel / d.vocab : d.h;
+    x = Embedding(tape, ids, *mp.embed, d.t, embed_dim);
     if (mp.pos_embed) {
       Var pos = Embedding(tape, ids, *mp.pos_embed, d.t, d.h);
+      if (mp.proj_in) {
+        Var wide = Linear(tape, x, *mp.proj_in, nullptr, d.t, d.h);
+        tape.Drop(x);
+        x = wide;
+      }
       Var sum = Add(tape, x, pos);
       tape.Drop(x);
       tape.Drop(pos);
@@ -685,11 +724,20 @@ ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Tra
   tape.Unit(head_unit, true);
   tape.SetModule("model.norm");
   Dims dn = d.Residual();
-  Var hfin = Norm(tape, spec, x, mp.final_norm, mp.final_norm_b, dn);
+  // OPT's post-norm layout has no final norm; project_out narrows to the
+  // embeddings' width, which the (tied) lm_head reads.
+  Var hfin = mp.final_norm ? Norm(tape, spec, x, mp.final_norm, mp.final_norm_b, dn) : tape.Share(x);
   tape.Drop(x);
+  uint64_t head_in = d.h;
+  if (mp.proj_out) {
+    head_in = mp.proj_out->numel / d.h;
+    Var narrow = Linear(tape, hfin, *mp.proj_out, nullptr, d.t, head_in);
+    tape.Drop(hfin);
+    hfin = narrow;
+  }
   tape.SetModule("lm_head");
   Param* head = mp.lm_head ? mp.lm_head : mp.embed;  // tied embeddings
-  Var loss = CausalLmLoss(tape, setup, hfin, *head, mp.lm_head_b, d.t, d.h, d.vocab,
+  Var loss = CausalLmLoss(tape, setup, hfin, *head, mp.lm_head_b, d.t, head_in, d.vocab,
                           spec.final_logit_softcapping);
   tape.Drop(hfin);
   tape.Unit(head_unit, false);

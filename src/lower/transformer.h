@@ -30,6 +30,8 @@ struct LayerParams {
 struct ModelParams {
   Param *embed = nullptr, *pos_embed = nullptr, *final_norm = nullptr,
         *final_norm_b = nullptr, *lm_head = nullptr, *lm_head_b = nullptr;
+  // OPT's project_in / project_out when word_embed_proj_dim != hidden_size.
+  Param *proj_in = nullptr, *proj_out = nullptr;
   std::vector<LayerParams> layers;
 };
 

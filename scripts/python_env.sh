@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Creates the project's Python environments (virtual environments under .venv/):
+#   .venv/tf5  torch 2.13.0 (CPU) + transformers 5.x + peft + accelerate: the test Python
+#   .venv/tf4  the same with transformers 4.57.x, for version-dependent lowering rules
+# from the locked requirements in requirements/*.txt, and installs the trace
+# recorder (python/) into both. An environment whose lock file has not changed
+# since it was made is left as it is. `--lock` re-resolves requirements/*.in
+# into the lock files instead (run by hand when a pin changes).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+
+make_env() {  # make_env NAME LOCKFILE
+  local dir=.venv/$1 lock=$2
+  local stamp=$dir/.vramscope-lock
+  if [ -x "$dir/bin/python" ] && cmp -s "$lock" "$stamp"; then
+    return 0
+  fi
+  echo "python_env.sh: creating $dir from $lock"
+  rm -rf "$dir"
+  "$PYTHON" -m venv "$dir"
+  # pip's local-disk index serves torch 2.13.0 (CPU); everything else comes from PyPI.
+  "$dir/bin/python" -m pip install -q --disable-pip-version-check -r "$lock" 2>&1 \
+    | { grep -v "^WARNING: Location" || true; }
+  "$dir/bin/python" -m pip install -q --disable-pip-version-check --no-deps \
+    --no-build-isolation ./python 2>&1 | { grep -v "^WARNING: Location" || true; }
+  cp "$lock" "$stamp"
+}
+
+lock_env() {  # lock_env NAME: resolve requirements/reference-NAME.in into its .txt
+  local tmp
+  tmp=$(mktemp -d)
+  "$PYTHON" -m venv "$tmp/v"
+  "$tmp/v/bin/python" -m pip install -q -r "requirements/reference-$1.in" 2>&1 \
+    | { grep -v "^WARNING: Location" || true; }
+  { echo "# Generated from reference-$1.in by scripts/python_env.sh --lock (pip freeze); edit the .in file."
+    "$tmp/v/bin/python" -m pip freeze | sed 's/+cpu$//'; } > "requirements/reference-$1.txt"
+  rm -rf "$tmp"
+}
+
+if [ "${1:-}" = "--lock" ]; then
+  lock_env tf5
+  lock_env tf4
+  exit 0
+fi
+make_env tf5 requirements/reference-tf5.txt
+make_env tf4 requirements/reference-tf4.txt

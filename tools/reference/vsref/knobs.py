@@ -1,0 +1,58 @@
+"""One grid point's knobs, and how each maps onto `vramscope estimate` flags.
+
+The same Point drives both sides: runner.py applies it to a real transformers model the
+way users do, `estimate_args` gives the lowering the equivalent flags.
+"""
+
+import dataclasses
+
+PRECISIONS = ("fp32", "bf16", "bf16-mixed")
+FINETUNES = ("full", "lora")
+CKPTS = ("none", "full", "reentrant")
+ATTNS = ("eager", "sdpa")
+OPTIMIZERS = ("adamw-foreach", "adamw-fused", "adamw-forloop", "sgd")
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+    family: str
+    tf: int = 5  # transformers major version: 5 (.venv/tf5) or 4 (.venv/tf4, 4.57)
+    finetune: str = "full"
+    ckpt: str = "none"
+    attn: str = "eager"
+    precision: str = "fp32"
+    optimizer: str = "adamw-foreach"
+    batch: int = 2
+    seq: int = 64
+    steps: int = 2
+    lora_rank: int = 8
+    lora_targets: str = "q,v"
+
+    def name(self):
+        parts = [self.family, f"tf{self.tf}", self.finetune, f"ckpt-{self.ckpt}", self.attn,
+                 self.precision, self.optimizer]
+        if (self.batch, self.seq) != (2, 64):
+            parts.append(f"b{self.batch}s{self.seq}")
+        return "/".join(parts)
+
+    def transformers_version(self):
+        return "5.24" if self.tf == 5 else "4.57"
+
+    def estimate_args(self):
+        """The `vramscope estimate` flags of this point (model path not included)."""
+        args = ["--batch", str(self.batch), "--seq", str(self.seq), "--steps", str(self.steps),
+                "--precision", self.precision, "--optimizer", self.optimizer,
+                "--finetune", self.finetune, "--grad-ckpt", self.ckpt, "--attn", self.attn,
+                "--transformers-version", self.transformers_version()]
+        if self.finetune == "lora":
+            # Dropout 0: the reference has no RNG-dependent mask in the adapters.
+            args += ["--lora-rank", str(self.lora_rank), "--lora-targets", self.lora_targets,
+                     "--lora-dropout", "0"]
+        return args
+
+    def to_json(self):
+        return dataclasses.asdict(self)
+
+
+def point_from_json(d):
+    return Point(**d)

@@ -1,0 +1,108 @@
+"""The model configs the fidelity grid runs: published catalog configs, cut down.
+
+A reference point builds the real transformers model from a config.json and the lowering
+reads the very same file, so both sides see identical shapes. The configs are the
+catalog's published ones (data/models/) with the layer count cut to 2 and the width
+shrunk (hidden 128, 4 heads, vocabulary 512): every flag that selects a code path
+(model_type, norms, biases, tied embeddings, GQA ratio, post-norm layout, projections,
+MoE routing) is kept, only sizes change. Byte rules are per-shape, so a rule that is
+wrong at real width is wrong here too; small shapes only make small tensors (loss
+scalars, step counters) weigh more, which makes the check stricter, not looser.
+"""
+
+import json
+import os
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CATALOG_DIR = os.path.normpath(os.path.join(HERE, "..", "..", "..", "data", "models"))
+
+# One catalog model per architecture family of the catalog (docs/models.md).
+FAMILIES = {
+    "llama": "llama-3.2-1b",
+    "mistral": "mistral-7b-v0.3",
+    "qwen2": "qwen2.5-0.5b",
+    "qwen3": "qwen3-0.6b",
+    "gemma": "gemma-2b",
+    "gemma2": "gemma-2-2b",
+    "gemma3": "gemma-3-1b",
+    "phi": "phi-2",
+    "phi3": "phi-3-mini-4k",
+    "falcon": "falcon-7b",
+    "gpt2": "gpt2",
+    "gpt_neox": "pythia-160m",
+    "opt": "opt-125m",
+    "opt_postnorm": "opt-350m",  # do_layer_norm_before: false, word_embed_proj_dim 512
+    "bert": "bert-base-uncased",
+    "stablelm": "stablelm-2-1.6b",
+    "qwen2_moe": "qwen1.5-moe-a2.7b",
+    "mixtral": "mixtral-8x7b",
+}
+
+HIDDEN = 128
+HEADS = 4
+HEAD_DIM = HIDDEN // HEADS
+INTERMEDIATE = 256
+VOCAB = 512
+LAYERS = 2
+
+
+def catalog_config(alias):
+    """The catalog's config.json for `alias`, without vramscope's own `_vramscope` block."""
+    with open(os.path.join(CATALOG_DIR, alias + ".json"), encoding="utf-8") as f:
+        config = json.load(f)
+    config.pop("_vramscope", None)
+    return config
+
+
+def _set_if(config, key, value):
+    if key in config:
+        config[key] = value
+
+
+def reduce_config(config):
+    """A copy of `config` at reference size (see the module docstring)."""
+    c = dict(config)
+    heads = int(c.get("num_attention_heads", c.get("n_head", HEADS)))
+    kv = int(c.get("num_key_value_heads", heads) or heads)
+    kv_reduced = HEADS if kv >= heads else max(1, HEADS * kv // heads)
+    if kv < heads and kv_reduced == HEADS:
+        kv_reduced = HEADS // 2
+    c["num_hidden_layers"] = LAYERS
+    _set_if(c, "n_layer", LAYERS)
+    for key in ("hidden_size", "n_embd", "d_model"):
+        _set_if(c, key, HIDDEN)
+    if c.get("model_type") == "opt":
+        # OPT: word_embed_proj_dim below hidden_size adds project_in/project_out (opt-350m).
+        proj = int(config.get("word_embed_proj_dim", config["hidden_size"]))
+        c["word_embed_proj_dim"] = HIDDEN if proj == config["hidden_size"] else HIDDEN // 2
+        c["ffn_dim"] = INTERMEDIATE
+    for key in ("num_attention_heads", "n_head"):
+        _set_if(c, key, HEADS)
+    for key in ("num_key_value_heads", "num_kv_heads"):
+        _set_if(c, key, kv_reduced)
+    if "head_dim" in c:
+        c["head_dim"] = HEAD_DIM
+    for key in ("intermediate_size", "n_inner", "ffn_dim"):
+        if c.get(key) is not None:
+            c[key] = INTERMEDIATE
+    c["vocab_size"] = VOCAB
+    # MoE: 4 experts, 2 per token, small experts (the routing code paths stay).
+    for key in ("num_local_experts", "num_experts"):
+        _set_if(c, key, 4)
+    _set_if(c, "num_experts_per_tok", 2)
+    for key in ("moe_intermediate_size", "shared_expert_intermediate_size"):
+        _set_if(c, key, INTERMEDIATE // 2)
+    # Gemma 2/3 sliding windows and Gemma 3's local/global pattern stay meaningful at seq 64.
+    _set_if(c, "sliding_window", 32)
+    _set_if(c, "query_pre_attn_scalar", HEAD_DIM)
+    # Token ids of the published vocabulary may exceed the reduced one.
+    for key in ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id"):
+        if key in c and c[key] is not None:
+            c[key] = 1 if not isinstance(c[key], list) else [1]
+    c.pop("rope_scaling", None)
+    return c
+
+
+def reference_config(family):
+    """The reduced config of `family`'s catalog model."""
+    return reduce_config(catalog_config(FAMILIES[family]))
