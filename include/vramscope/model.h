@@ -88,6 +88,9 @@ struct ModelSpec {
   // OPT with do_layer_norm_before: false (opt-350m): LayerNorm after each residual
   // add, no final norm.
   bool post_norm = false;
+  // config.json use_cache: a decoder called in training without gradient
+  // checkpointing still fills a DynamicCache (lower/transformer.cc).
+  bool use_cache = true;
 
   // Mixture of experts (mixtral, qwen2_moe, qwen3_moe); 0 experts = dense.
   uint64_t num_experts = 0;

@@ -116,6 +116,8 @@ Result<ModelSpec> ParseModelConfig(std::string_view json_text, std::string_view 
   spec.model_type = model_type;
   ingest::ArchDetails arch;
   family->read(r, spec, arch);
+  // config.use_cache (PretrainedConfig default True) also holds in training.
+  spec.use_cache = r.Bool("use_cache", true);
   if (!r.ok()) return r.error();
 
   ingest::ParamListBuilder builder(&spec.params);

@@ -48,6 +48,10 @@ class Tape {
   double lora_dropout = 0;
   // CPU kernels instead of CUDA's where they allocate differently (setup.h DeviceRules).
   bool cpu_rules = false;
+  // The forward's DynamicCache: per layer the key and value states it holds until
+  // the model's output is dropped (null: no cache).
+  std::vector<Var>* kv_cache = nullptr;
+  bool kv_cache_copies = true;  // transformers >= 4.54 copies (torch.cat); older ones keep references
   // Called when the forward enters (begin) and leaves a sharding unit: 0 =
   // embeddings, 1..L = decoder layer L-1, L+1 = final norm + lm_head.
   std::function<void(int unit, bool begin)> unit_hook;

@@ -410,6 +410,27 @@ Var MoeGrouped(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const V
   return out;
 }
 
+// DynamicCache.update in training (use_cache without gradient checkpointing):
+// transformers 4.54+ (cache_utils.DynamicLayer / DynamicSlidingWindowLayer, read
+// in 4.57.6 and 5.24.0) lazily makes an empty tensor and returns
+// torch.cat([empty, states]): a full copy, which attention then uses and the cache
+// holds until the model's output is dropped. 4.36-4.53 appended the states
+// themselves: no copy, but they stay alive as long.
+Var CacheUpdate(Tape& tape, Var states) {
+  if (!tape.kv_cache_copies) {
+    tape.kv_cache->push_back(tape.Share(states));
+    return states;
+  }
+  Var copy = tape.New(states.numel, states.elem_bytes, Category::kTemporaries, "aten::cat");
+  if (states.requires_grad() && tape.grad_enabled) {
+    NodeId n = tape.Node("CatBackward0", &copy);
+    tape.graph.Edge(n, states, states.bytes());
+  }
+  tape.Drop(states);
+  tape.kv_cache->push_back(tape.Share(copy));
+  return copy;
+}
+
 Var SelfAttention(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x,
                   const Dims& d, const AttnPlan& plan, const Var* mask) {
   Var q, k, v;
@@ -447,6 +468,10 @@ Var SelfAttention(Tape& tape, const ModelSpec& spec, const LayerParams& lp, cons
     Var rk = Rope(tape, k);
     tape.Drop(k);
     k = rk;
+  }
+  if (tape.kv_cache) {
+    k = CacheUpdate(tape, k);
+    v = CacheUpdate(tape, v);
   }
   AttnShape shape{d.b, d.s, d.heads, d.kv, d.d};
   Var ctx = Attend(tape, plan, shape, q, k, v, mask, spec.attention_dropout);
@@ -537,6 +562,13 @@ bool IsMoeLayer(const ModelSpec& spec, const LayerParams& lp, uint64_t layer) {
   (void)spec;
   (void)layer;
   return lp.router != nullptr && !lp.expert_gate.empty();
+}
+
+void DropCache(Tape& tape) {
+  if (!tape.kv_cache) return;
+  for (Var& v : *tape.kv_cache) tape.Drop(v);
+  tape.kv_cache->clear();
+  tape.kv_cache = nullptr;
 }
 
 }  // namespace
@@ -692,6 +724,14 @@ ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Tra
     mask = tape.New(d.b * d.s * d.s, x.elem_bytes, Category::kOther, "causal_mask");
   }
   const bool ckpt = setup.grad_ckpt != GradCkpt::kNone;
+  // GradientCheckpointingLayer sets use_cache=False under checkpointing; the
+  // cache is then never made (transformers 4.57 / 5.x modeling_layers.py).
+  // Megatron-style layouts run Megatron's model, which has no such cache.
+  std::vector<Var> kv_cache;
+  if (spec.use_cache && !ckpt && setup.transformers_version >= 436 && !setup.parallel.model_parallel()) {
+    tape.kv_cache = &kv_cache;
+    tape.kv_cache_copies = setup.transformers_version >= 454;
+  }
   const uint64_t end_layer = std::min<uint64_t>(span.end_layer, spec.num_layers);
   for (uint64_t i = span.first_layer; i < end_layer; ++i) {
     tape.SetModule("model.layers." + std::to_string(i));
@@ -718,6 +758,7 @@ ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Tra
   }
   if (mask.t != kNoTensor) tape.Drop(mask);
   if (!span.head) {
+    DropCache(tape);
     if (ids.t != kNoTensor) tape.Drop(ids);
     return ForwardOut{x};  // Megatron p2p send; kept for this micro-batch's backward
   }
@@ -741,6 +782,7 @@ ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Tra
                           spec.final_logit_softcapping);
   tape.Drop(hfin);
   tape.Unit(head_unit, false);
+  DropCache(tape);  // outputs.past_key_values goes with the model's output
   if (ids.t != kNoTensor) tape.Drop(ids);
   tape.Drop(labels);
   return ForwardOut{loss};
