@@ -4,6 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
+scripts/python_env.sh
 scripts/build.sh
 echo
 build/cli/vramscope estimate llama-3-8b --finetune lora --batch 1 --seq 2048 --grad-ckpt full --explain

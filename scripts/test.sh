@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Quick start, step 2: every test. Installs and builds first if needed, then
-# runs the C++ suite (ctest) and the Python suites (pytest, real PyTorch on
-# CPU); then the same C++ and end-to-end suite under AddressSanitizer +
+# runs the C++ suite (ctest), the Python suites (pytest, real PyTorch on
+# CPU) and the fidelity grid (real transformers / PEFT training steps on CPU
+# against the lowering, docs/fidelity.md); then the same C++ and end-to-end suite under AddressSanitizer +
 # UndefinedBehaviorSanitizer (build-asan/), and every libFuzzer target for 60 s
 # from that same build (docs/hardening.md). Any failure, sanitizer finding or
 # fuzz crash fails the run. Each step prints how long it took.
@@ -16,10 +17,12 @@ step() {
 }
 
 step deps scripts/deps.sh
+step python-env scripts/python_env.sh  # .venv/tf5, .venv/tf4: torch 2.13 (CPU), transformers, PEFT
 step build scripts/build.sh
 scripts/seed_ctest_costs.sh build  # the end-to-end tests first
 step ctest ctest --test-dir build --output-on-failure -j "$(nproc)"
 step pytest /usr/bin/python3 -m pytest -q python/tests tools/groundtruth/tests
+step fidelity .venv/tf5/bin/python -m pytest -q -p no:cacheprovider tools/reference/tests  # docs/fidelity.md
 step sanitize scripts/test_sanitize.sh
 step fuzz env FUZZ_BUILD_DIR=build-asan FUZZ_SECONDS=60 scripts/fuzz.sh
 echo "test.sh: all passed in $SECONDS s"

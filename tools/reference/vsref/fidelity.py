@@ -143,7 +143,7 @@ def markdown_table(results):
              "|---|---:|---:|---:|---:|---|"]
     for r in results:
         if "error" in r:
-            lines.append(f"| {r['name']} | — | — | — | — | {r['error']} |")
+            lines.append(f"| {r['name']} | — | — | — | — | {r['error'].splitlines()[0][:200]} |")
             continue
         mark = "" if within_tolerance(r) else " ✗"
         lines.append(
