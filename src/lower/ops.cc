@@ -229,25 +229,22 @@ Var Relu(Tape& tape, const Var& x) {
 
 Var Dropout(Tape& tape, const Var& x, double p) {
   if (p <= 0) return tape.Share(x);
-  if (tape.cpu_rules) {
-    // CPU (aten/src/ATen/native/Dropout.cpp _dropout_impl, no fused kernel): noise =
-    // empty_like(input).bernoulli_(1 - p).div_(1 - p); input * noise. The noise, in
-    // the input's dtype, is what MulBackward0 saves.
-    Var noise = tape.New(x.numel, x.elem_bytes, Category::kActivations, "aten::empty_like");
-    Var out = tape.New(x.numel, x.elem_bytes, Category::kTemporaries, "aten::mul");
-    if (AnyGrad(tape, x)) {
-      NodeId n = tape.Node("MulBackward0", &out);
-      SaveIf(tape, n, noise);
-      EdgeIf(tape, n, x);
-    }
-    tape.Drop(noise);
-    return out;
-  }
-  // CUDA: native_dropout (is_fused_kernel_acceptable) returns the output and a bool mask.
-  Var out = tape.New(x.numel, x.elem_bytes, Category::kTemporaries, "aten::native_dropout");
-  Var mask = tape.New(x.numel, kBool, Category::kActivations, "aten::native_dropout");
+  // CUDA: native_dropout (is_fused_kernel_acceptable) returns the output and a
+  // bool mask. CPU rules (aten/src/ATen/native/Dropout.cpp _dropout_impl, no
+  // fused kernel): noise = empty_like(input).bernoulli_(1 - p).div_(1 - p), then
+  // input * noise; the noise, in the input's dtype, comes first and is what
+  // MulBackward0 saves.
+  const bool cpu = tape.cpu_rules;
+  Var mask;
+  auto make_mask = [&] {
+    mask = tape.New(x.numel, cpu ? x.elem_bytes : kBool, Category::kActivations,
+                    cpu ? "aten::empty_like" : "aten::native_dropout");
+  };
+  if (cpu) make_mask();
+  Var out = tape.New(x.numel, x.elem_bytes, Category::kTemporaries, cpu ? "aten::mul" : "aten::native_dropout");
+  if (!cpu) make_mask();
   if (AnyGrad(tape, x)) {
-    NodeId n = tape.Node("NativeDropoutBackward0", &out);
+    NodeId n = tape.Node(cpu ? "MulBackward0" : "NativeDropoutBackward0", &out);
     SaveIf(tape, n, mask);
     EdgeIf(tape, n, x);
   }
