@@ -28,6 +28,8 @@ void AddKnobFlags(CLI::App* sub, KnobArgs* k) {
   sub->add_option("--alloc-conf", k->alloc_conf, "PYTORCH_CUDA_ALLOC_CONF syntax");
   sub->add_flag("--optimizer-in-backward", k->optimizer_in_backward,
                 "Step each parameter from its post-accumulate-grad hook (torch >= 2.1)");
+  sub->add_flag("--no-attention-mask", k->no_attention_mask,
+                "The batch has no attention_mask (model(input_ids=..., labels=...) alone)");
   sub->add_flag("--activation-offload", k->activation_offload,
                 "Forward under torch.autograd.graph.save_on_cpu(pin_memory=True): saved tensors live in host memory");
   sub->add_option("--moe-capacity-factor", k->moe_capacity_factor,
@@ -76,6 +78,7 @@ Result<TrainingSetup> KnobArgs::ToSetup() const {
   s.gpu = gpu;
   s.alloc_conf = alloc_conf;
   s.optimizer_in_backward = optimizer_in_backward;
+  s.attention_mask = !no_attention_mask;
   s.activation_offload = activation_offload;
   s.moe_capacity_factor = moe_capacity_factor;
   s.moe_imbalance = moe_imbalance;

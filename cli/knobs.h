@@ -23,6 +23,7 @@ struct KnobArgs {
   std::string transformers_version = "5.23", torch_version = "2.11";
   std::string gpu = "h100-80g", alloc_conf, device_rules = "cuda";
   bool optimizer_in_backward = false;
+  bool no_attention_mask = false;
   bool activation_offload = false;
   double moe_capacity_factor = 0, moe_imbalance = 1;
   ParallelArgs parallel;

@@ -26,12 +26,27 @@ enum class NormKind : uint8_t {
 enum class MlpKind : uint8_t {
   kGatedSilu,      // down(silu(gate(x)) * up(x)) — llama, mistral, qwen2
   kGatedGeluTanh,  // down(gelu_tanh(gate(x)) * up(x)) — gemma
-  kGelu,           // fc2(gelu(fc1(x))) — gpt2, gpt_neox, phi, falcon, bert, opt(relu)
+  kGelu,           // fc2(gelu(fc1(x))): one aten::gelu (exact or tanh) — gpt_neox, falcon, bert
   kRelu,           // opt
+  // transformers' activations.py writes these in Python, one eager op per term,
+  // so autograd saves several intermediate-size tensors (ops.h GeluNew):
+  kGeluNew,        // "gelu_new" (NewGELUActivation) — gpt2, phi
+  kGeluFast,       // "gelu_fast" (FastGELUActivation)
+  kQuickGelu,      // "quick_gelu" (QuickGELUActivation)
   kFusedGateUp,    // phi3: gate_up_proj fused, silu
 };
 
 enum class PositionKind : uint8_t { kRope, kLearned, kAlibi, kNone };
+
+// How a model with fewer key/value heads than query heads feeds attention.
+enum class KvSharing : uint8_t {
+  kAttentionInterface,  // transformers' attention functions: repeat_kv, or enable_gqa in SDPA
+  kBroadcast,           // k/v with their own head count straight into SDPA / matmul
+                        // (falcon multi_query): fused SDPA kernels refuse it, matmul
+                        // broadcasts by copying
+  kExpanded,            // the model copies k/v to every query head first
+                        // (falcon new_decoder_architecture: broadcast_to + flatten)
+};
 
 // One parameter tensor with its Hugging Face name.
 struct ParamTensor {
@@ -40,6 +55,8 @@ struct ParamTensor {
   uint64_t numel = 0;
   int layer = -1;              // decoder layer index, -1 outside layers
   bool is_linear_weight = false;  // nn.Linear weight (candidate for LoRA/quantization)
+  // transformers' Conv1D (GPT-2): the weight is stored [in, out], not [out, in].
+  bool conv1d = false;
   std::string module;          // "model.layers.0.self_attn.q_proj"
   std::string role;            // "q","k","v","o","qkv","gate","up","down","gate_up","lm_head",
                                // "embed","norm","bias","router","expert_gate",...
@@ -74,6 +91,7 @@ struct ModelSpec {
   bool o_bias = false;
   bool mlp_bias = false;
   bool fused_qkv = false;      // phi3, falcon, gpt_neox, gpt2 (c_attn)
+  KvSharing kv_sharing = KvSharing::kAttentionInterface;
   bool parallel_attn = false;  // falcon-7b, phi-2, gpt_neox(use_parallel_residual)
   bool qk_norm = false;        // qwen3, gemma3
   bool sandwich_norm = false;  // gemma2/3: four norms per layer

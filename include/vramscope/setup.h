@@ -64,6 +64,11 @@ struct TrainingSetup {
   double moe_imbalance = 1;
   bool optimizer_in_backward = false;
   bool activation_offload = false;
+  // The batch carries an attention_mask (tokenizers and transformers' data
+  // collators add one); false: model(input_ids=..., labels=...) alone, which
+  // transformers 4.54-4.x turns into a materialized causal mask when no cache
+  // is in use (lower/transformer.cc).
+  bool attention_mask = true;
   std::string gpu = "h100-80g";
   std::string alloc_conf;
   DeviceRules device_rules = DeviceRules::kCuda;

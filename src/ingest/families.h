@@ -80,6 +80,9 @@ std::string ReadArchitecture(ConfigReader& r, std::string def);
 double ReadPartialRotary(ConfigReader& r, std::string_view key, double def);
 // torch_dtype (transformers 4) or dtype (transformers 5).
 std::string ReadTorchDtype(ConfigReader& r);
+// The MLP activation of a non-gated family, an ACT2FN name (transformers
+// activations.py); an unknown name fails rather than guessing.
+MlpKind ReadActivation(ConfigReader& r, std::string_view key, std::string_view def);
 // A float key where JSON null means "disabled" (0).
 double ReadOptionalCap(ConfigReader& r, std::string_view key, double def);
 

@@ -33,7 +33,7 @@ void ReadGpt2(ConfigReader& r, ModelSpec& s, ArchDetails&) {
   }
   s.torch_dtype = ReadTorchDtype(r);
   s.norm = NormKind::kLayerNorm;
-  s.mlp = MlpKind::kGelu;
+  s.mlp = ReadActivation(r, "activation_function", "gelu_new");
   s.position = PositionKind::kLearned;
   s.qkv_bias = s.o_bias = s.mlp_bias = true;
   s.fused_qkv = true;
@@ -80,7 +80,7 @@ void ReadGptNeox(ConfigReader& r, ModelSpec& s, ArchDetails&) {
   s.fused_qkv = true;
   s.torch_dtype = ReadTorchDtype(r);
   s.norm = NormKind::kLayerNorm;
-  s.mlp = MlpKind::kGelu;
+  s.mlp = ReadActivation(r, "hidden_act", "gelu");
   s.position = PositionKind::kRope;
 }
 
@@ -127,7 +127,7 @@ void ReadOpt(ConfigReader& r, ModelSpec& s, ArchDetails& a) {
   s.qkv_bias = s.o_bias = s.mlp_bias = bias;
   s.torch_dtype = ReadTorchDtype(r);
   s.norm = a.layer_norm_affine ? NormKind::kLayerNorm : NormKind::kLayerNormNoBias;
-  s.mlp = r.String("activation_function", "relu") == "relu" ? MlpKind::kRelu : MlpKind::kGelu;
+  s.mlp = ReadActivation(r, "activation_function", "relu");
   s.position = PositionKind::kLearned;
 }
 
@@ -184,6 +184,13 @@ void ReadFalcon(ConfigReader& r, ModelSpec& s, ArchDetails& a) {
   // FalconAttention: num_kv_heads with the new architecture; one shared head
   // with multi_query; otherwise a plain 3 * hidden projection (all heads).
   s.num_kv_heads = a.new_decoder_architecture ? kv : (a.multi_query ? 1 : s.num_heads);
+  // FalconAttention._split_heads and forward (transformers 4.57.6 / 5.24.0): the
+  // new architecture broadcast_to()s k and v over the query heads and flattens
+  // them (a copy); multi_query hands SDPA a single k/v head, without
+  // enable_gqa or repeat_kv.
+  if (s.num_kv_heads != s.num_heads) {
+    s.kv_sharing = a.new_decoder_architecture ? KvSharing::kExpanded : KvSharing::kBroadcast;
+  }
   if (r.ok() && a.new_decoder_architecture) CheckKvHeads(r, s, "num_kv_heads");
   s.tie_word_embeddings = r.Bool("tie_word_embeddings", true);
   s.attention_dropout = r.Number("attention_dropout", 0.0, 0.0, 1.0);
@@ -191,7 +198,7 @@ void ReadFalcon(ConfigReader& r, ModelSpec& s, ArchDetails& a) {
   s.fused_qkv = true;
   s.torch_dtype = ReadTorchDtype(r);
   s.norm = NormKind::kLayerNorm;
-  s.mlp = MlpKind::kGelu;
+  s.mlp = ReadActivation(r, "activation", "gelu");  // FalconMLP: get_activation(config.activation)
 }
 
 void BuildFalcon(const ModelSpec& s, const ArchDetails& a, ParamListBuilder& b) {
@@ -247,7 +254,7 @@ void ReadPhi(ConfigReader& r, ModelSpec& s, ArchDetails&) {
   s.parallel_attn = true;  // PhiDecoderLayer feeds one LayerNorm output to both
   s.torch_dtype = ReadTorchDtype(r);
   s.norm = NormKind::kLayerNorm;
-  s.mlp = MlpKind::kGelu;
+  s.mlp = ReadActivation(r, "hidden_act", "gelu_new");
   s.position = PositionKind::kRope;
 }
 
@@ -307,7 +314,7 @@ void ReadBert(ConfigReader& r, ModelSpec& s, ArchDetails& a) {
   s.qkv_bias = s.o_bias = s.mlp_bias = true;
   s.torch_dtype = ReadTorchDtype(r);
   s.norm = NormKind::kLayerNorm;
-  s.mlp = MlpKind::kGelu;
+  s.mlp = ReadActivation(r, "hidden_act", "gelu");
   s.position = PositionKind::kLearned;
   if (s.architecture != "BertForMaskedLM") {
     s.notes.push_back(fmt::format("bert: parameters are those of BertForMaskedLM (no pooler), "

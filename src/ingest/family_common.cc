@@ -57,6 +57,21 @@ std::string ReadTorchDtype(ConfigReader& r) {
   return r.String("dtype", "");
 }
 
+MlpKind ReadActivation(ConfigReader& r, std::string_view key, std::string_view def) {
+  // ACT2FN in transformers 4.57 / 5.x activations.py: "gelu" is GELUActivation
+  // (F.gelu) and "gelu_pytorch_tanh" GELUTanh (F.gelu, approximate="tanh"), one
+  // op each; "gelu_new", "gelu_fast" and "quick_gelu" are Python expressions.
+  const std::string name = r.String(key, std::string(def));
+  if (name == "relu") return MlpKind::kRelu;
+  if (name == "gelu" || name == "gelu_pytorch_tanh") return MlpKind::kGelu;
+  if (name == "gelu_new") return MlpKind::kGeluNew;
+  if (name == "gelu_fast") return MlpKind::kGeluFast;
+  if (name == "quick_gelu") return MlpKind::kQuickGelu;
+  r.Fail(key, fmt::format("\"{}\" is not a supported activation (relu, gelu, gelu_pytorch_tanh, "
+                          "gelu_new, gelu_fast, quick_gelu)", name));
+  return MlpKind::kGelu;
+}
+
 double ReadOptionalCap(ConfigReader& r, std::string_view key, double def) {
   if (r.IsNull(key)) return 0.0;
   return r.Number(key, def, 0.0, 1e9);

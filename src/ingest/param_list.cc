@@ -38,7 +38,9 @@ void ParamListBuilder::Linear(const std::string& module, uint64_t out_features,
 
 void ParamListBuilder::Conv1D(const std::string& module, uint64_t out_features,
                               uint64_t in_features, int layer, const std::string& role) {
+  const size_t before = out_->size();
   Tensor(module + ".weight", {in_features, out_features}, layer, module, role, true);
+  if (out_->size() > before) out_->back().conv1d = true;
   Tensor(module + ".bias", {out_features}, layer, module, "bias", false);
 }
 

@@ -5,9 +5,31 @@
 namespace vramscope::lower {
 
 AttnPlan PlanAttention(const TrainingSetup& setup, uint8_t compute_bytes, uint64_t heads,
-                       uint64_t kv_heads, bool sliding_window_mask) {
+                       uint64_t kv_heads, bool sliding_window_mask, double dropout,
+                       KvSharing sharing) {
   AttnPlan plan;
+  if (kv_heads != heads && sharing == KvSharing::kExpanded) {
+    // The model already copied k/v to every head: the kernels see plain MHA
+    // after that copy (modelled as repeat_kv).
+    plan = PlanAttention(setup, compute_bytes, heads, heads, sliding_window_mask, dropout);
+    plan.repeat_kv = true;
+    plan.gqa_native = false;
+    return plan;
+  }
   const bool gqa = kv_heads != heads;
+  if (gqa && sharing == KvSharing::kBroadcast &&
+      (setup.attn == Attention::kSdpa || setup.attn == Attention::kEager)) {
+    // Fused SDPA kernels (flash, memory-efficient, cuDNN, the CPU flash kernel)
+    // need equal head counts without enable_gqa (sdp_utils
+    // check_batch_size_and_num_heads_dense): SDPA falls back to its math path.
+    // Eager attention's matmul broadcasts the same way.
+    plan.kernel = setup.attn == Attention::kEager ? AttnKernel::kMath : AttnKernel::kSdpaMath;
+    plan.kv_broadcast = true;
+    plan.gqa_native = false;
+    plan.fp32_softmax = setup.attn == Attention::kEager;
+    plan.causal_mask_tensor = setup.attn == Attention::kEager;
+    return plan;
+  }
   switch (setup.attn) {
     case Attention::kFlash:
       // flash_attn_func handles GQA natively and needs no mask (causal=True,
@@ -31,11 +53,20 @@ AttnPlan PlanAttention(const TrainingSetup& setup, uint8_t compute_bytes, uint64
   const bool enable_gqa = setup.torch_version >= 205 && !mask;
   plan.repeat_kv = gqa && !enable_gqa;
   plan.causal_mask_tensor = mask;
+  if (setup.device_rules == DeviceRules::kCpu) {
+    // The CPU row (torch 2.13 CPU, measured with the profiler over fp32 / bf16 /
+    // fp16, GQA and masks): select_sdp_backend_cpp takes
+    // _scaled_dot_product_flash_attention_for_cpu, which reads GQA and masks
+    // natively, unless dropout_p > 0 (check_for_dropout): then the math path.
+    plan.kernel = dropout > 0 ? AttnKernel::kSdpaMath : AttnKernel::kCpuFlash;
+    plan.gqa_native = !plan.repeat_kv;
+    plan.fp32_softmax = false;
+    return plan;
+  }
   // PyTorch's flash kernel needs fp16/bf16; fp32 goes to the memory-efficient
   // kernel, which does not take enable_gqa: GQA then falls back to math.
   if (compute_bytes == kF32 && gqa && enable_gqa) {
-    plan.kernel = AttnKernel::kMath;
-    plan.repeat_kv = true;  // the math path repeat_interleaves k and v
+    plan.kernel = AttnKernel::kSdpaMath;  // it repeat_interleaves k and v itself
     plan.gqa_native = false;
     plan.fp32_softmax = false;
     return plan;
@@ -48,9 +79,18 @@ AttnPlan PlanAttention(const TrainingSetup& setup, uint8_t compute_bytes, uint64
 namespace {
 
 Var RepeatKv(Tape& tape, const Var& kv, const AttnShape& shape) {
-  // repeat_kv: expand + reshape materializes [b, heads, s, d].
-  Var out = tape.New(shape.tokens() * shape.heads * shape.head_dim, kv.elem_bytes,
-                     Category::kTemporaries, "aten::repeat_kv");
+  // repeat_kv: x[:, :, None].expand(b, kv, n_rep, s, d).reshape(b, heads, s, d)
+  // (transformers 4.57 / 5.x). The reshape copies, except with a single kv
+  // head: kv (size 1) and n_rep (stride 0) then merge, and the result is a
+  // stride-0 view (checked with torch 2.13).
+  const uint64_t numel = shape.tokens() * shape.heads * shape.head_dim;
+  Var out;
+  if (shape.kv_heads == 1) {
+    out = tape.Share(kv);
+    out.numel = numel;
+  } else {
+    out = tape.New(numel, kv.elem_bytes, Category::kTemporaries, "aten::repeat_kv");
+  }
   if (kv.requires_grad() && tape.grad_enabled) {
     NodeId n = tape.Node("ViewBackward0", &out);
     // The backward of expand sums over the repeats into a kv-sized gradient.
@@ -59,22 +99,56 @@ Var RepeatKv(Tape& tape, const Var& kv, const AttnShape& shape) {
   return out;
 }
 
+// torch.matmul on 4-D operands reshapes each to [b * heads, rows, cols]
+// (aten/src/ATen/native/LinearAlgebra.cpp _matmul_impl: expand + reshape). A
+// transposed view of a [b, s, heads * d] projection cannot merge b and heads,
+// so reshape copies it (clone + _unsafe_view; the gradient passes through), and
+// bmm saves the copy: the projection's storage can go. Head-major tensors
+// (cache copies, repeat_kv) reshape as views.
+Var MatmulOperand(Tape& tape, const Var& x, bool head_major, uint64_t broadcast_numel = 0) {
+  if (head_major && broadcast_numel == 0) return tape.Share(x);
+  // Broadcast over heads (kv_broadcast): expand, then the reshape copies.
+  const uint64_t numel = broadcast_numel ? broadcast_numel : x.numel;
+  Var out = tape.New(numel, x.elem_bytes, Category::kTemporaries, "aten::clone");
+  if (x.requires_grad() && tape.grad_enabled) {
+    NodeId n = tape.Node("CloneBackward0", &out);
+    tape.graph.EdgePass(n, x);
+  }
+  return out;
+}
+
 Var FlashKernel(Tape& tape, const AttnPlan& plan, const AttnShape& shape, const Var& q,
-                const Var& k, const Var& v) {
+                const Var& k, const Var& v, const Var* mask) {
   const uint8_t e = q.elem_bytes;
   const uint64_t q_numel = shape.tokens() * shape.heads * shape.head_dim;
-  Var out = tape.New(q_numel, e, Category::kTemporaries, "aten::_scaled_dot_product_flash_attention");
+  const std::string_view op = plan.kernel == AttnKernel::kFlash
+                                  ? "aten::_scaled_dot_product_flash_attention"
+                                  : "aten::_scaled_dot_product_flash_attention_for_cpu";
+  // A bool mask becomes an additive one in q's dtype first
+  // (scaled_dot_product_attention: convert_boolean_attn_mask, torch 2.x), which
+  // the kernel's backward keeps.
+  Var bias;
+  if (mask && mask->elem_bytes == kBool) {
+    bias = tape.New(mask->numel, e, Category::kTemporaries, "aten::where");
+  }
+  Var out = tape.New(q_numel, e, Category::kTemporaries, op);
   // logsumexp: fp32 [b, heads, s].
-  Var lse = tape.New(shape.batch * shape.heads * shape.seq, kF32, Category::kActivations,
-                     "aten::_scaled_dot_product_flash_attention");
+  Var lse = tape.New(shape.batch * shape.heads * shape.seq, kF32, Category::kActivations, op);
   if (tape.grad_enabled && (q.requires_grad() || k.requires_grad() || v.requires_grad())) {
-    NodeId n = tape.Node("ScaledDotProductFlashAttentionBackward0", &out);
+    NodeId n = tape.Node(plan.kernel == AttnKernel::kFlash ? "ScaledDotProductFlashAttentionBackward0"
+                                                            : "ScaledDotProductFlashAttentionForCpuBackward0",
+                         &out);
+    if (bias.t != kNoTensor) tape.graph.Save(n, bias.t);
     for (const Var* t : {&q, &k, &v, static_cast<const Var*>(&out), static_cast<const Var*>(&lse)}) tape.graph.Save(n, t->t);
     // Backward: dq accumulator in fp32 and softmax_d (flash-attn mha_bwd); for
-    // GQA the kernel writes dk/dv for every query head, then sums them.
-    tape.graph.Workspace(n, q_numel * kF32);
-    tape.graph.Workspace(n, shape.batch * shape.heads * shape.seq * kF32);
-    if (plan.gqa_native && shape.kv_heads != shape.heads) {
+    // GQA the kernel writes dk/dv for every query head, then sums them. The CPU
+    // kernel's buffers are internal to one dispatched op: not modelled.
+    const bool cuda = plan.kernel == AttnKernel::kFlash;
+    if (cuda) {
+      tape.graph.Workspace(n, q_numel * kF32);
+      tape.graph.Workspace(n, shape.batch * shape.heads * shape.seq * kF32);
+    }
+    if (cuda && plan.gqa_native && shape.kv_heads != shape.heads) {
       tape.graph.Workspace(n, q_numel * e);
       tape.graph.Workspace(n, q_numel * e);
     }
@@ -83,15 +157,25 @@ Var FlashKernel(Tape& tape, const AttnPlan& plan, const AttnShape& shape, const 
     tape.graph.Edge(n, v, v.bytes());
   }
   tape.Drop(lse);
-  // The kernel writes [b, s, heads, d]: transpose(1, 2).reshape is a view.
-  return out;
+  if (bias.t != kNoTensor) tape.Drop(bias);
+  // The kernels allocate the output like q (empty_like): for a transposed view
+  // of the projection that is [b, s, heads, d] and the caller's
+  // transpose(1, 2).contiguous() is free; a head-major q makes it a copy.
+  if (!shape.q_head_major) return out;
+  Var copy = MatmulOperand(tape, out, false);
+  tape.Drop(out);
+  return copy;
 }
 
-Var MathKernel(Tape& tape, const AttnPlan& plan, const AttnShape& shape, const Var& q,
-               const Var& k, const Var& v, const Var* mask, double dropout) {
-  const uint8_t e = q.elem_bytes;
+Var MathKernel(Tape& tape, const AttnPlan& plan, const AttnShape& shape, const Var& q_in,
+               const Var& k_in, const Var& v_in, const Var* mask, double dropout, Var* weights) {
+  const bool kv_head_major = shape.kv_head_major;
+  const uint8_t e = q_in.elem_bytes;
   const uint64_t scores = shape.batch * shape.heads * shape.seq * shape.seq;
   const uint64_t q_numel = shape.tokens() * shape.heads * shape.head_dim;
+  const uint64_t broadcast = plan.kv_broadcast ? q_numel : 0;
+  Var q = MatmulOperand(tape, q_in, false);
+  Var k = MatmulOperand(tape, k_in, kv_head_major, broadcast);
   const bool grad = tape.grad_enabled;
   // attn_weights = torch.matmul(query, key.transpose(2, 3)) * scaling
   Var qk = tape.New(scores, e, Category::kTemporaries, "aten::bmm");
@@ -102,6 +186,8 @@ Var MathKernel(Tape& tape, const AttnPlan& plan, const AttnShape& shape, const V
     tape.graph.Edge(n, q, q.bytes());
     tape.graph.Edge(n, k, k.bytes());
   }
+  tape.Drop(q);
+  tape.Drop(k);
   Var w = Scale(tape, qk);
   tape.Drop(qk);
   if (mask) {
@@ -136,6 +222,7 @@ Var MathKernel(Tape& tape, const AttnPlan& plan, const AttnShape& shape, const V
   Var dropped = Dropout(tape, probs, dropout);
   tape.Drop(probs);
   // attn_output = torch.matmul(attn_weights, value)
+  Var v = MatmulOperand(tape, v_in, kv_head_major, broadcast);
   Var ctx = tape.New(q_numel, e, Category::kTemporaries, "aten::bmm");
   if (grad && (dropped.requires_grad() || v.requires_grad())) {
     NodeId n = tape.Node("BmmBackward0", &ctx);
@@ -144,7 +231,9 @@ Var MathKernel(Tape& tape, const AttnPlan& plan, const AttnShape& shape, const V
     tape.graph.Edge(n, dropped, dropped.bytes());
     tape.graph.Edge(n, v, v.bytes());
   }
+  if (weights) *weights = tape.Share(dropped);  // eager_attention_forward returns it
   tape.Drop(dropped);
+  tape.Drop(v);
   // attn_output.transpose(1, 2).contiguous(): a copy into [b, s, heads, d].
   Var out = tape.New(q_numel, e, Category::kTemporaries, "aten::clone");
   if (grad && ctx.requires_grad()) {
@@ -155,17 +244,143 @@ Var MathKernel(Tape& tape, const AttnPlan& plan, const AttnShape& shape, const V
   return out;
 }
 
+// x * scalar into a new tensor (MulBackward1 saves nothing).
+Var ScaleInto(Tape& tape, const Var& x, uint8_t bytes, std::string_view op) {
+  Var out = tape.New(x.numel, bytes, Category::kTemporaries, op);
+  if (x.requires_grad() && tape.grad_enabled) {
+    NodeId n = tape.Node("MulBackward1", &out);
+    tape.graph.Edge(n, x, x.bytes());
+  }
+  return out;
+}
+
+// _scaled_dot_product_attention_math (aten/src/ATen/native/transformers/
+// attention.cpp, torch 2.x; CompositeImplicit, so autograd records its ops):
+// fp16/bf16 inputs are copied to fp32 first; q and k^T are each scaled by
+// sqrt(scale); is_causal builds ones(s, s).tril() and turns it into a float
+// mask; GQA repeat_interleaves k and v; attn = matmul(q, k^T) gets the mask
+// added in place; _safe_softmax saves its result; dropout; matmul with v; the
+// output and the (discarded) weights are cast back to the input dtype.
+// transformers then makes the output [b, s, heads, d] contiguous: a copy.
+Var SdpaMathKernel(Tape& tape, const AttnPlan& plan, const AttnShape& shape, const Var& q_in,
+                   const Var& k_in, const Var& v_in, const Var* mask, double dropout) {
+  const uint8_t e = q_in.elem_bytes;
+  const uint8_t acc = kF32;  // fp16 / bf16 inputs are upcast; fp32 stays
+  const uint64_t scores = shape.batch * shape.heads * shape.seq * shape.seq;
+  const uint64_t q_numel = shape.tokens() * shape.heads * shape.head_dim;
+  const bool grad = tape.grad_enabled;
+  Var q_acc = Cast(tape, q_in, acc);
+  Var k_acc = Cast(tape, k_in, acc);
+  Var v_acc = Cast(tape, v_in, acc);
+  Var q_s = ScaleInto(tape, q_acc, acc, "aten::mul");
+  tape.Drop(q_acc);
+  Var causal;
+  if (!mask && shape.causal) {
+    Var ones = tape.New(shape.seq * shape.seq, kBool, Category::kTemporaries, "aten::ones");
+    Var tril = tape.New(shape.seq * shape.seq, kBool, Category::kTemporaries, "aten::tril");
+    tape.Drop(ones);
+    causal = tape.New(shape.seq * shape.seq, acc, Category::kTemporaries, "aten::where");
+    tape.Drop(tril);
+  }
+  // enable_gqa: repeat_interleave; broadcast k/v are copied by matmul instead.
+  const bool expand = shape.kv_heads != shape.heads && !plan.kv_broadcast;
+  const uint64_t broadcast = plan.kv_broadcast ? q_numel : 0;
+  bool head_major = shape.kv_head_major;
+  if (expand) {
+    // repeat_interleave on the head dimension: new head-major tensors.
+    for (Var* kv : {&k_acc, &v_acc}) {
+      Var rep = tape.New(q_numel, acc, Category::kTemporaries, "aten::repeat_interleave");
+      if (kv->requires_grad() && grad) {
+        NodeId n = tape.Node("RepeatInterleaveBackward0", &rep);
+        tape.graph.Edge(n, *kv, kv->bytes());
+      }
+      tape.Drop(*kv);
+      *kv = rep;
+    }
+    head_major = true;
+  }
+  Var k_s = ScaleInto(tape, k_acc, acc, "aten::mul");
+  tape.Drop(k_acc);
+  Var q_op = MatmulOperand(tape, q_s, false);
+  tape.Drop(q_s);
+  Var k_op = MatmulOperand(tape, k_s, head_major, broadcast);
+  tape.Drop(k_s);
+  Var attn = tape.New(scores, acc, Category::kTemporaries, "aten::bmm");
+  if (grad && (q_op.requires_grad() || k_op.requires_grad())) {
+    NodeId n = tape.Node("BmmBackward0", &attn);
+    tape.graph.Save(n, q_op.t);
+    tape.graph.Save(n, k_op.t);
+    tape.graph.Edge(n, q_op, q_op.bytes());
+    tape.graph.Edge(n, k_op, k_op.bytes());
+  }
+  tape.Drop(q_op);
+  tape.Drop(k_op);
+  if (causal.t != kNoTensor) tape.Drop(causal);  // added in place
+  Var probs = tape.New(scores, acc, Category::kTemporaries, "aten::_safe_softmax");
+  if (grad && attn.requires_grad()) {
+    NodeId n = tape.Node("SafeSoftmaxBackward0", &probs);
+    tape.graph.Save(n, probs.t);
+    tape.graph.Edge(n, attn, attn.bytes());
+  }
+  tape.Drop(attn);
+  Var dropped = Dropout(tape, probs, dropout);
+  tape.Drop(probs);
+  Var weights_out = Cast(tape, dropped, e);  // attn.to(origin_dtype), unused
+  tape.Drop(weights_out);
+  Var v_op = MatmulOperand(tape, v_acc, head_major, broadcast);
+  tape.Drop(v_acc);
+  Var ctx = tape.New(q_numel, acc, Category::kTemporaries, "aten::bmm");
+  if (grad && (dropped.requires_grad() || v_op.requires_grad())) {
+    NodeId n = tape.Node("BmmBackward0", &ctx);
+    tape.graph.Save(n, dropped.t);
+    tape.graph.Save(n, v_op.t);
+    tape.graph.Edge(n, dropped, dropped.bytes());
+    tape.graph.Edge(n, v_op, v_op.bytes());
+  }
+  tape.Drop(dropped);
+  tape.Drop(v_op);
+  Var ctx_e = Cast(tape, ctx, e);
+  tape.Drop(ctx);
+  // attn_output.transpose(1, 2).contiguous() (sdpa_attention.py).
+  Var out = MatmulOperand(tape, ctx_e, false);
+  tape.Drop(ctx_e);
+  return out;
+}
+
 }  // namespace
 
-Var Attend(Tape& tape, const AttnPlan& plan, const AttnShape& shape, const Var& q,
-           const Var& k, const Var& v, const Var* mask, double dropout) {
-  Var kk = plan.repeat_kv ? RepeatKv(tape, k, shape) : tape.Share(k);
-  Var vv = plan.repeat_kv ? RepeatKv(tape, v, shape) : tape.Share(v);
-  Var out = plan.kernel == AttnKernel::kFlash
-                ? FlashKernel(tape, plan, shape, q, kk, vv)
-                : MathKernel(tape, plan, shape, q, kk, vv, mask, dropout);
+Var Attend(Tape& tape, const AttnPlan& plan, const AttnShape& shape, const Var& q_in,
+           const Var& k_in, const Var& v_in, const Var* mask, double dropout, Var* weights) {
+  // Autocast runs scaled_dot_product_attention and matmul in the lower
+  // precision (autocast_mode.cpp, CUDA and CPU lists): fp32 q / k (RoPE against
+  // fp32 tables) or v (the 4.x cache) are cast, uncached, on the way in.
+  // repeat_kv runs first (transformers' attention functions), so a stride-0
+  // view is cast at full size.
+  const uint8_t to = tape.autocast ? tape.compute_bytes : 0;
+  Var kr = plan.repeat_kv ? RepeatKv(tape, k_in, shape) : tape.Share(k_in);
+  Var vr = plan.repeat_kv ? RepeatKv(tape, v_in, shape) : tape.Share(v_in);
+  Var kk = to ? Cast(tape, kr, to) : tape.Share(kr);
+  Var vv = to ? Cast(tape, vr, to) : tape.Share(vr);
+  Var q = to ? Cast(tape, q_in, to) : tape.Share(q_in);
+  tape.Drop(kr);
+  tape.Drop(vr);
+  // After repeat_kv the kernels see every head; a stride-0 view (one kv head)
+  // is not head-major, so matmul's reshape copies it at full size.
+  AttnShape seen = shape;
+  if (plan.repeat_kv) {
+    seen.kv_heads = shape.heads;
+    seen.kv_head_major = shape.kv_heads != 1;
+  }
+  Var out;
+  switch (plan.kernel) {
+    case AttnKernel::kFlash:
+    case AttnKernel::kCpuFlash: out = FlashKernel(tape, plan, seen, q, kk, vv, mask); break;
+    case AttnKernel::kMath: out = MathKernel(tape, plan, seen, q, kk, vv, mask, dropout, weights); break;
+    case AttnKernel::kSdpaMath: out = SdpaMathKernel(tape, plan, seen, q, kk, vv, mask, dropout); break;
+  }
   tape.Drop(kk);
   tape.Drop(vv);
+  tape.Drop(q);
   return out;
 }
 

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "tape.h"
+#include "vramscope/model.h"
 #include "vramscope/setup.h"
 
 namespace vramscope::lower {
@@ -11,6 +12,13 @@ namespace vramscope::lower {
 struct AttnShape {
   uint64_t batch = 1, seq = 1;
   uint64_t heads = 1, kv_heads = 1, head_dim = 1;
+  // k and v are laid out [b, kv_heads, s, d] in memory (DynamicCache's
+  // torch.cat copies); otherwise they are transposed views of a projection.
+  bool kv_head_major = false;
+  bool causal = true;          // false for encoders (BERT)
+  // q is laid out [b, heads, s, d] (partial rotary's torch.cat); else it is a
+  // transposed view of the projection.
+  bool q_head_major = false;
   uint64_t tokens() const { return batch * seq; }
 };
 
@@ -18,6 +26,9 @@ struct AttnShape {
 enum class AttnKernel : uint8_t {
   kFlash,      // flash-attn 2 package, or SDPA's flash / cuDNN / efficient kernels
   kMath,       // eager attention, or SDPA's math fallback: materializes b*a*s*s
+  // CPU rules only (DeviceRules::kCpu, the fidelity check):
+  kCpuFlash,   // _scaled_dot_product_flash_attention_for_cpu
+  kSdpaMath,   // _scaled_dot_product_attention_math as SDPA runs it on CPU
 };
 
 struct AttnPlan {
@@ -26,18 +37,26 @@ struct AttnPlan {
   bool gqa_native = true;     // kernel reads kv heads directly (no expansion)
   bool fp32_softmax = true;   // eager: softmax(..., dtype=float32)
   bool causal_mask_tensor = false;  // a (b,1,s,s) mask tensor is built
+  // k/v keep fewer heads than q into the kernel without enable_gqa
+  // (KvSharing::kBroadcast): matmul copies them to every head.
+  bool kv_broadcast = false;
 };
 
 // Decides the kernel for a training forward without padding.
 // transformers (>= 4.48 sdpa_attention.py): repeat_kv unless use_gqa_in_sdpa
 // (torch >= 2.5 and no mask); is_causal=True without a mask, so PyTorch's SDPA
 // dispatcher picks flash (fp16/bf16, sm80+) or memory-efficient (fp32) kernels.
+// `dropout` is the attention dropout transformers passes in training.
 AttnPlan PlanAttention(const TrainingSetup& setup, uint8_t compute_bytes, uint64_t heads,
-                       uint64_t kv_heads, bool sliding_window_mask);
+                       uint64_t kv_heads, bool sliding_window_mask, double dropout,
+                       KvSharing sharing = KvSharing::kAttentionInterface);
 
 // q: [b, heads, s, d]; k, v: [b, kv_heads, s, d] (borrowed). Returns the
 // attention output laid out as [b, s, heads*d] ready for o_proj.
+// `weights`, when given, receives a reference to eager attention's returned
+// attention weights (kNoTensor for the fused kernels), which the caller's
+// `hidden_states, _ = self.self_attn(...)` keeps until its layer returns.
 Var Attend(Tape& tape, const AttnPlan& plan, const AttnShape& shape, const Var& q,
-           const Var& k, const Var& v, const Var* mask, double dropout);
+           const Var& k, const Var& v, const Var* mask, double dropout, Var* weights = nullptr);
 
 }  // namespace vramscope::lower

@@ -52,7 +52,9 @@ int32_t Graph::LocalOf(uint32_t region, TensorId t) const {
 void Graph::Drop(TensorId t) {
   if (t == kNoTensor) return;
   VS_CHECK(t < tensors_.size() && tensors_[t].refs > 0);
-  if (region_ != kNoRegion) {
+  // In a checkpoint region the script records the drop that frees a local
+  // (its last Python reference; saves there hold none), not every shared one.
+  if (region_ != kNoRegion && tensors_[t].refs == 1) {
     const int32_t local = LocalOf(region_, t);
     if (local >= 0) {
       ScriptOp s;
@@ -118,6 +120,13 @@ void Graph::Save(NodeId n, TensorId t) {
     return;
   }
   Region& r = regions_[region_];
+  // Non-reentrant recompute packs this tensor when the saving node is made:
+  // right after the saving op's output exists (script position now). Saved
+  // parameters do not hold the recompute back (measured: LoRA's frozen
+  // down_proj weight, saved by its mm, does not make the recompute run it).
+  if (out_->events()[tensors_[t].event_index].category != Category::kParameters) {
+    r.pack_end = r.script.size();
+  }
   const int32_t local = LocalOf(region_, t);
   if (local >= 0) {
     r.saves.emplace_back(n, static_cast<uint32_t>(local));
@@ -190,15 +199,10 @@ void Graph::Recompute(uint32_t region) {
       nodes_[node].saved.push_back(r.kept[kept]);
     }
   }
-  // Non-reentrant checkpointing stops once the last saved tensor exists again
-  // (early_stop); reentrant recomputes the whole region.
-  size_t stop = r.script.size();
-  if (!r.reentrant) {
-    stop = 0;
-    for (size_t i = 0; i < r.script.size(); ++i) {
-      if (r.script[i].alloc && !savers[r.script[i].local].empty()) stop = i + 1;
-    }
-  }
+  // Non-reentrant checkpointing stops once the last saved tensor has been
+  // packed again (early_stop: _StopRecomputationError from the pack hook, when
+  // the op that saves it has run); reentrant recomputes the whole region.
+  const size_t stop = r.reentrant ? r.script.size() : std::min(r.pack_end, r.script.size());
   std::vector<TensorId> replay(r.locals.size(), kNoTensor);
   const uint32_t saved_module = module_;
   for (size_t i = 0; i < stop; ++i) {
@@ -224,9 +228,17 @@ void Graph::Recompute(uint32_t region) {
       if (--tensors_[t].refs == 0) out_->Free(tensors_[t].event_id);
     }
   }
-  // Locals the recompute still holds go when it returns.
+  // Locals the recompute still holds go when it returns; reentrant
+  // checkpointing keeps them (the region's outputs) in CheckpointFunction.
+  // backward's `outputs` until its inner torch.autograd.backward is done
+  // (torch/utils/checkpoint.py, 2.x).
   for (TensorId t : replay) {
-    if (t != kNoTensor && --tensors_[t].refs == 0) out_->Free(tensors_[t].event_id);
+    if (t == kNoTensor) continue;
+    if (r.reentrant) {
+      r.kept.push_back(t);
+    } else if (--tensors_[t].refs == 0) {
+      out_->Free(tensors_[t].event_id);
+    }
   }
   module_ = saved_module;
 }

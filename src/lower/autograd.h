@@ -168,6 +168,7 @@ class Graph {
     std::vector<std::pair<NodeId, uint32_t>> saves;  // (node, local index)
     std::vector<TensorId> kept;        // external inputs kept by the closure
     int32_t pending_nodes = 0;
+    size_t pack_end = 0;               // script length when the last Save was made
   };
   static constexpr uint32_t kNoRegion = 0;
 

@@ -127,8 +127,9 @@ ForwardOut EncoderForward(Tape& tape, const ModelSpec& spec, EncoderParams& ep,
   // _prepare_4d_attention_mask_for_sdpa returns None for an all-ones mask, so
   // SDPA runs without a mask (flash or memory-efficient kernel); eager
   // materialises the scores. Not causal.
-  const AttnPlan plan = PlanAttention(setup, tape.autocast ? tape.compute_bytes : x.elem_bytes,
-                                      heads, heads, /*sliding_window_mask=*/false);
+  AttnPlan plan = PlanAttention(setup, tape.autocast ? tape.compute_bytes : x.elem_bytes,
+                                      heads, heads, /*sliding_window_mask=*/false, spec.attention_dropout);
+  plan.fp32_softmax = false;  // BertSelfAttention: softmax(attention_scores, dim=-1), no dtype
   const bool ckpt = setup.grad_ckpt != GradCkpt::kNone;
   for (uint64_t i = 0; i < spec.num_layers; ++i) {
     const EncoderParams::Layer& l = ep.layers[i];
@@ -140,7 +141,9 @@ ForwardOut EncoderForward(Tape& tape, const ModelSpec& spec, EncoderParams& ep,
     Var q = Linear(tape, x, *l.q, l.q_b, t, h);
     Var k = Linear(tape, x, *l.k, l.k_b, t, h);
     Var v = Linear(tape, x, *l.v, l.v_b, t, h);
-    Var ctx = Attend(tape, plan, AttnShape{b, s, heads, heads, dh}, q, k, v, nullptr,
+    AttnShape shape{b, s, heads, heads, dh};
+    shape.causal = false;
+    Var ctx = Attend(tape, plan, shape, q, k, v, nullptr,
                      spec.attention_dropout);
     tape.Drop(q);
     tape.Drop(k);
@@ -149,7 +152,7 @@ ForwardOut EncoderForward(Tape& tape, const ModelSpec& spec, EncoderParams& ep,
                                    spec.hidden_dropout);
     tape.Drop(ctx);
     Var up = Linear(tape, attn, *l.up, l.up_b, t, spec.intermediate_size);
-    Var act = Gelu(tape, up);
+    Var act = MlpActivation(tape, spec.mlp, up);  // BertIntermediate: ACT2FN[hidden_act]
     tape.Drop(up);
     Var y = DenseDropoutAddNorm(tape, act, l.down, l.down_b, attn, l.out_norm, l.out_norm_b, t, h,
                                 spec.hidden_dropout);
@@ -165,7 +168,7 @@ ForwardOut EncoderForward(Tape& tape, const ModelSpec& spec, EncoderParams& ep,
   tape.SetModule("cls.predictions");
   Var dense = Linear(tape, x, *ep.head_dense, ep.head_dense_b, t, h);
   tape.Drop(x);
-  Var act = Gelu(tape, dense);
+  Var act = MlpActivation(tape, spec.mlp, dense);  // BertPredictionHeadTransform: ACT2FN[hidden_act]
   tape.Drop(dense);
   Var hn = LayerNorm(tape, act, *ep.head_norm, ep.head_norm_b, t);
   tape.Drop(act);

@@ -135,6 +135,26 @@ int UnitOf(const ParamTensor& pt, uint64_t num_layers) {
 }
 
 // One rank class: `model` is the rank's (tensor/expert-sharded) model.
+// Non-persistent buffers that model.to(device) places beside the parameters,
+// where they are big enough to matter. GPT2Attention (transformers 4.x, 4.57.6
+// modeling_gpt2.py __init__) registers a bool causal table `bias`
+// [1, 1, n_positions, n_positions] and a scalar fp32 `masked_bias` in every
+// layer: 1 MiB per layer at GPT-2's 1024 positions. transformers 5.x builds
+// masks per call instead and registers neither.
+void PlaceBuffers(Tape& tape, const ModelSpec& model, const TrainingSetup& setup,
+                  const std::vector<StageSpan>& chunks) {
+  if (model.model_type != "gpt2" || setup.transformers_version >= 500) return;
+  const uint64_t positions = model.max_position_embeddings;
+  for (const StageSpan& span : chunks) {
+    const uint64_t end_layer = std::min<uint64_t>(span.end_layer, model.num_layers);
+    for (uint64_t i = span.first_layer; i < end_layer; ++i) {
+      tape.graph.SetModule(tape.graph.Intern(fmt::format("transformer.h.{}.attn", i)));
+      tape.graph.Alloc(positions * positions, Category::kParameters, "register_buffer", tape.graph.module());
+      tape.graph.Alloc(4, Category::kParameters, "register_buffer", tape.graph.module());
+    }
+  }
+}
+
 Result<Lowered> LowerRank(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu,
                           const RankClassPlan& plan) {
   Lowered result;
@@ -205,6 +225,7 @@ Result<Lowered> LowerRank(const ModelSpec& model, const TrainingSetup& setup, co
     p.var.elem_bytes = p.elem_bytes;
     if (p.trainable) p.var.fn = tape.graph.AddAccumulateGrad(p.numel * p.elem_bytes, &p.grad);
   }
+  PlaceBuffers(tape, model, setup, chunks);
   // LoRA adapters: lora_A [r, in] and lora_B [out, r], trainable, fp32
   // (peft get_peft_model autocast_adapter_dtype=True upcasts 16-bit adapters).
   uint64_t lora_params = 0;
@@ -215,7 +236,11 @@ Result<Lowered> LowerRank(const ModelSpec& model, const TrainingSetup& setup, co
       if (!IsLoraTarget(pt, setup.lora_targets, setup.transformers_version) || pt.shape.size() != 2) continue;
       if (tape.params[i].unit < 0) continue;
       lora_params += setup.lora_rank * (pt.shape[0] + pt.shape[1]);
-      const uint64_t numels[2] = {setup.lora_rank * pt.shape[1], pt.shape[0] * setup.lora_rank};
+      // lora_A [r, in], lora_B [out, r]; a Conv1D weight is stored [in, out]
+      // (peft's fan_in_fan_out layers take in/out from it the same way).
+      const uint64_t out_features = pt.conv1d ? pt.shape[1] : pt.shape[0];
+      const uint64_t in_features = pt.conv1d ? pt.shape[0] : pt.shape[1];
+      const uint64_t numels[2] = {setup.lora_rank * in_features, out_features * setup.lora_rank};
       for (int k = 0; k < 2; ++k) {
         Param ad;
         ad.name = pt.module + (k == 0 ? ".lora_A.default.weight" : ".lora_B.default.weight");

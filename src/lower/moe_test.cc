@@ -127,10 +127,12 @@ TEST(MoeGrouped, TwoGroupedMatmulsPerLayerOverAllPairs) {
   const uint64_t s = 128 * 2, h = 64, inter = 128, bf16 = 2;
   // gate|up [S, 2I] and down [S, h], once per layer.
   EXPECT_EQ(ops["aten::_grouped_mm"], (std::map<uint64_t, int>{{s * 2 * inter * bf16, 2}, {s * h * bf16, 2}}));
-  // Rows [S, h]: hidden_states[token_idx], its copy sorted by expert and the
-  // weighted rows back in token order (3 per layer); the sorted ids (int64)
-  // and the sorted routing weights (bf16, cast back from the fp32 top-k).
-  EXPECT_EQ(ops["aten::index"], (std::map<uint64_t, int>{{s * h * bf16, 6}, {s * 8, 2}, {s * bf16, 2}}));
+  // Rows [S, h] (grouped_mm_experts_forward, 5.24.0): hidden_states[perm //
+  // top_k], already in expert order, and the weighted rows back in token order
+  // (2 per layer); the sorted routing weights (bf16, cast back from the fp32
+  // top-k). torch.sort returns the sorted ids itself: no index for them.
+  EXPECT_EQ(ops["aten::index"], (std::map<uint64_t, int>{{s * h * bf16, 4}, {s * bf16, 2}}));
+  EXPECT_EQ(ops["aten::floor_divide"], (std::map<uint64_t, int>{{s * 8, 2}}));
   // The router: fp32 softmax over 4 experts, fp32 top-2 values, int64 indices.
   EXPECT_EQ(ops["aten::_softmax"], (std::map<uint64_t, int>{{128 * 4 * 4, 2}}));
   EXPECT_EQ(ops["aten::topk"], (std::map<uint64_t, int>{{128 * 2 * 4, 2}, {128 * 2 * 8, 2}}));

@@ -135,6 +135,28 @@ Var BaseLinear(Tape& tape, const Var& x, Param& weight, Param* bias, uint64_t to
 }
 }  // namespace
 
+std::vector<Var> Split(Tape& tape, const Var& whole, std::initializer_list<uint64_t> numels) {
+  std::vector<Var> views;
+  views.reserve(numels.size());
+  NodeId n = kNoNode;
+  if (AnyGrad(tape, whole)) {
+    n = tape.graph.AddNode("SplitWithSizesBackward0", static_cast<uint32_t>(numels.size()));
+    tape.graph.Edge(n, whole, whole.bytes());
+  }
+  uint32_t slot = 0;
+  for (uint64_t numel : numels) {
+    Var v = tape.Share(whole);
+    v.numel = numel;
+    if (n != kNoNode) {
+      v.fn = n;
+      v.slot = slot;
+    }
+    ++slot;
+    views.push_back(v);
+  }
+  return views;
+}
+
 Var Mul(Tape& tape, const Var& a, const Var& b, std::string_view op) {
   const uint8_t bytes = std::max(a.elem_bytes, b.elem_bytes);
   Var out = tape.New(std::max(a.numel, b.numel), bytes, Category::kTemporaries, op);
@@ -227,6 +249,98 @@ Var Relu(Tape& tape, const Var& x) {
   return Activation(tape, x, "aten::relu", "ReluBackward0", true);
 }
 
+namespace {
+// scalar + a: AddBackward1 saves nothing and passes the gradient on.
+Var AddScalar(Tape& tape, const Var& a) {
+  Var out = tape.New(a.numel, a.elem_bytes, Category::kTemporaries, "aten::add");
+  if (AnyGrad(tape, a)) {
+    NodeId n = tape.Node("AddBackward1", &out);
+    tape.graph.EdgePass(n, a);
+  }
+  return out;
+}
+
+// torch.pow(x, 3.0): PowBackward0 saves x; its backward computes
+// grad * (3 * x.pow(2)), two x-sized temporaries beside the result.
+Var Cube(Tape& tape, const Var& x) {
+  Var out = tape.New(x.numel, x.elem_bytes, Category::kTemporaries, "aten::pow");
+  if (AnyGrad(tape, x)) {
+    NodeId n = tape.Node("PowBackward0", &out);
+    SaveIf(tape, n, x);
+    tape.graph.Workspace(n, x.bytes());
+    tape.graph.Workspace(n, x.bytes());
+    EdgeIf(tape, n, x);
+  }
+  return out;
+}
+
+// 0.5 * x * (1.0 + tanh(inner)): the common tail of gelu_new and gelu_fast.
+// Takes `inner` (a temporary of the expression, gone once tanh has run).
+Var HalfXTimesOnePlusTanh(Tape& tape, const Var& half_x, Var inner) {
+  Var t = Activation(tape, inner, "aten::tanh", "TanhBackward0", true);
+  tape.Drop(inner);
+  Var one_plus = AddScalar(tape, t);
+  tape.Drop(t);
+  Var out = Mul(tape, half_x, one_plus);
+  tape.Drop(one_plus);
+  return out;
+}
+
+// NewGELUActivation: 0.5 * input * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) *
+// (input + 0.044715 * torch.pow(input, 3.0)))), evaluated left to right.
+Var GeluNew(Tape& tape, const Var& x) {
+  Var half_x = Scale(tape, x);
+  Var cube = Cube(tape, x);
+  Var scaled_cube = Scale(tape, cube);
+  tape.Drop(cube);
+  Var sum = Add(tape, x, scaled_cube);
+  tape.Drop(scaled_cube);
+  Var inner = Scale(tape, sum);
+  tape.Drop(sum);
+  Var out = HalfXTimesOnePlusTanh(tape, half_x, inner);
+  tape.Drop(half_x);
+  return out;
+}
+
+// FastGELUActivation: 0.5 * input * (1.0 + torch.tanh(input * 0.7978845608 *
+// (1.0 + 0.044715 * input * input))).
+Var GeluFast(Tape& tape, const Var& x) {
+  Var half_x = Scale(tape, x);
+  Var x_c = Scale(tape, x);
+  Var k_x = Scale(tape, x);
+  Var k_x2 = Mul(tape, k_x, x);
+  tape.Drop(k_x);
+  Var poly = AddScalar(tape, k_x2);
+  tape.Drop(k_x2);
+  Var inner = Mul(tape, x_c, poly);
+  tape.Drop(x_c);
+  tape.Drop(poly);
+  Var out = HalfXTimesOnePlusTanh(tape, half_x, inner);
+  tape.Drop(half_x);
+  return out;
+}
+
+// QuickGELUActivation: input * torch.sigmoid(1.702 * input).
+Var QuickGelu(Tape& tape, const Var& x) {
+  Var scaled = Scale(tape, x);
+  Var sig = Activation(tape, scaled, "aten::sigmoid", "SigmoidBackward0", true);
+  tape.Drop(scaled);
+  Var out = Mul(tape, x, sig);
+  tape.Drop(sig);
+  return out;
+}
+}  // namespace
+
+Var MlpActivation(Tape& tape, MlpKind kind, const Var& x) {
+  switch (kind) {
+    case MlpKind::kRelu: return Relu(tape, x);
+    case MlpKind::kGeluNew: return GeluNew(tape, x);
+    case MlpKind::kGeluFast: return GeluFast(tape, x);
+    case MlpKind::kQuickGelu: return QuickGelu(tape, x);
+    default: return Gelu(tape, x);
+  }
+}
+
 Var Dropout(Tape& tape, const Var& x, double p) {
   if (p <= 0) return tape.Share(x);
   // CUDA: native_dropout (is_fused_kernel_acceptable) returns the output and a
@@ -262,7 +376,10 @@ Var RmsNorm(Tape& tape, const Var& x, Param& w, uint64_t tokens, uint64_t hidden
   if (AnyGrad(tape, h)) {
     NodeId n = tape.Node("PowBackward0", &sq);
     SaveIf(tape, n, h);
-    tape.graph.Workspace(n, h.numel * kF32);  // self.pow(1) * 2
+    // pow_backward: grad * (2 * self.pow(1)): self.pow(1) and the product
+    // are full-size temporaries beside the result (seen in the reference trace).
+    tape.graph.Workspace(n, h.numel * kF32);
+    tape.graph.Workspace(n, h.numel * kF32);
     EdgeIf(tape, n, h);
   }
   Var var = tape.New(tokens, kF32, Category::kTemporaries, "aten::mean");

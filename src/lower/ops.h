@@ -7,9 +7,12 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <string_view>
+#include <vector>
 
 #include "tape.h"
+#include "vramscope/model.h"
 
 namespace vramscope::lower {
 
@@ -30,6 +33,12 @@ void ClearAutocastCache(Tape& tape);
 Var Linear(Tape& tape, const Var& x, Param& weight, Param* bias, uint64_t tokens,
            uint64_t out_features);
 
+// tensor.split / chunk along the last dimension: views of `whole`, one per
+// entry of `numels` (a new reference each). Their backward (SplitBackward0 /
+// SplitWithSizesBackward0) concatenates the pieces' gradients into one new
+// whole-sized gradient.
+std::vector<Var> Split(Tape& tape, const Var& whole, std::initializer_list<uint64_t> numels);
+
 // Elementwise binary ops with PyTorch type promotion (result dtype = wider).
 Var Mul(Tape& tape, const Var& a, const Var& b, std::string_view op = "aten::mul");
 Var Add(Tape& tape, const Var& a, const Var& b);
@@ -42,6 +51,13 @@ Var MulParam(Tape& tape, const Var& x, Param& w, bool gemma_offset);
 Var Silu(Tape& tape, const Var& x);
 Var Gelu(Tape& tape, const Var& x);
 Var Relu(Tape& tape, const Var& x);
+
+// The activation of a non-gated MLP (kGelu, kRelu, kGeluNew, kGeluFast,
+// kQuickGelu). The last three are transformers' Python expressions
+// (activations.py, 4.57 / 5.x), an eager op per term: NewGELUActivation
+// 0.5 * x * (1 + tanh(c * (x + 0.044715 * x**3))) saves x, 0.5 * x, the tanh
+// and 1 + tanh, where F.gelu saves x alone.
+Var MlpActivation(Tape& tape, MlpKind kind, const Var& x);
 
 // nn.Dropout(p) in training; identity (a new reference) when p == 0. On CUDA
 // native_dropout saves a bool mask.

@@ -128,6 +128,7 @@ std::vector<std::pair<std::string, std::string>> DescribeSetup(const TrainingSet
   if (s.moe_imbalance != 1) k.emplace_back("moe_imbalance", fmt::format("{}", s.moe_imbalance));
   if (s.optimizer_in_backward) k.emplace_back("optimizer_in_backward", "true");
   if (s.activation_offload) k.emplace_back("activation_offload", "true");
+  if (!s.attention_mask) k.emplace_back("attention_mask", "false");
   if (s.device_rules != DeviceRules::kCuda) k.emplace_back("device_rules", std::string(DeviceRulesName(s.device_rules)));
   if (s.finetune != Finetune::kFull) {
     std::string targets;

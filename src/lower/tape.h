@@ -52,6 +52,7 @@ class Tape {
   // the model's output is dropped (null: no cache).
   std::vector<Var>* kv_cache = nullptr;
   bool kv_cache_copies = true;  // transformers >= 4.54 copies (torch.cat); older ones keep references
+  bool kv_values_take_key_dtype = false;  // transformers 4.x: the value cache has the keys' dtype
   // Called when the forward enters (begin) and leaves a sharding unit: 0 =
   // embeddings, 1..L = decoder layer L-1, L+1 = final norm + lm_head.
   std::function<void(int unit, bool begin)> unit_hook;

@@ -68,6 +68,14 @@ struct Dims {
   }
 };
 
+// What every decoder layer of one forward reads: the attention plan, the 4-D
+// mask when one is built, and the rotary cos / sin tables.
+struct LayerShared {
+  AttnPlan plan;
+  const Var* mask = nullptr;
+  Var cos, sin;  // [1, s, rotary_dim]; kNoTensor without rotary embeddings
+};
+
 // Sequence parallelism (Megatron-LM core tensor_parallel/mappings.py,
 // 0.5-0.13): a row-parallel output [t, h] is reduce-scattered to [t/sp, h]
 // (the embedding output split the same way); its backward all-gathers the
@@ -110,25 +118,133 @@ Var Norm(Tape& tape, const ModelSpec& spec, const Var& x, Param* w, Param* b, co
   return tape.Share(x);
 }
 
-// q * cos + rotate_half(q) * sin (apply_rotary_pos_emb): four full-size
-// temporaries in forward, cos/sin saved (shared, not counted here).
-Var Rope(Tape& tape, const Var& x) {
-  Var a = Scale(tape, x);  // x * cos
-  Var neg = tape.New(x.numel / 2, x.elem_bytes, Category::kTemporaries, "aten::neg");
-  Var cat = tape.New(x.numel, x.elem_bytes, Category::kTemporaries, "aten::cat");
+// Whether the model's forward makes a DynamicCache in training: use_cache, no
+// gradient checkpointing (GradientCheckpointingLayer turns the cache off,
+// transformers 4.57 / 5.x modeling_layers.py), transformers >= 4.36. Gemma 2
+// and Gemma 3 in 4.x only make one outside training (`use_cache and
+// past_key_values is None and not self.training`, 4.57.6); 5.x dropped that
+// condition (5.24.0). Megatron-style layouts run Megatron's model, which has
+// no such cache.
+bool MakesTrainingCache(const ModelSpec& spec, const TrainingSetup& setup, bool ckpt) {
+  if (!spec.use_cache || ckpt || setup.transformers_version < 436 || setup.parallel.model_parallel()) {
+    return false;
+  }
+  const bool gemma_eval_only = spec.model_type == "gemma2" || spec.model_type == "gemma3" ||
+                               spec.model_type == "gemma3_text";
+  return !(gemma_eval_only && setup.transformers_version < 500);
+}
+
+// Whether transformers hands SDPA a materialized causal mask rather than
+// is_causal=True. A sliding window shorter than the sequence needs one. So
+// does a batch without attention_mask and without a cache in transformers
+// 4.54-4.x with torch >= 2.6: _preprocess_mask_arguments then runs
+// find_packed_sequence_indices, which returns a tensor even for unpacked
+// rows, and create_causal_mask forbids the is_causal skip (masking_utils.py,
+// 4.57.6; packed-sequence support arrived in 4.54, PR #39194). 5.x returns None
+// for unpacked rows (5.24.0) and skips the mask again.
+// Families still on the older _update_causal_mask path in 4.57.6 (qwen2_moe,
+// stablelm, falcon, opt) skip the mask as before.
+bool SdpaGetsMask(const ModelSpec& spec, const TrainingSetup& setup, uint64_t seq, bool cache) {
+  if (spec.sliding_window > 0 && spec.sliding_window < seq) return true;
+  const std::string& t = spec.model_type;
+  const bool legacy_mask = t == "qwen2_moe" || t == "stablelm" || t == "falcon" || t == "opt";
+  return !setup.attention_mask && !cache && !legacy_mask && setup.transformers_version >= 454 &&
+         setup.transformers_version < 500 && setup.torch_version >= 206;
+}
+
+// int(head_dim * partial_rotary_factor) (the attention modules' rotary_ndims).
+uint64_t RotaryDim(const ModelSpec& spec, uint64_t head_dim) {
+  return static_cast<uint64_t>(static_cast<double>(head_dim) * spec.partial_rotary_factor);
+}
+
+// The rotary tables (LlamaRotaryEmbedding.forward under no_grad, and every
+// family copied from it, transformers 4.57 / 5.x): position_ids as float,
+// freqs = inv_freq x positions, emb = cat(freqs, freqs), cos = emb.cos() *
+// attention_scaling and the same for sin, all fp32 with autocast off, then
+// .to(x.dtype). position_ids is cache_position.unsqueeze(0) when the caller
+// passes none, so the tables are [1, s, rotary_dim] and broadcast over the batch.
+void RotaryTables(Tape& tape, uint64_t seq, uint64_t rot_dim, uint8_t x_bytes, Var* cos, Var* sin) {
+  Var pos = tape.New(seq, kF32, Category::kTemporaries, "aten::_to_copy");
+  Var freqs = tape.New(seq * rot_dim / 2, kF32, Category::kTemporaries, "aten::mul");
+  Var emb = tape.New(seq * rot_dim, kF32, Category::kTemporaries, "aten::cat");
+  for (auto [table, op] : {std::pair{cos, "aten::cos"}, std::pair{sin, "aten::sin"}}) {
+    Var raw = tape.New(seq * rot_dim, kF32, Category::kTemporaries, op);
+    Var scaled = tape.New(seq * rot_dim, kF32, Category::kOther, "aten::mul");
+    tape.Drop(raw);
+    *table = scaled;
+  }
+  tape.Drop(emb);
+  tape.Drop(freqs);
+  tape.Drop(pos);
+  for (Var* table : {cos, sin}) {
+    Var cast = Cast(tape, *table, x_bytes);
+    tape.Drop(*table);
+    *table = cast;
+  }
+}
+
+// q_embed = (q * cos) + (rotate_half(q) * sin) (apply_rotary_pos_emb), with
+// PyTorch type promotion: a bf16 q against fp32 tables (autocast keeps the
+// residual stream, and so the tables, in fp32) gives an fp32 q_embed. With a
+// partial rotary factor (gpt_neox, phi, stablelm) only q[..., :rotary_dim]
+// rotates and torch.cat((q_embed, q_pass), dim=-1) puts the rest back.
+Var Rope(Tape& tape, const Var& x, const Var& cos, const Var& sin, uint64_t head_dim,
+         uint64_t rot_dim) {
+  const bool grad = x.requires_grad() && tape.grad_enabled;
+  const bool partial = rot_dim < head_dim;
+  Var rot = tape.Share(x);
+  if (partial) {
+    // x[..., :rotary_dim]: a view; SliceBackward0 scatters into a zero-filled
+    // gradient of x's full size.
+    rot.numel = x.numel / head_dim * rot_dim;
+    if (grad) {
+      NodeId n = tape.Node("SliceBackward0", &rot);
+      tape.graph.Edge(n, x, x.bytes());
+    }
+  }
+  Var a = Mul(tape, rot, cos);
+  Var neg = tape.New(rot.numel / 2, rot.elem_bytes, Category::kTemporaries, "aten::neg");
+  Var cat = tape.New(rot.numel, rot.elem_bytes, Category::kTemporaries, "aten::cat");
   tape.Drop(neg);
-  if (x.requires_grad() && tape.grad_enabled) {
+  if (grad) {
     NodeId n = tape.Node("CatBackward0", &cat);
     // neg and slice backwards: a half and a full buffer on the way back.
-    tape.graph.Workspace(n, x.bytes() / 2);
-    tape.graph.Edge(n, x, x.bytes());
+    tape.graph.Workspace(n, rot.bytes() / 2);
+    tape.graph.Edge(n, rot, rot.bytes());
   }
-  Var bsin = Scale(tape, cat);  // rotate_half(x) * sin
+  Var bsin = Mul(tape, cat, sin);
   tape.Drop(cat);
   Var out = Add(tape, a, bsin);
   tape.Drop(a);
   tape.Drop(bsin);
-  return out;
+  if (!partial) {
+    tape.Drop(rot);
+    return out;
+  }
+  Var pass = tape.Share(x);
+  pass.numel = x.numel - rot.numel;
+  if (grad) {
+    NodeId n = tape.Node("SliceBackward0", &pass);
+    tape.graph.Edge(n, x, x.bytes());
+  }
+  tape.Drop(rot);
+  const uint8_t bytes = std::max(out.elem_bytes, pass.elem_bytes);
+  Var joined = tape.New(x.numel, bytes, Category::kTemporaries, "aten::cat");
+  if (tape.grad_enabled && (out.requires_grad() || pass.requires_grad())) {
+    NodeId n = tape.Node("CatBackward0", &joined);
+    // Each input's gradient is a slice of the incoming one, cast when its
+    // dtype differs.
+    for (const Var* in : {&out, &pass}) {
+      if (in->elem_bytes == bytes) {
+        tape.graph.EdgePass(n, *in);
+      } else {
+        tape.graph.Edge(n, *in, in->bytes());
+      }
+    }
+  }
+  tape.Drop(out);
+  tape.Drop(pass);
+  return joined;
 }
 
 Var Mlp(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x, const Dims& d,
@@ -139,10 +255,10 @@ Var Mlp(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x, 
     if (spec.mlp == MlpKind::kFusedGateUp && lp.gate_up) {
       // phi3: gate_up_proj then chunk(2): two views of one [t, 2i] tensor.
       Var gu = Proj(tape, x, lp.gate_up, nullptr, tokens, 2 * inter);
-      g = gu;
-      g.numel = gu.numel / 2;
-      u = tape.Share(gu);
-      u.numel = gu.numel / 2;
+      std::vector<Var> parts = Split(tape, gu, {gu.numel / 2, gu.numel / 2});
+      tape.Drop(gu);
+      g = parts[0];
+      u = parts[1];
     } else {
       g = Proj(tape, x, gate, nullptr, tokens, inter);
       u = Proj(tape, x, up, nullptr, tokens, inter);
@@ -157,7 +273,7 @@ Var Mlp(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x, 
     return out;
   }
   Var f = Proj(tape, x, lp.fc1 ? lp.fc1 : up, lp.fc1_b, tokens, inter);
-  Var act = spec.mlp == MlpKind::kRelu ? Relu(tape, f) : Gelu(tape, f);
+  Var act = MlpActivation(tape, spec.mlp, f);
   tape.Drop(f);
   Var out = Proj(tape, act, lp.fc2 ? lp.fc2 : down, lp.fc2_b, tokens, d.h);
   tape.Drop(act);
@@ -310,35 +426,28 @@ Var MoeGrouped(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const V
   tape.Drop(logits);
   // --- experts
   const uint8_t expert_bytes = lp.expert_gate.front()->elem_bytes;
-  // token_idx = arange(t)[:, None].expand(-1, k).reshape(-1): an int64 copy.
-  Var token_idx = tape.New(s, kI64, Category::kTemporaries, "aten::reshape");
-  Var routed = tape.New(s * d.h, x.elem_bytes, Category::kTemporaries, "aten::index");
+  // grouped_mm_experts_forward (integrations/moe.py, 5.24.0): expert_ids_g,
+  // perm = torch.sort(expert_ids); hidden_states[perm // num_top_k], one
+  // gather whose index (the quotient) IndexBackward0 keeps;
+  // sample_weights[perm].
+  Var ids_sorted = tape.New(s, kI64, Category::kTemporaries, "aten::sort");
+  Var perm = tape.New(s, kI64, Category::kTemporaries, "aten::sort");
+  Var token_idx = tape.New(s, kI64, Category::kTemporaries, "aten::floor_divide");
+  Var routed_sorted = tape.New(s * d.h, x.elem_bytes, Category::kTemporaries, "aten::index");
   if (grad && x.requires_grad()) {
-    NodeId n = tape.Node("IndexBackward0", &routed);
+    NodeId n = tape.Node("IndexBackward0", &routed_sorted);
     tape.graph.Save(n, token_idx.t);
     tape.graph.Edge(n, x, x.bytes());  // zeros [t, h] + index_put_(accumulate=True)
   }
-  // perm = argsort(expert_ids) (sort's values die), inv_perm[perm] = arange(S).
-  Var perm = tape.New(s, kI64, Category::kTemporaries, "aten::sort");
-  Var sorted = tape.New(s, kI64, Category::kTemporaries, "aten::sort");
-  tape.Drop(sorted);
-  Var inv_perm = tape.New(s, kI64, Category::kTemporaries, "aten::empty_like");
-  Var arange = tape.New(s, kI64, Category::kTemporaries, "aten::arange");
-  tape.Drop(arange);
-  Var ids_sorted = tape.New(s, kI64, Category::kTemporaries, "aten::index");
+  tape.Drop(token_idx);
   Var w_sorted = tape.New(s, weights.elem_bytes, Category::kTemporaries, "aten::index");
   if (grad && weights.requires_grad()) {
     NodeId n = tape.Node("IndexBackward0", &w_sorted);
     tape.graph.Save(n, perm.t);
     tape.graph.Edge(n, weights, weights.bytes());
   }
-  Var routed_sorted = tape.New(s * d.h, x.elem_bytes, Category::kTemporaries, "aten::index");
-  if (grad && routed.requires_grad()) {
-    NodeId n = tape.Node("IndexBackward0", &routed_sorted);
-    tape.graph.Save(n, perm.t);
-    tape.graph.Edge(n, routed, routed.bytes());
-  }
-  // Offsets: histc over an int32 copy of the sorted ids, cumsum to int32 [E].
+  // Offsets: histc over a 4-byte copy of the sorted ids (float on CPU, int32 on
+  // CUDA), cumsum to int32 [E].
   Var hist_in = tape.New(s, 4, Category::kTemporaries, "aten::_to_copy");
   Var counts = tape.New(experts, 4, Category::kTemporaries, "aten::histc");
   tape.Drop(hist_in);
@@ -350,10 +459,10 @@ Var MoeGrouped(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const V
   Var gu = GroupedMm(tape, xin, gate_up, s, 2 * inter, expert_bytes);
   tape.Drop(xin);
   // chunk(2, dim=-1): two views of one [S, 2I] storage.
-  Var g = gu;
-  g.numel = gu.numel / 2;
-  Var u = tape.Share(gu);
-  u.numel = gu.numel / 2;
+  std::vector<Var> parts = Split(tape, gu, {gu.numel / 2, gu.numel / 2});
+  tape.Drop(gu);
+  Var g = parts[0];
+  Var u = parts[1];
   Var act = spec.mlp == MlpKind::kGatedGeluTanh ? Gelu(tape, g) : Silu(tape, g);
   tape.Drop(g);
   Var prod = Mul(tape, act, u);
@@ -368,6 +477,10 @@ Var MoeGrouped(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const V
     tape.graph.Workspace(weighted.fn, weighted.bytes());
   }
   tape.Drop(y);
+  // inv_perm = torch.empty_like(perm); inv_perm[perm] = torch.arange(S).
+  Var inv_perm = tape.New(s, kI64, Category::kTemporaries, "aten::empty_like");
+  Var arange = tape.New(s, kI64, Category::kTemporaries, "aten::arange");
+  tape.Drop(arange);
   Var unsorted = tape.New(s * d.h, weighted.elem_bytes, Category::kTemporaries, "aten::index");
   if (grad && weighted.requires_grad()) {
     NodeId n = tape.Node("IndexBackward0", &unsorted);
@@ -383,8 +496,8 @@ Var MoeGrouped(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const V
   Var out = Cast(tape, summed, x.elem_bytes);  // .to(hidden_states.dtype)
   tape.Drop(summed);
   // The experts function returns: its locals die.
-  for (Var* v : {&routed, &routed_sorted, &weighted, &unsorted, &token_idx, &perm, &inv_perm,
-                 &ids_sorted, &w_sorted, &offsets, &weights, &top_i}) {
+  for (Var* v : {&routed_sorted, &weighted, &unsorted, &perm, &inv_perm, &ids_sorted, &w_sorted,
+                 &offsets, &weights, &top_i}) {
     tape.Drop(*v);
   }
   if (lp.shared_gate) {
@@ -415,11 +528,18 @@ Var MoeGrouped(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const V
 // in 4.57.6 and 5.24.0) lazily makes an empty tensor and returns
 // torch.cat([empty, states]): a full copy, which attention then uses and the cache
 // holds until the model's output is dropped. 4.36-4.53 appended the states
-// themselves: no copy, but they stay alive as long.
-Var CacheUpdate(Tape& tape, Var states) {
+// themselves: no copy, but they stay alive as long. `cache_bytes` is the empty
+// tensor's dtype; cat promotes to the wider of it and the states' (the
+// states are cast first).
+Var CacheUpdate(Tape& tape, Var states, uint8_t cache_bytes) {
   if (!tape.kv_cache_copies) {
     tape.kv_cache->push_back(tape.Share(states));
     return states;
+  }
+  if (cache_bytes > states.elem_bytes) {
+    Var cast = Cast(tape, states, cache_bytes);
+    tape.Drop(states);
+    states = cast;
   }
   Var copy = tape.New(states.numel, states.elem_bytes, Category::kTemporaries, "aten::cat");
   if (states.requires_grad() && tape.grad_enabled) {
@@ -431,19 +551,35 @@ Var CacheUpdate(Tape& tape, Var states) {
   return copy;
 }
 
+// `weights` receives eager attention's returned weights (see Attend).
 Var SelfAttention(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x,
-                  const Dims& d, const AttnPlan& plan, const Var* mask) {
+                  const Dims& d, const LayerShared& sh, Var* weights) {
   Var q, k, v;
   const uint64_t qn = d.heads * d.d, kn = d.kv * d.d;
   if (lp.qkv) {
     Var qkv = Proj(tape, x, lp.qkv, lp.qkv_b, d.t, qn + 2 * kn);
-    // split into views of one storage
-    q = qkv;
-    q.numel = d.t * qn;
-    k = tape.Share(qkv);
-    k.numel = d.t * kn;
-    v = tape.Share(qkv);
-    v.numel = d.t * kn;
+    if (spec.kv_sharing == KvSharing::kBroadcast) {
+      q = qkv;  // a view; its gradient goes straight into qkv's
+      q.numel = d.t * qn;
+      // falcon multi_query: fused_qkv[..., [-2], :] and [..., [-1], :] are
+      // advanced indexing, copies; IndexBackward0 scatters into a zero-filled
+      // gradient of the whole qkv.
+      for (Var* kv : {&k, &v}) {
+        *kv = tape.New(d.t * kn, qkv.elem_bytes, Category::kTemporaries, "aten::index");
+        if (qkv.requires_grad() && tape.grad_enabled) {
+          NodeId n = tape.Node("IndexBackward0", kv);
+          tape.graph.Edge(n, qkv, qkv.bytes());
+        }
+      }
+    } else {
+      // split / chunk into views of one storage; their gradients are
+      // concatenated back into a qkv-sized one.
+      std::vector<Var> parts = Split(tape, qkv, {d.t * qn, d.t * kn, d.t * kn});
+      tape.Drop(qkv);
+      q = parts[0];
+      k = parts[1];
+      v = parts[2];
+    }
   } else {
     q = Proj(tape, x, lp.q, lp.q_b, d.t, qn);
     k = Proj(tape, x, lp.k, lp.k_b, d.t, kn);
@@ -462,19 +598,26 @@ Var SelfAttention(Tape& tape, const ModelSpec& spec, const LayerParams& lp, cons
     k = nk;
   }
   if (spec.position == PositionKind::kRope) {
-    Var rq = Rope(tape, q);
+    Var rq = Rope(tape, q, sh.cos, sh.sin, d.d, RotaryDim(spec, d.d));
     tape.Drop(q);
     q = rq;
-    Var rk = Rope(tape, k);
+    Var rk = Rope(tape, k, sh.cos, sh.sin, d.d, RotaryDim(spec, d.d));
     tape.Drop(k);
     k = rk;
   }
   if (tape.kv_cache) {
-    k = CacheUpdate(tape, k);
-    v = CacheUpdate(tape, v);
+    // transformers 4.x makes both empty cache tensors in the keys' dtype
+    // (DynamicLayer.lazy_initialization(key_states), 4.57.6); 5.x gives the
+    // values their own (lazy_initialization(key_states, value_states), 5.24.0).
+    // Under autocast the keys come out of RoPE in fp32 and the values do not.
+    const uint8_t v_cache_bytes = tape.kv_values_take_key_dtype ? k.elem_bytes : v.elem_bytes;
+    k = CacheUpdate(tape, k, k.elem_bytes);
+    v = CacheUpdate(tape, v, v_cache_bytes);
   }
   AttnShape shape{d.b, d.s, d.heads, d.kv, d.d};
-  Var ctx = Attend(tape, plan, shape, q, k, v, mask, spec.attention_dropout);
+  shape.kv_head_major = tape.kv_cache && tape.kv_cache_copies;
+  shape.q_head_major = spec.position == PositionKind::kRope && RotaryDim(spec, d.d) < d.d;
+  Var ctx = Attend(tape, sh.plan, shape, q, k, v, sh.mask, spec.attention_dropout, weights);
   tape.Drop(q);
   tape.Drop(k);
   tape.Drop(v);
@@ -494,28 +637,36 @@ Var ResidualDropout(Tape& tape, const ModelSpec& spec, Var x) {
 // OPT with do_layer_norm_before=False (OPTDecoderLayer.forward, transformers
 // 4.57 / 5.x): h = LN(x + dropout(attn(x))); out = LN(h + dropout(fc2(relu(fc1(h))))).
 Var PostNormDecoderLayer(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x,
-                         const Dims& d, const AttnPlan& plan, const Var* mask) {
+                         const Dims& d, const LayerShared& sh) {
   const Dims r = d.Residual();
-  Var attn = ResidualDropout(tape, spec, SelfAttention(tape, spec, lp, x, d, plan, mask));
+  Var weights;  // OPTDecoderLayer: `hidden_states, self_attn_weights = self.self_attn(...)`
+  Var attn = ResidualDropout(tape, spec, SelfAttention(tape, spec, lp, x, d, sh, &weights));
   Var mid = Add(tape, x, attn);
   tape.Drop(attn);
   Var h = Norm(tape, spec, mid, lp.norm1, lp.norm1_b, r);
   tape.Drop(mid);
   Var m = ResidualDropout(tape, spec, Mlp(tape, spec, lp, h, d, d.t, d.inter, lp.gate, lp.up, lp.down));
   Var sum = Add(tape, h, m);
-  tape.Drop(h);
   tape.Drop(m);
   Var out = Norm(tape, spec, sum, lp.norm2, lp.norm2_b, r);
   tape.Drop(sum);
+  tape.Drop(h);  // `residual` holds it until the layer returns
+  if (weights.t != kNoTensor) tape.Drop(weights);
   return out;
 }
 
 Var DecoderLayer(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x,
-                 const Dims& d, const AttnPlan& plan, const Var* mask, bool moe) {
-  if (spec.post_norm) return PostNormDecoderLayer(tape, spec, lp, x, d, plan, mask);
+                 const Dims& d, const LayerShared& sh, bool moe) {
+  if (spec.post_norm) return PostNormDecoderLayer(tape, spec, lp, x, d, sh);
   const Dims r = d.Residual();
   Var h = Norm(tape, spec, x, lp.norm1, lp.norm1_b, r);
-  Var attn = ToSequenceShard(tape, SelfAttention(tape, spec, lp, h, d, plan, mask), d, "megatron::reduce_scatter");
+  // Every decoder layer keeps the attention weights that eager attention
+  // returns in a local (`hidden_states, _ = self.self_attn(...)` and its
+  // spellings, transformers 4.57 / 5.x) until it returns: alive through the
+  // MLP even where autograd saves nothing (no_grad, checkpointing).
+  Var weights;
+  Var attn = ToSequenceShard(tape, SelfAttention(tape, spec, lp, h, d, sh, &weights), d,
+                             "megatron::reduce_scatter");
   attn = ResidualDropout(tape, spec, attn);
   if (spec.sandwich_norm && lp.norm2) {
     Var n = Norm(tape, spec, attn, lp.norm2, nullptr, r);
@@ -536,11 +687,16 @@ Var DecoderLayer(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const
     tape.Drop(m);
     Var out = Add(tape, x, s1);
     tape.Drop(s1);
+    if (weights.t != kNoTensor) tape.Drop(weights);
     return out;
   }
   tape.Drop(h);
   Var mid = Add(tape, x, attn);
-  tape.Drop(attn);
+  // StableLmDecoderLayer keeps the attention output in its own local
+  // (`self_attn_output`) until the layer returns (4.57.6 / 5.24.0); the other
+  // families overwrite `hidden_states` with the residual sum.
+  const bool attn_lives = spec.model_type == "stablelm";
+  if (!attn_lives) tape.Drop(attn);
   Param* pre = spec.sandwich_norm ? lp.norm3 : lp.norm2;
   Var h2 = Norm(tape, spec, mid, pre, spec.sandwich_norm ? nullptr : lp.norm2_b, r);
   Var m = moe ? Moe(tape, spec, lp, h2, d)
@@ -555,6 +711,8 @@ Var DecoderLayer(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const
   Var out = Add(tape, mid, m);
   tape.Drop(mid);
   tape.Drop(m);
+  if (attn_lives) tape.Drop(attn);
+  if (weights.t != kNoTensor) tape.Drop(weights);
   return out;
 }
 
@@ -674,7 +832,13 @@ ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Tra
     const uint64_t embed_dim = mp.proj_in ? mp.embed->numel / d.vocab : d.h;
     x = Embedding(tape, ids, *mp.embed, d.t, embed_dim);
     if (mp.pos_embed) {
-      Var pos = Embedding(tape, ids, *mp.pos_embed, d.t, d.h);
+      // GPT-2 looks positions up as cache_position.unsqueeze(0), [1, s], and
+      // broadcasts them over the batch (GPT2Model.forward, 4.57 / 5.x); OPT
+      // derives [b, s] positions from the attention mask.
+      const bool batch_shared = spec.model_type == "gpt2";
+      Var pos_ids = batch_shared ? tape.New(d.s, kI64, Category::kOther, "aten::arange") : tape.Share(ids);
+      Var pos = Embedding(tape, pos_ids, *mp.pos_embed, batch_shared ? d.s : d.t, d.h);
+      tape.Drop(pos_ids);
       if (mp.proj_in) {
         Var wide = Linear(tape, x, *mp.proj_in, nullptr, d.t, d.h);
         tape.Drop(x);
@@ -705,32 +869,37 @@ ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Tra
     x = tape.New(d.Residual().t * d.h, tape.autocast ? kF32 : tape.compute_bytes, Category::kActivations, "pp::recv");
   }
   EnsureSequenceGatherBuffer(tape, d, x.elem_bytes);
-  // Rotary cos/sin in the activation dtype, shared by all layers
-  // (LlamaRotaryEmbedding.forward under no_grad). Their batch dimension is
-  // position_ids': the model makes it `cache_position.unsqueeze(0)`, [1, s],
-  // when the caller passes none (transformers 4.4x-5.x LlamaModel.forward and
-  // the models copied from it), so cos/sin are [1, s, head_dim].
-  tape.SetModule("model.rotary_emb");
-  Var cos, sin;
-  if (spec.position == PositionKind::kRope) {
-    cos = tape.New(d.s * d.d, x.elem_bytes, Category::kOther, "aten::cos");
-    sin = tape.New(d.s * d.d, x.elem_bytes, Category::kOther, "aten::sin");
-  }
-  const AttnPlan plan = PlanAttention(setup, tape.autocast ? tape.compute_bytes : x.elem_bytes,
-                                      d.heads, d.kv, spec.sliding_window > 0 && spec.sliding_window < d.s);
-  Var mask;
-  if (plan.causal_mask_tensor) {
-    // The 4D float mask [b, 1, s, s] in the embeddings' dtype.
-    mask = tape.New(d.b * d.s * d.s, x.elem_bytes, Category::kOther, "causal_mask");
-  }
   const bool ckpt = setup.grad_ckpt != GradCkpt::kNone;
   // GradientCheckpointingLayer sets use_cache=False under checkpointing; the
   // cache is then never made (transformers 4.57 / 5.x modeling_layers.py).
   // Megatron-style layouts run Megatron's model, which has no such cache.
+  const bool cache = MakesTrainingCache(spec, setup, ckpt);
+  LayerShared sh;
+  sh.plan = PlanAttention(setup, tape.autocast ? tape.compute_bytes : x.elem_bytes, d.heads, d.kv,
+                          SdpaGetsMask(spec, setup, d.s, cache), spec.attention_dropout, spec.kv_sharing);
+  // Eager softmax: llama-style families call softmax(..., dtype=torch.float32)
+  // .to(query.dtype); GPT-2 (softmax(attn_weights, dim=-1)) and Falcon
+  // (dtype=hidden_states.dtype) stay in the scores' dtype (4.57.6 / 5.24.0).
+  if (spec.model_type == "gpt2" || spec.model_type == "falcon") sh.plan.fp32_softmax = false;
+  Var mask;
+  if (sh.plan.causal_mask_tensor) {
+    // [b, 1, s, s]: eager's float mask in the embeddings' dtype, SDPA's bool.
+    // masking_utils' sdpa_mask returns bool from 4.53 on.
+    const uint8_t bytes = setup.attn == Attention::kSdpa && setup.transformers_version >= 453 ? kBool : x.elem_bytes;
+    mask = tape.New(d.b * d.s * d.s, bytes, Category::kOther, "causal_mask");
+    sh.mask = &mask;
+  }
+  // Rotary cos/sin in the residual stream's dtype, shared by all layers; the
+  // model makes them after the mask (LlamaModel.forward, 4.57 / 5.x).
+  tape.SetModule("model.rotary_emb");
+  if (spec.position == PositionKind::kRope) {
+    RotaryTables(tape, d.s, RotaryDim(spec, d.d), x.elem_bytes, &sh.cos, &sh.sin);
+  }
   std::vector<Var> kv_cache;
-  if (spec.use_cache && !ckpt && setup.transformers_version >= 436 && !setup.parallel.model_parallel()) {
+  if (cache) {
     tape.kv_cache = &kv_cache;
     tape.kv_cache_copies = setup.transformers_version >= 454;
+    tape.kv_values_take_key_dtype = setup.transformers_version < 500;
   }
   const uint64_t end_layer = std::min<uint64_t>(span.end_layer, spec.num_layers);
   for (uint64_t i = span.first_layer; i < end_layer; ++i) {
@@ -739,22 +908,21 @@ ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Tra
     if (ckpt) {
       tape.graph.BeginCheckpoint(setup.grad_ckpt == GradCkpt::kReentrant);
       tape.graph.Keep(x.t);
-      if (cos.t != kNoTensor) {
-        tape.graph.Keep(cos.t);
-        tape.graph.Keep(sin.t);
+      if (sh.cos.t != kNoTensor) {
+        tape.graph.Keep(sh.cos.t);
+        tape.graph.Keep(sh.sin.t);
       }
       if (mask.t != kNoTensor) tape.graph.Keep(mask.t);
     }
-    Var y = DecoderLayer(tape, spec, mp.layers[i], x, d, plan, mask.t != kNoTensor ? &mask : nullptr,
-                         IsMoeLayer(spec, mp.layers[i], i));
+    Var y = DecoderLayer(tape, spec, mp.layers[i], x, d, sh, IsMoeLayer(spec, mp.layers[i], i));
     if (ckpt) tape.graph.EndCheckpoint();
     tape.Unit(static_cast<int>(i) + 1, false);
     tape.Drop(x);
     x = y;
   }
-  if (cos.t != kNoTensor) {
-    tape.Drop(cos);
-    tape.Drop(sin);
+  if (sh.cos.t != kNoTensor) {
+    tape.Drop(sh.cos);
+    tape.Drop(sh.sin);
   }
   if (mask.t != kNoTensor) tape.Drop(mask);
   if (!span.head) {

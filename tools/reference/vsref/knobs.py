@@ -43,7 +43,9 @@ class Point:
         args = ["--batch", str(self.batch), "--seq", str(self.seq), "--steps", str(self.steps),
                 "--precision", self.precision, "--optimizer", self.optimizer,
                 "--finetune", self.finetune, "--grad-ckpt", self.ckpt, "--attn", self.attn,
-                "--transformers-version", self.transformers_version()]
+                "--transformers-version", self.transformers_version(),
+                # runner.py calls model(input_ids=..., labels=...) without a mask.
+                "--no-attention-mask"]
         if self.finetune == "lora":
             # Dropout 0: the reference has no RNG-dependent mask in the adapters.
             args += ["--lora-rank", str(self.lora_rank), "--lora-targets", self.lora_targets,
