@@ -146,9 +146,25 @@ TEST(ParseConfigDefaultsTest, Gpt2InnerIsFourTimesEmbedding) {
   EXPECT_EQ(Parse(R"({"model_type": "gpt2", "n_inner": 100})").intermediate_size, 100u);
 }
 
+TEST(ParseConfigDefaultsTest, ActivationsPerFamilyKey) {
+  // Each family's own key and default (configuration_*.py, transformers 4.57 / 5.x).
+  EXPECT_EQ(Parse(R"({"model_type": "gpt2"})").mlp, MlpKind::kGeluNew);
+  EXPECT_EQ(Parse(R"({"model_type": "gpt2", "activation_function": "gelu"})").mlp, MlpKind::kGelu);
+  EXPECT_EQ(Parse(R"({"model_type": "phi"})").mlp, MlpKind::kGeluNew);
+  EXPECT_EQ(Parse(R"({"model_type": "gpt_neox"})").mlp, MlpKind::kGelu);
+  EXPECT_EQ(Parse(R"({"model_type": "opt"})").mlp, MlpKind::kRelu);
+  EXPECT_EQ(Parse(R"({"model_type": "falcon", "activation": "gelu_fast"})").mlp, MlpKind::kGeluFast);
+  EXPECT_EQ(Parse(R"({"model_type": "bert", "hidden_act": "quick_gelu"})").mlp, MlpKind::kQuickGelu);
+}
+
+TEST(ParseConfigErrorsTest, UnknownActivationIsAnError) {
+  ExpectMentions(ErrorOf(R"({"model_type": "gpt2", "activation_function": "mish"})"), "mish");
+}
+
 TEST(ParseConfigDefaultsTest, FalconVariants) {
   ModelSpec mq = Parse(R"({"model_type": "falcon"})");  // falcon-7b defaults: multi_query
   EXPECT_EQ(mq.num_kv_heads, 1u);
+  EXPECT_EQ(mq.kv_sharing, KvSharing::kBroadcast);  // one k/v head straight into SDPA
   EXPECT_EQ(mq.intermediate_size, 4 * 4544u);
   EXPECT_TRUE(mq.tie_word_embeddings);
   ModelSpec mha = Parse(R"({"model_type": "falcon", "multi_query": false})");
@@ -156,6 +172,8 @@ TEST(ParseConfigDefaultsTest, FalconVariants) {
   ModelSpec gqa = Parse(R"({"model_type": "falcon", "new_decoder_architecture": true,
       "hidden_size": 256, "num_attention_heads": 8, "num_kv_heads": 2, "num_hidden_layers": 1})");
   EXPECT_EQ(gqa.num_kv_heads, 2u);
+  EXPECT_EQ(gqa.kv_sharing, KvSharing::kExpanded);  // broadcast_to + flatten: a copy
+  EXPECT_EQ(mha.kv_sharing, KvSharing::kAttentionInterface);
   // new_decoder_architecture: two LayerNorms (ln_attn, ln_mlp), fused (8 + 2*2) heads of 32.
   bool ln_mlp = false;
   for (const ParamTensor& p : gqa.params) {
