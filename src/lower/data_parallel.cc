@@ -264,10 +264,49 @@ bool DataParallelRuntime::KeptAcrossTurn(int unit) const {
 void DataParallelRuntime::Gather(int unit) {
   Unit& u = units_[unit];
   if (u.gathered != kNoTensor || u.gather_bytes == 0) return;
+  const bool fsdp2 = mode_ == DataParallel::kFsdp && layout_.fsdp_version == 2;
   tape_->SetModule(mode_ == DataParallel::kFsdp ? "fsdp.all_gather" : "zero3.all_gather");
+  // FSDP2 (_fsdp_collectives.py foreach_all_gather / foreach_all_gather_copy_out,
+  // _fsdp_param_group.py wait_for_unshard; torch 2.4-2.13, seen in the 2.13 CPU
+  // trace): all_gather_copy_in allocates one flat output of the whole unit
+  // (each rank's input is a view into it); the copy-out then fills every
+  // parameter's unsharded storage. In forward the output is kept as the
+  // AllGatherState until the next unit's copy-out; in backward it is freed at
+  // once.
+  TensorId flat = kNoTensor;
+  if (fsdp2) {
+    if (prefetched_output_.size() > static_cast<size_t>(unit) && prefetched_output_[unit] != kNoTensor) {
+      flat = prefetched_output_[unit];
+      prefetched_output_[unit] = kNoTensor;
+    } else {
+      flat = tape_->graph.Alloc(u.gather_bytes, Category::kCommunication, "fsdp::all_gather_output",
+                                tape_->module());
+    }
+  }
   u.gathered = tape_->graph.Alloc(u.gather_bytes, Category::kParameters,
                                   mode_ == DataParallel::kFsdp ? "fsdp::all_gather" : "zero3::all_gather",
                                   tape_->module());
+  if (!fsdp2) return;
+  if (in_backward_) {
+    tape_->graph.Drop(flat);
+    return;
+  }
+  if (forward_all_gather_state_ != kNoTensor) tape_->graph.Drop(forward_all_gather_state_);
+  forward_all_gather_state_ = flat;
+}
+
+void DataParallelRuntime::Prefetch(int unit) {
+  if (mode_ != DataParallel::kFsdp || layout_.fsdp_version != 2) {
+    Gather(unit);
+    return;
+  }
+  Unit& u = units_[unit];
+  if (u.gathered != kNoTensor || u.gather_bytes == 0) return;
+  if (prefetched_output_.size() <= static_cast<size_t>(unit)) prefetched_output_.resize(unit + 1, kNoTensor);
+  if (prefetched_output_[unit] != kNoTensor) return;
+  tape_->SetModule("fsdp.all_gather");
+  prefetched_output_[unit] = tape_->graph.Alloc(u.gather_bytes, Category::kCommunication,
+                                                "fsdp::all_gather_output", tape_->module());
 }
 
 void DataParallelRuntime::Release(int unit) {
@@ -286,6 +325,10 @@ void DataParallelRuntime::OnForwardUnit(int unit, bool begin) {
   const int u = FsdpUnit(unit);
   if (begin) {
     Gather(u);
+  } else if (fsdp && unit == num_layers_ + 1 && forward_all_gather_state_ != kNoTensor) {
+    // The root's post-forward: FSDP2 drops the last AllGatherState.
+    tape_->graph.Drop(forward_all_gather_state_);
+    forward_all_gather_state_ = kNoTensor;
   } else if (fsdp) {
     // The root stays unsharded from forward into backward (FSDP1
     // _post_forward_reshard skips the root; FSDP2 reshard_after_forward=None
@@ -305,16 +348,30 @@ void DataParallelRuntime::OnBackwardNode(uint32_t module) {
   const int unit = UnitOfModule(module);
   if (unit == backward_unit_) return;
   const uint32_t saved_module = tape_->module();
-  if (backward_unit_ >= 0) {
+  if (!in_backward_) {
+    in_backward_ = true;
+    // FSDP2's root pre-backward prefetches the last layer (the first whose
+    // backward runs).
+    if (mode_ == DataParallel::kFsdp && layout_.fsdp_version == 2 && num_layers_ > 0 &&
+        static_cast<size_t>(num_layers_) < units_.size()) {
+      Prefetch(num_layers_);
+    }
+  }
+  // FSDP's root unit (embeddings, final norm, head) finishes its backward only
+  // with the embedding, at the very end: its gradients are reduced in
+  // EndBackward (FSDP2's root post-backward; FSDP1's flat parameter hook fires
+  // once all of its gradients exist), and it stays gathered.
+  const bool root = mode_ == DataParallel::kFsdp && backward_unit_ == 0;
+  if (backward_unit_ >= 0 && !root) {
     ReduceUnit(backward_unit_);
-    if (!(mode_ == DataParallel::kFsdp && backward_unit_ == 0)) Release(backward_unit_);
+    Release(backward_unit_);
   }
   backward_unit_ = unit;
   Gather(unit);
   // FSDP backward prefetch (FSDP1 BACKWARD_PRE default; FSDP2 prefetches
   // one module in reverse post-forward order): the next unit is gathered
   // while this one computes.
-  if (mode_ == DataParallel::kFsdp && unit > 1) Gather(unit - 1);
+  if (mode_ == DataParallel::kFsdp && unit > 1) Prefetch(unit - 1);
   tape_->graph.SetModule(saved_module);
 }
 
@@ -340,15 +397,33 @@ void DataParallelRuntime::ReduceUnit(int unit) {
   if (bytes == 0) return;
   tape_->SetModule("fsdp.reduce_scatter");
   const uint32_t module = tape_->module();
+  const bool fsdp2 = layout_.fsdp_version == 2;
+  // FSDP2 keeps the previous reduce-scatter's input as the ReduceScatterState
+  // until the next post-backward (or the final callback) replaces it
+  // (_fsdp_param_group.py post_backward, torch 2.4-2.13; seen in the 2.13 CPU
+  // trace); FSDP1 frees it at once.
+  if (fsdp2 && reduce_scatter_state_ != kNoTensor) {
+    tape_->graph.Drop(reduce_scatter_state_);
+    reduce_scatter_state_ = kNoTensor;
+  }
   const TensorId input = tape_->graph.Alloc(bytes, Category::kCommunication, "fsdp::reduce_scatter_input", module);
   for (Param* p : u.params) {
     if (p->grad == kNoTensor) continue;
     tape_->graph.Drop(p->grad);
     p->grad = kNoTensor;
   }
-  const TensorId output = tape_->graph.Alloc(CeilDiv(bytes, world_), Category::kCommunication,
-                                             "fsdp::reduce_scatter_output", module);
-  tape_->graph.Drop(input);
+  // Without a separate reduce dtype FSDP2's sharded .grad are views of the
+  // reduce-scatter output itself (the first backward of a step): allocated
+  // here as the shards' gradients, no second copy.
+  const bool output_is_grad = fsdp2 && !mixed_ && layout_.offload == Offload::kNone;
+  const TensorId output = output_is_grad ? kNoTensor
+                                         : tape_->graph.Alloc(CeilDiv(bytes, world_), Category::kCommunication,
+                                                              "fsdp::reduce_scatter_output", module);
+  if (fsdp2) {
+    reduce_scatter_state_ = input;
+  } else {
+    tape_->graph.Drop(input);
+  }
   if (layout_.offload == Offload::kNone) {
     for (Param* p : u.params) {
       if (!p->trainable) continue;
@@ -359,7 +434,7 @@ void DataParallelRuntime::ReduceUnit(int unit) {
       }
     }
   }
-  tape_->graph.Drop(output);
+  if (output != kNoTensor) tape_->graph.Drop(output);
 }
 
 void DataParallelRuntime::EndBackward() {
@@ -367,8 +442,18 @@ void DataParallelRuntime::EndBackward() {
   for (TensorId t : ipg_) tape_->graph.Drop(t);
   ipg_.clear();
   if (backward_unit_ >= 0) ReduceUnit(backward_unit_);
+  if (mode_ == DataParallel::kFsdp && backward_unit_ != 0 && !units_.empty()) ReduceUnit(0);
   for (size_t u = 0; u < units_.size(); ++u) Release(static_cast<int>(u));
+  for (TensorId& t : prefetched_output_) {
+    if (t != kNoTensor) tape_->graph.Drop(t);
+    t = kNoTensor;
+  }
+  if (reduce_scatter_state_ != kNoTensor) {  // the root's final callback
+    tape_->graph.Drop(reduce_scatter_state_);
+    reduce_scatter_state_ = kNoTensor;
+  }
   backward_unit_ = -1;
+  in_backward_ = false;
   tape_->graph.SetModule(saved_module);
 }
 

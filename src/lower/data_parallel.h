@@ -57,6 +57,9 @@ class DataParallelRuntime {
   int UnitOfModule(uint32_t module);
   int FsdpUnit(int unit) const;     // FSDP: units 0 and L+1 are the root
   void Gather(int unit);
+  // The backward prefetch of `unit`: FSDP2 issues its all-gather (the flat
+  // output) and copies out later; FSDP1 gathers it whole.
+  void Prefetch(int unit);
   void Release(int unit);
   void ReduceUnit(int unit);        // gradients of a finished backward unit
   void OnForwardUnit(int unit, bool begin);
@@ -77,6 +80,13 @@ class DataParallelRuntime {
   std::vector<int> unit_of_module_; // interned module -> unit (-2: unknown yet)
   std::vector<Param*> param_of_slot_owner_;
   int backward_unit_ = -1;
+  // FSDP2: the forward's AllGatherState (the last copied-out all-gather output,
+  // kept until the next forward copy-out or the root's post-forward) and the
+  // backward prefetches issued but not yet copied out, per unit.
+  TensorId forward_all_gather_state_ = kNoTensor;
+  std::vector<TensorId> prefetched_output_;
+  bool in_backward_ = false;
+  TensorId reduce_scatter_state_ = kNoTensor;  // FSDP2: the last reduce-scatter's input
   std::vector<Param> shards_;       // what the optimizer steps (partitions)
   std::vector<TensorId> buffers_;   // persistent communication buffers
   TensorId ipg_bucket_ = kNoTensor;

@@ -1,6 +1,6 @@
 """The fidelity check: real-library traces on CPU against the lowering, point by point.
 
-    python tools/reference/fidelity.py run --grid ci|full [--only SUBSTR] [--out RESULTS.json]
+    python tools/reference/fidelity.py run --grid ci|full|fsdp [--only SUBSTR] [--out RESULTS.json]
     python tools/reference/fidelity.py table RESULTS.json [--markdown docs/fidelity.md]
 
 `run` records every point of the grid with the real libraries (vsref.runner, inside
@@ -49,7 +49,8 @@ def record(points, workdir):
         with open(jobs_path, "w", encoding="utf-8") as f:
             json.dump(jobs, f)
         env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "tools", "reference"),
-                   HF_HUB_OFFLINE="1", TRANSFORMERS_VERBOSITY="error", TOKENIZERS_PARALLELISM="false")
+                   HF_HUB_OFFLINE="1", TRANSFORMERS_VERBOSITY="error", TOKENIZERS_PARALLELISM="false",
+                   PYTHONWARNINGS="ignore")
         subprocess.run([venv_python(tf), "-m", "vsref.runner", jobs_path], check=True, env=env)
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:

@@ -27,12 +27,15 @@ class Point:
     steps: int = 2
     lora_rank: int = 8
     lora_targets: str = "q,v"
+    gpus: int = 1  # > 1: FSDP2 (fully_shard per decoder layer, then the root) over gloo
 
     def name(self):
         parts = [self.family, f"tf{self.tf}", self.finetune, f"ckpt-{self.ckpt}", self.attn,
                  self.precision, self.optimizer]
         if (self.batch, self.seq) != (2, 64):
             parts.append(f"b{self.batch}s{self.seq}")
+        if self.gpus > 1:
+            parts.append(f"fsdp2x{self.gpus}")
         return "/".join(parts)
 
     def transformers_version(self):
@@ -46,6 +49,8 @@ class Point:
                 "--transformers-version", self.transformers_version(),
                 # runner.py calls model(input_ids=..., labels=...) without a mask.
                 "--no-attention-mask"]
+        if self.gpus > 1:
+            args += ["--gpus", str(self.gpus), "--fsdp", "full", "--fsdp-version", "2"]
         if self.finetune == "lora":
             # Dropout 0: the reference has no RNG-dependent mask in the adapters.
             args += ["--lora-rank", str(self.lora_rank), "--lora-targets", self.lora_targets,

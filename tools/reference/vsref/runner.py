@@ -12,6 +12,7 @@ fused choice), and runs `steps` training steps of the usual loop
 vramscope_trace, which writes every storage allocation and free.
 """
 
+import gc
 import json
 import os
 import sys
@@ -82,7 +83,13 @@ def make_batch(point, config):
 
 
 def run(point, config_dict, out_path):
-    model = apply_knobs(point, build_model(point, config_dict))
+    if point.gpus > 1:
+        run_fsdp(point, config_dict, out_path)
+        return
+    _train(point, apply_knobs(point, build_model(point, config_dict)), out_path)
+
+
+def _train(point, model, out_path):
     optimizer = make_optimizer(point, model)
     batch = make_batch(point, model.config)
     autocast = point.precision == "bf16-mixed"
@@ -96,7 +103,54 @@ def run(point, config_dict, out_path):
                 loss = model(**batch).loss
             loss.backward()
             del loss
+            if point.gpus > 1:
+                # FSDP2's hook state holds tensors in reference cycles, which would
+                # free whenever CPython's collector happens to run; collected here at
+                # one fixed point. (Single-process points have none: not needed.)
+                gc.collect()
             optimizer.step()
+
+
+def _fsdp_rank(rank, point, config_dict, out_path, port):
+    """One rank of an FSDP2 run over gloo: fully_shard on every decoder layer, then on
+    the root (what accelerate's FSDP2 plugin does with transformer-layer wrapping); rank
+    0's trace goes to out_path."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=point.gpus)
+    torch.set_num_threads(1)
+    try:
+        mesh = init_device_mesh("cpu", (point.gpus,))
+        model = apply_knobs(point, build_model(point, config_dict))
+        layer_class = type(_decoder_layers(model)[0])
+        for module in model.modules():
+            if isinstance(module, layer_class):
+                fully_shard(module, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        _train(point, model, out_path if rank == 0 else os.devnull)
+    finally:
+        dist.destroy_process_group()
+
+
+def _decoder_layers(model):
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.ModuleList) and name.endswith(("layers", "h", "layer")):
+            return module
+    raise RuntimeError("no decoder layer list found")
+
+
+def run_fsdp(point, config_dict, out_path):
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_fsdp_rank, args=(point, config_dict, out_path, port), nprocs=point.gpus)
 
 
 def main(argv):
