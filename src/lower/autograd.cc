@@ -250,12 +250,14 @@ void Graph::Deliver(NodeId target, uint32_t slot, TensorId grad) {
     buffered = grad;
     return;
   }
-  // input_buffer.cpp accumulate(): in place when a side is unshared.
-  if (tensors_[buffered].refs == 1) {
+  // input_buffer.cpp accumulate() (torch 2.x): in place only into the buffered
+  // gradient, when autograd holds its last reference (can_accumulate_inplace);
+  // a dense incoming gradient is never the target. Gradients bound for a
+  // parameter (tied weights: the head's and the embedding's) arrive as views
+  // (the linear weight's gradient passes through TBackward0) and are summed out
+  // of place (seen in the torch 2.13 trace of tied embeddings).
+  if (tensors_[buffered].refs == 1 && !node.is_accumulate) {
     Drop(grad);
-  } else if (tensors_[grad].refs == 1) {
-    Drop(buffered);
-    buffered = grad;
   } else {
     const TensorId sum = Alloc(tensors_[buffered].bytes, Category::kTemporaries,
                                "aten::add", node.module);
