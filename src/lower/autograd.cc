@@ -365,6 +365,16 @@ void Graph::Backward(const Var& root, std::string_view seed_op, Category seed_ca
       }
     }
   }
+  // A checkpoint region's closure is done once its nodes that this backward
+  // reaches have run: nodes no gradient reaches (an unused output's node, such
+  // as the attention weights SDPA's math path returns) never run.
+  std::vector<int32_t> reachable(regions_.size(), 0);
+  for (NodeId n = 0; n < nodes_.size(); ++n) {
+    if (seen[n] && !nodes_[n].ran && nodes_[n].region != kNoRegion) ++reachable[nodes_[n].region];
+  }
+  for (uint32_t r = 1; r < regions_.size(); ++r) {
+    if (reachable[r] > 0) regions_[r].pending_nodes = reachable[r];
+  }
   // The seed gradient: torch.ones_like(loss).
   const TensorId seed = Alloc(root.bytes(), seed_category, seed_op, module_);
   Deliver(root.fn, root.slot, seed);
