@@ -97,6 +97,7 @@ ForwardOut EncoderForward(Tape& tape, const ModelSpec& spec, EncoderParams& ep,
   // in place; LayerNorm; dropout.
   tape.SetModule("bert.embeddings");
   Var x = Embedding(tape, ids, *ep.word, t, h);
+  if (InputsRequireGrad(setup)) x = RequireInputGrad(tape, x);
   if (ep.type) {
     Var tt = Embedding(tape, ids, *ep.type, t, h);
     Var sum = Add(tape, x, tt);

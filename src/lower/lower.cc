@@ -387,6 +387,12 @@ Result<Lowered> LowerRank(const ModelSpec& model, const TrainingSetup& setup, co
       tape.SetModule("pipeline");
       tape.graph.Backward(f.loss, "pp::recv_grad", Category::kTemporaries);
     }
+    // The graph goes: leaves made by enable_input_require_grads and their .grad.
+    // (Slots stay: micro-batches still in flight hold their addresses.)
+    for (TensorId& g : tape.input_grads) {
+      if (g != kNoTensor) tape.graph.Drop(g);
+      g = kNoTensor;
+    }
     if (dp) dp->EndBackward();
   };
   for (; step <= setup.steps; ++step) {

@@ -444,6 +444,18 @@ Var LayerNorm(Tape& tape, const Var& x, Param& w, Param* b, uint64_t tokens) {
   return out;
 }
 
+bool InputsRequireGrad(const TrainingSetup& setup) {
+  return setup.finetune != Finetune::kFull && setup.grad_ckpt == GradCkpt::kReentrant;
+}
+
+Var RequireInputGrad(Tape& tape, Var x) {
+  if (!tape.grad_enabled || x.requires_grad()) return x;
+  tape.input_grads.push_back(kNoTensor);
+  x.fn = tape.graph.AddAccumulateGrad(x.bytes(), &tape.input_grads.back());
+  x.slot = 0;
+  return x;
+}
+
 Var Embedding(Tape& tape, const Var& ids, Param& w, uint64_t tokens, uint64_t dim) {
   Var out = tape.New(tokens * dim, w.elem_bytes, Category::kTemporaries, "aten::embedding");
   if (AnyGrad(tape, w.var)) {

@@ -13,6 +13,7 @@
 
 #include "tape.h"
 #include "vramscope/model.h"
+#include "vramscope/setup.h"
 
 namespace vramscope::lower {
 
@@ -70,6 +71,20 @@ Var RmsNorm(Tape& tape, const Var& x, Param& w, uint64_t tokens, uint64_t hidden
 // nn.LayerNorm (native_layer_norm): saves input, mean, rstd (fp32 per row).
 // Under autocast layer_norm runs in fp32.
 Var LayerNorm(Tape& tape, const Var& x, Param& w, Param* b, uint64_t tokens);
+
+// model.enable_input_require_grads(): the input embeddings' forward hook calls
+// output.requires_grad_(True) (transformers modeling_utils.py, 4.57 / 5.x), so a
+// frozen embedding's output becomes a leaf that requires grad and whose .grad
+// autograd fills (freed with the graph after backward). PEFT's
+// prepare_model_for_kbit_training always calls it; LoRA with reentrant
+// checkpointing needs it (otherwise no input of a checkpointed layer requires
+// grad and its adapters get none). Returns x (same storage), now a leaf.
+Var RequireInputGrad(Tape& tape, Var x);
+// Whether the setup calls it: frozen input embeddings (LoRA, QLoRA) under
+// reentrant checkpointing (PEFT prepare_model_for_kbit_training and
+// _prepare_model_for_gradient_checkpointing, 0.17-0.21: only when
+// use_reentrant is true or unset).
+bool InputsRequireGrad(const TrainingSetup& setup);
 
 // nn.Embedding: out [tokens, dim] in the weight's dtype; saves the indices;
 // backward allocates a dense [vocab, dim] gradient.

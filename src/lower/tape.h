@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -51,6 +52,10 @@ class Tape {
   // The forward's DynamicCache: per layer the key and value states it holds until
   // the model's output is dropped (null: no cache).
   std::vector<Var>* kv_cache = nullptr;
+  // .grad slots of non-parameter leaves (enable_input_require_grads): stable
+  // addresses for AccumulateGrad; the graph (and so the grads) go after each
+  // micro-batch's backward.
+  std::deque<TensorId> input_grads;
   bool kv_cache_copies = true;  // transformers >= 4.54 copies (torch.cat); older ones keep references
   bool kv_values_take_key_dtype = false;  // transformers 4.x: the value cache has the keys' dtype
   // Called when the forward enters (begin) and leaves a sharding unit: 0 =

@@ -831,6 +831,7 @@ ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Tra
     // after the positions are embedded (OPTDecoder.forward).
     const uint64_t embed_dim = mp.proj_in ? mp.embed->numel / d.vocab : d.h;
     x = Embedding(tape, ids, *mp.embed, d.t, embed_dim);
+    if (InputsRequireGrad(setup)) x = RequireInputGrad(tape, x);
     if (mp.pos_embed) {
       // GPT-2 looks positions up as cache_position.unsqueeze(0), [1, s], and
       // broadcasts them over the batch (GPT2Model.forward, 4.57 / 5.x); OPT
