@@ -393,6 +393,8 @@ Result<Lowered> LowerRank(const ModelSpec& model, const TrainingSetup& setup, co
       if (g != kNoTensor) tape.graph.Drop(g);
       g = kNoTensor;
     }
+    for (TensorId t : tape.input_leaves) tape.graph.Drop(t);
+    tape.input_leaves.clear();
     if (dp) dp->EndBackward();
   };
   for (; step <= setup.steps; ++step) {

@@ -452,6 +452,9 @@ Var RequireInputGrad(Tape& tape, Var x) {
   if (!tape.grad_enabled || x.requires_grad()) return x;
   tape.input_grads.push_back(kNoTensor);
   x.fn = tape.graph.AddAccumulateGrad(x.bytes(), &tape.input_grads.back());
+  // AccumulateGrad holds the leaf itself: alive until the graph goes.
+  tape.graph.Ref(x.t);
+  tape.input_leaves.push_back(x.t);
   x.slot = 0;
   return x;
 }

@@ -831,6 +831,17 @@ ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Tra
     // after the positions are embedded (OPTDecoder.forward).
     const uint64_t embed_dim = mp.proj_in ? mp.embed->numel / d.vocab : d.h;
     x = Embedding(tape, ids, *mp.embed, d.t, embed_dim);
+    // Gemma's sqrt(hidden) scaling: in the model's forward for Gemma 1 / 2 under
+    // 4.x; inside the embedding module (*TextScaledWordEmbedding) for Gemma 3 and
+    // for all of them in 5.x, where the input-grad hook then sees the scaled output.
+    const bool gemma = spec.model_type == "gemma" || spec.model_type == "gemma2" ||
+                       spec.model_type == "gemma3_text";
+    const bool scaled_inside = gemma && (spec.model_type == "gemma3_text" || setup.transformers_version >= 500);
+    if (scaled_inside) {
+      Var scaled = Scale(tape, x);
+      tape.Drop(x);
+      x = scaled;
+    }
     if (InputsRequireGrad(setup)) x = RequireInputGrad(tape, x);
     if (mp.pos_embed) {
       // GPT-2 looks positions up as cache_position.unsqueeze(0), [1, s], and
@@ -850,8 +861,7 @@ ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Tra
       tape.Drop(pos);
       x = sum;
     }
-    if (spec.model_type == "gemma" || spec.model_type == "gemma2" ||
-        spec.model_type == "gemma3_text") {
+    if (gemma && !scaled_inside) {
       Var scaled = Scale(tape, x);  // hidden_states * normalizer
       tape.Drop(x);
       x = scaled;
