@@ -692,10 +692,11 @@ Var DecoderLayer(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const
   }
   tape.Drop(h);
   Var mid = Add(tape, x, attn);
-  // StableLmDecoderLayer keeps the attention output in its own local
-  // (`self_attn_output`) until the layer returns (4.57.6 / 5.24.0); the other
+  // StableLmDecoderLayer (`self_attn_output`) and GPT2Block (`attn_output`,
+  // after GPT2Attention's resid_dropout) keep the attention output in its own
+  // local until the layer returns (4.57.6 / 5.24.0); the other sequential
   // families overwrite `hidden_states` with the residual sum.
-  const bool attn_lives = spec.model_type == "stablelm";
+  const bool attn_lives = spec.model_type == "stablelm" || spec.model_type == "gpt2";
   if (!attn_lives) tape.Drop(attn);
   Param* pre = spec.sandwich_norm ? lp.norm3 : lp.norm2;
   Var h2 = Norm(tape, spec, mid, pre, spec.sandwich_norm ? nullptr : lp.norm2_b, r);
