@@ -269,42 +269,45 @@ Var SdpaMathKernel(Tape& tape, const AttnPlan& plan, const AttnShape& shape, con
   const uint64_t scores = shape.batch * shape.heads * shape.seq * shape.seq;
   const uint64_t q_numel = shape.tokens() * shape.heads * shape.head_dim;
   const bool grad = tape.grad_enabled;
+  // C++ locals of the function (query_acc, key_acc, value_acc, query, the
+  // mask, the GQA-expanded key and value) live until it returns; temporaries
+  // of an expression die with it.
+  std::vector<Var> locals;
   Var q_acc = Cast(tape, q_in, acc);
   Var k_acc = Cast(tape, k_in, acc);
   Var v_acc = Cast(tape, v_in, acc);
   Var q_s = ScaleInto(tape, q_acc, acc, "aten::mul");
-  tape.Drop(q_acc);
-  Var causal;
+  locals.insert(locals.end(), {q_acc, k_acc, v_acc, q_s});
   if (!mask && shape.causal) {
     Var ones = tape.New(shape.seq * shape.seq, kBool, Category::kTemporaries, "aten::ones");
     Var tril = tape.New(shape.seq * shape.seq, kBool, Category::kTemporaries, "aten::tril");
     tape.Drop(ones);
-    causal = tape.New(shape.seq * shape.seq, acc, Category::kTemporaries, "aten::where");
+    locals.push_back(tape.New(shape.seq * shape.seq, acc, Category::kTemporaries, "aten::where"));
     tape.Drop(tril);
   }
   // enable_gqa: repeat_interleave; broadcast k/v are copied by matmul instead.
   const bool expand = shape.kv_heads != shape.heads && !plan.kv_broadcast;
   const uint64_t broadcast = plan.kv_broadcast ? q_numel : 0;
   bool head_major = shape.kv_head_major;
+  Var k_x = k_acc, v_x = v_acc;
   if (expand) {
     // repeat_interleave on the head dimension: new head-major tensors.
-    for (Var* kv : {&k_acc, &v_acc}) {
+    for (Var* kv : {&k_x, &v_x}) {
       Var rep = tape.New(q_numel, acc, Category::kTemporaries, "aten::repeat_interleave");
       if (kv->requires_grad() && grad) {
         NodeId n = tape.Node("RepeatInterleaveBackward0", &rep);
         tape.graph.Edge(n, *kv, kv->bytes());
       }
-      tape.Drop(*kv);
       *kv = rep;
+      locals.push_back(rep);
     }
     head_major = true;
   }
-  Var k_s = ScaleInto(tape, k_acc, acc, "aten::mul");
-  tape.Drop(k_acc);
+  // matmul(query, key.transpose(-2, -1) * scaling_factor): the scaled key and
+  // the operands' reshape copies are temporaries of the expression.
+  Var k_s = ScaleInto(tape, k_x, acc, "aten::mul");
   Var q_op = MatmulOperand(tape, q_s, false);
-  tape.Drop(q_s);
   Var k_op = MatmulOperand(tape, k_s, head_major, broadcast);
-  tape.Drop(k_s);
   Var attn = tape.New(scores, acc, Category::kTemporaries, "aten::bmm");
   if (grad && (q_op.requires_grad() || k_op.requires_grad())) {
     NodeId n = tape.Node("BmmBackward0", &attn);
@@ -313,9 +316,10 @@ Var SdpaMathKernel(Tape& tape, const AttnPlan& plan, const AttnShape& shape, con
     tape.graph.Edge(n, q_op, q_op.bytes());
     tape.graph.Edge(n, k_op, k_op.bytes());
   }
+  tape.Drop(k_s);
   tape.Drop(q_op);
   tape.Drop(k_op);
-  if (causal.t != kNoTensor) tape.Drop(causal);  // added in place
+  // The mask is added in place; _safe_softmax and dropout each replace `attn`.
   Var probs = tape.New(scores, acc, Category::kTemporaries, "aten::_safe_softmax");
   if (grad && attn.requires_grad()) {
     NodeId n = tape.Node("SafeSoftmaxBackward0", &probs);
@@ -325,10 +329,11 @@ Var SdpaMathKernel(Tape& tape, const AttnPlan& plan, const AttnShape& shape, con
   tape.Drop(attn);
   Var dropped = Dropout(tape, probs, dropout);
   tape.Drop(probs);
-  Var weights_out = Cast(tape, dropped, e);  // attn.to(origin_dtype), unused
-  tape.Drop(weights_out);
-  Var v_op = MatmulOperand(tape, v_acc, head_major, broadcast);
-  tape.Drop(v_acc);
+  // return {matmul(attn, value).to(origin_dtype), attn.to(origin_dtype)}: the
+  // weights' copy is made (and discarded by the caller), the fp32 product and
+  // its cast coexist until the tuple is built.
+  Var weights_out = Cast(tape, dropped, e);
+  Var v_op = MatmulOperand(tape, v_x, head_major, broadcast);
   Var ctx = tape.New(q_numel, acc, Category::kTemporaries, "aten::bmm");
   if (grad && (dropped.requires_grad() || v_op.requires_grad())) {
     NodeId n = tape.Node("BmmBackward0", &ctx);
@@ -337,10 +342,12 @@ Var SdpaMathKernel(Tape& tape, const AttnPlan& plan, const AttnShape& shape, con
     tape.graph.Edge(n, dropped, dropped.bytes());
     tape.graph.Edge(n, v_op, v_op.bytes());
   }
-  tape.Drop(dropped);
   tape.Drop(v_op);
   Var ctx_e = Cast(tape, ctx, e);
   tape.Drop(ctx);
+  tape.Drop(dropped);
+  tape.Drop(weights_out);
+  for (Var& v : locals) tape.Drop(v);
   // attn_output.transpose(1, 2).contiguous() (sdpa_attention.py).
   Var out = MatmulOperand(tape, ctx_e, false);
   tape.Drop(ctx_e);
