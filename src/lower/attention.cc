@@ -190,6 +190,20 @@ Var MathKernel(Tape& tape, const AttnPlan& plan, const AttnShape& shape, const V
   tape.Drop(k);
   Var w = Scale(tape, qk);
   tape.Drop(qk);
+  if (plan.softcap) {
+    // tanh saves its result: one more [b, heads, s, s] tensor kept per layer.
+    Var divided = Scale(tape, w);
+    tape.Drop(w);
+    Var capped = tape.New(scores, divided.elem_bytes, Category::kTemporaries, "aten::tanh");
+    if (grad && divided.requires_grad()) {
+      NodeId n = tape.Node("TanhBackward0", &capped);
+      tape.graph.Save(n, capped.t);
+      tape.graph.Edge(n, divided, divided.bytes());
+    }
+    tape.Drop(divided);
+    w = Scale(tape, capped);
+    tape.Drop(capped);
+  }
   if (mask) {
     Var masked = Add(tape, w, *mask);
     tape.Drop(w);

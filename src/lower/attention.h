@@ -40,6 +40,9 @@ struct AttnPlan {
   // k/v keep fewer heads than q into the kernel without enable_gqa
   // (KvSharing::kBroadcast): matmul copies them to every head.
   bool kv_broadcast = false;
+  // Gemma 2's attn_logit_softcapping in eager attention: scores / cap, tanh,
+  // * cap (modeling_gemma2.py eager_attention_forward, 4.57 / 5.x).
+  bool softcap = false;
 };
 
 // Decides the kernel for a training forward without padding.

@@ -893,6 +893,7 @@ ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Tra
   // .to(query.dtype); GPT-2 (softmax(attn_weights, dim=-1)) and Falcon
   // (dtype=hidden_states.dtype) stay in the scores' dtype (4.57.6 / 5.24.0).
   if (spec.model_type == "gpt2" || spec.model_type == "falcon") sh.plan.fp32_softmax = false;
+  sh.plan.softcap = spec.attn_logit_softcapping > 0 && sh.plan.kernel == AttnKernel::kMath;
   Var mask;
   if (sh.plan.causal_mask_tensor) {
     // [b, 1, s, s]: eager's float mask in the embeddings' dtype, SDPA's bool.
