@@ -445,7 +445,7 @@ Var LayerNorm(Tape& tape, const Var& x, Param& w, Param* b, uint64_t tokens) {
 }
 
 bool InputsRequireGrad(const TrainingSetup& setup) {
-  return setup.finetune != Finetune::kFull && setup.grad_ckpt == GradCkpt::kReentrant;
+  return setup.finetune != Finetune::kFull && setup.grad_ckpt != GradCkpt::kNone;
 }
 
 Var RequireInputGrad(Tape& tape, Var x) {

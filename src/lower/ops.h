@@ -76,14 +76,15 @@ Var LayerNorm(Tape& tape, const Var& x, Param& w, Param* b, uint64_t tokens);
 // output.requires_grad_(True) (transformers modeling_utils.py, 4.57 / 5.x), so a
 // frozen embedding's output becomes a leaf that requires grad and whose .grad
 // autograd fills (freed with the graph after backward). PEFT's
-// prepare_model_for_kbit_training always calls it; LoRA with reentrant
-// checkpointing needs it (otherwise no input of a checkpointed layer requires
-// grad and its adapters get none). Returns x (same storage), now a leaf.
+// Reentrant checkpointing needs it with frozen embeddings (otherwise no input
+// of a checkpointed layer requires grad and its adapters get none). Returns x
+// (same storage), now a leaf.
 Var RequireInputGrad(Tape& tape, Var x);
-// Whether the setup calls it: frozen input embeddings (LoRA, QLoRA) under
-// reentrant checkpointing (PEFT prepare_model_for_kbit_training and
-// _prepare_model_for_gradient_checkpointing, 0.17-0.21: only when
-// use_reentrant is true or unset).
+// Whether the setup calls it: frozen input embeddings (LoRA, QLoRA) with
+// gradient checkpointing. PeftModel.__init__ (0.17-0.21) calls
+// _prepare_model_for_gradient_checkpointing, hence enable_input_require_grads,
+// when the model already checkpoints as the adapters are attached (the order
+// of most scripts; prepare_model_for_kbit_training enables checkpointing first).
 bool InputsRequireGrad(const TrainingSetup& setup);
 
 // nn.Embedding: out [tokens, dim] in the weight's dtype; saves the indices;

@@ -57,12 +57,9 @@ def apply_knobs(point, model):
                          for t in _LORA_MODULES[key] if t in names)
         config = peft.LoraConfig(r=point.lora_rank, lora_alpha=2 * point.lora_rank,
                                  lora_dropout=0.0, target_modules=targets)
+        # Checkpointing is on before the adapters are attached (the usual order), so
+        # PeftModel.__init__ calls enable_input_require_grads itself.
         model = peft.get_peft_model(model, config)
-        if point.ckpt == "reentrant":
-            # Reentrant checkpointing needs an input that requires grad when the
-            # embedding is frozen; Trainer/TRL users call this (PEFT does it in
-            # prepare_model_for_kbit_training).
-            model.enable_input_require_grads()
     model.train()
     return model
 
