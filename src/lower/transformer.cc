@@ -291,8 +291,18 @@ Var Moe(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x, 
   const uint64_t experts = std::max<uint64_t>(1, lp.expert_gate.size());
   const uint64_t top_k = std::max<uint64_t>(1, spec.experts_per_token);
   Var logits = Proj(tape, x, lp.router, nullptr, d.t, experts);
-  Var probs = Cast(tape, logits, kF32);
+  // F.softmax(router_logits, dim=1, dtype=torch.float): a cast for half
+  // logits, then _softmax, which saves its output (modeling_mixtral.py /
+  // modeling_qwen2_moe.py, 4.57.6).
+  Var l32 = Cast(tape, logits, kF32);
   tape.Drop(logits);
+  Var probs = tape.New(d.t * experts, kF32, Category::kTemporaries, "aten::_softmax");
+  if (tape.grad_enabled && l32.requires_grad()) {
+    NodeId n = tape.Node("SoftmaxBackward0", &probs);
+    tape.graph.Save(n, probs.t);
+    tape.graph.Edge(n, l32, l32.bytes());
+  }
+  tape.Drop(l32);
   Var top_weights = tape.New(d.t * top_k, kF32, Category::kTemporaries, "aten::topk");
   Var top_index = tape.New(d.t * top_k, kI64, Category::kTemporaries, "aten::topk");
   Var expert_mask = tape.New(experts * d.ep * top_k * d.t, kI64, Category::kTemporaries, "aten::one_hot");
@@ -330,13 +340,16 @@ Var Moe(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x, 
     tape.Drop(y);
     // final_hidden_states.index_add_(0, top_x, w), in place: `out` gets a new
     // grad_fn, IndexAddBackward0 (derivatives.yaml: self gets the incoming
-    // gradient as it is, source gets grad.index_select(0, index), so the index
-    // is saved). This is what connects each expert's graph to the loss; the
-    // chain of these nodes runs every expert's backward in reverse order.
+    // gradient as it is, source gets grad.index_select(0, index).expand_as(
+    // source), so the index and the source are saved: the weighted rows stay,
+    // as the 4.57 trace shows). This is what connects each expert's graph to
+    // the loss; the chain of these nodes runs every expert's backward in
+    // reverse order.
     if (tape.grad_enabled && (w.requires_grad() || out.requires_grad())) {
       const Var before = out;
       NodeId n = tape.Node("IndexAddBackward0", &out);
       tape.graph.Save(n, top_x.t);
+      tape.graph.Save(n, w.t);
       tape.graph.EdgePass(n, before);
       tape.graph.Edge(n, w, w.bytes());
     }
