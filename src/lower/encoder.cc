@@ -178,10 +178,12 @@ ForwardOut EncoderForward(Tape& tape, const ModelSpec& spec, EncoderParams& ep,
   // BertForMaskedLM: CrossEntropyLoss()(scores.view(-1, vocab), labels.view(-1)),
   // no explicit upcast; under autocast cross_entropy's log_softmax is an fp32
   // op, so the scores are cast to fp32 first.
+  // `prediction_scores` stays a local (and the returned logits) until the
+  // forward returns.
   Var logits = tape.autocast ? Cast(tape, scores, kF32) : tape.Share(scores);
-  tape.Drop(scores);
   Var loss = CrossEntropyLoss(tape, logits);
   tape.Drop(logits);
+  tape.Drop(scores);
   tape.Drop(ids);
   tape.Drop(labels);
   return ForwardOut{loss};

@@ -424,7 +424,9 @@ Var RmsNorm(Tape& tape, const Var& x, Param& w, uint64_t tokens, uint64_t hidden
 }
 
 Var LayerNorm(Tape& tape, const Var& x, Param& w, Param* b, uint64_t tokens) {
-  Var xin = tape.autocast ? Cast(tape, x, kF32) : tape.Share(x);
+  // CUDA autocast runs layer_norm in fp32 (autocast_mode.cpp fp32 list); CPU
+  // autocast's fp32 list has no layer_norm, so it keeps the input's dtype.
+  Var xin = tape.autocast && !tape.cpu_rules ? Cast(tape, x, kF32) : tape.Share(x);
   Var out = tape.New(x.numel, xin.elem_bytes, Category::kTemporaries, "aten::native_layer_norm");
   Var mean = tape.New(tokens, kF32, Category::kActivations, "aten::native_layer_norm");
   Var rstd = tape.New(tokens, kF32, Category::kActivations, "aten::native_layer_norm");
