@@ -117,6 +117,20 @@ Var MatmulOperand(Tape& tape, const Var& x, bool head_major, uint64_t broadcast_
   return out;
 }
 
+// torch.bmm of two operands (BmmBackward0 saves both; each gets a gradient
+// of its own size): the output, [numel] elements of `bytes`.
+Var Bmm(Tape& tape, const Var& a, const Var& b, uint64_t numel, uint8_t bytes) {
+  Var out = tape.New(numel, bytes, Category::kTemporaries, "aten::bmm");
+  if (tape.grad_enabled && (a.requires_grad() || b.requires_grad())) {
+    NodeId n = tape.Node("BmmBackward0", &out);
+    tape.graph.Save(n, a.t);
+    tape.graph.Save(n, b.t);
+    tape.graph.Edge(n, a, a.bytes());
+    tape.graph.Edge(n, b, b.bytes());
+  }
+  return out;
+}
+
 Var FlashKernel(Tape& tape, const AttnPlan& plan, const AttnShape& shape, const Var& q,
                 const Var& k, const Var& v, const Var* mask) {
   const uint8_t e = q.elem_bytes;
@@ -178,14 +192,7 @@ Var MathKernel(Tape& tape, const AttnPlan& plan, const AttnShape& shape, const V
   Var k = MatmulOperand(tape, k_in, kv_head_major, broadcast);
   const bool grad = tape.grad_enabled;
   // attn_weights = torch.matmul(query, key.transpose(2, 3)) * scaling
-  Var qk = tape.New(scores, e, Category::kTemporaries, "aten::bmm");
-  if (grad && (q.requires_grad() || k.requires_grad())) {
-    NodeId n = tape.Node("BmmBackward0", &qk);
-    tape.graph.Save(n, q.t);
-    tape.graph.Save(n, k.t);
-    tape.graph.Edge(n, q, q.bytes());
-    tape.graph.Edge(n, k, k.bytes());
-  }
+  Var qk = Bmm(tape, q, k, scores, e);
   tape.Drop(q);
   tape.Drop(k);
   Var w = Scale(tape, qk);
@@ -237,14 +244,7 @@ Var MathKernel(Tape& tape, const AttnPlan& plan, const AttnShape& shape, const V
   tape.Drop(probs);
   // attn_output = torch.matmul(attn_weights, value)
   Var v = MatmulOperand(tape, v_in, kv_head_major, broadcast);
-  Var ctx = tape.New(q_numel, e, Category::kTemporaries, "aten::bmm");
-  if (grad && (dropped.requires_grad() || v.requires_grad())) {
-    NodeId n = tape.Node("BmmBackward0", &ctx);
-    tape.graph.Save(n, dropped.t);
-    tape.graph.Save(n, v.t);
-    tape.graph.Edge(n, dropped, dropped.bytes());
-    tape.graph.Edge(n, v, v.bytes());
-  }
+  Var ctx = Bmm(tape, dropped, v, q_numel, e);
   if (weights) *weights = tape.Share(dropped);  // eager_attention_forward returns it
   tape.Drop(dropped);
   tape.Drop(v);
@@ -322,14 +322,7 @@ Var SdpaMathKernel(Tape& tape, const AttnPlan& plan, const AttnShape& shape, con
   Var k_s = ScaleInto(tape, k_x, acc, "aten::mul");
   Var q_op = MatmulOperand(tape, q_s, false);
   Var k_op = MatmulOperand(tape, k_s, head_major, broadcast);
-  Var attn = tape.New(scores, acc, Category::kTemporaries, "aten::bmm");
-  if (grad && (q_op.requires_grad() || k_op.requires_grad())) {
-    NodeId n = tape.Node("BmmBackward0", &attn);
-    tape.graph.Save(n, q_op.t);
-    tape.graph.Save(n, k_op.t);
-    tape.graph.Edge(n, q_op, q_op.bytes());
-    tape.graph.Edge(n, k_op, k_op.bytes());
-  }
+  Var attn = Bmm(tape, q_op, k_op, scores, acc);
   tape.Drop(k_s);
   tape.Drop(q_op);
   tape.Drop(k_op);
@@ -348,14 +341,7 @@ Var SdpaMathKernel(Tape& tape, const AttnPlan& plan, const AttnShape& shape, con
   // its cast coexist until the tuple is built.
   Var weights_out = Cast(tape, dropped, e);
   Var v_op = MatmulOperand(tape, v_x, head_major, broadcast);
-  Var ctx = tape.New(q_numel, acc, Category::kTemporaries, "aten::bmm");
-  if (grad && (dropped.requires_grad() || v_op.requires_grad())) {
-    NodeId n = tape.Node("BmmBackward0", &ctx);
-    tape.graph.Save(n, dropped.t);
-    tape.graph.Save(n, v_op.t);
-    tape.graph.Edge(n, dropped, dropped.bytes());
-    tape.graph.Edge(n, v_op, v_op.bytes());
-  }
+  Var ctx = Bmm(tape, dropped, v_op, q_numel, acc);
   tape.Drop(v_op);
   Var ctx_e = Cast(tape, ctx, e);
   tape.Drop(ctx);
