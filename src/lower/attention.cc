@@ -201,12 +201,7 @@ Var MathKernel(Tape& tape, const AttnPlan& plan, const AttnShape& shape, const V
     // tanh saves its result: one more [b, heads, s, s] tensor kept per layer.
     Var divided = Scale(tape, w);
     tape.Drop(w);
-    Var capped = tape.New(scores, divided.elem_bytes, Category::kTemporaries, "aten::tanh");
-    if (grad && divided.requires_grad()) {
-      NodeId n = tape.Node("TanhBackward0", &capped);
-      tape.graph.Save(n, capped.t);
-      tape.graph.Edge(n, divided, divided.bytes());
-    }
+    Var capped = UnaryOp(tape, divided, "aten::tanh", "TanhBackward0", true);
     tape.Drop(divided);
     w = Scale(tape, capped);
     tape.Drop(capped);
@@ -222,22 +217,12 @@ Var MathKernel(Tape& tape, const AttnPlan& plan, const AttnShape& shape, const V
   if (plan.fp32_softmax && e != kF32) {
     Var w32 = Cast(tape, w, kF32);
     tape.Drop(w);
-    Var p32 = tape.New(scores, kF32, Category::kTemporaries, "aten::_softmax");
-    if (grad && w32.requires_grad()) {
-      NodeId n = tape.Node("SoftmaxBackward0", &p32);
-      tape.graph.Save(n, p32.t);
-      tape.graph.Edge(n, w32, w32.bytes());
-    }
+    Var p32 = UnaryOp(tape, w32, "aten::_softmax", "SoftmaxBackward0", true);
     tape.Drop(w32);
     probs = Cast(tape, p32, e);
     tape.Drop(p32);
   } else {
-    probs = tape.New(scores, w.elem_bytes, Category::kTemporaries, "aten::_softmax");
-    if (grad && w.requires_grad()) {
-      NodeId n = tape.Node("SoftmaxBackward0", &probs);
-      tape.graph.Save(n, probs.t);
-      tape.graph.Edge(n, w, w.bytes());
-    }
+    probs = UnaryOp(tape, w, "aten::_softmax", "SoftmaxBackward0", true);
     tape.Drop(w);
   }
   Var dropped = Dropout(tape, probs, dropout);
@@ -327,12 +312,7 @@ Var SdpaMathKernel(Tape& tape, const AttnPlan& plan, const AttnShape& shape, con
   tape.Drop(q_op);
   tape.Drop(k_op);
   // The mask is added in place; _safe_softmax and dropout each replace `attn`.
-  Var probs = tape.New(scores, acc, Category::kTemporaries, "aten::_safe_softmax");
-  if (grad && attn.requires_grad()) {
-    NodeId n = tape.Node("SafeSoftmaxBackward0", &probs);
-    tape.graph.Save(n, probs.t);
-    tape.graph.Edge(n, attn, attn.bytes());
-  }
+  Var probs = UnaryOp(tape, attn, "aten::_safe_softmax", "SafeSoftmaxBackward0", true);
   tape.Drop(attn);
   Var dropped = Dropout(tape, probs, dropout);
   tape.Drop(probs);

@@ -226,9 +226,8 @@ Var MulParam(Tape& tape, const Var& x, Param& w, bool gemma_offset) {
   return out;
 }
 
-namespace {
-Var Activation(Tape& tape, const Var& x, std::string_view op, std::string_view node,
-               bool save_result) {
+Var UnaryOp(Tape& tape, const Var& x, std::string_view op, std::string_view node,
+            bool save_result) {
   Var out = tape.New(x.numel, x.elem_bytes, Category::kTemporaries, op);
   if (AnyGrad(tape, x)) {
     NodeId n = tape.Node(node, &out);
@@ -237,16 +236,15 @@ Var Activation(Tape& tape, const Var& x, std::string_view op, std::string_view n
   }
   return out;
 }
-}  // namespace
 
 Var Silu(Tape& tape, const Var& x) {
-  return Activation(tape, x, "aten::silu", "SiluBackward0", false);
+  return UnaryOp(tape, x, "aten::silu", "SiluBackward0", false);
 }
 Var Gelu(Tape& tape, const Var& x) {
-  return Activation(tape, x, "aten::gelu", "GeluBackward0", false);
+  return UnaryOp(tape, x, "aten::gelu", "GeluBackward0", false);
 }
 Var Relu(Tape& tape, const Var& x) {
-  return Activation(tape, x, "aten::relu", "ReluBackward0", true);
+  return UnaryOp(tape, x, "aten::relu", "ReluBackward0", true);
 }
 
 namespace {
@@ -277,7 +275,7 @@ Var Cube(Tape& tape, const Var& x) {
 // 0.5 * x * (1.0 + tanh(inner)): the common tail of gelu_new and gelu_fast.
 // Takes `inner` (a temporary of the expression, gone once tanh has run).
 Var HalfXTimesOnePlusTanh(Tape& tape, const Var& half_x, Var inner) {
-  Var t = Activation(tape, inner, "aten::tanh", "TanhBackward0", true);
+  Var t = UnaryOp(tape, inner, "aten::tanh", "TanhBackward0", true);
   tape.Drop(inner);
   Var one_plus = AddScalar(tape, t);
   tape.Drop(t);
@@ -323,7 +321,7 @@ Var GeluFast(Tape& tape, const Var& x) {
 // QuickGELUActivation: input * torch.sigmoid(1.702 * input).
 Var QuickGelu(Tape& tape, const Var& x) {
   Var scaled = Scale(tape, x);
-  Var sig = Activation(tape, scaled, "aten::sigmoid", "SigmoidBackward0", true);
+  Var sig = UnaryOp(tape, scaled, "aten::sigmoid", "SigmoidBackward0", true);
   tape.Drop(scaled);
   Var out = Mul(tape, x, sig);
   tape.Drop(sig);

@@ -48,6 +48,11 @@ Var Scale(Tape& tape, const Var& a);
 // A broadcast multiply by a parameter vector (norm weights): out like x.
 Var MulParam(Tape& tape, const Var& x, Param& w, bool gemma_offset);
 
+// An elementwise op whose output is like x and whose node saves x, or its own
+// result (softmax, sigmoid, tanh, relu).
+Var UnaryOp(Tape& tape, const Var& x, std::string_view op, std::string_view node,
+            bool save_result);
+
 // Activations. silu/gelu save their input; relu saves its result.
 Var Silu(Tape& tape, const Var& x);
 Var Gelu(Tape& tape, const Var& x);

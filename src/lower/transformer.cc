@@ -296,12 +296,7 @@ Var Moe(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x, 
   // modeling_qwen2_moe.py, 4.57.6).
   Var l32 = Cast(tape, logits, kF32);
   tape.Drop(logits);
-  Var probs = tape.New(d.t * experts, kF32, Category::kTemporaries, "aten::_softmax");
-  if (tape.grad_enabled && l32.requires_grad()) {
-    NodeId n = tape.Node("SoftmaxBackward0", &probs);
-    tape.graph.Save(n, probs.t);
-    tape.graph.Edge(n, l32, l32.bytes());
-  }
+  Var probs = UnaryOp(tape, l32, "aten::_softmax", "SoftmaxBackward0", true);
   tape.Drop(l32);
   Var top_weights = tape.New(d.t * top_k, kF32, Category::kTemporaries, "aten::topk");
   Var top_index = tape.New(d.t * top_k, kI64, Category::kTemporaries, "aten::topk");
@@ -419,12 +414,7 @@ Var MoeGrouped(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const V
   // --- router
   Var logits = Proj(tape, x, lp.router, nullptr, d.t, experts);
   Var l32 = Cast(tape, logits, kF32);
-  Var probs = tape.New(d.t * experts, kF32, Category::kTemporaries, "aten::_softmax");
-  if (grad && l32.requires_grad()) {
-    NodeId n = tape.Node("SoftmaxBackward0", &probs);
-    tape.graph.Save(n, probs.t);
-    tape.graph.Edge(n, l32, l32.bytes());
-  }
+  Var probs = UnaryOp(tape, l32, "aten::_softmax", "SoftmaxBackward0", true);
   tape.Drop(l32);
   Var top_w = tape.New(d.t * top_k, kF32, Category::kTemporaries, "aten::topk");
   Var top_i = tape.New(d.t * top_k, kI64, Category::kTemporaries, "aten::topk");
@@ -516,12 +506,7 @@ Var MoeGrouped(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const V
   if (lp.shared_gate) {
     if (lp.shared_router) {
       Var gate_logit = Proj(tape, x, lp.shared_router, nullptr, d.t, 1);
-      Var sig = tape.New(d.t, gate_logit.elem_bytes, Category::kTemporaries, "aten::sigmoid");
-      if (grad && gate_logit.requires_grad()) {
-        NodeId n = tape.Node("SigmoidBackward0", &sig);
-        tape.graph.Save(n, sig.t);
-        tape.graph.Edge(n, gate_logit, gate_logit.bytes());
-      }
+      Var sig = UnaryOp(tape, gate_logit, "aten::sigmoid", "SigmoidBackward0", true);
       tape.Drop(gate_logit);
       Var gated = Mul(tape, sig, shared);
       tape.Drop(sig);
