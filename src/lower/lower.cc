@@ -198,6 +198,9 @@ Result<Lowered> LowerRank(const ModelSpec& model, const TrainingSetup& setup, co
     p.elem_bytes = pbytes;
     p.trainable = !lora;
     p.storage_bytes = p.numel * p.elem_bytes;
+    if (IsStackedExpert(pt, setup.transformers_version) && pt.layer >= 0) {
+      p.stack = 1 + 2 * static_cast<uint32_t>(pt.layer) + (pt.role == "expert_down" ? 1 : 0);
+    }
     if (qlora && pt.is_linear_weight && pt.role != "lm_head" && !IsStackedExpert(pt, setup.transformers_version)) {
       // bitsandbytes NF4 with double quantization: 0.5 byte per weight, one
       // 8-bit absmax per 64 values, fp32 absmax per 256 of those (QLoRA paper §3).

@@ -59,11 +59,24 @@ void AdamForeach(Tape& tape, const std::vector<Param*>& params) {
 // denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps): the sqrt
 // temporary dies once divided; denom lives until the next parameter's denom
 // replaces it.
+// Stacked experts (transformers 5.x) are one tensor each: their temporaries
+// have the whole stack's size, once.
 void AdamForLoop(Tape& tape, const std::vector<Param*>& params) {
+  std::map<uint32_t, uint64_t> stack_bytes;
+  for (const Param* p : params) {
+    if (p->stack != 0) stack_bytes[p->stack] += Bytes(*p);
+  }
   TensorId denom = kNoTensor;
   for (Param* p : params) {
-    TensorId sq = tape.graph.Alloc(Bytes(*p), Category::kTemporaries, "aten::sqrt", p->module);
-    TensorId div = tape.graph.Alloc(Bytes(*p), Category::kTemporaries, "aten::div", p->module);
+    uint64_t bytes = Bytes(*p);
+    if (p->stack != 0) {
+      auto it = stack_bytes.find(p->stack);
+      if (it == stack_bytes.end()) continue;  // the stack's first member did it
+      bytes = it->second;
+      stack_bytes.erase(it);
+    }
+    TensorId sq = tape.graph.Alloc(bytes, Category::kTemporaries, "aten::sqrt", p->module);
+    TensorId div = tape.graph.Alloc(bytes, Category::kTemporaries, "aten::div", p->module);
     tape.graph.Drop(sq);
     if (denom != kNoTensor) tape.graph.Drop(denom);
     denom = div;

@@ -34,6 +34,10 @@ struct Param {
   Var cast;                     // autocast cache entry (this forward); t = kNoTensor: none
   int lora_a = -1, lora_b = -1; // indices of PEFT adapters in Tape::params
   int unit = -1;                // sharding unit (data_parallel.h), -1: none
+  // transformers >= 5.0 stores a layer's experts stacked (gate_up_proj,
+  // down_proj): the per-expert Params of one stacked tensor share a stack id
+  // (0: not stacked), which per-tensor optimizer code treats as one tensor.
+  uint32_t stack = 0;
 };
 
 class Tape {
