@@ -391,13 +391,15 @@ Result<Lowered> LowerRank(const ModelSpec& model, const TrainingSetup& setup, co
       tape.graph.Backward(f.loss, "pp::recv_grad", Category::kTemporaries);
     }
     // The graph goes: leaves made by enable_input_require_grads and their .grad.
-    // (Slots stay: micro-batches still in flight hold their addresses.)
-    for (TensorId& g : tape.input_grads) {
-      if (g != kNoTensor) tape.graph.Drop(g);
-      g = kNoTensor;
+    // Only this micro-batch's leaves: theirs have a .grad now. (Slots stay:
+    // micro-batches still in flight hold their addresses.)
+    for (size_t i = 0; i < tape.input_grads.size(); ++i) {
+      if (tape.input_grads[i] == kNoTensor) continue;
+      tape.graph.Drop(tape.input_grads[i]);
+      tape.input_grads[i] = kNoTensor;
+      tape.graph.Drop(tape.input_leaves[i]);
+      tape.input_leaves[i] = kNoTensor;
     }
-    for (TensorId t : tape.input_leaves) tape.graph.Drop(t);
-    tape.input_leaves.clear();
     if (dp) dp->EndBackward();
   };
   for (; step <= setup.steps; ++step) {

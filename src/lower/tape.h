@@ -60,7 +60,7 @@ class Tape {
   // addresses for AccumulateGrad; the graph (and so the grads) go after each
   // micro-batch's backward.
   std::deque<TensorId> input_grads;
-  std::vector<TensorId> input_leaves;  // the leaves themselves (AccumulateGrad's reference)
+  std::deque<TensorId> input_leaves;  // the leaves (AccumulateGrad's reference), aligned with input_grads
   bool kv_cache_copies = true;  // transformers >= 4.54 copies (torch.cat); older ones keep references
   bool kv_values_take_key_dtype = false;  // transformers 4.x: the value cache has the keys' dtype
   // Called when the forward enters (begin) and leaves a sharding unit: 0 =
