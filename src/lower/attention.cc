@@ -188,8 +188,8 @@ Var MathKernel(Tape& tape, const AttnPlan& plan, const AttnShape& shape, const V
   const uint64_t scores = shape.batch * shape.heads * shape.seq * shape.seq;
   const uint64_t q_numel = shape.tokens() * shape.heads * shape.head_dim;
   const uint64_t broadcast = plan.kv_broadcast ? q_numel : 0;
-  Var q = MatmulOperand(tape, q_in, false);
-  Var k = MatmulOperand(tape, k_in, kv_head_major, broadcast);
+  Var q = MatmulOperand(tape, q_in, shape.q_head_major);
+  Var k = MatmulOperand(tape, k_in, kv_head_major || shape.k_head_major, broadcast);
   const bool grad = tape.grad_enabled;
   // attn_weights = torch.matmul(query, key.transpose(2, 3)) * scaling
   Var qk = Bmm(tape, q, k, scores, e);
@@ -206,7 +206,9 @@ Var MathKernel(Tape& tape, const AttnPlan& plan, const AttnShape& shape, const V
     w = Scale(tape, capped);
     tape.Drop(capped);
   }
-  if (mask) {
+  if (mask && plan.legacy_stablelm) {
+    w = AddInPlace(tape, w, *mask);
+  } else if (mask) {
     Var masked = Add(tape, w, *mask);
     tape.Drop(w);
     w = masked;
@@ -305,8 +307,8 @@ Var SdpaMathKernel(Tape& tape, const AttnPlan& plan, const AttnShape& shape, con
   // matmul(query, key.transpose(-2, -1) * scaling_factor): the scaled key and
   // the operands' reshape copies are temporaries of the expression.
   Var k_s = ScaleInto(tape, k_x, acc, "aten::mul");
-  Var q_op = MatmulOperand(tape, q_s, false);
-  Var k_op = MatmulOperand(tape, k_s, head_major, broadcast);
+  Var q_op = MatmulOperand(tape, q_s, shape.q_head_major);
+  Var k_op = MatmulOperand(tape, k_s, head_major || shape.k_head_major, broadcast);
   Var attn = Bmm(tape, q_op, k_op, scores, acc);
   tape.Drop(k_s);
   tape.Drop(q_op);

@@ -19,6 +19,8 @@ struct AttnShape {
   // q is laid out [b, heads, s, d] (partial rotary's torch.cat); else it is a
   // transposed view of the projection.
   bool q_head_major = false;
+  // k likewise (the same torch.cat).
+  bool k_head_major = false;
   uint64_t tokens() const { return batch * seq; }
 };
 
@@ -43,6 +45,10 @@ struct AttnPlan {
   // Gemma 2's attn_logit_softcapping in eager attention: scores / cap, tanh,
   // * cap (modeling_gemma2.py eager_attention_forward, 4.57 / 5.x).
   bool softcap = false;
+  // StableLmAttention's own eager code (transformers 4.x, read in 4.57.6):
+  // `attn_weights += causal_mask` in place, and the weights are not returned
+  // (`attn_weights = None` unless output_attentions) but live to its end.
+  bool legacy_stablelm = false;
 };
 
 // Decides the kernel for a training forward without padding.

@@ -180,6 +180,11 @@ void Graph::Keep(TensorId t) {
   r.kept.push_back(t);
 }
 
+void Graph::UngradedOutput(uint64_t bytes) {
+  VS_CHECK(region_ != kNoRegion);
+  regions_[region_].ungraded_outputs.push_back(bytes);
+}
+
 void Graph::EndCheckpoint() {
   VS_CHECK(region_ != kNoRegion);
   region_ = kNoRegion;
@@ -188,6 +193,11 @@ void Graph::EndCheckpoint() {
 void Graph::Recompute(uint32_t region) {
   Region& r = regions_[region];
   r.recomputed = true;
+  if (r.reentrant) {
+    for (uint64_t bytes : r.ungraded_outputs) {
+      r.kept.push_back(Alloc(bytes, Category::kTemporaries, "aten::zeros", module_));
+    }
+  }
   // Which locals are saved, and by which nodes.
   std::vector<std::vector<NodeId>> savers(r.locals.size());
   for (const auto& [node, local] : r.saves) {

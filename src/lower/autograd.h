@@ -113,6 +113,12 @@ class Graph {
   // Keeps an input of the current region alive until the region's backward
   // has run (the checkpoint's recompute closure holds its arguments).
   void Keep(TensorId t);
+  // An output of the current region that no gradient reaches (falcon's
+  // returned attention weights). Reentrant checkpointing's backward gets zeros
+  // of its size for it (autograd.Function materializes undefined gradients,
+  // materialize_grads defaults to True, torch 2.x), alive until the region's
+  // backward is done.
+  void UngradedOutput(uint64_t bytes);
   bool in_checkpoint() const { return region_ != kNoRegion; }
 
   // --- backward ------------------------------------------------------------
@@ -169,6 +175,7 @@ class Graph {
     std::vector<TensorId> kept;        // external inputs kept by the closure
     int32_t pending_nodes = 0;
     size_t pack_end = 0;               // script length when the last Save was made
+    std::vector<uint64_t> ungraded_outputs;  // bytes of outputs without a gradient
   };
   static constexpr uint32_t kNoRegion = 0;
 

@@ -188,6 +188,21 @@ Var Add(Tape& tape, const Var& a, const Var& b) {
   return out;
 }
 
+Var AddInPlace(Tape& tape, const Var& a, const Var& b) {
+  Var out = a;
+  if (AnyGrad(tape, a, b)) {
+    NodeId n = tape.Node("AddBackward0", &out);
+    for (const Var* in : {&a, &b}) {
+      if (in->elem_bytes == out.elem_bytes && in->numel == out.numel) {
+        tape.graph.EdgePass(n, *in);
+      } else {
+        EdgeIf(tape, n, *in);
+      }
+    }
+  }
+  return out;
+}
+
 Var Scale(Tape& tape, const Var& a) {
   Var out = tape.New(a.numel, a.elem_bytes, Category::kTemporaries, "aten::mul");
   if (AnyGrad(tape, a)) {

@@ -43,6 +43,8 @@ std::vector<Var> Split(Tape& tape, const Var& whole, std::initializer_list<uint6
 // Elementwise binary ops with PyTorch type promotion (result dtype = wider).
 Var Mul(Tape& tape, const Var& a, const Var& b, std::string_view op = "aten::mul");
 Var Add(Tape& tape, const Var& a, const Var& b);
+// a += b: no new storage; `a` gets AddBackward0 (both gradients pass through).
+Var AddInPlace(Tape& tape, const Var& a, const Var& b);
 // a * scalar (saves nothing).
 Var Scale(Tape& tape, const Var& a);
 // A broadcast multiply by a parameter vector (norm weights): out like x.

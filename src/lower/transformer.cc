@@ -188,8 +188,10 @@ void RotaryTables(Tape& tape, uint64_t seq, uint64_t rot_dim, uint8_t x_bytes, V
 // residual stream, and so the tables, in fp32) gives an fp32 q_embed. With a
 // partial rotary factor (gpt_neox, phi, stablelm) only q[..., :rotary_dim]
 // rotates and torch.cat((q_embed, q_pass), dim=-1) puts the rest back.
+// `pieces`, when given, receives the rotated part and the pass-through view
+// instead of dropping them (they are the caller's locals).
 Var Rope(Tape& tape, const Var& x, const Var& cos, const Var& sin, uint64_t head_dim,
-         uint64_t rot_dim) {
+         uint64_t rot_dim, std::vector<Var>* pieces) {
   const bool grad = x.requires_grad() && tape.grad_enabled;
   const bool partial = rot_dim < head_dim;
   Var rot = tape.Share(x);
@@ -242,8 +244,10 @@ Var Rope(Tape& tape, const Var& x, const Var& cos, const Var& sin, uint64_t head
       }
     }
   }
-  tape.Drop(out);
-  tape.Drop(pass);
+  for (Var* piece : {&out, &pass}) {
+    if (pieces) pieces->push_back(*piece);
+    else tape.Drop(*piece);
+  }
   return joined;
 }
 
@@ -252,7 +256,8 @@ Var Mlp(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x, 
   if (spec.mlp == MlpKind::kGatedSilu || spec.mlp == MlpKind::kGatedGeluTanh ||
       spec.mlp == MlpKind::kFusedGateUp) {
     Var g, u;
-    if (spec.mlp == MlpKind::kFusedGateUp && lp.gate_up) {
+    const bool fused = spec.mlp == MlpKind::kFusedGateUp && lp.gate_up;
+    if (fused) {
       // phi3: gate_up_proj then chunk(2): two views of one [t, 2i] tensor.
       Var gu = Proj(tape, x, lp.gate_up, nullptr, tokens, 2 * inter);
       std::vector<Var> parts = Split(tape, gu, {gu.numel / 2, gu.numel / 2});
@@ -261,10 +266,13 @@ Var Mlp(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x, 
       u = parts[1];
     } else {
       g = Proj(tape, x, gate, nullptr, tokens, inter);
-      u = Proj(tape, x, up, nullptr, tokens, inter);
     }
+    // `down_proj(act_fn(gate_proj(x)) * up_proj(x))` (LlamaMLP and its copies,
+    // 4.57.6 / 5.24.0): the activation runs before up_proj, so without
+    // autograd saving it the gate output is gone by then.
     Var act = spec.mlp == MlpKind::kGatedGeluTanh ? Gelu(tape, g) : Silu(tape, g);
     tape.Drop(g);
+    if (!fused) u = Proj(tape, x, up, nullptr, tokens, inter);
     Var prod = Mul(tape, act, u);
     tape.Drop(act);
     tape.Drop(u);
@@ -549,15 +557,30 @@ Var CacheUpdate(Tape& tape, Var states, uint8_t cache_bytes) {
   return copy;
 }
 
+// Stablelm and phi rotate q[..., :rotary_ndims] in the attention forward
+// itself (StableLmAttention / PhiAttention.forward, 4.57.6 and 5.24.0):
+// query_rot and query_pass are its locals; gpt_neox does it inside
+// apply_rotary_pos_emb, whose locals die when it returns.
+bool RotaryPiecesAreLocals(const ModelSpec& spec) {
+  return spec.model_type == "stablelm" || spec.model_type == "phi";
+}
+
 // `weights` receives eager attention's returned weights (see Attend).
+// The attention forward's Python locals (the fused qkv, the final q / k / v,
+// the rotary pieces above) live until it returns, after the output projection
+// (LlamaAttention.forward and its copies, FalconAttention, GPTNeoXAttention,
+// 4.57.6 / 5.24.0). Where autograd saves them anyway this changes nothing; where
+// it saves nothing (no_grad, a reentrant checkpoint's forward, frozen LoRA
+// bases) it is what keeps them.
 Var SelfAttention(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x,
                   const Dims& d, const LayerShared& sh, Var* weights) {
+  std::vector<Var> locals;
   Var q, k, v;
   const uint64_t qn = d.heads * d.d, kn = d.kv * d.d;
   if (lp.qkv) {
     Var qkv = Proj(tape, x, lp.qkv, lp.qkv_b, d.t, qn + 2 * kn);
     if (spec.kv_sharing == KvSharing::kBroadcast) {
-      q = qkv;  // a view; its gradient goes straight into qkv's
+      q = tape.Share(qkv);  // a view; its gradient goes straight into qkv's
       q.numel = d.t * qn;
       // falcon multi_query: fused_qkv[..., [-2], :] and [..., [-1], :] are
       // advanced indexing, copies; IndexBackward0 scatters into a zero-filled
@@ -573,11 +596,11 @@ Var SelfAttention(Tape& tape, const ModelSpec& spec, const LayerParams& lp, cons
       // split / chunk into views of one storage; their gradients are
       // concatenated back into a qkv-sized one.
       std::vector<Var> parts = Split(tape, qkv, {d.t * qn, d.t * kn, d.t * kn});
-      tape.Drop(qkv);
       q = parts[0];
       k = parts[1];
       v = parts[2];
     }
+    locals.push_back(qkv);  // `fused_qkv` / `qkv`, or the views' storage
   } else {
     q = Proj(tape, x, lp.q, lp.q_b, d.t, qn);
     k = Proj(tape, x, lp.k, lp.k_b, d.t, kn);
@@ -596,11 +619,13 @@ Var SelfAttention(Tape& tape, const ModelSpec& spec, const LayerParams& lp, cons
     k = nk;
   }
   if (spec.position == PositionKind::kRope) {
-    Var rq = Rope(tape, q, sh.cos, sh.sin, d.d, RotaryDim(spec, d.d));
+    std::vector<Var>* pieces = RotaryPiecesAreLocals(spec) ? &locals : nullptr;
+    // `q, k = apply_rotary_pos_emb(q, k, ...)`: both old ones die on return.
+    Var rq = Rope(tape, q, sh.cos, sh.sin, d.d, RotaryDim(spec, d.d), pieces);
+    Var rk = Rope(tape, k, sh.cos, sh.sin, d.d, RotaryDim(spec, d.d), pieces);
     tape.Drop(q);
-    q = rq;
-    Var rk = Rope(tape, k, sh.cos, sh.sin, d.d, RotaryDim(spec, d.d));
     tape.Drop(k);
+    q = rq;
     k = rk;
   }
   if (tape.kv_cache) {
@@ -615,12 +640,15 @@ Var SelfAttention(Tape& tape, const ModelSpec& spec, const LayerParams& lp, cons
   AttnShape shape{d.b, d.s, d.heads, d.kv, d.d};
   shape.kv_head_major = tape.kv_cache && tape.kv_cache_copies;
   shape.q_head_major = spec.position == PositionKind::kRope && RotaryDim(spec, d.d) < d.d;
-  Var ctx = Attend(tape, sh.plan, shape, q, k, v, sh.mask, spec.attention_dropout, weights);
-  tape.Drop(q);
-  tape.Drop(k);
-  tape.Drop(v);
+  shape.k_head_major = shape.q_head_major;
+  Var kept_weights;  // legacy StableLM: its own local, not returned
+  Var ctx = Attend(tape, sh.plan, shape, q, k, v, sh.mask, spec.attention_dropout,
+                   sh.plan.legacy_stablelm ? &kept_weights : weights);
+  if (kept_weights.t != kNoTensor) locals.push_back(kept_weights);
   Var out = Proj(tape, ctx, lp.o, lp.o_b, d.t, d.h);
   tape.Drop(ctx);
+  for (Var* l : {&q, &k, &v}) tape.Drop(*l);
+  for (Var& l : locals) tape.Drop(l);
   return out;
 }
 
@@ -653,10 +681,76 @@ Var PostNormDecoderLayer(Tape& tape, const ModelSpec& spec, const LayerParams& l
   return out;
 }
 
+// How long a decoder layer's forward holds its first norm's output
+// (4.57.6 / 5.24.0): most families overwrite `hidden_states` with the
+// attention's output, so it dies when the attention returns; GPT2Block
+// overwrites it with the residual sum; StableLmDecoderLayer
+// (`self_attn_output, _ = ...`), FalconDecoderLayer (`attention_layernorm_out`)
+// and PhiDecoderLayer (`attn_outputs, _ = ...`, the MLP reads it) hold it until
+// they return.
+enum class NormOutLife { kAttention, kResidualAdd, kLayer };
+
+NormOutLife FirstNormLife(const ModelSpec& spec) {
+  const std::string& t = spec.model_type;
+  if (t == "stablelm" || t == "falcon" || t == "phi") return NormOutLife::kLayer;
+  if (t == "gpt2") return NormOutLife::kResidualAdd;
+  return NormOutLife::kAttention;
+}
+
+// The parallel layout: x + attn(ln(x)) + mlp(ln(x)) (falcon-7b, phi-2;
+// gpt-neox uses ln2 for the MLP). FalconDecoderLayer adds the attention
+// output into the MLP's in place (`mlp_output += attention_output`) and holds
+// both norm outputs to the end; phi and gpt-neox sum into new tensors.
+Var ParallelBlock(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x,
+                  const Dims& d, bool moe, Var h, Var attn) {
+  const Dims r = d.Residual();
+  const bool held = FirstNormLife(spec) == NormOutLife::kLayer;
+  Var mh = lp.norm2 && !spec.sandwich_norm ? Norm(tape, spec, x, lp.norm2, lp.norm2_b, r)
+                                          : tape.Share(h);
+  if (!held) tape.Drop(h);
+  Var m = moe ? Moe(tape, spec, lp, mh, d)
+              : Mlp(tape, spec, lp, mh, d, d.t, d.inter, lp.gate, lp.up, lp.down);
+  m = ResidualDropout(tape, spec, ToSequenceShard(tape, m, d, "megatron::reduce_scatter"));
+  if (!held) tape.Drop(mh);
+  Var branches;
+  if (spec.model_type == "falcon") {
+    branches = AddInPlace(tape, m, attn);
+  } else {
+    branches = Add(tape, attn, m);
+    tape.Drop(m);
+  }
+  Var out = Add(tape, x, branches);
+  tape.Drop(branches);
+  tape.Drop(attn);
+  if (held) {
+    tape.Drop(mh);
+    tape.Drop(h);
+  }
+  return out;
+}
+
+// FalconDecoderLayer returns `output, attn_weights` (4.57.6 / 5.24.0); the
+// other families return the weights only with output_attentions.
+bool LayerReturnsWeights(const ModelSpec& spec) { return spec.model_type == "falcon"; }
+
+// Drops eager attention's weights at the layer's end, or hands them to the
+// caller when the layer returns them.
+void ReleaseWeights(Tape& tape, const ModelSpec& spec, Var& weights, Var* returned) {
+  if (weights.t == kNoTensor) return;
+  if (LayerReturnsWeights(spec) && returned) {
+    *returned = weights;
+    weights = Var{};
+    return;
+  }
+  tape.Drop(weights);
+}
+
+// `returned` receives the attention weights where the layer returns them.
 Var DecoderLayer(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x,
-                 const Dims& d, const LayerShared& sh, bool moe) {
+                 const Dims& d, const LayerShared& sh, bool moe, Var* returned) {
   if (spec.post_norm) return PostNormDecoderLayer(tape, spec, lp, x, d, sh);
   const Dims r = d.Residual();
+  const NormOutLife h_life = FirstNormLife(spec);
   Var h = Norm(tape, spec, x, lp.norm1, lp.norm1_b, r);
   // Every decoder layer keeps the attention weights that eager attention
   // returns in a local (`hidden_states, _ = self.self_attn(...)` and its
@@ -672,29 +766,20 @@ Var DecoderLayer(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const
     attn = n;
   }
   if (spec.parallel_attn) {
-    // x + attn(ln(x)) + mlp(ln(x)) (falcon-7b, phi-2; gpt-neox uses ln2 for the MLP)
-    Var mh = lp.norm2 && !spec.sandwich_norm ? Norm(tape, spec, x, lp.norm2, lp.norm2_b, r)
-                                            : tape.Share(h);
-    tape.Drop(h);
-    Var m = moe ? Moe(tape, spec, lp, mh, d)
-                : Mlp(tape, spec, lp, mh, d, d.t, d.inter, lp.gate, lp.up, lp.down);
-    m = ResidualDropout(tape, spec, ToSequenceShard(tape, m, d, "megatron::reduce_scatter"));
-    tape.Drop(mh);
-    Var s1 = Add(tape, attn, m);
-    tape.Drop(attn);
-    tape.Drop(m);
-    Var out = Add(tape, x, s1);
-    tape.Drop(s1);
-    if (weights.t != kNoTensor) tape.Drop(weights);
+    Var out = ParallelBlock(tape, spec, lp, x, d, moe, h, attn);
+    ReleaseWeights(tape, spec, weights, returned);
     return out;
   }
-  tape.Drop(h);
+  if (h_life == NormOutLife::kAttention) tape.Drop(h);
   Var mid = Add(tape, x, attn);
-  // StableLmDecoderLayer (`self_attn_output`) and GPT2Block (`attn_output`,
-  // after GPT2Attention's resid_dropout) keep the attention output in its own
-  // local until the layer returns (4.57.6 / 5.24.0); the other sequential
-  // families overwrite `hidden_states` with the residual sum.
-  const bool attn_lives = spec.model_type == "stablelm" || spec.model_type == "gpt2";
+  if (h_life == NormOutLife::kResidualAdd) tape.Drop(h);
+  // StableLmDecoderLayer (`self_attn_output`), FalconDecoderLayer
+  // (`attention_output`) and GPT2Block (`attn_output`, after GPT2Attention's
+  // resid_dropout) keep the attention output in its own local until the layer
+  // returns (4.57.6 / 5.24.0); the other sequential families overwrite
+  // `hidden_states` with the residual sum.
+  const bool attn_lives = spec.model_type == "stablelm" || spec.model_type == "gpt2" ||
+                          spec.model_type == "falcon";
   if (!attn_lives) tape.Drop(attn);
   Param* pre = spec.sandwich_norm ? lp.norm3 : lp.norm2;
   Var h2 = Norm(tape, spec, mid, pre, spec.sandwich_norm ? nullptr : lp.norm2_b, r);
@@ -711,7 +796,8 @@ Var DecoderLayer(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const
   tape.Drop(mid);
   tape.Drop(m);
   if (attn_lives) tape.Drop(attn);
-  if (weights.t != kNoTensor) tape.Drop(weights);
+  if (h_life == NormOutLife::kLayer) tape.Drop(h);
+  ReleaseWeights(tape, spec, weights, returned);
   return out;
 }
 
@@ -892,6 +978,8 @@ ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Tra
   // (dtype=hidden_states.dtype) stay in the scores' dtype (4.57.6 / 5.24.0).
   if (spec.model_type == "gpt2" || spec.model_type == "falcon") sh.plan.fp32_softmax = false;
   sh.plan.softcap = spec.attn_logit_softcapping > 0 && sh.plan.kernel == AttnKernel::kMath;
+  sh.plan.legacy_stablelm = spec.model_type == "stablelm" && setup.transformers_version < 500 &&
+                            setup.attn == Attention::kEager;
   Var mask;
   if (sh.plan.causal_mask_tensor) {
     // [b, 1, s, s]: eager's float mask in the embeddings' dtype, SDPA's bool.
@@ -913,6 +1001,7 @@ ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Tra
     tape.kv_values_take_key_dtype = setup.transformers_version < 500;
   }
   const uint64_t end_layer = std::min<uint64_t>(span.end_layer, spec.num_layers);
+  Var layer_outputs;  // what the last layer returned besides its hidden states
   for (uint64_t i = span.first_layer; i < end_layer; ++i) {
     tape.SetModule("model.layers." + std::to_string(i));
     tape.Unit(static_cast<int>(i) + 1, true);
@@ -925,11 +1014,20 @@ ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Tra
       }
       if (mask.t != kNoTensor) tape.graph.Keep(mask.t);
     }
-    Var y = DecoderLayer(tape, spec, mp.layers[i], x, d, sh, IsMoeLayer(spec, mp.layers[i], i));
+    Var returned;
+    Var y = DecoderLayer(tape, spec, mp.layers[i], x, d, sh, IsMoeLayer(spec, mp.layers[i], i),
+                         &returned);
+    if (ckpt && setup.grad_ckpt == GradCkpt::kReentrant && returned.t != kNoTensor) {
+      tape.graph.UngradedOutput(returned.bytes());
+    }
     if (ckpt) tape.graph.EndCheckpoint();
     tape.Unit(static_cast<int>(i) + 1, false);
     tape.Drop(x);
     x = y;
+    // FalconModel.forward's `outputs` holds the previous layer's tuple until
+    // the next layer returns, the last one until the model returns.
+    if (layer_outputs.t != kNoTensor) tape.Drop(layer_outputs);
+    layer_outputs = returned;
   }
   if (sh.cos.t != kNoTensor) {
     tape.Drop(sh.cos);
@@ -937,6 +1035,7 @@ ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Tra
   }
   if (mask.t != kNoTensor) tape.Drop(mask);
   if (!span.head) {
+    if (layer_outputs.t != kNoTensor) tape.Drop(layer_outputs);
     DropCache(tape);
     if (ids.t != kNoTensor) tape.Drop(ids);
     return ForwardOut{x};  // Megatron p2p send; kept for this micro-batch's backward
@@ -948,6 +1047,7 @@ ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Tra
   // embeddings' width, which the (tied) lm_head reads.
   Var hfin = mp.final_norm ? Norm(tape, spec, x, mp.final_norm, mp.final_norm_b, dn) : tape.Share(x);
   tape.Drop(x);
+  if (layer_outputs.t != kNoTensor) tape.Drop(layer_outputs);  // the base model returns
   uint64_t head_in = d.h;
   if (mp.proj_out) {
     head_in = mp.proj_out->numel / d.h;
