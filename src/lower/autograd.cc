@@ -77,6 +77,7 @@ NodeId Graph::AddNode(std::string_view op, uint32_t num_slots) {
   node.module = module_;
   node.region = region_;
   node.slots.assign(num_slots, kNoTensor);
+  node.from_outside.assign(num_slots, 0);
   nodes_.push_back(std::move(node));
   if (region_ != kNoRegion) ++regions_[region_].pending_nodes;
   return n;
@@ -94,6 +95,7 @@ NodeId Graph::AddAccumulateGrad(uint64_t grad_bytes, TensorId* grad_slot) {
   node.accumulate_bytes = grad_bytes;
   node.grad_slot = grad_slot;
   node.slots.assign(1, kNoTensor);
+  node.from_outside.assign(1, 0);
   nodes_.push_back(std::move(node));
   return n;
 }
@@ -253,8 +255,9 @@ void Graph::Recompute(uint32_t region) {
   module_ = saved_module;
 }
 
-void Graph::Deliver(NodeId target, uint32_t slot, TensorId grad) {
+void Graph::Deliver(NodeId target, uint32_t slot, TensorId grad, uint32_t from_region) {
   Node& node = nodes_[target];
+  if (node.region != from_region) node.from_outside[slot] = 1;
   TensorId& buffered = node.slots[slot];
   if (buffered == kNoTensor) {
     buffered = grad;
@@ -309,6 +312,17 @@ void Graph::Run(NodeId n) {
     }
     if (has_saves) Recompute(node.region);
   }
+  if (node.region != kNoRegion && regions_[node.region].reentrant) {
+    // CheckpointFunction.backward(ctx, *args): the gradients of the region's
+    // outputs are its arguments, held until its inner
+    // torch.autograd.backward returns (torch/utils/checkpoint.py, 2.x).
+    Region& r = regions_[node.region];
+    for (size_t i = 0; i < node.slots.size(); ++i) {
+      if (!node.from_outside[i] || node.slots[i] == kNoTensor) continue;
+      Ref(node.slots[i]);
+      r.kept.push_back(node.slots[i]);
+    }
+  }
   module_ = node.module;
   const std::string_view op = out_->String(node.op);
   // unpack_hook: packed.to(device, non_blocking=True), alive while the node runs.
@@ -347,7 +361,7 @@ void Graph::Run(NodeId n) {
     Drop(t);
     t = kNoTensor;
   }
-  for (const auto& [g, t] : produced) Deliver(g->target, g->target_slot, t);
+  for (const auto& [g, t] : produced) Deliver(g->target, g->target_slot, t, node.region);
   if (node.region != kNoRegion) {
     Region& r = regions_[node.region];
     if (--r.pending_nodes == 0) {
@@ -387,7 +401,7 @@ void Graph::Backward(const Var& root, std::string_view seed_op, Category seed_ca
   }
   // The seed gradient: torch.ones_like(loss).
   const TensorId seed = Alloc(root.bytes(), seed_category, seed_op, module_);
-  Deliver(root.fn, root.slot, seed);
+  Deliver(root.fn, root.slot, seed, kNoRegion);
 
   auto later_first = [this](NodeId a, NodeId b) { return nodes_[a].seq < nodes_[b].seq; };
   std::priority_queue<NodeId, std::vector<NodeId>, decltype(later_first)> ready(later_first);

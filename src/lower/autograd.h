@@ -153,6 +153,7 @@ class Graph {
     uint64_t accumulate_bytes = 0;
     TensorId* grad_slot = nullptr;
     std::vector<TensorId> slots;       // incoming gradients
+    std::vector<uint8_t> from_outside; // per slot: delivered from outside the node's region
     std::vector<TensorId> saved;
     std::vector<GradOut> outs;
     std::vector<uint64_t> workspace;
@@ -179,7 +180,7 @@ class Graph {
   };
   static constexpr uint32_t kNoRegion = 0;
 
-  void Deliver(NodeId target, uint32_t slot, TensorId grad);
+  void Deliver(NodeId target, uint32_t slot, TensorId grad, uint32_t from_region);
   void Run(NodeId n);
   void Recompute(uint32_t region);
   int32_t LocalOf(uint32_t region, TensorId t) const;

@@ -144,12 +144,36 @@ bool MakesTrainingCache(const ModelSpec& spec, const TrainingSetup& setup, bool 
 // for unpacked rows (5.24.0) and skips the mask again.
 // Families still on the older _update_causal_mask path in 4.57.6 (qwen2_moe,
 // stablelm, falcon, opt) skip the mask as before.
-bool SdpaGetsMask(const ModelSpec& spec, const TrainingSetup& setup, uint64_t seq, bool cache) {
-  if (spec.sliding_window > 0 && spec.sliding_window < seq) return true;
+bool SdpaNeedsFullMask(const ModelSpec& spec, const TrainingSetup& setup, bool cache) {
   const std::string& t = spec.model_type;
   const bool legacy_mask = t == "qwen2_moe" || t == "stablelm" || t == "falcon" || t == "opt";
   return !setup.attention_mask && !cache && !legacy_mask && setup.transformers_version >= 454 &&
          setup.transformers_version < 500 && setup.torch_version >= 206;
+}
+
+bool SdpaGetsMask(const ModelSpec& spec, const TrainingSetup& setup, uint64_t seq, bool cache) {
+  if (spec.sliding_window > 0 && spec.sliding_window < seq) return true;
+  return SdpaNeedsFullMask(spec, setup, cache);
+}
+
+// Whether layer `layer` attends through a sliding window: config.layer_types'
+// defaults (Gemma2Config: every other layer from the first; Gemma3TextConfig:
+// all but every sliding_window_pattern-th, 6; 4.57.6 / 5.24.0). Qwen2-MoE's
+// layers are all full attention unless use_sliding_window.
+bool SlidingLayer(const ModelSpec& spec, uint64_t layer) {
+  if (spec.model_type == "gemma2") return layer % 2 == 0;
+  if (spec.model_type == "gemma3" || spec.model_type == "gemma3_text") return (layer + 1) % 6 != 0;
+  return spec.sliding_window > 0;
+}
+
+// Gemma 2 / 3 (4.57.6 and 5.24.0) and Qwen2-MoE (5.24.0) build both masks of
+// `causal_mask_mapping`, create_causal_mask and
+// create_sliding_window_causal_mask, in every forward, whatever the layers
+// use: eager gets two tensors; SDPA a full one only where it cannot skip it.
+bool BuildsMaskPair(const ModelSpec& spec, const TrainingSetup& setup) {
+  const std::string& t = spec.model_type;
+  return t == "gemma2" || t == "gemma3" || t == "gemma3_text" ||
+         (t == "qwen2_moe" && setup.transformers_version >= 500);
 }
 
 // int(head_dim * partial_rotary_factor) (the attention modules' rotary_ndims).
@@ -980,13 +1004,17 @@ ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Tra
   sh.plan.softcap = spec.attn_logit_softcapping > 0 && sh.plan.kernel == AttnKernel::kMath;
   sh.plan.legacy_stablelm = spec.model_type == "stablelm" && setup.transformers_version < 500 &&
                             setup.attn == Attention::kEager;
-  Var mask;
+  Var mask, second_mask;
   if (sh.plan.causal_mask_tensor) {
     // [b, 1, s, s]: eager's float mask in the embeddings' dtype, SDPA's bool.
     // masking_utils' sdpa_mask returns bool from 4.53 on.
     const uint8_t bytes = setup.attn == Attention::kSdpa && setup.transformers_version >= 453 ? kBool : x.elem_bytes;
     mask = tape.New(d.b * d.s * d.s, bytes, Category::kOther, "causal_mask");
     sh.mask = &mask;
+    const bool full_too = setup.attn != Attention::kSdpa || SdpaNeedsFullMask(spec, setup, cache);
+    if (BuildsMaskPair(spec, setup) && full_too) {
+      second_mask = tape.New(d.b * d.s * d.s, bytes, Category::kOther, "causal_mask");
+    }
   }
   // Rotary cos/sin in the residual stream's dtype, shared by all layers; the
   // model makes them after the mask (LlamaModel.forward, 4.57 / 5.x).
@@ -1012,8 +1040,12 @@ ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Tra
         tape.graph.Keep(sh.cos.t);
         tape.graph.Keep(sh.sin.t);
       }
-      if (mask.t != kNoTensor) tape.graph.Keep(mask.t);
     }
+    // Which of the two masks this layer reads (the other is nullptr's is_causal).
+    if (BuildsMaskPair(spec, setup) && mask.t != kNoTensor) {
+      sh.mask = SlidingLayer(spec, i) ? &mask : (second_mask.t != kNoTensor ? &second_mask : nullptr);
+    }
+    if (ckpt && sh.mask) tape.graph.Keep(sh.mask->t);
     Var returned;
     Var y = DecoderLayer(tape, spec, mp.layers[i], x, d, sh, IsMoeLayer(spec, mp.layers[i], i),
                          &returned);
@@ -1034,6 +1066,7 @@ ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Tra
     tape.Drop(sh.sin);
   }
   if (mask.t != kNoTensor) tape.Drop(mask);
+  if (second_mask.t != kNoTensor) tape.Drop(second_mask);
   if (!span.head) {
     if (layer_outputs.t != kNoTensor) tape.Drop(layer_outputs);
     DropCache(tape);
