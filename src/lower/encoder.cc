@@ -21,9 +21,12 @@ Var DenseDropoutAddNorm(Tape& tape, const Var& x, Param* w, Param* b, const Var&
   Var dropped = Dropout(tape, dense, dropout);
   tape.Drop(dense);
   Var sum = Add(tape, dropped, residual);
-  tape.Drop(dropped);
+  // `hidden_states = self.LayerNorm(hidden_states + input_tensor)` (BertSelfOutput,
+  // BertOutput, 4.57.6 / 5.24.0): the dropout's output is overwritten only
+  // once the norm has run.
   Var out = LayerNorm(tape, sum, *norm, norm_b, tokens);
   tape.Drop(sum);
+  tape.Drop(dropped);
   return out;
 }
 
@@ -167,8 +170,9 @@ ForwardOut EncoderForward(Tape& tape, const ModelSpec& spec, EncoderParams& ep,
   // BertLMPredictionHead: transform (dense, gelu, LayerNorm), then the
   // decoder (tied word embeddings) with its bias -> [t, vocab] scores.
   tape.SetModule("cls.predictions");
+  // BertForMaskedLM.forward: `outputs = self.bert(...)` holds the last hidden
+  // state (sequence_output) until it returns, past the loss (4.57.6 / 5.24.0).
   Var dense = Linear(tape, x, *ep.head_dense, ep.head_dense_b, t, h);
-  tape.Drop(x);
   Var act = MlpActivation(tape, spec.mlp, dense);  // BertPredictionHeadTransform: ACT2FN[hidden_act]
   tape.Drop(dense);
   Var hn = LayerNorm(tape, act, *ep.head_norm, ep.head_norm_b, t);
@@ -184,6 +188,7 @@ ForwardOut EncoderForward(Tape& tape, const ModelSpec& spec, EncoderParams& ep,
   Var loss = CrossEntropyLoss(tape, logits);
   tape.Drop(logits);
   tape.Drop(scores);
+  tape.Drop(x);
   tape.Drop(ids);
   tape.Drop(labels);
   return ForwardOut{loss};

@@ -54,6 +54,8 @@ Var BaseLinear(Tape& tape, const Var& x, Param& weight, Param* bias, uint64_t to
 // peft LoraLayer Linear.forward (peft 0.10-0.17): result = base_layer(x);
 // x = x.to(lora_A.weight.dtype); result = result + lora_B(lora_A(dropout(x))) * scaling;
 // result.to(previous dtype). Adapters are fp32 (autocast_adapter_dtype=True).
+// The cast input replaces the local `x`, so it lives until forward returns
+// (peft 0.21.2 tuners/lora/layer.py Linear.forward).
 Var LoraLinear(Tape& tape, const Var& x, Param& weight, Param* bias, uint64_t tokens,
                uint64_t out_features) {
   Var result = BaseLinear(tape, x, weight, bias, tokens, out_features);
@@ -61,7 +63,6 @@ Var LoraLinear(Tape& tape, const Var& x, Param& weight, Param* bias, uint64_t to
   Param& b = tape.params[weight.lora_b];
   Var xin = tape.autocast ? tape.Share(x) : Cast(tape, x, a.elem_bytes);
   Var dropped = Dropout(tape, xin, tape.lora_dropout);
-  tape.Drop(xin);
   const uint64_t rank = a.numel / (x.numel / tokens);
   Var down = BaseLinear(tape, dropped, a, nullptr, tokens, rank);
   tape.Drop(dropped);
@@ -73,6 +74,7 @@ Var LoraLinear(Tape& tape, const Var& x, Param& weight, Param* bias, uint64_t to
   tape.Drop(result);
   tape.Drop(scaled);
   Var out = Cast(tape, sum, tape.autocast ? sum.elem_bytes : x.elem_bytes);
+  tape.Drop(xin);
   tape.Drop(sum);
   return out;
 }
