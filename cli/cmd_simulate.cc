@@ -45,6 +45,9 @@ int RunSimulate(const SimulateArgs& args) {
     rank.rank_class = rank_class;
     rank.ranks = {0};
     rank.sim = std::move(*sim);
+    if (auto full = AddFullRequirement(events, options, &rank); !full.ok()) {
+      return MakeError(args.trace_path + ": " + full.error().message);
+    }
     rank.extras.cuda_context_bytes = gpu->cuda_context_bytes;
     rank.device_total_bytes = DeviceTotalBytes(rank.sim, rank.extras);
     return rank;

@@ -32,10 +32,21 @@ struct DeviceExtras {
   uint64_t other_bytes = 0;        // anything else outside the allocator
 };
 
+// The whole run replayed without the GPU's limit, for a rank class whose
+// simulation ran out of memory: what the run needs, not what it held when the
+// allocation failed.
+struct FullRequirement {
+  uint64_t peak_allocated_bytes = 0;
+  uint64_t peak_reserved_bytes = 0;
+  uint32_t peak_step = 0;
+  Phase peak_phase = Phase::kSetup;
+};
+
 struct RankReport {
   std::string rank_class;          // "all", "first stage", ...
   std::vector<int> ranks;          // which ranks share this report
   SimResult sim;
+  std::optional<FullRequirement> full;  // set when sim.oom (see AddFullRequirement)
   DeviceExtras extras;
   uint64_t device_total_bytes = 0; // peak reserved + extras
   uint64_t host_peak_bytes = 0;
@@ -63,10 +74,11 @@ struct Report {
   // Every rank class ran without a simulated OOM and its device total is
   // within gpu.usable_bytes.
   bool fits() const;
-  // What the run needs on the device at least: the worst device total, or, for
-  // a rank class that ran out of memory, what it held when the allocation
-  // failed plus that allocation plus the memory outside the allocator (a lower
-  // bound: the simulation stopped there).
+  // What the run needs on the device: the worst device total; for a rank class
+  // that ran out of memory, the device total of its full requirement (the run
+  // replayed without the GPU's limit), or, without one, what it held when the
+  // allocation failed plus that allocation plus the memory outside the
+  // allocator (a lower bound: the simulation stopped there).
   uint64_t needed_bytes() const;
   // usable - needed_bytes() (negative: short by that much); saturates at the
   // int64 range.
@@ -75,6 +87,19 @@ struct Report {
 
 // Device total = peak reserved + context + NCCL + other (saturating).
 uint64_t DeviceTotalBytes(const SimResult& sim, const DeviceExtras& extras);
+// Peak allocated of the whole run: the full requirement's where the rank ran
+// out of memory, else the simulation's.
+uint64_t FullPeakAllocatedBytes(const RankReport& rank);
+// Likewise peak reserved and the device total.
+uint64_t FullPeakReservedBytes(const RankReport& rank);
+uint64_t FullDeviceTotalBytes(const RankReport& rank);
+// The full requirement's device total: its peak reserved + the extras.
+uint64_t FullDeviceTotalBytes(const FullRequirement& full, const DeviceExtras& extras);
+
+// Sets rank->full when rank->sim ran out of memory: `stream` (what rank->sim
+// replayed) replayed again with `options` but no device limit, so the report
+// can say what the whole run needs. Errors are Simulate's.
+Status AddFullRequirement(const EventStream& stream, const SimOptions& options, RankReport* rank);
 // The rank's device_total_bytes when set (non-zero), else computed from its
 // simulation and extras. Every renderer and Report method uses this.
 uint64_t DeviceTotalBytes(const RankReport& rank);

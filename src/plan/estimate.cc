@@ -11,7 +11,7 @@ Result<Estimated> Estimate(const ModelSpec& model, const TrainingSetup& setup,
   VS_TRY(gpu, FindGpu(setup.gpu));
   VS_TRY(conf, ParseAllocConf(setup.alloc_conf));
   // Each rank class is simulated on the thread that lowered it.
-  std::vector<SimResult> sims;
+  std::vector<RankReport> sims;  // the simulations, per rank class
   std::mutex sims_mutex;  // guards only the resize below
   auto simulate = [&](size_t i, LoweredRank& cls) -> Status {
     const Lowered& lowered = cls.lowered;
@@ -24,11 +24,17 @@ Result<Estimated> Estimate(const ModelSpec& model, const TrainingSetup& setup,
     // optimizer state).
     const uint64_t outside = gpu.cuda_context_bytes + lowered.managed_bytes + cls.nccl_bytes;
     sim_options.device_limit_bytes = gpu.usable_bytes > outside ? gpu.usable_bytes - outside : 0;
-    auto sim = Simulate(lowered.stream, sim_options);
-    if (!sim.ok()) return sim.error();
+    RankReport rank;
+    VS_TRY(sim, Simulate(lowered.stream, sim_options));
+    rank.sim = std::move(sim);
+    // A setup that does not fit is also replayed without the GPU's limit, so
+    // the report says what it needs rather than where it failed.
+    if (auto full = AddFullRequirement(lowered.stream, sim_options, &rank); !full.ok()) {
+      return full.error();
+    }
     std::lock_guard<std::mutex> lock(sims_mutex);
     if (sims.size() <= i) sims.resize(i + 1);
-    sims[i] = std::move(sim.value());
+    sims[i] = std::move(rank);
     return Ok{};
   };
   VS_TRY(classes, LowerRankClasses(model, setup, gpu, simulate));
@@ -45,7 +51,7 @@ Result<Estimated> Estimate(const ModelSpec& model, const TrainingSetup& setup,
   for (size_t i = 0; i < classes.size(); ++i) {
     LoweredRank& cls = classes[i];
     Lowered& lowered = cls.lowered;
-    SimResult& sim = sims[i];
+    RankReport& simulated = sims[i];
     if (!report.model) {
       report.model = ModelSummary{model.name, model.model_type, lowered.parameters,
                                   lowered.trainable_parameters};
@@ -53,7 +59,8 @@ Result<Estimated> Estimate(const ModelSpec& model, const TrainingSetup& setup,
     RankReport rank;
     rank.rank_class = classes.size() == 1 && !setup.parallel.multi_gpu() ? "all" : cls.rank_class;
     rank.ranks = std::move(cls.ranks);
-    rank.sim = std::move(sim);
+    rank.sim = std::move(simulated.sim);
+    rank.full = simulated.full;
     rank.extras.cuda_context_bytes = gpu.cuda_context_bytes;
     rank.extras.nccl_bytes = cls.nccl_bytes;
     rank.extras.other_bytes = lowered.managed_bytes;

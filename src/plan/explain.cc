@@ -113,7 +113,7 @@ std::vector<std::string> ExplainPeak(const Report& report) {
 std::vector<std::string> ExplainWhatIf(const ModelSpec& model, const TrainingSetup& setup,
                                        const Report& base) {
   std::vector<std::string> lines;
-  const uint64_t base_alloc = base.worst().sim.peak_allocated_bytes;
+  const uint64_t base_alloc = FullPeakAllocatedBytes(base.worst());
   const uint64_t base_device = base.needed_bytes();
   EstimateOptions options;
   options.timeline = false;
@@ -125,7 +125,7 @@ std::vector<std::string> ExplainWhatIf(const ModelSpec& model, const TrainingSet
     auto est = Estimate(model, changed, options);
     if (!est.ok()) continue;  // not applicable to this model (e.g. no LoRA targets)
     const Report& r = est->report;
-    const uint64_t alloc = r.worst().sim.peak_allocated_bytes;
+    const uint64_t alloc = FullPeakAllocatedBytes(r.worst());
     const uint64_t device = r.needed_bytes();
     if (alloc == base_alloc && device == base_device) continue;
     std::string line = fmt::format("  {}: {} peak allocated, {} on the device", w.label,

@@ -116,9 +116,9 @@ Strategy Measure(const TrainingSetup& setup, const Report& report, const ModelSp
   Strategy s;
   s.setup = setup;
   const RankReport& worst = report.worst();
-  s.peak_allocated_bytes = worst.sim.peak_allocated_bytes;
-  s.peak_reserved_bytes = worst.sim.peak_reserved_bytes;
-  s.device_total_bytes = DeviceTotalBytes(worst);
+  s.peak_allocated_bytes = FullPeakAllocatedBytes(worst);
+  s.peak_reserved_bytes = FullPeakReservedBytes(worst);
+  s.device_total_bytes = FullDeviceTotalBytes(worst);
   s.needed_bytes = report.needed_bytes();
   s.oom = worst.sim.oom.has_value();
   s.fits = report.fits();

@@ -116,7 +116,7 @@ TEST(Plan, StrategiesAreEstimatesRankedByTokensPerSecond) {
     const Strategy& s = plan->strategies[i];
     auto est = Estimate(*model, s.setup);
     ASSERT_TRUE(est.ok());
-    EXPECT_EQ(s.device_total_bytes, DeviceTotalBytes(est->report.worst()));
+    EXPECT_EQ(s.device_total_bytes, FullDeviceTotalBytes(est->report.worst()));
     EXPECT_EQ(s.fits, est->report.fits());
   }
   EXPECT_FALSE(plan->explanation.empty());

@@ -105,9 +105,11 @@ Result<SweepResult> Sweep(const ModelSpec& model, const TrainingSetup& setup,
     }
     const Report& report = est->report;
     const RankReport& worst = report.worst();
-    point.peak_allocated_bytes = worst.sim.peak_allocated_bytes;
-    point.peak_reserved_bytes = worst.sim.peak_reserved_bytes;
-    point.device_total_bytes = DeviceTotalBytes(worst);
+    point.peak_allocated_bytes = FullPeakAllocatedBytes(worst);
+    // A point that does not fit reports its whole requirement, so the chart
+    // draws the curve past the GPU's line.
+    point.peak_reserved_bytes = FullPeakReservedBytes(worst);
+    point.device_total_bytes = FullDeviceTotalBytes(worst);
     point.needed_bytes = report.needed_bytes();
     point.oom = worst.sim.oom.has_value();
     point.fits = report.fits();

@@ -20,9 +20,11 @@ void ExpectPointIsEstimate(const ModelSpec& model, const TrainingSetup& setup, c
   auto est = Estimate(model, s);  // default options: timeline and top allocations on
   ASSERT_TRUE(est.ok()) << est.error().message;
   const Report& r = est->report;
-  EXPECT_EQ(p.peak_allocated_bytes, r.worst().sim.peak_allocated_bytes);
-  EXPECT_EQ(p.peak_reserved_bytes, r.worst().sim.peak_reserved_bytes);
-  EXPECT_EQ(p.device_total_bytes, DeviceTotalBytes(r.worst()));
+  // A point that does not fit carries its whole requirement.
+  EXPECT_EQ(p.peak_allocated_bytes, FullPeakAllocatedBytes(r.worst()));
+  EXPECT_EQ(p.peak_reserved_bytes, FullPeakReservedBytes(r.worst()));
+  EXPECT_EQ(p.device_total_bytes, FullDeviceTotalBytes(r.worst()));
+  EXPECT_EQ(p.oom, r.worst().full.has_value());
   EXPECT_EQ(p.needed_bytes, r.needed_bytes());
   EXPECT_EQ(p.fits, r.fits());
   EXPECT_EQ(p.oom, r.worst().sim.oom.has_value());

@@ -376,7 +376,7 @@ Validation Validate(std::vector<MeasuredFile> files) {
       } else {
         const Report& r = est->report;
         row.estimated = true;
-        row.predicted_allocated_bytes = r.worst().sim.peak_allocated_bytes;
+        row.predicted_allocated_bytes = FullPeakAllocatedBytes(r.worst());
         row.predicted_reserved_bytes = r.worst().sim.peak_reserved_bytes;
         row.predicted_device_bytes = r.needed_bytes();
         row.predicted_fits = r.fits();

@@ -91,6 +91,15 @@ void AddRankFields(const Report& report, const RankReport& rank, Json* out) {
   o["top_allocations"] = TopAllocations(sim);
   o["live_at_peak_count"] = sim.live_at_peak_count;
   o["oom"] = Oom(sim);
+  if (rank.full) {
+    o["full_requirement"] = {{"peak_allocated_bytes", rank.full->peak_allocated_bytes},
+                             {"peak_reserved_bytes", rank.full->peak_reserved_bytes},
+                             {"device_total_bytes", FullDeviceTotalBytes(*rank.full, rank.extras)},
+                             {"step", rank.full->peak_step},
+                             {"phase", PhaseName(rank.full->peak_phase)}};
+  } else {
+    o["full_requirement"] = nullptr;
+  }
 }
 
 }  // namespace
@@ -137,7 +146,7 @@ std::string RenderJson(const Report& report, int indent) {
   root["needed_bytes"] = report.needed_bytes();
   root["worst_rank_class"] = worst.rank_class;
   for (const char* key : {"peak", "fragmentation_at_peak_bytes", "device_view", "top_allocations",
-                          "live_at_peak_count", "oom"}) {
+                          "live_at_peak_count", "oom", "full_requirement"}) {
     root[key] = worst_fields[key];
   }
   Json knobs = Json::object();

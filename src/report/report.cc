@@ -51,6 +51,36 @@ int64_t Report::headroom_bytes() const {
   return report_internal::SignedDifference(gpu.usable_bytes, needed_bytes());
 }
 
+uint64_t FullPeakAllocatedBytes(const RankReport& rank) {
+  return rank.full ? rank.full->peak_allocated_bytes : rank.sim.peak_allocated_bytes;
+}
+
+uint64_t FullPeakReservedBytes(const RankReport& rank) {
+  return rank.full ? rank.full->peak_reserved_bytes : rank.sim.peak_reserved_bytes;
+}
+
+uint64_t FullDeviceTotalBytes(const RankReport& rank) {
+  return rank.full ? FullDeviceTotalBytes(*rank.full, rank.extras) : DeviceTotalBytes(rank);
+}
+
+uint64_t FullDeviceTotalBytes(const FullRequirement& full, const DeviceExtras& extras) {
+  SimResult sim;
+  sim.peak_reserved_bytes = full.peak_reserved_bytes;
+  return DeviceTotalBytes(sim, extras);
+}
+
+Status AddFullRequirement(const EventStream& stream, const SimOptions& options, RankReport* rank) {
+  if (!rank->sim.oom) return Ok{};
+  SimOptions unbounded = options;
+  unbounded.device_limit_bytes = kUnlimited;
+  unbounded.max_timeline_points = 0;
+  unbounded.top_allocations = 0;
+  VS_TRY(sim, Simulate(stream, unbounded));
+  rank->full = FullRequirement{sim.peak_allocated_bytes, sim.peak_reserved_bytes, sim.peak_step,
+                               sim.peak_phase};
+  return Ok{};
+}
+
 std::string FormatGiB(uint64_t bytes) {
   return fmt::format("{} GiB", report_internal::GiBNumber(bytes));
 }

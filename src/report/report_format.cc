@@ -198,6 +198,7 @@ std::string StepPhaseLabel(uint32_t step, Phase phase) {
 uint64_t RankNeededBytes(const RankReport& rank) {
   const uint64_t total = DeviceTotalBytes(rank);
   if (!rank.sim.oom) return total;
+  if (rank.full) return std::max(total, FullDeviceTotalBytes(*rank.full, rank.extras));
   // At the failure the allocator needed the failed block on top of what was
   // allocated; caching can only add to that, so this is a lower bound.
   const OomInfo& oom = *rank.sim.oom;
@@ -242,6 +243,11 @@ std::string VerdictLine(const Report& report) {
   // The first rank class that ran out of memory says where it happened.
   for (const RankReport& rank : report.ranks) {
     if (!rank.sim.oom) continue;
+    if (rank.full) {
+      return fmt::format("DOES NOT FIT: needs {}, the GPU has {} usable ({} short); out of memory in {}",
+                         FormatGiB(needed), FormatGiB(usable), FormatGiB(needed - std::min(needed, usable)),
+                         StepPhaseLabel(rank.sim.oom_step, rank.sim.oom_phase));
+    }
     return fmt::format(
         "DOES NOT FIT: out of memory in {}; needs at least {}, the GPU has {} usable",
         StepPhaseLabel(rank.sim.oom_step, rank.sim.oom_phase), FormatGiB(needed),

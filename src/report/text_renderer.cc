@@ -83,11 +83,27 @@ void RenderRankTable(const Report& report, std::string* out) {
   }
 }
 
+// A setup that ran out of memory: the whole run, replayed without the GPU's
+// limit, before the numbers up to the failure.
+void RenderFullRequirement(const RankReport& rank, std::string* out) {
+  if (!rank.full) return;
+  const FullRequirement& full = *rank.full;
+  Line(out);
+  Line(out, "What the run needs (the whole run replayed without the GPU's limit)");
+  Line(out, fmt::format("  peak allocated {}", GiBColumn(full.peak_allocated_bytes)));
+  Line(out, fmt::format("  peak reserved  {}", GiBColumn(full.peak_reserved_bytes)));
+  Line(out, fmt::format("  device total   {}  peaks in {}",
+                        GiBColumn(FullDeviceTotalBytes(full, rank.extras)),
+                        StepPhaseLabel(full.peak_step, full.peak_phase)));
+}
+
 void RenderThreeNumbers(const RankReport& rank, std::string* out) {
   const SimResult& sim = rank.sim;
   const DeviceExtras& x = rank.extras;
+  RenderFullRequirement(rank, out);
   Line(out);
-  Line(out, sim.oom ? "The three numbers (up to the out-of-memory point)" : "The three numbers");
+  Line(out, sim.oom ? "The three numbers on this GPU (up to the out-of-memory point)"
+                    : "The three numbers");
   Line(out, fmt::format("  peak allocated {}  torch.cuda.max_memory_allocated(): memory held by "
                         "live tensors",
                         GiBColumn(sim.peak_allocated_bytes)));
