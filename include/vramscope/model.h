@@ -115,6 +115,9 @@ struct ModelSpec {
   uint64_t experts_per_token = 0;
   uint64_t moe_intermediate_size = 0;
   uint64_t shared_expert_intermediate_size = 0;  // qwen2_moe
+  // The router renormalizes its top-k weights in place (`/= sum(-1)`):
+  // always for mixtral, config "norm_topk_prob" for qwen2_moe / qwen3_moe.
+  bool norm_topk_prob = false;
   uint64_t decoder_sparse_step = 1;
   std::vector<uint64_t> mlp_only_layers;          // dense layers in a MoE model
 

@@ -105,6 +105,9 @@ void ReadMixtral(ConfigReader& r, ModelSpec& s, ArchDetails&) {
   // Mixtral experts use intermediate_size; the config has no separate key.
   ReadMoe(r, s, "num_local_experts", 8, 2, 0);
   if (s.num_experts == 0) r.Fail("num_local_experts", "0 experts");
+  // MixtralSparseMoeBlock (4.x) / MixtralTopKRouter (5.x): routing_weights /=
+  // routing_weights.sum(dim=-1, keepdim=True), unconditionally.
+  s.norm_topk_prob = true;
 }
 
 void ReadQwen2(ConfigReader& r, ModelSpec& s, ArchDetails&) {
@@ -118,6 +121,7 @@ void ReadQwen2Moe(ConfigReader& r, ModelSpec& s, ArchDetails&) {
   s.qkv_bias = r.Bool("qkv_bias", true);
   ReadQwenWindow(r, s);
   ReadMoe(r, s, "num_experts", 60, 4, 1408);
+  s.norm_topk_prob = r.Bool("norm_topk_prob", false);
   s.shared_expert_intermediate_size =
       r.Uint("shared_expert_intermediate_size", 5632, 0, kMaxIntermediate);
 }
@@ -135,6 +139,7 @@ void ReadQwen3Moe(ConfigReader& r, ModelSpec& s, ArchDetails&) {
   s.qk_norm = true;
   ReadQwenWindow(r, s);
   ReadMoe(r, s, "num_experts", 128, 8, 768);
+  s.norm_topk_prob = r.Bool("norm_topk_prob", false);
 }
 
 void ReadGemmaCommon(ConfigReader& r, ModelSpec& s) {

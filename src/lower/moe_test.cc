@@ -79,15 +79,19 @@ TEST(Moe, LoweringAllocatesTheRoutedTokens) {
   s.steps = 1;
   s.precision = Precision::kBf16;
   s.transformers_version = 457;  // the per-expert loop of transformers 4.x
-  // Dropless even: 4 experts x 2 layers, 128 * 2 / 4 = 64 tokens each.
-  EXPECT_EQ(ExpertInputs(s), (std::map<uint64_t, int>{{64 * 64 * 2, 8}}));
+  // Dropless even: 4 experts x 2 layers, 128 * 2 / 4 = 64 tokens each. Each
+  // expert also copies its [k, t] int64 slice of the one-hot mask
+  // (expert_mask[expert_idx], 2 * 128 * 8 bytes) before torch.where.
+  const std::pair<const uint64_t, int> mask_slice{2 * 128 * 8, 8};
+  EXPECT_EQ(ExpertInputs(s), (std::map<uint64_t, int>{{64 * 64 * 2, 8}, mask_slice}));
   // Capacity 1.5: ceil(1.5 * 64) = 96 tokens each.
   s.moe_capacity_factor = 1.5;
-  EXPECT_EQ(ExpertInputs(s), (std::map<uint64_t, int>{{96 * 64 * 2, 8}}));
+  EXPECT_EQ(ExpertInputs(s), (std::map<uint64_t, int>{{96 * 64 * 2, 8}, mask_slice}));
   // Imbalance 2: the busiest 128 tokens, the other three (256 - 128) / 3.
   s.moe_capacity_factor = 0;
   s.moe_imbalance = 2;
-  EXPECT_EQ(ExpertInputs(s), (std::map<uint64_t, int>{{128 * 64 * 2, 2}, {43 * 64 * 2, 6}}));
+  EXPECT_EQ(ExpertInputs(s),
+            (std::map<uint64_t, int>{{128 * 64 * 2, 2}, {43 * 64 * 2, 6}, mask_slice}));
 }
 
 // transformers >= 5.0 (integrations/moe.py grouped_mm_experts_forward): the
@@ -128,10 +132,12 @@ TEST(MoeGrouped, TwoGroupedMatmulsPerLayerOverAllPairs) {
   // gate|up [S, 2I] and down [S, h], once per layer.
   EXPECT_EQ(ops["aten::_grouped_mm"], (std::map<uint64_t, int>{{s * 2 * inter * bf16, 2}, {s * h * bf16, 2}}));
   // Rows [S, h] (grouped_mm_experts_forward, 5.24.0): hidden_states[perm //
-  // top_k], already in expert order, and the weighted rows back in token order
-  // (2 per layer); the sorted routing weights (bf16, cast back from the fp32
-  // top-k). torch.sort returns the sorted ids itself: no index for them.
-  EXPECT_EQ(ops["aten::index"], (std::map<uint64_t, int>{{s * h * bf16, 4}, {s * bf16, 2}}));
+  // top_k], already in expert order, and the weighted rows back in token order;
+  // the sorted routing weights. MixtralTopKRouter (5.24.0) does not cast its
+  // top-k values back, so those weights and the weighted rows are fp32.
+  // torch.sort returns the sorted ids itself: no index for them.
+  EXPECT_EQ(ops["aten::index"],
+            (std::map<uint64_t, int>{{s * h * bf16, 2}, {s * h * 4, 2}, {s * 4, 2}}));
   EXPECT_EQ(ops["aten::floor_divide"], (std::map<uint64_t, int>{{s * 8, 2}}));
   // The router: fp32 softmax over 4 experts, fp32 top-2 values, int64 indices.
   EXPECT_EQ(ops["aten::_softmax"], (std::map<uint64_t, int>{{128 * 4 * 4, 2}}));

@@ -312,10 +312,59 @@ Var Mlp(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x, 
   return out;
 }
 
-// Mixture of experts (modeling_mixtral.py / qwen2_moe, transformers 4.4x-4.5x):
-// router logits, fp32 softmax, top-k weights and indices, the one-hot expert
-// mask (int64 [E, k, t]); each expert runs its gated MLP on the tokens routed
-// to it (index, MLP, weight, index_add_).
+// The router's top-k (torch.topk of the fp32 probabilities): values and int64
+// indices [t, k]; TopkBackward0 saves the indices (derivatives.yaml: the
+// gradient is scattered back into zeros [t, E]).
+struct TopK {
+  Var values, indices;
+};
+TopK RouterTopK(Tape& tape, const Var& probs, uint64_t tokens, uint64_t top_k) {
+  TopK r;
+  r.values = tape.New(tokens * top_k, kF32, Category::kTemporaries, "aten::topk");
+  r.indices = tape.New(tokens * top_k, kI64, Category::kTemporaries, "aten::topk");
+  if (tape.grad_enabled && probs.requires_grad()) {
+    NodeId n = tape.Node("TopkBackward0", &r.values);
+    tape.graph.Save(n, r.indices.t);
+    tape.graph.Edge(n, probs, probs.bytes());
+  }
+  return r;
+}
+
+// routing_weights /= routing_weights.sum(dim=-1, keepdim=True), in place
+// (mixtral always; qwen2_moe / qwen3_moe with norm_topk_prob; 4.57.6 and
+// 5.24.0). DivBackward0 needs self for the divisor's gradient, so the
+// generated in-place kernel first clones it (gen_variable_type.py
+// emit_original_self_definition: original_self = self.clone()) and saves that
+// copy and the [t, 1] sum; the weights get the new grad_fn.
+void NormalizeTopK(Tape& tape, Var& weights, uint64_t tokens) {
+  Var sum = tape.New(tokens, weights.elem_bytes, Category::kTemporaries, "aten::sum");
+  if (tape.grad_enabled && weights.requires_grad()) {
+    NodeId n = tape.Node("SumBackward1", &sum);
+    tape.graph.EdgePass(n, weights);  // an expanded view of the gradient
+  }
+  if (tape.grad_enabled && (weights.requires_grad() || sum.requires_grad())) {
+    Var original = tape.New(weights.numel, weights.elem_bytes, Category::kTemporaries, "aten::clone");
+    const Var before = weights;
+    NodeId n = tape.Node("DivBackward0", &weights);
+    tape.graph.Save(n, original.t);
+    tape.graph.Save(n, sum.t);
+    tape.graph.Edge(n, before, before.bytes());
+    // -grad * self / other^2 at full size, then summed to [t, 1].
+    tape.graph.Workspace(n, before.bytes());
+    tape.graph.Edge(n, sum, sum.bytes());
+    tape.Drop(original);
+  }
+  tape.Drop(sum);
+}
+
+// Mixture of experts (modeling_mixtral.py / modeling_qwen2_moe.py /
+// modeling_qwen3_moe.py SparseMoeBlock.forward, transformers 4.4x-4.57.6):
+// router logits, fp32 softmax, top-k weights and indices (TopkBackward0 keeps
+// the indices), the optional in-place renormalization, the weights cast back
+// to the hidden states' dtype (`routing_weights.to(hidden_states.dtype)`), the
+// one-hot expert mask (int64 [E, k, t]); each expert runs its gated MLP on the
+// tokens routed to it (index, MLP, weight, index_add_). qwen2_moe then adds
+// sigmoid(shared_expert_gate(x)) * shared_expert(x).
 Var MoeGrouped(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x, const Dims& d);
 
 Var Moe(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x, const Dims& d) {
@@ -330,72 +379,103 @@ Var Moe(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x, 
   tape.Drop(logits);
   Var probs = UnaryOp(tape, l32, "aten::_softmax", "SoftmaxBackward0", true);
   tape.Drop(l32);
-  Var top_weights = tape.New(d.t * top_k, kF32, Category::kTemporaries, "aten::topk");
-  Var top_index = tape.New(d.t * top_k, kI64, Category::kTemporaries, "aten::topk");
-  Var expert_mask = tape.New(experts * d.ep * top_k * d.t, kI64, Category::kTemporaries, "aten::one_hot");
+  TopK top = RouterTopK(tape, probs, d.t, top_k);
+  tape.Drop(probs);  // `routing_weights` is rebound to the top-k values
+  if (spec.norm_topk_prob) NormalizeTopK(tape, top.values, d.t);
+  // routing_weights = routing_weights.to(hidden_states.dtype): the fp32 values
+  // go unless that is their dtype already.
+  Var routing = Cast(tape, top.values, x.elem_bytes);
+  tape.Drop(top.values);
   Var out = tape.New(d.t * d.h, x.elem_bytes, Category::kTemporaries, "aten::zeros");
+  Var expert_mask = tape.New(experts * d.ep * top_k * d.t, kI64, Category::kTemporaries, "aten::one_hot");
   const std::vector<uint64_t> routed =
       ExpertTokens(d.t, top_k, lp.expert_gate.size(), d.ep, d.moe_capacity_factor, d.moe_imbalance);
   const uint64_t inter = spec.moe_intermediate_size ? spec.moe_intermediate_size : d.inter;
+  // The loop's Python locals (idx / top_x, current_state,
+  // current_hidden_states) are rebound by the next expert and the last ones
+  // live until the block returns.
+  Var where, xs, w;
   for (uint64_t e = 0; e < lp.expert_gate.size(); ++e) {
     const uint64_t per_expert = routed[e];
     if (per_expert == 0) continue;
-    // idx, top_x = torch.where(expert_mask[e]): the (slot, token) pairs routed
-    // here, two int64 vectors; the index ops below save top_x (and idx), so
-    // they live until this expert's backward.
-    Var idx = tape.New(per_expert, kI64, Category::kTemporaries, "aten::where");
-    Var top_x = tape.New(per_expert, kI64, Category::kTemporaries, "aten::where");
-    Var xs = tape.New(per_expert * d.h, x.elem_bytes, Category::kTemporaries, "aten::index");
+    // idx, top_x = torch.where(expert_mask[expert_idx].squeeze(0)): a copy of
+    // the expert's [k, t] mask slice (advanced indexing with a tensor), then
+    // nonzero [n, 2] int64, whose two columns are idx and top_x (views). The
+    // index ops below save them, so they live until this expert's backward.
+    Var slice = tape.New(top_k * d.t, kI64, Category::kTemporaries, "aten::index");
+    Var nz = tape.New(2 * per_expert, kI64, Category::kTemporaries, "aten::nonzero");
+    tape.Drop(slice);
+    if (where.t != kNoTensor) tape.Drop(where);
+    where = nz;
+    // current_state = hidden_states[None, top_x]: the previous expert's goes
+    // only now, when the name is rebound.
+    Var cur = tape.New(per_expert * d.h, x.elem_bytes, Category::kTemporaries, "aten::index");
     if (x.requires_grad() && tape.grad_enabled) {
-      NodeId n = tape.Node("IndexBackward0", &xs);
-      tape.graph.Save(n, top_x.t);
+      NodeId n = tape.Node("IndexBackward0", &cur);
+      tape.graph.Save(n, where.t);
       tape.graph.Edge(n, x, x.bytes());
     }
+    if (xs.t != kNoTensor) tape.Drop(xs);
+    xs = cur;
     Var y = Mlp(tape, spec, lp, xs, d, per_expert, inter, lp.expert_gate[e], lp.expert_up[e],
                 lp.expert_down[e]);
-    tape.Drop(xs);
     // routing_weights[top_x, idx, None]: this expert's per-token weights.
-    Var rw = tape.New(per_expert, kF32, Category::kTemporaries, "aten::index");
-    if (probs.requires_grad() && tape.grad_enabled) {
+    Var rw = tape.New(per_expert, routing.elem_bytes, Category::kTemporaries, "aten::index");
+    if (routing.requires_grad() && tape.grad_enabled) {
       NodeId n = tape.Node("IndexBackward0", &rw);
-      tape.graph.Save(n, top_x.t);
-      tape.graph.Save(n, idx.t);
-      tape.graph.Edge(n, probs, probs.bytes());
+      tape.graph.Save(n, where.t);
+      tape.graph.Edge(n, routing, routing.bytes());
     }
-    Var w = Mul(tape, y, rw);
+    Var weighted = Mul(tape, y, rw);
     tape.Drop(rw);
     tape.Drop(y);
-    // final_hidden_states.index_add_(0, top_x, w), in place: `out` gets a new
-    // grad_fn, IndexAddBackward0 (derivatives.yaml: self gets the incoming
-    // gradient as it is, source gets grad.index_select(0, index).expand_as(
-    // source), so the index and the source are saved: the weighted rows stay,
-    // as the 4.57 trace shows). This is what connects each expert's graph to
-    // the loss; the chain of these nodes runs every expert's backward in
-    // reverse order.
-    if (tape.grad_enabled && (w.requires_grad() || out.requires_grad())) {
+    if (w.t != kNoTensor) tape.Drop(w);
+    w = weighted;
+    // final_hidden_states.index_add_(0, top_x, current_hidden_states.to(dtype)),
+    // in place: `out` gets a new grad_fn, IndexAddBackward0 (derivatives.yaml:
+    // self gets the incoming gradient as it is, source gets
+    // grad.index_select(0, index).expand_as(source), so the index and the
+    // source are saved: the weighted rows stay, as the 4.57 trace shows). This
+    // is what connects each expert's graph to the loss; the chain of these
+    // nodes runs every expert's backward in reverse order. The cast is a no-op
+    // unless autocast made the weighted rows fp32 under half hidden states.
+    Var src = Cast(tape, w, x.elem_bytes);
+    if (tape.grad_enabled && (src.requires_grad() || out.requires_grad())) {
       const Var before = out;
       NodeId n = tape.Node("IndexAddBackward0", &out);
-      tape.graph.Save(n, top_x.t);
-      tape.graph.Save(n, w.t);
+      tape.graph.Save(n, where.t);
+      tape.graph.Save(n, src.t);
       tape.graph.EdgePass(n, before);
-      tape.graph.Edge(n, w, w.bytes());
+      tape.graph.Edge(n, src, src.bytes());
     }
-    tape.Drop(w);
-    tape.Drop(top_x);
-    tape.Drop(idx);
+    tape.Drop(src);
   }
   if (lp.shared_gate) {
+    // shared_expert_output = self.shared_expert(hidden_states), then
+    // F.sigmoid(self.shared_expert_gate(hidden_states)) * shared_expert_output
+    // (qwen2_moe 4.57.6), added to the routed sum.
     Var sh = Mlp(tape, spec, lp, x, d, d.t, spec.shared_expert_intermediate_size,
                  lp.shared_gate, lp.shared_up, lp.shared_down);
+    if (lp.shared_router) {
+      Var gate_logit = Proj(tape, x, lp.shared_router, nullptr, d.t, 1);
+      Var sig = UnaryOp(tape, gate_logit, "aten::sigmoid", "SigmoidBackward0", true);
+      tape.Drop(gate_logit);
+      Var gated = Mul(tape, sig, sh);
+      tape.Drop(sig);
+      tape.Drop(sh);
+      sh = gated;
+    }
     Var sum = Add(tape, out, sh);
     tape.Drop(sh);
     tape.Drop(out);
     out = sum;
   }
+  for (Var* v : {&xs, &w, &where}) {
+    if (v->t != kNoTensor) tape.Drop(*v);
+  }
   tape.Drop(expert_mask);
-  tape.Drop(top_index);
-  tape.Drop(top_weights);
-  tape.Drop(probs);
+  tape.Drop(top.indices);
+  tape.Drop(routing);
   return out;
 }
 
@@ -443,22 +523,23 @@ Var MoeGrouped(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const V
     shared = Mlp(tape, spec, lp, x, d, d.t, spec.shared_expert_intermediate_size, lp.shared_gate,
                  lp.shared_up, lp.shared_down);
   }
-  // --- router
+  // --- router (mixtral: softmax(router_logits.float()); qwen: softmax(dtype=float32))
   Var logits = Proj(tape, x, lp.router, nullptr, d.t, experts);
   Var l32 = Cast(tape, logits, kF32);
   Var probs = UnaryOp(tape, l32, "aten::_softmax", "SoftmaxBackward0", true);
   tape.Drop(l32);
-  Var top_w = tape.New(d.t * top_k, kF32, Category::kTemporaries, "aten::topk");
-  Var top_i = tape.New(d.t * top_k, kI64, Category::kTemporaries, "aten::topk");
-  if (grad && probs.requires_grad()) {
-    NodeId n = tape.Node("TopkBackward0", &top_w);
-    tape.graph.Save(n, top_i.t);
-    tape.graph.Edge(n, probs, probs.bytes());  // zeros [t, E] + scatter
-  }
+  TopK top = RouterTopK(tape, probs, d.t, top_k);
+  Var top_i = top.indices;
   tape.Drop(probs);
-  Var weights = Cast(tape, top_w, logits.elem_bytes);  // router_top_value.to(router_logits.dtype)
-  tape.Drop(top_w);
-  tape.Drop(logits);
+  if (spec.norm_topk_prob) NormalizeTopK(tape, top.values, d.t);
+  // Qwen2MoeTopKRouter / Qwen3MoeTopKRouter: router_top_value.to(router_logits.dtype);
+  // MixtralTopKRouter (5.24.0) returns the fp32 values as they are, so the
+  // weighted expert rows are fp32 there.
+  Var weights = spec.model_type == "mixtral" ? tape.Share(top.values)
+                                              : Cast(tape, top.values, logits.elem_bytes);
+  tape.Drop(top.values);
+  // `_, routing_weights, selected_experts = self.gate(...)`: the router logits
+  // stay bound to `_` until the block returns.
   // --- experts
   const uint8_t expert_bytes = lp.expert_gate.front()->elem_bytes;
   // grouped_mm_experts_forward (integrations/moe.py, 5.24.0): expert_ids_g,
@@ -516,22 +597,36 @@ Var MoeGrouped(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const V
   Var inv_perm = tape.New(s, kI64, Category::kTemporaries, "aten::empty_like");
   Var arange = tape.New(s, kI64, Category::kTemporaries, "aten::arange");
   tape.Drop(arange);
-  Var unsorted = tape.New(s * d.h, weighted.elem_bytes, Category::kTemporaries, "aten::index");
+  // weighted_out[inv_perm]: IndexBackward0 saves the index before the gather
+  // runs (VariableType saves inputs before the call), so a recompute that
+  // stops at this pack never makes the gathered copy.
+  NodeId unsort_node = kNoNode;
   if (grad && weighted.requires_grad()) {
-    NodeId n = tape.Node("IndexBackward0", &unsorted);
-    tape.graph.Save(n, inv_perm.t);
-    tape.graph.Edge(n, weighted, weighted.bytes());
+    unsort_node = tape.Node("IndexBackward0", nullptr);
+    tape.graph.Save(unsort_node, inv_perm.t);
+    tape.graph.Edge(unsort_node, weighted, weighted.bytes());
   }
-  // .view(t, k, h).sum(dim=1): the gradient is an expanded view.
+  Var unsorted = tape.New(s * d.h, weighted.elem_bytes, Category::kTemporaries, "aten::index");
+  if (unsort_node != kNoNode) {
+    unsorted.fn = unsort_node;
+    unsorted.slot = 0;
+  }
+  // `weighted_out = weighted_out[inv_perm]` rebinds the name: the weighted rows
+  // go now unless a node saved them.
+  tape.Drop(weighted);
+  // .view(t, k, h).sum(dim=1): SumBackward1 hands back an expanded view of the
+  // [t, h] gradient, and ViewBackward0 reshapes it to [S, h], which for an
+  // expanded (stride-0) tensor is a contiguous copy: a full [S, h] gradient
+  // (aten::clone in the 5.24.0 trace) that IndexBackward0 then receives.
   Var summed = tape.New(d.t * d.h, unsorted.elem_bytes, Category::kTemporaries, "aten::sum");
   if (grad && unsorted.requires_grad()) {
     NodeId n = tape.Node("SumBackward1", &summed);
-    tape.graph.EdgePass(n, unsorted);
+    tape.graph.Edge(n, unsorted, unsorted.bytes());
   }
   Var out = Cast(tape, summed, x.elem_bytes);  // .to(hidden_states.dtype)
   tape.Drop(summed);
   // The experts function returns: its locals die.
-  for (Var* v : {&routed_sorted, &weighted, &unsorted, &perm, &inv_perm, &ids_sorted, &w_sorted,
+  for (Var* v : {&routed_sorted, &unsorted, &perm, &inv_perm, &ids_sorted, &w_sorted,
                  &offsets, &weights, &top_i}) {
     tape.Drop(*v);
   }
@@ -550,6 +645,7 @@ Var MoeGrouped(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const V
     tape.Drop(out);
     out = sum;
   }
+  tape.Drop(logits);
   return out;
 }
 
