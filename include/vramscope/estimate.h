@@ -35,6 +35,10 @@ struct Estimated {
 Result<Estimated> Estimate(const ModelSpec& model, const TrainingSetup& setup,
                            const EstimateOptions& options = {});
 
+// The defaults an estimate of `setup` rests on, each with the flag that
+// changes it (the report's "Assumed" section, JSON `assumptions`).
+std::vector<Assumption> DescribeAssumptions(const TrainingSetup& setup);
+
 // Plain-words lines about the peak of a report: when it happens, what is
 // alive, the largest tensor.
 std::vector<std::string> ExplainPeak(const Report& report);

@@ -56,6 +56,13 @@ struct RankReport {
 // changes meaning or disappears; new keys do not raise it.
 inline constexpr int kReportSchemaVersion = 1;
 
+// A default the estimate rests on, in words, with the flag that changes it.
+struct Assumption {
+  std::string what;                // "weights", "optimizer", ...
+  std::string assumed;             // what the lowering models
+  std::string flag;                // the flag that changes it ("" for none)
+};
+
 struct Report {
   std::string command;             // "estimate", "simulate", ...
   std::string source;              // trace path or model name
@@ -66,6 +73,7 @@ struct Report {
   // Plain-words lines: what is alive at the peak, why, what knobs would save.
   std::vector<std::string> explanation;
   std::vector<std::string> notes;  // assumptions, modelled library versions
+  std::vector<Assumption> assumptions;  // the defaults an estimate rests on
 
   // The rank class with the largest device total (the reported maximum); a
   // class that ran out of memory counts with its needed bytes (see below). The

@@ -45,6 +45,7 @@ Result<Estimated> Estimate(const ModelSpec& model, const TrainingSetup& setup,
   report.source = model.name;
   report.gpu = gpu;
   report.knobs = DescribeSetup(setup);
+  report.assumptions = DescribeAssumptions(setup);
   // Where the model came from (catalog, file, Hub cache) first, then the
   // lowering's assumptions.
   report.notes = model.notes;

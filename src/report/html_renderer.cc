@@ -59,6 +59,7 @@ class PageWriter {
     for (size_t i = 0; i < report_.ranks.size(); ++i) RankSection(i);
     List("Why", report_.explanation);
     Knobs();
+    Assumed();
     List("Notes", report_.notes);
     out_ += fmt::format("<script>{}</script>\n</body>\n</html>\n", kHtmlScript);
     return std::move(out_);
@@ -247,6 +248,16 @@ class PageWriter {
     out_ += fmt::format("<h2>{}</h2>\n<ul>\n", title);
     for (const std::string& line : lines) out_ += fmt::format("<li>{}</li>\n", EscapeMarkup(line));
     out_ += "</ul>\n";
+  }
+
+  void Assumed() {
+    if (report_.assumptions.empty()) return;
+    out_ += "<h2>Assumed</h2>\n<table>\n";
+    for (const Assumption& a : report_.assumptions) {
+      out_ += "<tr>" + Cell(EscapeMarkup(a.what)) + Cell(EscapeMarkup(a.assumed), "name") +
+              Cell(EscapeMarkup(a.flag), "name") + "</tr>\n";
+    }
+    out_ += "</table>\n";
   }
 
   void Knobs() {

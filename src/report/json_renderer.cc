@@ -154,6 +154,11 @@ std::string RenderJson(const Report& report, int indent) {
   root["knobs"] = std::move(knobs);
   root["explanation"] = report.explanation;
   root["notes"] = report.notes;
+  Json assumptions = Json::array();
+  for (const Assumption& a : report.assumptions) {
+    assumptions.push_back({{"what", a.what}, {"assumed", a.assumed}, {"flag", a.flag}});
+  }
+  root["assumptions"] = std::move(assumptions);
   // Input text may hold invalid UTF-8: replace it with U+FFFD rather than
   // throwing, because the library never throws.
   return root.dump(indent, ' ', false, Json::error_handler_t::replace) + "\n";

@@ -234,6 +234,18 @@ void RenderList(std::string_view title, const std::vector<std::string>& lines, s
   }
 }
 
+// "Assumed": what the estimate rests on and the flag that changes each.
+void RenderAssumptions(const std::vector<Assumption>& assumptions, std::string* out) {
+  if (assumptions.empty()) return;
+  Line(out);
+  Line(out, "Assumed (change with the flag named)");
+  for (const Assumption& a : assumptions) {
+    std::string line = fmt::format("  {}{}", PadRight(SanitizeText(a.what), 11), SanitizeText(a.assumed));
+    if (!a.flag.empty()) line += fmt::format(" [{}]", SanitizeText(a.flag));
+    Line(out, line);
+  }
+}
+
 }  // namespace
 
 std::string RenderText(const Report& report) {
@@ -251,6 +263,7 @@ std::string RenderText(const Report& report) {
     }
   }
   RenderList("Why", report.explanation, &out);
+  RenderAssumptions(report.assumptions, &out);
   RenderList("Notes", report.notes, &out);
   return out;
 }

@@ -1,0 +1,98 @@
+// The defaults an estimate rests on, in words, each with the flag that
+// changes it (issue 18: a report says what it assumed).
+#include <fmt/format.h>
+
+#include "vramscope/estimate.h"
+
+namespace vramscope {
+namespace {
+
+std::string Weights(const TrainingSetup& s) {
+  switch (s.precision) {
+    case Precision::kFp32: return "fp32 weights, gradients and optimizer state; no autocast";
+    case Precision::kBf16Mixed:
+      return "fp32 weights (the model loaded in float32) under torch.autocast(bfloat16); fp32 "
+             "gradients and optimizer state. A model loaded in bf16 is --precision bf16";
+    case Precision::kFp16Mixed:
+      return "fp32 weights under torch.autocast(float16) with a GradScaler; fp32 gradients and "
+             "optimizer state";
+    case Precision::kBf16: return "bf16 weights, gradients and optimizer state (loaded in bf16, no autocast)";
+    case Precision::kFp16: return "fp16 weights, gradients and optimizer state (no autocast)";
+  }
+  return "";
+}
+
+std::string Optimizer(const TrainingSetup& s) {
+  switch (s.optimizer) {
+    case OptimizerKind::kAdamW:
+      // transformers' TrainingArguments: default_optim = "adamw_torch_fused"
+      // with torch >= 2.8 (training_args.py, 4.57.6 and 5.24.0).
+      return "torch.optim.AdamW, foreach implementation (torch's default without fused=True); "
+             "the HF Trainer's default on torch >= 2.8 is the fused one: --optimizer adamw-fused";
+    case OptimizerKind::kAdamWFused: return "torch.optim.AdamW(fused=True) (the HF Trainer's default on torch >= 2.8)";
+    case OptimizerKind::kAdamWForLoop: return "torch.optim.AdamW(foreach=False): one parameter at a time";
+    case OptimizerKind::kAdamW8bit: return "bitsandbytes AdamW8bit: 8-bit blockwise state";
+    case OptimizerKind::kPagedAdamW8bit: return "bitsandbytes PagedAdamW8bit: state in managed memory";
+    case OptimizerKind::kPagedAdamW: return "bitsandbytes PagedAdamW: 32-bit state in managed memory";
+    case OptimizerKind::kSgd: return "torch.optim.SGD without momentum: no state";
+    case OptimizerKind::kSgdMomentum: return "torch.optim.SGD with momentum: one buffer per parameter";
+    case OptimizerKind::kAdafactor: return "transformers Adafactor: factored second moments";
+    case OptimizerKind::kLion: return "Lion: one momentum buffer per parameter";
+    case OptimizerKind::kNone: return "no optimizer step (forward and backward only)";
+  }
+  return "";
+}
+
+std::string Attn(const TrainingSetup& s) {
+  switch (s.attn) {
+    case Attention::kSdpa:
+      return "torch SDPA, causal, no padding: flash (16-bit) or memory-efficient (fp32) kernels, "
+             "no b x heads x s x s scores";
+    case Attention::kEager: return "eager attention: the b x heads x s x s scores and probabilities are materialized";
+    case Attention::kFlash: return "the flash-attn 2 package";
+  }
+  return "";
+}
+
+std::string Loss(const TrainingSetup& s) {
+  switch (s.loss) {
+    case LossKind::kHf:
+      return "transformers' loss: full [tokens, vocab] logits, upcast to fp32 before cross_entropy";
+    case LossKind::kChunked: return "cross-entropy over vocabulary chunks";
+    case LossKind::kFusedLinear: return "Liger-Kernel's fused linear cross-entropy: no full logits";
+  }
+  return "";
+}
+
+}  // namespace
+
+std::vector<Assumption> DescribeAssumptions(const TrainingSetup& s) {
+  std::vector<Assumption> out;
+  out.push_back({"weights", Weights(s), "--precision"});
+  if (s.finetune != Finetune::kFull) {
+    std::string adapters = fmt::format(
+        "PEFT LoRA, rank {}, on {}; adapters in fp32 (get_peft_model's autocast_adapter_dtype=True)",
+        s.lora_rank, fmt::join(s.lora_targets, ","));
+    if (s.finetune == Finetune::kQLora) {
+      adapters += "; base weights NF4 with double quantization, the rest cast to fp32 "
+                  "(prepare_model_for_kbit_training)";
+    }
+    out.push_back({"adapters", adapters, "--lora-rank, --lora-targets"});
+  }
+  out.push_back({"optimizer", Optimizer(s), "--optimizer"});
+  out.push_back({"attention", Attn(s), "--attn"});
+  out.push_back({"loss", Loss(s), "--loss"});
+  out.push_back({"batch",
+                 s.attention_mask ? "every row full length, with an attention_mask as collators add one"
+                                  : "input_ids and labels only, no attention_mask",
+                 s.attention_mask ? "--no-attention-mask" : ""});
+  out.push_back({"libraries",
+                 fmt::format("transformers {}.{} and torch {}.{} behaviour", s.transformers_version / 100,
+                             s.transformers_version % 100, s.torch_version / 100, s.torch_version % 100),
+                 "--transformers-version, --torch-version"});
+  out.push_back({"steps", fmt::format("{} optimizer steps simulated; the peak is the worst of them", s.steps),
+                 "--steps"});
+  return out;
+}
+
+}  // namespace vramscope

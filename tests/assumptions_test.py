@@ -1,0 +1,52 @@
+"""Every estimate says what it assumed, and the flag that changes each assumption (issue 18)."""
+import json
+import os
+import pathlib
+import subprocess
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+BIN = os.environ.get("VRAMSCOPE_BIN", str(ROOT / "build" / "cli" / "vramscope"))
+LORA = ["estimate", "qwen2.5-0.5b", "--finetune", "lora"]
+
+
+def run(*args):
+    p = subprocess.run([BIN, *args], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert p.returncode == 0, p.stderr
+    return p.stdout
+
+
+def assumptions(*args):
+    return {a["what"]: a for a in json.loads(run(*args, "--json"))["assumptions"]}
+
+
+def test_the_lora_example_prints_its_assumptions_with_their_flags():
+    text = run(*LORA)
+    section = text[text.index("Assumed (change with the flag named)"):]
+    for what, flag in [("weights", "--precision"), ("adapters", "--lora-rank"), ("optimizer", "--optimizer"),
+                       ("attention", "--attn"), ("loss", "--loss"), ("libraries", "--transformers-version"),
+                       ("steps", "--steps")]:
+        line = next(l for l in section.splitlines() if l.strip().startswith(what))
+        assert flag in line, line
+    a = assumptions(*LORA)
+    assert "fp32 weights" in a["weights"]["assumed"] and "autocast(bfloat16)" in a["weights"]["assumed"]
+    assert "rank 16" in a["adapters"]["assumed"] and "fp32" in a["adapters"]["assumed"]
+    assert "foreach" in a["optimizer"]["assumed"] and "adamw-fused" in a["optimizer"]["assumed"]
+
+
+def test_every_named_flag_is_a_flag_of_estimate():
+    help_text = run("estimate", "--help")
+    for a in assumptions(*LORA).values():
+        for flag in filter(None, (f.strip() for f in a["flag"].split(","))):
+            assert flag in help_text, flag
+
+
+def test_assumptions_follow_the_knobs():
+    a = assumptions(*LORA, "--precision", "bf16", "--optimizer", "adamw-fused", "--attn", "eager",
+                    "--lora-rank", "64", "--no-attention-mask")
+    assert a["weights"]["assumed"].startswith("bf16 weights")
+    assert "fused=True" in a["optimizer"]["assumed"]
+    assert "eager" in a["attention"]["assumed"]
+    assert "rank 64" in a["adapters"]["assumed"]
+    assert "no attention_mask" in a["batch"]["assumed"] and a["batch"]["flag"] == ""
+    full = assumptions("estimate", "qwen2.5-0.5b")
+    assert "adapters" not in full
