@@ -37,7 +37,7 @@ int RunGpus(bool json) {
                 .c_str());
   for (const GpuSpec& g : catalog) {
     std::puts(fmt::format("{:<12} {:<28} {:>12} {:>12} {:>12.0f}", g.name, g.display_name,
-                          FormatGiB(g.usable_bytes), FormatGiB(g.cuda_context_bytes),
+                          FormatBytes(g.usable_bytes), FormatBytes(g.cuda_context_bytes),
                           g.bf16_dense_tflops)
                   .c_str());
   }

@@ -95,10 +95,10 @@ int RunReplay(const ReplayArgs& args) {
   report.ranks.push_back(std::move(rank));
   report.explanation.push_back(
       fmt::format("Measured in the snapshot: peak allocated {}, peak reserved {}.",
-                  FormatGiB(measured->sim.peak_allocated_bytes), FormatGiB(measured_reserved)));
+                  FormatBytes(measured->sim.peak_allocated_bytes), FormatBytes(measured_reserved)));
   report.explanation.push_back(fmt::format(
       "Replayed with the snapshot's own settings ({}): peak reserved {} ({} vs measured).",
-      ConfLabel(own_conf), FormatGiB(baseline->peak_reserved_bytes),
+      ConfLabel(own_conf), FormatBytes(baseline->peak_reserved_bytes),
       Percent(baseline->peak_reserved_bytes, measured_reserved)));
   if (args.alloc_conf_given) {
     const int64_t saved = static_cast<int64_t>(baseline->peak_reserved_bytes) -
@@ -106,16 +106,16 @@ int RunReplay(const ReplayArgs& args) {
     report.explanation.push_back(fmt::format(
         "Replayed with {}: peak reserved {} ({} vs measured); {} {} than the snapshot's "
         "settings in the same model.",
-        ConfLabel(args.alloc_conf), FormatGiB(replayed->peak_reserved_bytes),
+        ConfLabel(args.alloc_conf), FormatBytes(replayed->peak_reserved_bytes),
         Percent(replayed->peak_reserved_bytes, measured_reserved),
-        FormatGiB(static_cast<uint64_t>(saved < 0 ? -saved : saved)),
+        FormatBytes(static_cast<uint64_t>(saved < 0 ? -saved : saved)),
         saved >= 0 ? "less" : "more"));
   }
   report.notes.push_back(
       "Replay feeds the measured allocations (requested sizes, streams, order) to the allocator "
       "model; a block is freed when PyTorch could reuse it (free_completed), and each run of "
       "segment frees in the trace replays as torch.cuda.empty_cache().");
-  report.notes.push_back(fmt::format("Device limit of the replay: {}{}.", FormatGiB(limit),
+  report.notes.push_back(fmt::format("Device limit of the replay: {}{}.", FormatBytes(limit),
                                      measured->sim.oom ? " (reserved + free at the measured OOM)"
                                                        : " (GPU usable minus CUDA context)"));
   if (!args.out.json) return EmitReport(report, args.out);

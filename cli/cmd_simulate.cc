@@ -71,7 +71,7 @@ int RunSimulate(const SimulateArgs& args) {
         "Peak allocated as recorded (PyTorch releases saved tensors and intermediate gradients "
         "as soon as backward no longer needs them): {}; if they lived until the end of each "
         "backward pass, as in engines that keep the graph: {} ({}{}).",
-        FormatGiB(a), FormatGiB(b), b >= a ? "+" : "-", FormatGiB(b >= a ? b - a : a - b)));
+        FormatBytes(a), FormatBytes(b), b >= a ? "+" : "-", FormatBytes(b >= a ? b - a : a - b)));
     report.ranks.push_back(std::move(*retained));
   }
   report.notes.push_back(

@@ -3,7 +3,7 @@
 For estimate, plan, sweep and explain: write the page with --html, load it from
 file:// in headless Chromium, and check that
   - it renders, and the rendered DOM shows the numbers that the same command's
-    --json output gives, formatted as the page prints them (GiB, 2 decimals);
+    --json output gives, formatted as the page prints them (the unit that fits, 2 decimals);
   - its script ran to the end without an error (the report page sets
     data-vs-script="done" on <html> as its last statement; sweep and plan pages
     have no script at all, which is checked instead);
@@ -53,8 +53,14 @@ CHROMIUM_FLAGS = [
 
 
 def gib(n):
-    """FormatGiB (src/report): GiB with two decimals."""
-    return f"{n / GiB:.2f} GiB"
+    """FormatBytes (src/report): the unit that fits, two decimals."""
+    if n >= GiB:
+        return f"{n / GiB:.2f} GiB"
+    if n >= 1 << 20:
+        return f"{n / (1 << 20):.2f} MiB"
+    if n >= 1 << 10:
+        return f"{n / (1 << 10):.2f} KiB"
+    return f"{n} B"
 
 
 class Page:

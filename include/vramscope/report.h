@@ -134,8 +134,9 @@ std::string RenderSvg(const Report& report);
 // Content-Security-Policy that forbids every network request).
 std::string RenderHtml(const Report& report);
 
-// "12.34 GiB" (2^30 bytes, two decimals).
-std::string FormatGiB(uint64_t bytes);
+// In the unit that fits: "12.34 GiB" from 1 GiB up (2^30 bytes, two decimals),
+// "512.00 MiB" below, "3.50 KiB" below 1 MiB, "12 B" below 1 KiB.
+std::string FormatBytes(uint64_t bytes);
 
 // Text from outside (model names, file names, module paths) made safe for
 // HTML/XML element content and quoted attributes: invalid UTF-8 bytes become

@@ -14,8 +14,8 @@ namespace {
 
 // Signed difference in GiB, "-1.23 GiB" / "+0.50 GiB".
 std::string SignedGiB(uint64_t after, uint64_t before) {
-  if (after >= before) return "+" + FormatGiB(after - before);
-  return "-" + FormatGiB(before - after);
+  if (after >= before) return "+" + FormatBytes(after - before);
+  return "-" + FormatBytes(before - after);
 }
 
 struct WhatIf {
@@ -84,10 +84,10 @@ std::vector<std::string> ExplainPeak(const Report& report) {
   lines.push_back(fmt::format(
       "The peak of {} allocated happens in step {}, {} phase; PyTorch reserves {} by then "
       "({} cached but unused), and nvidia-smi would show about {}.",
-      FormatGiB(sim.peak_allocated_bytes), sim.peak_step, PhaseName(sim.peak_phase),
-      FormatGiB(sim.reserved_at_peak_bytes),
-      FormatGiB(sim.reserved_at_peak_bytes - std::min(sim.reserved_at_peak_bytes, sim.peak_allocated_bytes)),
-      FormatGiB(DeviceTotalBytes(r))));
+      FormatBytes(sim.peak_allocated_bytes), sim.peak_step, PhaseName(sim.peak_phase),
+      FormatBytes(sim.reserved_at_peak_bytes),
+      FormatBytes(sim.reserved_at_peak_bytes - std::min(sim.reserved_at_peak_bytes, sim.peak_allocated_bytes)),
+      FormatBytes(DeviceTotalBytes(r))));
   std::vector<std::pair<uint64_t, Category>> parts;
   for (Category c : kAllCategories) parts.emplace_back(sim.breakdown_at_peak[static_cast<int>(c)], c);
   std::sort(parts.rbegin(), parts.rend());
@@ -97,14 +97,14 @@ std::vector<std::string> ExplainPeak(const Report& report) {
     if (sim.peak_allocated_bytes == 0 || bytes * 200 < sim.peak_allocated_bytes) continue;
     std::string name(CategoryJsonKey(c));
     std::replace(name.begin(), name.end(), '_', ' ');
-    alive += fmt::format("{}{} {} ({:.0f}%)", alive.empty() ? "" : ", ", name, FormatGiB(bytes),
+    alive += fmt::format("{}{} {} ({:.0f}%)", alive.empty() ? "" : ", ", name, FormatBytes(bytes),
                          100.0 * static_cast<double>(bytes) / static_cast<double>(sim.peak_allocated_bytes));
   }
   if (!alive.empty()) lines.push_back("Alive at the peak: " + alive + ".");
   if (!sim.top_at_peak.empty()) {
     const LiveAllocation& top = sim.top_at_peak.front();
     lines.push_back(fmt::format("The largest single tensor alive then is {} of {} made by {} in {}.",
-                                FormatGiB(top.block_bytes), CategoryJsonKey(top.category), top.op,
+                                FormatBytes(top.block_bytes), CategoryJsonKey(top.category), top.op,
                                 top.module.empty() ? "(no module)" : top.module));
   }
   return lines;

@@ -128,7 +128,7 @@ Result<FitResult> Fit(const ModelSpec& model, const TrainingSetup& setup, const 
   VS_TRY(gpu, FindGpu(setup.gpu));
   if (options.margin_bytes >= gpu.usable_bytes) {
     return MakeError(fmt::format("--margin: {} is not below the {} usable on {}",
-                                 FormatGiB(options.margin_bytes), FormatGiB(gpu.usable_bytes), gpu.name));
+                                 FormatBytes(options.margin_bytes), FormatBytes(gpu.usable_bytes), gpu.name));
   }
   FitResult out;
   out.gpu = gpu;

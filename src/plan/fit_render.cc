@@ -38,11 +38,11 @@ std::string WhyNot(const Report& report, uint64_t limit_bytes) {
     const OomInfo& oom = *worst.sim.oom;
     return fmt::format(
         "runs out of memory in step {}, {}: {} allocated, {} more requested, {} reserved by the allocator",
-        worst.sim.oom_step, PhaseName(worst.sim.oom_phase), FormatGiB(oom.allocated_bytes),
-        FormatGiB(oom.alloc_size_bytes), FormatGiB(oom.reserved_bytes));
+        worst.sim.oom_step, PhaseName(worst.sim.oom_phase), FormatBytes(oom.allocated_bytes),
+        FormatBytes(oom.alloc_size_bytes), FormatBytes(oom.reserved_bytes));
   }
-  return fmt::format("device total {} is above the {} limit", FormatGiB(report.needed_bytes()),
-                     FormatGiB(limit_bytes));
+  return fmt::format("device total {} is above the {} limit", FormatBytes(report.needed_bytes()),
+                     FormatBytes(limit_bytes));
 }
 
 std::string SearchText(const FitSearch& s, uint64_t limit_bytes) {
@@ -56,8 +56,8 @@ std::string SearchText(const FitSearch& s, uint64_t limit_bytes) {
   const RankReport& worst = s.at_max.worst();
   out += fmt::format("{}\n", s.max_value);
   out += fmt::format("  device total {} (peak allocated {}, peak reserved {}) of the {} limit\n",
-                     FormatGiB(s.at_max.needed_bytes()), FormatGiB(worst.sim.peak_allocated_bytes),
-                     FormatGiB(worst.sim.peak_reserved_bytes), FormatGiB(limit_bytes));
+                     FormatBytes(s.at_max.needed_bytes()), FormatBytes(worst.sim.peak_allocated_bytes),
+                     FormatBytes(worst.sim.peak_reserved_bytes), FormatBytes(limit_bytes));
   if (s.capped) {
     out += fmt::format("  {} {} is the search limit ({}); memory did not run out below it\n", flag,
                        s.cap, s.cap_reason);
@@ -98,12 +98,12 @@ std::string GpusText(const FitGpusSearch& g) {
   }
   if (g.min_gpus == 0) {
     return fmt::format("Fewest GPUs ({}): none up to {} fits; at {} each needs {}.\n\n", mode, g.cap, g.cap,
-                       FormatGiB(g.at_min.needed_bytes()));
+                       FormatBytes(g.at_min.needed_bytes()));
   }
   std::string text = fmt::format("Fewest GPUs ({}): {}, device total {} per GPU", mode, g.min_gpus,
-                                 FormatGiB(DeviceTotalBytes(g.at_min.worst())));
+                                 FormatBytes(DeviceTotalBytes(g.at_min.worst())));
   if (g.below) {
-    text += fmt::format("; {} do not fit (at least {} each)", g.min_gpus - g.step, FormatGiB(g.below->needed_bytes()));
+    text += fmt::format("; {} do not fit (at least {} each)", g.min_gpus - g.step, FormatBytes(g.below->needed_bytes()));
   }
   return text + ".\n\n";
 }
@@ -113,8 +113,8 @@ std::string GpusText(const FitGpusSearch& g) {
 std::string RenderFitText(const FitResult& fit, std::string_view source) {
   std::string out = fmt::format("vramscope fit: {} on {}\n", Clean(source),
                                 fit.gpu.display_name.empty() ? fit.gpu.name : fit.gpu.display_name);
-  out += fmt::format("Limit: {} usable - {} margin = {}\n", FormatGiB(fit.gpu.usable_bytes),
-                     FormatGiB(fit.margin_bytes), FormatGiB(fit.limit_bytes));
+  out += fmt::format("Limit: {} usable - {} margin = {}\n", FormatBytes(fit.gpu.usable_bytes),
+                     FormatBytes(fit.margin_bytes), FormatBytes(fit.limit_bytes));
   std::string knobs;
   for (const auto& [key, value] : fit.batch.at_max.knobs) {
     if (key == "batch" || key == "seq" || key == "gpu" || value.empty()) continue;

@@ -128,7 +128,7 @@ Result<uint64_t> ParseMargin(std::string_view text, uint64_t usable_bytes) {
   const double bytes = percent ? value / 100.0 * usable : value * kGiBDouble;
   if (bytes >= usable) {
     return MakeError(fmt::format("--margin: '{}' is not below the GPU's {} usable", original,
-                                 FormatGiB(usable_bytes)));
+                                 FormatBytes(usable_bytes)));
   }
   return static_cast<uint64_t>(std::llround(bytes));
 }

@@ -119,8 +119,8 @@ std::vector<std::string> ExplainPlan(const PlanResult& plan) {
     if (!plan.strategies.empty()) {
       const Strategy& closest = plan.strategies.front();
       lines.push_back(fmt::format("No strategy fits on {}: the closest, {}, needs at least {} of {} usable.",
-                                  gpu, StrategyLabel(closest.setup), FormatGiB(closest.needed_bytes),
-                                  FormatGiB(plan.gpu.usable_bytes)));
+                                  gpu, StrategyLabel(closest.setup), FormatBytes(closest.needed_bytes),
+                                  FormatBytes(plan.gpu.usable_bytes)));
     }
     return lines;
   }
@@ -133,8 +133,8 @@ std::vector<std::string> ExplainPlan(const PlanResult& plan) {
     if (std::find(kinds.begin(), kinds.end(), kind) != kinds.end()) continue;
     kinds.push_back(kind);
     lines.push_back(fmt::format("#{}: {}: {:.0f} tokens/s, {} of {} usable. Why: {}.", i + 1,
-                                StrategyLabel(s.setup), s.time.tokens_per_second, FormatGiB(s.device_total_bytes),
-                                FormatGiB(plan.gpu.usable_bytes), Reasons(s)));
+                                StrategyLabel(s.setup), s.time.tokens_per_second, FormatBytes(s.device_total_bytes),
+                                FormatBytes(plan.gpu.usable_bytes), Reasons(s)));
   }
   bool full_fits = false, adapters_fit = false;
   for (const Strategy& s : plan.strategies) {

@@ -48,11 +48,11 @@ void StrategyTable(const PlanResult& plan, std::string* out) {
   for (size_t i = 0; i < plan.strategies.size(); ++i) {
     const Strategy& s = plan.strategies[i];
     std::string fits = "yes";
-    if (!s.fits) fits = s.oom ? fmt::format("no: simulated OOM, needs &ge; {}", FormatGiB(s.needed_bytes)) : "no";
+    if (!s.fits) fits = s.oom ? fmt::format("no: simulated OOM, needs &ge; {}", FormatBytes(s.needed_bytes)) : "no";
     *out += (s.fits ? "<tr>" : "<tr class=\"nofit\">") + Cell(std::to_string(i + 1), true) +
             Cell(fmt::format("{:.0f}", s.time.tokens_per_second), true) +
-            Cell(fmt::format("{:.2f}", s.time.step_seconds), true) + Cell(FormatGiB(s.device_total_bytes), true) +
-            Cell(FormatGiB(s.peak_allocated_bytes), true) + Cell(fits) +
+            Cell(fmt::format("{:.2f}", s.time.step_seconds), true) + Cell(FormatBytes(s.device_total_bytes), true) +
+            Cell(FormatBytes(s.peak_allocated_bytes), true) + Cell(fits) +
             Cell(EscapeHtml(plan_internal::StrategyLabel(s.setup))) + "</tr>\n";
   }
   *out += "</table>\n";
@@ -76,7 +76,7 @@ std::string RenderPlanHtml(const PlanResult& plan, std::string_view source) {
   }
   const std::string gpu = plan.gpu.display_name.empty() ? plan.gpu.name : plan.gpu.display_name;
   out += fmt::format("<p class=\"meta\">GPU: <b>{}</b>, {} usable, one GPU</p>\n", EscapeHtml(gpu),
-                     FormatGiB(plan.gpu.usable_bytes));
+                     FormatBytes(plan.gpu.usable_bytes));
   out += fmt::format(
       "<p class=\"verdict {}\">Step: {} tokens = {} sequences of {}. {} strategies considered, {} estimated, {} "
       "fit.</p>\n",

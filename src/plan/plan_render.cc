@@ -12,7 +12,7 @@ std::string RenderPlanText(const PlanResult& plan, std::string_view source, size
   const uint32_t gpus = plan.strategies.empty() ? 1u : plan.strategies.front().setup.parallel.gpus;
   std::string out = fmt::format("vramscope plan: {} on {} ({} usable), {}\n", source,
                                 plan.gpu.display_name.empty() ? plan.gpu.name : plan.gpu.display_name,
-                                FormatGiB(plan.gpu.usable_bytes),
+                                FormatBytes(plan.gpu.usable_bytes),
                                 gpus > 1 ? fmt::format("{} GPUs (data parallel, per GPU memory)", gpus) : "one GPU");
   out += fmt::format("Step: {} tokens = {} sequences of {}. {} strategies considered, {} estimated, {} fit.\n\n",
                      plan.tokens_per_step, plan.seq ? plan.tokens_per_step / plan.seq : 0, plan.seq,
@@ -49,7 +49,7 @@ std::string RenderPlanText(const PlanResult& plan, std::string_view source, size
   for (const Row& row : rows) {
     const Strategy& s = *row.strategy;
     out += fmt::format("{:>3}  {:>9.0f}  {:>8.2f}  {:>13}  {}{}\n", row.rank, s.time.tokens_per_second,
-                       s.time.step_seconds, FormatGiB(s.device_total_bytes), plan_internal::StrategyLabel(s.setup),
+                       s.time.step_seconds, FormatBytes(s.device_total_bytes), plan_internal::StrategyLabel(s.setup),
                        row.variants ? fmt::format(" (+{} variants, same speed, more memory)", row.variants) : "");
   }
   if (hidden > 0) out += fmt::format("     ... {} more kinds that fit (--json lists every strategy)\n", hidden);

@@ -50,7 +50,7 @@ std::string RenderValidationText(const Validation& v) {
     }
     if (r.run.status == "oom") {
       out += fmt::format("{:<46} {:>6} measured OOM; predicted {} on the device: {}\n", name, "oom",
-                         FormatGiB(r.predicted_device_bytes),
+                         FormatBytes(r.predicted_device_bytes),
                          r.predicted_fits ? "fits (missed OOM)" : "does not fit (agrees)");
       continue;
     }

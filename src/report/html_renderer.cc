@@ -84,15 +84,15 @@ class PageWriter {
                           GroupThousands(m.parameters), GroupThousands(m.trainable_parameters));
     }
     out_ += fmt::format("<p class=\"meta\">GPU: <b>{}</b>, {} usable{}</p>\n",
-                        EscapeMarkup(GpuLabel(report_.gpu)), FormatGiB(report_.gpu.usable_bytes),
-                        report_.gpu.total_bytes ? " of " + FormatGiB(report_.gpu.total_bytes) : "");
+                        EscapeMarkup(GpuLabel(report_.gpu)), FormatBytes(report_.gpu.usable_bytes),
+                        report_.gpu.total_bytes ? " of " + FormatBytes(report_.gpu.total_bytes) : "");
   }
 
   void Number(std::string_view label, uint64_t bytes, std::string_view what) {
     out_ += fmt::format(
         "<div class=\"number\"><div>{}</div><div class=\"value\">{}</div>"
         "<div class=\"what\">{}</div></div>\n",
-        label, FormatGiB(bytes), what);
+        label, FormatBytes(bytes), what);
   }
 
   void ThreeNumbers(const RankReport& rank) {
@@ -106,8 +106,8 @@ class PageWriter {
     Number("device total", DeviceTotalBytes(rank),
            fmt::format("what <code>nvidia-smi</code> shows: reserved + CUDA context {} + NCCL {} + "
                        "other {}",
-                       FormatGiB(x.cuda_context_bytes), FormatGiB(x.nccl_bytes),
-                       FormatGiB(x.other_bytes)));
+                       FormatBytes(x.cuda_context_bytes), FormatBytes(x.nccl_bytes),
+                       FormatBytes(x.other_bytes)));
     if (rank.host_peak_bytes != 0) {
       Number("host memory", rank.host_peak_bytes, "CPU RAM for offloaded state and pinned buffers");
     }
@@ -117,7 +117,7 @@ class PageWriter {
         "<p>Allocated memory peaks in <b>{}</b> (event {}). Reserved then: {}, of which {} is "
         "cached by the allocator but unused.</p>\n",
         StepPhaseLabel(sim.peak_step, sim.peak_phase), GroupThousands(sim.peak_event_index),
-        FormatGiB(sim.reserved_at_peak_bytes), FormatGiB(FragmentationAtPeakBytes(sim)));
+        FormatBytes(sim.reserved_at_peak_bytes), FormatBytes(FragmentationAtPeakBytes(sim)));
   }
 
   void Headline() {
@@ -131,9 +131,9 @@ class PageWriter {
             "<th class=\"num\">device total</th><th>fits</th></tr>\n";
     for (const RankReport& rank : report_.ranks) {
       out_ += "<tr>" + Cell(EscapeMarkup(rank.rank_class)) + Cell(FormatRanks(rank.ranks)) +
-              Cell(FormatGiB(rank.sim.peak_allocated_bytes), "num") +
-              Cell(FormatGiB(rank.sim.peak_reserved_bytes), "num") +
-              Cell(FormatGiB(DeviceTotalBytes(rank)), "num") +
+              Cell(FormatBytes(rank.sim.peak_allocated_bytes), "num") +
+              Cell(FormatBytes(rank.sim.peak_reserved_bytes), "num") +
+              Cell(FormatBytes(DeviceTotalBytes(rank)), "num") +
               Cell(RankFits(report_, rank) ? "yes" : "no") + "</tr>\n";
     }
     out_ += "</table>\n";
@@ -178,7 +178,7 @@ class PageWriter {
       out_ += fmt::format(
           "<tr><td><span class=\"swatch\" style=\"background:{0}\"></span>{1}</td>{2}{3}"
           "<td><span class=\"bar\" style=\"width:{4:.1f}em;background:{0}\"></span></td></tr>\n",
-          CategoryColour(c), CategoryLabel(c), Cell(FormatGiB(bytes), "num"),
+          CategoryColour(c), CategoryLabel(c), Cell(FormatBytes(bytes), "num"),
           Cell(FormatPercent(bytes, whole), "num"), share * 20);
     }
     out_ += "</table>\n";
@@ -193,7 +193,7 @@ class PageWriter {
         GroupThousands(sim.top_at_peak.size()),
         GroupThousands(std::max<uint64_t>(sim.live_at_peak_count, sim.top_at_peak.size())));
     for (const LiveAllocation& a : sim.top_at_peak) {
-      out_ += "<tr>" + Cell(FormatGiB(a.block_bytes), "num") + Cell(CategoryLabel(a.category)) +
+      out_ += "<tr>" + Cell(FormatBytes(a.block_bytes), "num") + Cell(CategoryLabel(a.category)) +
               Cell(StepPhaseLabel(a.step, a.phase)) + Cell(EscapeMarkup(a.op), "name") +
               Cell(EscapeMarkup(a.module), "name") + "</tr>\n";
     }
@@ -209,9 +209,9 @@ class PageWriter {
       const bool is_peak = p.step == sim.peak_step && p.phase == sim.peak_phase;
       out_ += (is_peak ? "<tr class=\"peak\">" : "<tr>") + Cell(std::to_string(p.step), "num") +
               Cell(PhaseLabel(p.phase)) +
-              Cell(FormatGiB(p.peak_allocated_bytes), "num") +
-              Cell(FormatGiB(p.peak_reserved_bytes), "num") +
-              Cell(FormatGiB(p.allocated_at_end_bytes), "num") + "</tr>\n";
+              Cell(FormatBytes(p.peak_allocated_bytes), "num") +
+              Cell(FormatBytes(p.peak_reserved_bytes), "num") +
+              Cell(FormatBytes(p.allocated_at_end_bytes), "num") + "</tr>\n";
     }
     out_ += "</table>\n";
   }
@@ -225,9 +225,9 @@ class PageWriter {
         "reserved, {} free of a {} limit. The numbers above stop here: the simulated run ended "
         "there.</p>\n",
         StepPhaseLabel(sim.oom_step, sim.oom_phase), GroupThousands(sim.oom_event_index),
-        FormatGiB(oom.alloc_size_bytes), FormatGiB(oom.requested_bytes),
-        FormatGiB(oom.allocated_bytes), FormatGiB(oom.reserved_bytes),
-        FormatGiB(oom.free_device_bytes), FormatGiB(oom.device_limit_bytes));
+        FormatBytes(oom.alloc_size_bytes), FormatBytes(oom.requested_bytes),
+        FormatBytes(oom.allocated_bytes), FormatBytes(oom.reserved_bytes),
+        FormatBytes(oom.free_device_bytes), FormatBytes(oom.device_limit_bytes));
     if (!oom.message.empty()) {
       // Keep the message's own line breaks: escape each line separately.
       std::string message;

@@ -81,8 +81,13 @@ Status AddFullRequirement(const EventStream& stream, const SimOptions& options, 
   return Ok{};
 }
 
-std::string FormatGiB(uint64_t bytes) {
-  return fmt::format("{} GiB", report_internal::GiBNumber(bytes));
+std::string FormatBytes(uint64_t bytes) {
+  constexpr uint64_t kKiB = uint64_t{1} << 10, kMiB = uint64_t{1} << 20, kGiB = uint64_t{1} << 30;
+  const auto in = [bytes](uint64_t unit) { return static_cast<double>(bytes) / static_cast<double>(unit); };
+  if (bytes >= kGiB) return fmt::format("{} GiB", report_internal::GiBNumber(bytes));
+  if (bytes >= kMiB) return fmt::format("{:.2f} MiB", in(kMiB));
+  if (bytes >= kKiB) return fmt::format("{:.2f} KiB", in(kKiB));
+  return fmt::format("{} B", bytes);
 }
 
 std::string EscapeHtml(std::string_view text) { return report_internal::EscapeMarkup(text); }

@@ -238,23 +238,23 @@ std::string VerdictLine(const Report& report) {
   const uint64_t usable = report.gpu.usable_bytes;
   const uint64_t needed = report.needed_bytes();
   if (report.fits()) {
-    return fmt::format("FITS on {} with {} to spare", gpu, FormatGiB(usable - needed));
+    return fmt::format("FITS on {} with {} to spare", gpu, FormatBytes(usable - needed));
   }
   // The first rank class that ran out of memory says where it happened.
   for (const RankReport& rank : report.ranks) {
     if (!rank.sim.oom) continue;
     if (rank.full) {
       return fmt::format("DOES NOT FIT: needs {}, the GPU has {} usable ({} short); out of memory in {}",
-                         FormatGiB(needed), FormatGiB(usable), FormatGiB(needed - std::min(needed, usable)),
+                         FormatBytes(needed), FormatBytes(usable), FormatBytes(needed - std::min(needed, usable)),
                          StepPhaseLabel(rank.sim.oom_step, rank.sim.oom_phase));
     }
     return fmt::format(
         "DOES NOT FIT: out of memory in {}; needs at least {}, the GPU has {} usable",
-        StepPhaseLabel(rank.sim.oom_step, rank.sim.oom_phase), FormatGiB(needed),
-        FormatGiB(usable));
+        StepPhaseLabel(rank.sim.oom_step, rank.sim.oom_phase), FormatBytes(needed),
+        FormatBytes(usable));
   }
-  return fmt::format("DOES NOT FIT: needs {}, the GPU has {} usable", FormatGiB(needed),
-                     FormatGiB(usable));
+  return fmt::format("DOES NOT FIT: needs {}, the GPU has {} usable", FormatBytes(needed),
+                     FormatBytes(usable));
 }
 
 }  // namespace vramscope::report_internal

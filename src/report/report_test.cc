@@ -15,13 +15,17 @@ namespace {
 
 using namespace report_internal;
 
-TEST(ReportTest, FormatGiB) {
-  EXPECT_EQ(FormatGiB(0), "0.00 GiB");
-  EXPECT_EQ(FormatGiB(kGiB), "1.00 GiB");
-  EXPECT_EQ(FormatGiB(kGiB + kGiB / 2), "1.50 GiB");
-  EXPECT_EQ(FormatGiB(12 * kGiB + 348 * kMiB), "12.34 GiB");
-  EXPECT_EQ(FormatGiB(5 * kMiB), "0.00 GiB");
-  EXPECT_EQ(FormatGiB(uint64_t{1} << 62), "4294967296.00 GiB");
+TEST(ReportTest, FormatBytes) {
+  // The unit that fits the number (issue 18: no "0.00 GiB" for small models).
+  EXPECT_EQ(FormatBytes(0), "0 B");
+  EXPECT_EQ(FormatBytes(1023), "1023 B");
+  EXPECT_EQ(FormatBytes(1536), "1.50 KiB");
+  EXPECT_EQ(FormatBytes(5 * kMiB), "5.00 MiB");
+  EXPECT_EQ(FormatBytes(kGiB - kMiB), "1023.00 MiB");
+  EXPECT_EQ(FormatBytes(kGiB), "1.00 GiB");
+  EXPECT_EQ(FormatBytes(kGiB + kGiB / 2), "1.50 GiB");
+  EXPECT_EQ(FormatBytes(12 * kGiB + 348 * kMiB), "12.34 GiB");
+  EXPECT_EQ(FormatBytes(uint64_t{1} << 62), "4294967296.00 GiB");
 }
 
 TEST(ReportTest, DeviceTotalAddsExtrasAndSaturates) {

@@ -120,8 +120,8 @@ class ChartWriter {
     out_ += fmt::format("<title>{}</title>\n", EscapeMarkup(title));
     out_ += fmt::format(
         "<desc>Peak allocated {}, peak reserved {}, device total {}, GPU usable {}.</desc>\n",
-        FormatGiB(sim_.peak_allocated_bytes), FormatGiB(sim_.peak_reserved_bytes),
-        FormatGiB(DeviceTotalBytes(rank_)), FormatGiB(report_.gpu.usable_bytes));
+        FormatBytes(sim_.peak_allocated_bytes), FormatBytes(sim_.peak_reserved_bytes),
+        FormatBytes(DeviceTotalBytes(rank_)), FormatBytes(report_.gpu.usable_bytes));
     out_ += fmt::format(
         "<defs><clipPath id=\"{}-clip\"><rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\"/>"
         "</clipPath></defs>\n",
@@ -282,7 +282,7 @@ class ChartWriter {
           "font-weight=\"bold\">peak allocated {6}</text></g>\n",
           Coord(px), Coord(py), kAllocatedColour, Coord(left_half ? px + 8 : px - 8),
           Coord(std::max(py - 8, ChartLayout::kPlotTop + 12)), left_half ? "start" : "end",
-          FormatGiB(sim_.peak_allocated_bytes));
+          FormatBytes(sim_.peak_allocated_bytes));
     }
     if (sim_.oom) {
       const double px = Px(sim_.oom_event_index);
@@ -290,7 +290,7 @@ class ChartWriter {
           "<g class=\"vs-pin\" data-px=\"{0}\"><text x=\"{1}\" y=\"{2}\" text-anchor=\"end\" "
           "fill=\"{3}\" font-weight=\"bold\">OOM: {4} more</text></g>\n",
           Coord(px), Coord(px - 4), Coord(ChartLayout::kPlotBottom - 8), kLimitColour,
-          FormatGiB(sim_.oom->alloc_size_bytes));
+          FormatBytes(sim_.oom->alloc_size_bytes));
     }
     out_ += "</g>\n";
   }
@@ -349,14 +349,14 @@ class ChartWriter {
     LegendLine(y += 20, kAllocatedColour, "5 3", 1.2, "reserved");
     const uint64_t usable = report_.gpu.usable_bytes;
     LegendLine(y += 20, kDeviceTotalColour, "2 3", 1.5, "device total (nvidia-smi)",
-               fmt::format("{} at its peak", FormatGiB(DeviceTotalBytes(rank_))));
+               fmt::format("{} at its peak", FormatBytes(DeviceTotalBytes(rank_))));
     LegendLine(y += 35, kLimitColour, "8 4", 1.5, "GPU usable memory",
-               limit_on_chart_ ? FormatGiB(usable)
-                               : fmt::format("{}: far above", FormatGiB(usable)));
+               limit_on_chart_ ? FormatBytes(usable)
+                               : fmt::format("{}: far above", FormatBytes(usable)));
     LegendLine(y += 35, kMarkerColour, "", 0.8, "step / phase start");
     if (sim_.oom) {
       LegendLine(y += 20, kLimitColour, "", 2, "out of memory",
-                 fmt::format("box: the failed {}", FormatGiB(sim_.oom->alloc_size_bytes)));
+                 fmt::format("box: the failed {}", FormatBytes(sim_.oom->alloc_size_bytes)));
     }
     out_ += "</g>\n";
   }

@@ -180,7 +180,7 @@ class SweepChartWriter {
       const SweepPoint& p = sweep_.points[i];
       const std::string tip = fmt::format(
           "{}: peak allocated {}, peak reserved {}, device total {}{}", SweepPointLabel(sweep_, p),
-          FormatGiB(p.peak_allocated_bytes), FormatGiB(p.peak_reserved_bytes), FormatGiB(p.device_total_bytes),
+          FormatBytes(p.peak_allocated_bytes), FormatBytes(p.peak_reserved_bytes), FormatBytes(p.device_total_bytes),
           p.fits ? ", fits" : p.oom ? ", does not fit: simulated OOM (numbers up to the failure)" : ", does not fit");
       out_ += fmt::format("<circle cx=\"{}\" cy=\"{}\" r=\"{}\" fill=\"{}\" stroke=\"{}\" stroke-width=\"{}\">"
                           "<title>{}</title></circle>\n",
@@ -256,7 +256,7 @@ class SweepChartWriter {
     y += 30;
     LegendLine(y, kLimitColour, "8 4", 1.5, "GPU usable memory");
     out_ += fmt::format("<text x=\"{}\" y=\"{}\" fill=\"#555555\">{}{}</text>\n", SweepCoord(ChartLayout::kLegendLeft + 24),
-                        SweepCoord(y + 19), FormatGiB(sweep_.gpu.usable_bytes),
+                        SweepCoord(y + 19), FormatBytes(sweep_.gpu.usable_bytes),
                         limit_on_chart_ ? "" : ": far above");
     out_ += "</g>\n";
   }

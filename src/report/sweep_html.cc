@@ -31,8 +31,8 @@ void Table(const SweepResult& sweep, std::string* out) {
   for (const SweepPoint& p : sweep.points) {
     *out += p.fits ? "<tr>" : "<tr class=\"peak\">";
     for (uint64_t v : p.at) *out += Cell(std::to_string(v), "num");
-    *out += Cell(FormatGiB(p.peak_allocated_bytes), "num") + Cell(FormatGiB(p.peak_reserved_bytes), "num") +
-            Cell(FormatGiB(p.device_total_bytes), "num");
+    *out += Cell(FormatBytes(p.peak_allocated_bytes), "num") + Cell(FormatBytes(p.peak_reserved_bytes), "num") +
+            Cell(FormatBytes(p.device_total_bytes), "num");
     if (p.fits) {
       *out += Cell("yes");
     } else if (p.oom) {
@@ -63,7 +63,7 @@ std::string RenderSweepHtml(const SweepResult& sweep) {
                        GroupThousands(sweep.model->parameters), GroupThousands(sweep.model->trainable_parameters));
   }
   out += fmt::format("<p class=\"meta\">GPU: <b>{}</b>, {} usable</p>\n", EscapeMarkup(GpuLabel(sweep.gpu)),
-                     FormatGiB(sweep.gpu.usable_bytes));
+                     FormatBytes(sweep.gpu.usable_bytes));
   bool all_fit = !sweep.points.empty();
   for (const SweepPoint& p : sweep.points) all_fit = all_fit && p.fits;
   out += fmt::format("<p class=\"verdict {}\">{}</p>\n", all_fit ? "fits" : "nofit",

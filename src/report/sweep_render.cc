@@ -54,7 +54,7 @@ uint64_t LargestFitting(const SweepResult& sweep, size_t group, size_t groups) {
 
 std::string OneAxisSummary(const SweepResult& sweep) {
   const std::string_view flag = SweepVariableFlag(sweep.axes[0].variable);
-  const std::string gpu = fmt::format("{} usable on {}", FormatGiB(sweep.gpu.usable_bytes), GpuLabel(sweep.gpu));
+  const std::string gpu = fmt::format("{} usable on {}", FormatBytes(sweep.gpu.usable_bytes), GpuLabel(sweep.gpu));
   const SweepPoint* first_failing = nullptr;
   const SweepPoint* last_fitting = nullptr;
   for (const SweepPoint& p : sweep.points) {
@@ -65,12 +65,12 @@ std::string OneAxisSummary(const SweepResult& sweep) {
   // fragmented cache), so only a completed run gets a number here.
   const auto fails = [&](const SweepPoint& p) {
     if (p.oom) return fmt::format("runs out of memory in the simulated allocator ({})", gpu);
-    return fmt::format("needs {}, above the {}", FormatGiB(p.device_total_bytes), gpu);
+    return fmt::format("needs {}, above the {}", FormatBytes(p.device_total_bytes), gpu);
   };
   if (!first_failing) {
     uint64_t most = 0;
     for (const SweepPoint& p : sweep.points) most = std::max(most, p.device_total_bytes);
-    return fmt::format("Every point fits: the largest device total is {} of the {}.", FormatGiB(most), gpu);
+    return fmt::format("Every point fits: the largest device total is {} of the {}.", FormatBytes(most), gpu);
   }
   if (!last_fitting) {
     return fmt::format("No point fits: {} {} {}.", flag, FirstValue(*first_failing), fails(*first_failing));
@@ -86,7 +86,7 @@ std::string TwoAxisSummary(const SweepResult& sweep) {
   const std::string_view flag1 = SweepVariableFlag(sweep.axes[1].variable);
   const size_t groups = sweep.axes[1].values.size();
   std::string out = fmt::format("Largest fitting {} on {} ({} usable):", flag0, GpuLabel(sweep.gpu),
-                                FormatGiB(sweep.gpu.usable_bytes));
+                                FormatBytes(sweep.gpu.usable_bytes));
   for (size_t g = 0; g < groups && g < kSummaryGroups; ++g) {
     const uint64_t best = LargestFitting(sweep, g, groups);
     out += fmt::format("{} {} {}: {}", g ? ";" : "", flag1, sweep.axes[1].values[g],
@@ -126,7 +126,7 @@ std::string RenderSweepText(const SweepResult& sweep) {
                        GroupThousands(sweep.model->parameters),
                        GroupThousands(sweep.model->trainable_parameters));
   }
-  out += fmt::format("GPU:    {}, {} usable\n", GpuLabel(sweep.gpu), FormatGiB(sweep.gpu.usable_bytes));
+  out += fmt::format("GPU:    {}, {} usable\n", GpuLabel(sweep.gpu), FormatBytes(sweep.gpu.usable_bytes));
   std::string knobs;
   for (const auto& [key, value] : sweep.knobs) {
     knobs += fmt::format("{}{}={}", knobs.empty() ? "" : ", ", SanitizeText(key), SanitizeText(value));
@@ -136,8 +136,8 @@ std::string RenderSweepText(const SweepResult& sweep) {
   out += fmt::format("{:>15} {:>15} {:>15}  {}\n", "peak allocated", "peak reserved", "device total", "fits");
   for (const SweepPoint& p : sweep.points) {
     for (uint64_t v : p.at) out += fmt::format("{:>10} ", v);
-    out += fmt::format("{:>15} {:>15} {:>15}  ", FormatGiB(p.peak_allocated_bytes),
-                       FormatGiB(p.peak_reserved_bytes), FormatGiB(p.device_total_bytes));
+    out += fmt::format("{:>15} {:>15} {:>15}  ", FormatBytes(p.peak_allocated_bytes),
+                       FormatBytes(p.peak_reserved_bytes), FormatBytes(p.device_total_bytes));
     if (p.fits) {
       out += "yes\n";
     } else if (p.oom) {

@@ -23,9 +23,9 @@ void Line(std::string* out, std::string_view text = {}) {
   out->push_back('\n');
 }
 
-// GiB right-aligned in a fixed column so the numbers line up.
+// Bytes (in the unit that fits) right-aligned in a fixed column so the numbers line up.
 std::string GiBColumn(uint64_t bytes, size_t width = 11) {
-  return fmt::format("{:>{}}", FormatGiB(bytes), width);
+  return fmt::format("{:>{}}", FormatBytes(bytes), width);
 }
 
 std::string Bar(uint64_t part, uint64_t whole) {
@@ -48,8 +48,8 @@ void RenderHeader(const Report& report, std::string* out) {
     Line(out, line);
   }
   std::string gpu = fmt::format("GPU:    {}, {} usable", GpuLabel(report.gpu),
-                                FormatGiB(report.gpu.usable_bytes));
-  if (report.gpu.total_bytes != 0) gpu += fmt::format(" of {}", FormatGiB(report.gpu.total_bytes));
+                                FormatBytes(report.gpu.usable_bytes));
+  if (report.gpu.total_bytes != 0) gpu += fmt::format(" of {}", FormatBytes(report.gpu.total_bytes));
   Line(out, gpu);
   if (!report.knobs.empty()) {
     std::string knobs = "Knobs:  ";
@@ -77,9 +77,9 @@ void RenderRankTable(const Report& report, std::string* out) {
     Line(out, fmt::format("  {}{}  {:>14}  {:>14}  {:>14}  {}",
                           PadRight(ClipText(rank.rank_class, 16), 18),
                           PadRight(ClipText(FormatRanks(rank.ranks), 10), 12),
-                          FormatGiB(rank.sim.peak_allocated_bytes),
-                          FormatGiB(rank.sim.peak_reserved_bytes),
-                          FormatGiB(DeviceTotalBytes(rank)), RankFits(report, rank) ? "yes" : "no"));
+                          FormatBytes(rank.sim.peak_allocated_bytes),
+                          FormatBytes(rank.sim.peak_reserved_bytes),
+                          FormatBytes(DeviceTotalBytes(rank)), RankFits(report, rank) ? "yes" : "no"));
   }
 }
 
@@ -112,8 +112,8 @@ void RenderThreeNumbers(const RankReport& rank, std::string* out) {
                         GiBColumn(sim.peak_reserved_bytes)));
   Line(out, fmt::format("  device total   {}  what nvidia-smi shows: reserved + CUDA context {} + "
                         "NCCL {} + other {}",
-                        GiBColumn(DeviceTotalBytes(rank)), FormatGiB(x.cuda_context_bytes),
-                        FormatGiB(x.nccl_bytes), FormatGiB(x.other_bytes)));
+                        GiBColumn(DeviceTotalBytes(rank)), FormatBytes(x.cuda_context_bytes),
+                        FormatBytes(x.nccl_bytes), FormatBytes(x.other_bytes)));
   if (rank.host_peak_bytes != 0) {
     Line(out, fmt::format("  host memory    {}  CPU RAM for offloaded state and pinned buffers",
                           GiBColumn(rank.host_peak_bytes)));
@@ -127,8 +127,8 @@ void RenderPeak(const SimResult& sim, std::string* out) {
                         StepPhaseLabel(sim.peak_step, sim.peak_phase),
                         GroupThousands(sim.peak_event_index)));
   Line(out, fmt::format("  Reserved then: {}, of which {} is cached by the allocator but unused.",
-                        FormatGiB(sim.reserved_at_peak_bytes),
-                        FormatGiB(FragmentationAtPeakBytes(sim))));
+                        FormatBytes(sim.reserved_at_peak_bytes),
+                        FormatBytes(FragmentationAtPeakBytes(sim))));
 }
 
 void RenderBreakdown(const SimResult& sim, std::string* out) {
@@ -150,8 +150,8 @@ void RenderBreakdown(const SimResult& sim, std::string* out) {
   Line(out, fmt::format("  {}{}  {:>6}", PadRight("total", 17), GiBColumn(sum),
                         FormatPercent(sum, sim.peak_allocated_bytes)));
   if (sum != sim.peak_allocated_bytes) {
-    Line(out, fmt::format("  (the categories sum to {}; peak allocated is {})", FormatGiB(sum),
-                          FormatGiB(sim.peak_allocated_bytes)));
+    Line(out, fmt::format("  (the categories sum to {}; peak allocated is {})", FormatBytes(sum),
+                          FormatBytes(sim.peak_allocated_bytes)));
   }
 }
 
@@ -164,8 +164,8 @@ void RenderPhases(const SimResult& sim, std::string* out) {
   for (const PhasePeak& p : sim.phases) {
     const bool is_peak = p.step == sim.peak_step && p.phase == sim.peak_phase;
     Line(out, fmt::format("  {:>5}  {}{:>15}  {:>15}  {:>17}{}", p.step,
-                          PadRight(PhaseLabel(p.phase), 10), FormatGiB(p.peak_allocated_bytes),
-                          FormatGiB(p.peak_reserved_bytes), FormatGiB(p.allocated_at_end_bytes),
+                          PadRight(PhaseLabel(p.phase), 10), FormatBytes(p.peak_allocated_bytes),
+                          FormatBytes(p.peak_reserved_bytes), FormatBytes(p.allocated_at_end_bytes),
                           is_peak ? "  <- peak" : ""));
   }
 }
@@ -197,11 +197,11 @@ void RenderOom(const SimResult& sim, std::string* out) {
   Line(out, fmt::format("  In {} (event {}) the allocator could not get {} from the device "
                         "({} requested by the op).",
                         StepPhaseLabel(sim.oom_step, sim.oom_phase),
-                        GroupThousands(sim.oom_event_index), FormatGiB(oom.alloc_size_bytes),
-                        FormatGiB(oom.requested_bytes)));
+                        GroupThousands(sim.oom_event_index), FormatBytes(oom.alloc_size_bytes),
+                        FormatBytes(oom.requested_bytes)));
   Line(out, fmt::format("  At that moment: {} allocated, {} reserved, {} free of a {} limit.",
-                        FormatGiB(oom.allocated_bytes), FormatGiB(oom.reserved_bytes),
-                        FormatGiB(oom.free_device_bytes), FormatGiB(oom.device_limit_bytes)));
+                        FormatBytes(oom.allocated_bytes), FormatBytes(oom.reserved_bytes),
+                        FormatBytes(oom.free_device_bytes), FormatBytes(oom.device_limit_bytes)));
   if (!oom.message.empty()) {
     Line(out, "  PyTorch would raise:");
     size_t start = 0;

@@ -38,7 +38,7 @@ std::string SignedGiB(int64_t bytes) {
   const uint64_t magnitude =
       bytes < 0 ? 0 - static_cast<uint64_t>(bytes) : static_cast<uint64_t>(bytes);
   std::string text(bytes < 0 ? "-" : "+");
-  text += FormatGiB(magnitude);
+  text += FormatBytes(magnitude);
   return text;
 }
 
@@ -51,8 +51,8 @@ std::string Percent(const CompareRow& row) {
 }
 
 std::string RowText(const CompareRow& row, std::string_view label) {
-  return fmt::format("  {:<22}{:>13}  {:>13}  {:>13} {}\n", label, FormatGiB(row.measured_bytes),
-                     FormatGiB(row.predicted_bytes),
+  return fmt::format("  {:<22}{:>13}  {:>13}  {:>13} {}\n", label, FormatBytes(row.measured_bytes),
+                     FormatBytes(row.predicted_bytes),
                      SignedGiB(Difference(row.measured_bytes, row.predicted_bytes)), Percent(row));
 }
 

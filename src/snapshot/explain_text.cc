@@ -26,7 +26,7 @@ std::string Breakdown(const CategoryBytes& bytes) {
   std::string text;
   for (const auto& [b, c] : parts) {
     if (!text.empty()) text += ", ";
-    text += fmt::format("{} {}", CategoryJsonKey(c), FormatGiB(b));
+    text += fmt::format("{} {}", CategoryJsonKey(c), FormatBytes(b));
   }
   return text.empty() ? "nothing" : text;
 }
@@ -37,12 +37,12 @@ void ExplainOom(const SnapshotRun& run, std::vector<std::string>* lines) {
   lines->push_back(fmt::format(
       "Out of memory at trace entry {} ({}): PyTorch asked for {} (rounded) with {} allocated "
       "and {} reserved; the GPU had {} free.",
-      s.oom_event_index, When(s.oom_step, s.oom_phase), FormatGiB(oom.requested_bytes),
-      FormatGiB(oom.allocated_bytes), FormatGiB(oom.reserved_bytes),
-      FormatGiB(oom.free_device_bytes)));
+      s.oom_event_index, When(s.oom_step, s.oom_phase), FormatBytes(oom.requested_bytes),
+      FormatBytes(oom.allocated_bytes), FormatBytes(oom.reserved_bytes),
+      FormatBytes(oom.free_device_bytes)));
   lines->push_back("Alive at the failure: " + Breakdown(run.breakdown_at_oom) + ".");
   for (const LiveAllocation& a : run.live_at_oom) {
-    lines->push_back(fmt::format("  {} {} from {}", FormatGiB(a.block_bytes),
+    lines->push_back(fmt::format("  {} {} from {}", FormatBytes(a.block_bytes),
                                  CategoryJsonKey(a.category),
                                  a.module.empty() ? std::string("(no stack)") : a.module));
   }
@@ -53,16 +53,16 @@ void ExplainOom(const SnapshotRun& run, std::vector<std::string>* lines) {
         "in one piece: fragmentation. expandable_segments:True (or a smaller max_split_size_mb) "
         "lets PyTorch reuse it; `vramscope replay SNAPSHOT --alloc-conf "
         "expandable_segments:True` shows what that setting would have reserved.",
-        FormatGiB(cached), FormatGiB(oom.requested_bytes)));
+        FormatBytes(cached), FormatBytes(oom.requested_bytes)));
   } else {
     lines->push_back(fmt::format(
         "Why: the live tensors plus the request need {}, more than the {} PyTorch could hold "
         "({} reserved + {} free on the GPU): no allocator setting avoids this; the run needs "
         "less memory (smaller batch or sequence, activation checkpointing, a smaller "
         "optimizer state) or a larger GPU.",
-        FormatGiB(oom.allocated_bytes + oom.requested_bytes),
-        FormatGiB(oom.reserved_bytes + oom.free_device_bytes), FormatGiB(oom.reserved_bytes),
-        FormatGiB(oom.free_device_bytes)));
+        FormatBytes(oom.allocated_bytes + oom.requested_bytes),
+        FormatBytes(oom.reserved_bytes + oom.free_device_bytes), FormatBytes(oom.reserved_bytes),
+        FormatBytes(oom.free_device_bytes)));
   }
 }
 
@@ -74,9 +74,9 @@ std::vector<std::string> ExplainMeasured(const SnapshotRun& run) {
   lines.push_back(fmt::format(
       "Measured peak allocated {} at trace entry {} ({}); reserved was {} then, so {} sat in "
       "PyTorch's cache unused.",
-      FormatGiB(s.peak_allocated_bytes), s.peak_event_index, When(s.peak_step, s.peak_phase),
-      FormatGiB(s.reserved_at_peak_bytes),
-      FormatGiB(s.reserved_at_peak_bytes -
+      FormatBytes(s.peak_allocated_bytes), s.peak_event_index, When(s.peak_step, s.peak_phase),
+      FormatBytes(s.reserved_at_peak_bytes),
+      FormatBytes(s.reserved_at_peak_bytes -
                 std::min(s.reserved_at_peak_bytes, s.peak_allocated_bytes))));
   lines.push_back("At the peak: " + Breakdown(s.breakdown_at_peak) + ".");
   if (!run.top_sites.empty()) {
@@ -84,21 +84,21 @@ std::vector<std::string> ExplainMeasured(const SnapshotRun& run) {
     const size_t n = std::min<size_t>(run.top_sites.size(), 5);
     for (size_t i = 0; i < n; ++i) {
       const SiteBytes& site = run.top_sites[i];
-      lines.push_back(fmt::format("  {} in {} block(s), mostly {}: {}", FormatGiB(site.bytes),
+      lines.push_back(fmt::format("  {} in {} block(s), mostly {}: {}", FormatBytes(site.bytes),
                                   site.blocks, CategoryJsonKey(site.category), site.site));
     }
   }
   if (run.max_fragmentation_bytes > 0) {
     lines.push_back(
         fmt::format("Fragmentation (reserved minus allocated) was largest at trace entry {}: {}.",
-                    run.max_fragmentation_entry, FormatGiB(run.max_fragmentation_bytes)));
+                    run.max_fragmentation_entry, FormatBytes(run.max_fragmentation_bytes)));
   }
   if (run.initially_live_blocks > 0) {
     lines.push_back(fmt::format(
         "The trace starts mid-run (its ring buffer kept only the last entries, or recording "
         "began late): {} block(s) of {} were already alive; they come from the final segments "
         "and from frees without an alloc.",
-        run.initially_live_blocks, FormatGiB(run.initially_live_bytes)));
+        run.initially_live_blocks, FormatBytes(run.initially_live_bytes)));
   }
   if (!run.has_frames) {
     lines.push_back(
