@@ -51,6 +51,7 @@ Result<CompareEstimateArgs> ParseCompareEstimateArgs(const std::vector<std::stri
     std::replace(what.begin(), what.end(), '\n', ' ');
     return MakeError("compare: after --: " + what);
   }
+  out.knobs.KeepGiven();  // `app` goes out of scope here
   return out;
 }
 
@@ -69,6 +70,7 @@ int RunCompare(const CompareArgs& args) {
   if (!run.ok()) return FailBadInput(MakeError(args.snapshot_path + ": " + run.error().message));
   auto model = ResolveModel(estimate_args->model);
   if (!model.ok()) return FailBadInput(model.error());
+  estimate_args->knobs.Warn(*model, *setup);
   auto predicted = Estimate(*model, *setup);
   if (!predicted.ok()) return FailBadInput(predicted.error());
   predicted->report.source = estimate_args->model;

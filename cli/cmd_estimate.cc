@@ -28,6 +28,7 @@ int RunEstimate(const EstimateArgs& args) {
   if (!setup.ok()) return FailBadInput(setup.error());
   auto model = ResolveModel(args.model);
   if (!model.ok()) return FailBadInput(model.error());
+  args.knobs.Warn(*model, *setup);
   EstimateOptions options;
   options.top_allocations = args.top;
   options.keep_events = !args.events_path.empty();
@@ -54,7 +55,8 @@ RunFn SetupEstimate(CLI::App* sub) {
   AddKnobFlags(sub, &args->knobs);
   sub->add_option("--top", args->top, "How many allocations alive at the peak to list");
   sub->add_flag("--explain", args->explain, "Say in plain words what is alive at the peak and why");
-  sub->add_option("--events", args->events_path, "Also write the lowered event stream to FILE");
+  sub->add_option("--events", args->events_path, "Also write the lowered event stream to FILE")
+      ->check(CheckWritableFile, "", "writable");
   AddOutputFlags(sub, &args->out);
   return [args] { return RunEstimate(*args); };
 }

@@ -35,6 +35,7 @@ int RunFit(const FitArgs& args) {
   if (!margin.ok()) return FailBadInput(margin.error());
   auto model = ResolveModel(args.model);
   if (!model.ok()) return FailBadInput(model.error());
+  args.knobs.Warn(*model, *setup);
   FitOptions options;
   options.margin_bytes = *margin;
   options.max_batch = args.max_batch;

@@ -29,6 +29,7 @@ int RunPlan(const PlanArgs& args) {
   if (!setup.ok()) return FailBadInput(setup.error());
   auto model = ResolveModel(args.model);
   if (!model.ok()) return FailBadInput(model.error());
+  args.knobs.Warn(*model, *setup);
   PlanOptions options;
   options.tokens_per_step = args.tokens_per_step;
   // A knob given on the command line is a choice already made.
@@ -58,7 +59,8 @@ RunFn SetupPlan(CLI::App* sub) {
                   "Tokens per optimizer step, a multiple of --seq (default 16 x --seq)");
   sub->add_option("--top", args->top, "How many fitting strategies to list (default 10)");
   sub->add_flag("--json", args->json, "Print every strategy as JSON (integer bytes)");
-  sub->add_option("--html", args->html_path, "Also write a self-contained HTML page (every strategy) to FILE");
+  sub->add_option("--html", args->html_path, "Also write a self-contained HTML page (every strategy) to FILE")
+      ->check(CheckWritableFile, "", "writable");
   return [args] { return RunPlan(*args); };
 }
 

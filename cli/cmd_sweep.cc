@@ -55,6 +55,7 @@ int RunSweep(const SweepArgs& args) {
   }
   auto model = ResolveModel(args.model);
   if (!model.ok()) return FailBadInput(model.error());
+  args.knobs.Warn(*model, *setup);
   auto sweep = Sweep(*model, *setup, axes);
   if (!sweep.ok()) return FailBadInput(sweep.error());
   sweep->source = args.model;
@@ -91,9 +92,12 @@ RunFn SetupSweep(CLI::App* sub) {
                                "integers) or A,B,C");
   }
   sub->add_flag("--json", args->json, "Print the points as JSON (integer bytes)");
-  sub->add_option("--csv", args->csv_path, "Also write the points as CSV to FILE");
-  sub->add_option("--svg", args->svg_path, "Also write a chart of memory against the swept knob (SVG) to FILE");
-  sub->add_option("--html", args->html_path, "Also write a self-contained HTML page (chart, table, knobs) to FILE");
+  sub->add_option("--csv", args->csv_path, "Also write the points as CSV to FILE")
+      ->check(CheckWritableFile, "", "writable");
+  sub->add_option("--svg", args->svg_path, "Also write a chart of memory against the swept knob (SVG) to FILE")
+      ->check(CheckWritableFile, "", "writable");
+  sub->add_option("--html", args->html_path, "Also write a self-contained HTML page (chart, table, knobs) to FILE")
+      ->check(CheckWritableFile, "", "writable");
   return [args] { return RunSweep(*args); };
 }
 

@@ -1,12 +1,17 @@
 #include "knobs.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include <fmt/format.h>
+
+#include "output.h"
+#include "vramscope/lower.h"
 
 namespace vramscope::cli {
 
 void AddKnobFlags(CLI::App* sub, KnobArgs* k) {
+  k->app = sub;
   sub->add_option("--batch", k->batch, "Micro-batch per GPU (default 1)");
   sub->add_option("--seq", k->seq, "Tokens per sample (default 2048)");
   sub->add_option("--grad-accum", k->grad_accum, "Micro-batches per optimizer step (default 1)");
@@ -38,6 +43,35 @@ void AddKnobFlags(CLI::App* sub, KnobArgs* k) {
   sub->add_option("--device-rules", k->device_rules,
                   "cuda (default) or cpu: PyTorch's CPU kernels, only to compare with CPU reference traces (docs/fidelity.md)");
   AddParallelFlags(sub, &k->parallel);
+}
+
+namespace {
+constexpr const char* kLoraFlags[] = {"--lora-rank", "--lora-targets", "--lora-dropout"};
+}  // namespace
+
+void KnobArgs::KeepGiven() {
+  given.clear();
+  for (const char* flag : kLoraFlags) {
+    if (app && app->count(flag) > 0) given.emplace_back(flag);
+  }
+  app = nullptr;
+}
+
+bool KnobArgs::Given(const char* flag) const {
+  if (app) return app->count(flag) > 0;
+  return std::find(given.begin(), given.end(), flag) != given.end();
+}
+
+void KnobArgs::Warn(const ModelSpec& model, const TrainingSetup& setup) const {
+  std::vector<std::string> lines = SetupWarnings(model, setup);
+  if (setup.finetune == Finetune::kFull) {
+    for (const char* flag : kLoraFlags) {
+      if (Given(flag)) {
+        lines.push_back(fmt::format("{} has no effect without --finetune lora or qlora", flag));
+      }
+    }
+  }
+  for (std::string& line : lines) DeferWarning(std::move(line));
 }
 
 Result<TrainingSetup> KnobArgs::ToSetup() const {

@@ -2,10 +2,12 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
 #include "parallel_flags.h"
+#include "vramscope/model.h"
 #include "vramscope/report.h"
 #include "vramscope/setup.h"
 
@@ -27,7 +29,16 @@ struct KnobArgs {
   bool activation_offload = false;
   double moe_capacity_factor = 0, moe_imbalance = 1;
   ParallelArgs parallel;
+  // Which flags were given: `app` (set by AddKnobFlags) while it lives, else
+  // `given`, filled by KeepGiven() before a short-lived app goes away.
+  CLI::App* app = nullptr;
+  std::vector<std::string> given;
+  void KeepGiven();
+  bool Given(const char* flag) const;
   Result<TrainingSetup> ToSetup() const;
+  // Defers one warning (DeferWarning) per knob that is allowed but likely not
+  // meant (SetupWarnings, LoRA flags without LoRA).
+  void Warn(const ModelSpec& model, const TrainingSetup& setup) const;
 };
 
 void AddKnobFlags(CLI::App* sub, KnobArgs* knobs);

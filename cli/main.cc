@@ -48,7 +48,7 @@ int main(int argc, char** argv) {
     return kExitBadInput;
   }
   try {
-    return chosen ? chosen() : kExitBadInput;
+    return FlushWarnings(chosen ? chosen() : kExitBadInput);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "vramscope: internal error: %s\n", e.what());
     return kExitInternal;

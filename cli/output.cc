@@ -13,16 +13,38 @@
 #include <cstring>
 #include <fstream>
 #include <string_view>
+#include <vector>
 
 #include <fmt/format.h>
 
 namespace vramscope::cli {
 
+std::string CheckWritableFile(const std::string& path) {
+  if (path.empty()) return "an empty file name";
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) return fmt::format("{}: is a directory", path);
+    if (::access(path.c_str(), W_OK) != 0) return fmt::format("{}: not writable", path);
+    return {};
+  }
+  if (errno != ENOENT) return fmt::format("{}: {}", path, std::strerror(errno));
+  const size_t slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return fmt::format("{}: no such directory {}", path, dir);
+  }
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) return fmt::format("{}: cannot create a file in {}", path, dir);
+  return {};
+}
+
 void AddOutputFlags(CLI::App* sub, OutputOptions* out) {
   sub->add_flag("--json", out->json, "Print the report as JSON (integer bytes)");
-  sub->add_option("--html", out->html_path, "Also write a self-contained HTML report to FILE");
-  sub->add_option("--svg", out->svg_path, "Also write the memory timeline chart (SVG) to FILE");
-  sub->add_option("--csv", out->csv_path, "Also write the timeline as CSV to FILE");
+  sub->add_option("--html", out->html_path, "Also write a self-contained HTML report to FILE")
+      ->check(CheckWritableFile, "", "writable");
+  sub->add_option("--svg", out->svg_path, "Also write the memory timeline chart (SVG) to FILE")
+      ->check(CheckWritableFile, "", "writable");
+  sub->add_option("--csv", out->csv_path, "Also write the timeline as CSV to FILE")
+      ->check(CheckWritableFile, "", "writable");
 }
 
 Status WriteTextFile(const std::string& path, const std::string& text) {
@@ -176,6 +198,28 @@ void CheckNumericFlags(CLI::App* sub) {
       option->check(CheckFinite, "", "finite");
     }
   }
+}
+
+namespace {
+std::vector<std::string>& PendingWarnings() {
+  static std::vector<std::string> lines;  // the CLI runs one command per process
+  return lines;
+}
+}  // namespace
+
+void DeferWarning(std::string line) { PendingWarnings().push_back(std::move(line)); }
+
+int FlushWarnings(int exit_code) {
+  if (exit_code == kExitOk) {
+    for (std::string& line : PendingWarnings()) {
+      for (char& c : line) {
+        if (c == '\n' || c == '\r') c = ' ';
+      }
+      std::fprintf(stderr, "vramscope: warning: %s\n", line.c_str());
+    }
+  }
+  PendingWarnings().clear();
+  return exit_code;
 }
 
 int FailBadInput(const Error& error) {

@@ -22,9 +22,21 @@ struct OutputOptions {
 // Declares --json, --html FILE, --svg FILE, --csv FILE on `sub`.
 void AddOutputFlags(CLI::App* sub, OutputOptions* out);
 
+// A CLI11 check for an option naming a file to write: "" when the file can be
+// written (an existing writable file, or a new one in an existing writable
+// directory), else why not. Checked when the flags are parsed, so a bad path
+// fails (exit 2) before any work or output.
+std::string CheckWritableFile(const std::string& path);
+
 // Prints the report (text or JSON) to stdout and writes the requested files.
 // Returns the exit code.
 int EmitReport(const Report& report, const OutputOptions& out);
+
+// A "vramscope: warning: LINE" for stderr, printed by FlushWarnings once the
+// command has succeeded (a failing command prints its one error line only).
+void DeferWarning(std::string line);
+// Prints the deferred warnings when `exit_code` is 0; returns `exit_code`.
+int FlushWarnings(int exit_code);
 
 // Prints "vramscope: error: MESSAGE" on one line to stderr; returns 2.
 int FailBadInput(const Error& error);

@@ -45,6 +45,12 @@ using RankClassCallback = std::function<Status(size_t index, LoweredRank& lowere
 Result<std::vector<LoweredRank>> LowerRankClasses(const ModelSpec& model, const TrainingSetup& setup,
                                                   const GpuSpec& gpu, const RankClassCallback& each = {});
 
+// Knobs that are allowed but probably not what the user meant (a sequence
+// beyond the model's positions, library versions outside those the rules were
+// read from): one line each, for stderr. Impossible combinations are errors of
+// LowerRankClasses instead.
+std::vector<std::string> SetupWarnings(const ModelSpec& model, const TrainingSetup& setup);
+
 // The first rank class of LowerRankClasses (the only one on a single GPU).
 Result<Lowered> LowerTraining(const ModelSpec& model, const TrainingSetup& setup,
                               const GpuSpec& gpu);

@@ -29,6 +29,14 @@ uint8_t ParamBytes(Precision p) {
   }
 }
 
+// The library versions whose code the lowering's rules were read from
+// (docs/lowering.md): transformers 4.36 (the DynamicCache) to 5.24, torch 2.0
+// to 2.13.
+constexpr int kOldestTransformers = 436, kNewestTransformers = 524;
+constexpr int kOldestTorch = 200, kNewestTorch = 213;
+
+std::string VersionText(int v) { return fmt::format("{}.{}", v / 100, v % 100); }
+
 Status Validate(const ModelSpec& m, const TrainingSetup& s) {
   auto bad = [](std::string msg) { return Status(MakeError(std::move(msg))); };
   if (s.batch == 0 || s.batch > 65536) return bad(fmt::format("--batch: {} is outside 1..65536", s.batch));
@@ -42,6 +50,8 @@ Status Validate(const ModelSpec& m, const TrainingSetup& s) {
     if (!(s.lora_dropout >= 0 && s.lora_dropout < 1))  // NaN fails too
       return bad(fmt::format("--lora-dropout: {} is outside [0, 1)", s.lora_dropout));
   }
+  if (s.attn == Attention::kFlash && s.precision == Precision::kFp32)
+    return bad("--attn flash: flash-attn 2 runs in fp16 / bf16 only; with --precision fp32 use sdpa or eager, or a 16-bit precision");
   if (s.finetune == Finetune::kQLora && s.precision == Precision::kFp32)
     return bad("--finetune qlora: needs a 16-bit compute dtype; use --precision bf16 or bf16-mixed, not fp32");
   if (s.optimizer_in_backward && s.optimizer == OptimizerKind::kNone)
@@ -511,6 +521,33 @@ Result<std::vector<LoweredRank>> LowerRankClasses(const ModelSpec& model, const 
   for (std::thread& w : workers) w.join();
   for (const Status& st : status) {
     if (!st.ok()) return st.error();
+  }
+  return out;
+}
+
+std::vector<std::string> SetupWarnings(const ModelSpec& model, const TrainingSetup& setup) {
+  std::vector<std::string> out;
+  if (model.max_position_embeddings > 0 && setup.seq > model.max_position_embeddings) {
+    if (model.position == PositionKind::kLearned) {
+      out.push_back(fmt::format("--seq {} is beyond {}'s {} learned positions: the real model would fail "
+                                "(position index out of range); estimated as asked",
+                                setup.seq, model.name, model.max_position_embeddings));
+    } else {
+      out.push_back(fmt::format("--seq {} is beyond {}'s max_position_embeddings {}: estimated as asked, "
+                                "but the model was not trained on positions that far",
+                                setup.seq, model.name, model.max_position_embeddings));
+    }
+  }
+  const int tv = setup.transformers_version, pv = setup.torch_version;
+  if (tv < lower::kOldestTransformers || tv > lower::kNewestTransformers) {
+    out.push_back(fmt::format("--transformers-version {} is outside {}..{}, the releases the lowering's rules "
+                              "were read from: estimated with the nearest behaviour",
+                              lower::VersionText(tv), lower::VersionText(lower::kOldestTransformers), lower::VersionText(lower::kNewestTransformers)));
+  }
+  if (pv < lower::kOldestTorch || pv > lower::kNewestTorch) {
+    out.push_back(fmt::format("--torch-version {} is outside {}..{}, the releases the lowering's rules were "
+                              "read from: estimated with the nearest behaviour",
+                              lower::VersionText(pv), lower::VersionText(lower::kOldestTorch), lower::VersionText(lower::kNewestTorch)));
   }
   return out;
 }

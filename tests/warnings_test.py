@@ -1,0 +1,75 @@
+"""Knobs that are allowed but likely not meant warn (stderr, one line each, exit 0);
+impossible ones are errors (exit 2); a file that cannot be written fails before any work
+or output (issue 18)."""
+import os
+import pathlib
+import subprocess
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+BIN = os.environ.get("VRAMSCOPE_BIN", str(ROOT / "build" / "cli" / "vramscope"))
+
+
+def run(*args):
+    return subprocess.run([BIN, *args], capture_output=True, text=True, timeout=120, cwd=ROOT)
+
+
+def warnings(p):
+    lines = p.stderr.splitlines()
+    assert all(l.startswith("vramscope: warning: ") for l in lines), p.stderr
+    return lines
+
+
+def test_a_plain_setup_warns_nothing():
+    p = run("estimate", "llama-3-8b", "--finetune", "lora", "--lora-rank", "8")
+    assert p.returncode == 0 and p.stderr == ""
+
+
+@pytest.mark.parametrize("command", ["estimate", "fit", "sweep", "plan"])
+def test_lora_flags_without_lora_warn(command):
+    seq = "256,512" if command == "sweep" else "512"
+    p = run(command, "qwen2.5-0.5b", "--seq", seq, "--lora-rank", "8", "--lora-dropout", "0.1")
+    assert p.returncode == 0, p.stderr
+    lines = warnings(p)
+    assert any("--lora-rank has no effect without --finetune lora" in l for l in lines)
+    assert any("--lora-dropout has no effect" in l for l in lines)
+
+
+def test_sequence_beyond_the_models_positions_warns():
+    p = run("estimate", "gpt2", "--seq", "2048")
+    assert p.returncode == 0
+    [line] = warnings(p)
+    assert "--seq 2048" in line and "1024 learned positions" in line
+    p = run("estimate", "llama-3-8b", "--seq", "16384")
+    assert p.returncode == 0
+    [line] = warnings(p)
+    assert "max_position_embeddings 8192" in line
+
+
+def test_versions_outside_the_modelled_range_warn():
+    p = run("estimate", "llama-3-8b", "--transformers-version", "4.30", "--torch-version", "2.20")
+    assert p.returncode == 0
+    lines = warnings(p)
+    assert any("--transformers-version 4.30 is outside 4.36..5.24" in l for l in lines)
+    assert any("--torch-version 2.20 is outside 2.0..2.13" in l for l in lines)
+
+
+def test_flash_attention_in_fp32_is_an_error():
+    p = run("estimate", "llama-3-8b", "--attn", "flash", "--precision", "fp32")
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.count("\n") == 1 and "flash-attn 2 runs in fp16 / bf16 only" in p.stderr
+
+
+@pytest.mark.parametrize("args", [
+    ["estimate", "gpt2", "--seq", "512", "--html", "/nonexistent-dir/report.html"],
+    ["estimate", "gpt2", "--seq", "512", "--svg", "/tmp"],
+    ["estimate", "gpt2", "--seq", "512", "--events", "/nonexistent-dir/x.events"],
+    ["sweep", "gpt2", "--seq", "128,256", "--csv", "/nonexistent-dir/x.csv"],
+    ["plan", "gpt2", "--seq", "512", "--html", "/nonexistent-dir/plan.html"],
+    ["simulate", "examples/tiny.events", "--csv", "/nonexistent-dir/t.csv"],
+])
+def test_an_unwritable_output_fails_before_any_output(args):
+    p = run(*args)
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.startswith("vramscope: error: --") and p.stderr.count("\n") == 1
