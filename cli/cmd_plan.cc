@@ -35,6 +35,7 @@ int RunPlan(const PlanArgs& args) {
   // A knob given on the command line is a choice already made.
   options.keep_finetune = args.app->count("--finetune") > 0;
   options.keep_optimizer = args.app->count("--optimizer") > 0;
+  options.keep_precision = args.app->count("--precision") > 0;
   options.keep_parallel = args.app->count("--zero") + args.app->count("--fsdp") + args.app->count("--ddp") > 0;
   auto plan = Plan(*model, *setup, options);
   if (!plan.ok()) return FailBadInput(plan.error());

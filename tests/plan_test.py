@@ -238,7 +238,8 @@ def test_plan_ranks_fitting_strategies_by_tokens_per_second():
     r = run_json("plan", "qwen2.5-0.5b", "--gpu", "rtx-4090", "--seq", "1024",
                  "--tokens-per-step", "8192")
     assert r["command"] == "plan" and r["gpus"] == 1 and r["tokens_per_step"] == 8192
-    assert r["considered"] == 3 * 2 * 2 * 2 * 2 * 4  # knob sets x splits 8, 4, 2, 1
+    # knob sets (full fine-tune in two precisions, LoRA, QLoRA) x splits 8, 4, 2, 1
+    assert r["considered"] == 4 * 2 * 2 * 2 * 2 * 4
     fitting = [s for s in r["strategies"] if s["fits"]]
     assert fitting and r["strategies"][:len(fitting)] == fitting
     for s in r["strategies"]:
@@ -249,7 +250,8 @@ def test_plan_ranks_fitting_strategies_by_tokens_per_second():
     top = fitting[0]["knobs"]
     knobs = ["--gpu", "rtx-4090", "--seq", top["seq"], "--batch", top["batch"],
              "--grad-accum", top["grad_accum"], "--finetune", top["finetune"],
-             "--optimizer", top["optimizer"], "--grad-ckpt", top["grad_ckpt"], "--loss", top["loss"]]
+             "--optimizer", top["optimizer"], "--grad-ckpt", top["grad_ckpt"], "--loss", top["loss"],
+             "--precision", top["precision"]]
     if top["alloc_conf"]:
         knobs += ["--alloc-conf", top["alloc_conf"]]
     e = estimate("qwen2.5-0.5b", *knobs)
@@ -274,7 +276,7 @@ def test_plan_over_several_gpus_ranks_data_parallel_modes():
         k = entry["knobs"]
         knobs = ["--gpu", "rtx-4090", "--gpus", "4", "--seq", k["seq"], "--batch", k["batch"],
                  "--grad-accum", k["grad_accum"], "--finetune", k["finetune"], "--optimizer", k["optimizer"],
-                 "--grad-ckpt", k["grad_ckpt"], "--loss", k["loss"]]
+                 "--grad-ckpt", k["grad_ckpt"], "--loss", k["loss"], "--precision", k["precision"]]
         mode = k["data_parallel"]
         knobs += {"ddp": ["--ddp"], "fsdp": ["--fsdp", k.get("fsdp", "full")]}.get(mode, ["--zero", mode[-1]])
         if k.get("offload"):
@@ -305,3 +307,21 @@ def test_plan_bad_inputs_exit_2_with_one_line(args):
     assert p.returncode == 2, (p.returncode, p.stdout[-300:], p.stderr)
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("vramscope: error:"), p.stderr
+
+
+def test_plan_lists_a_fitting_full_fine_tune_with_bf16_weights():
+    # Llama-3-8B on an H100: with fp32 master weights no full fine-tune fits; bf16
+    # weights with 8-bit AdamW do (issue 18), and the plan says which assumption decided.
+    r = run_json("plan", "llama-3-8b", "--finetune", "full")
+    full = [s for s in r["strategies"] if s["fits"]]
+    assert full and all(s["knobs"]["precision"] == "bf16" for s in full)
+    assert not any(s["fits"] for s in r["strategies"] if s["knobs"]["precision"] == "bf16-mixed")
+    assert any("fits only with bf16 weights" in line for line in r["explanation"])
+    k = full[0]["knobs"]
+    e = estimate("llama-3-8b", "--precision", "bf16", "--batch", k["batch"], "--grad-accum", k["grad_accum"],
+                 "--optimizer", k["optimizer"], "--grad-ckpt", k["grad_ckpt"], "--loss", k["loss"],
+                 *(["--alloc-conf", k["alloc_conf"]] if k["alloc_conf"] else []))
+    assert e["fits"] and e["device_total_bytes"] == full[0]["device_total_bytes"]
+    # --precision on the command line keeps it.
+    kept = run_json("plan", "llama-3-8b", "--finetune", "full", "--precision", "bf16-mixed")
+    assert {s["knobs"]["precision"] for s in kept["strategies"]} == {"bf16-mixed"}

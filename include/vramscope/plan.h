@@ -211,6 +211,9 @@ struct PlanOptions {
   bool keep_finetune = false;
   // Only the setup's optimizer (else AdamW and 8-bit AdamW are both tried).
   bool keep_optimizer = false;
+  // Only the setup's precision (else full fine-tunes with fp32 master weights
+  // under bf16 autocast also try bf16 weights).
+  bool keep_precision = false;
   // Several GPUs: only the setup's data-parallel mode and offload (else DDP,
   // ZeRO 1-3, FSDP and optimizer offload are tried for full fine-tuning).
   bool keep_parallel = false;

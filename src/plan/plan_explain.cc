@@ -100,6 +100,7 @@ std::string Reasons(const Strategy& s) {
 std::string StrategyLabel(const TrainingSetup& s) {
   std::string out = fmt::format("{}, micro-batch {} x {}, {}", FinetuneLabel(s.finetune), s.batch,
                                 s.grad_accum, OptimizerName(s.optimizer));
+  if (s.precision == Precision::kBf16) out += ", bf16 weights";
   if (s.grad_ckpt != GradCkpt::kNone) out += ", gradient checkpointing";
   if (s.loss != LossKind::kHf) out += fmt::format(", {} loss", LossName(s.loss));
   if (s.alloc_conf.find("expandable_segments:True") != std::string::npos) out += ", expandable segments";
@@ -140,6 +141,24 @@ std::vector<std::string> ExplainPlan(const PlanResult& plan) {
   for (const Strategy& s : plan.strategies) {
     if (!s.fits) continue;
     (s.setup.finetune == Finetune::kFull ? full_fits : adapters_fit) = true;
+  }
+  // Which assumption excludes full fine-tuning: with fp32 master weights
+  // (bf16-mixed) none may fit where bf16 weights do.
+  const Strategy* mixed_best = nullptr;
+  bool bf16_full_fits = false, mixed_full_fits = false;
+  for (const Strategy& s : plan.strategies) {
+    if (s.setup.finetune != Finetune::kFull) continue;
+    if (s.setup.precision == Precision::kBf16) bf16_full_fits = bf16_full_fits || s.fits;
+    if (s.setup.precision == Precision::kBf16Mixed) {
+      mixed_full_fits = mixed_full_fits || s.fits;
+      if (!mixed_best || s.needed_bytes < mixed_best->needed_bytes) mixed_best = &s;
+    }
+  }
+  if (bf16_full_fits && !mixed_full_fits && mixed_best) {
+    lines.push_back(fmt::format(
+        "A full fine-tune fits only with bf16 weights (the model loaded in bf16, no fp32 master copy: "
+        "--precision bf16); with fp32 master weights under bf16 autocast the smallest needs {}.",
+        FormatBytes(mixed_best->needed_bytes)));
   }
   if (adapters_fit) {
     lines.push_back(full_fits ? "LoRA and QLoRA train adapters, not the whole model: compare within the kind of "

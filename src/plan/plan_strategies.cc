@@ -6,6 +6,7 @@
 #include <cmath>
 #include <map>
 #include <optional>
+#include <tuple>
 #include <utility>
 
 #include <fmt/format.h>
@@ -26,6 +27,7 @@ constexpr std::string_view kExpandable = "expandable_segments:True";
 
 // A knob set: everything of a strategy but the micro-batch split.
 struct KnobSet {
+  Precision precision;
   Finetune finetune;
   GradCkpt ckpt;
   OptimizerKind optimizer;
@@ -53,6 +55,18 @@ std::vector<DataParallelChoice> DataParallelChoices(const TrainingSetup& base, F
           {DataParallel::kZero2, Offload::kNone},     {DataParallel::kZero3, Offload::kNone},
           {DataParallel::kFsdp, Offload::kNone},      {DataParallel::kZero2, Offload::kOptimizer},
           {DataParallel::kZero3, Offload::kOptimizer}};
+}
+
+// Full fine-tuning with fp32 master weights under bf16 autocast (the
+// default) also tries bf16 weights, gradients and optimizer state: what a
+// model loaded in bf16 and trained without autocast holds (transformers 5.x
+// loads the checkpoint's dtype by default). Adapters keep the setup's
+// precision; --precision on the command line keeps it for all.
+std::vector<Precision> Precisions(const TrainingSetup& base, Finetune finetune, const PlanOptions& options) {
+  if (options.keep_precision || finetune != Finetune::kFull || base.precision != Precision::kBf16Mixed) {
+    return {base.precision};
+  }
+  return {base.precision, Precision::kBf16};
 }
 
 template <typename T>
@@ -84,15 +98,17 @@ std::vector<KnobSet> KnobSets(const TrainingSetup& base, const PlanOptions& opti
   }
   std::vector<KnobSet> out;
   for (Finetune f : finetunes) {
-    for (const DataParallelChoice& d : DataParallelChoices(base, f, options)) {
-      const bool sharded = d.dp != DataParallel::kNone && d.dp != DataParallel::kDdp;
-      for (GradCkpt c : {GradCkpt::kNone, GradCkpt::kFull}) {
-        for (OptimizerKind o : optimizers) {
-          // ZeRO and FSDP step fp32 partitions with a fused Adam; bitsandbytes'
-          // 8-bit states are not combined with them here.
-          if (sharded && !options.keep_optimizer && o != optimizers.front()) continue;
-          for (LossKind l : losses) {
-            for (const std::string& a : allocs) out.push_back({f, c, o, l, a, d.dp, d.offload});
+    for (Precision p : Precisions(base, f, options)) {
+      for (const DataParallelChoice& d : DataParallelChoices(base, f, options)) {
+        const bool sharded = d.dp != DataParallel::kNone && d.dp != DataParallel::kDdp;
+        for (GradCkpt c : {GradCkpt::kNone, GradCkpt::kFull}) {
+          for (OptimizerKind o : optimizers) {
+            // ZeRO and FSDP step fp32 partitions with a fused Adam; bitsandbytes'
+            // 8-bit states are not combined with them here.
+            if (sharded && !options.keep_optimizer && o != optimizers.front()) continue;
+            for (LossKind l : losses) {
+              for (const std::string& a : allocs) out.push_back({p, f, c, o, l, a, d.dp, d.offload});
+            }
           }
         }
       }
@@ -190,13 +206,14 @@ Result<PlanResult> Plan(const ModelSpec& model, const TrainingSetup& setup, cons
   // largest fitting split: the optimizer, loss and allocator variants of a
   // group need similar memory, so their search starts there, one step each
   // way usually settles it.
-  std::map<std::pair<Finetune, GradCkpt>, size_t> group_start;
+  std::map<std::tuple<Precision, Finetune, GradCkpt>, size_t> group_start;
   for (const KnobSet& k : KnobSets(setup, options)) {
     out.considered += micro_batches.size();
-    const auto group = std::make_pair(k.finetune, k.ckpt);
+    const auto group = std::make_tuple(k.precision, k.finetune, k.ckpt);
     const size_t start = group_start.count(group) ? group_start[group] : 0;
     auto probe = [&](size_t index) -> std::optional<bool> {
       TrainingSetup s = setup;
+      s.precision = k.precision;
       s.finetune = k.finetune;
       s.grad_ckpt = k.ckpt;
       s.optimizer = k.optimizer;

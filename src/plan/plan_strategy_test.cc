@@ -95,7 +95,8 @@ TEST(Plan, StrategiesAreEstimatesRankedByTokensPerSecond) {
   options.tokens_per_step = 16 * 1024;
   auto plan = Plan(*model, setup, options);
   ASSERT_TRUE(plan.ok()) << plan.error().message;
-  EXPECT_EQ(plan->considered, 3u * 2 * 2 * 2 * 2 * 5) << "knob sets x splits 16, 8, 4, 2, 1";
+  // Knob sets: full fine-tune with fp32 and with bf16 weights, LoRA, QLoRA.
+  EXPECT_EQ(plan->considered, 4u * 2 * 2 * 2 * 2 * 5) << "knob sets x splits 16, 8, 4, 2, 1";
   EXPECT_EQ(plan->estimates, plan->strategies.size());
   ASSERT_FALSE(plan->strategies.empty());
   bool seen_failing = false;
