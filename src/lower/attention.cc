@@ -117,14 +117,20 @@ Var MatmulOperand(Tape& tape, const Var& x, bool head_major, uint64_t broadcast_
   return out;
 }
 
-// torch.bmm of two operands (BmmBackward0 saves both; each gets a gradient
-// of its own size): the output, [numel] elements of `bytes`.
+// torch.bmm of two operands (each gets a gradient of its own size): the
+// output, [numel] elements of `bytes`. BmmBackward0 saves each operand only
+// for the other's gradient (derivatives.yaml, bmm: self's formula reads mat2,
+// mat2's reads self; the generated VariableType saves an input under
+// `grad_fn->should_compute_output(...)` of the output that needs it, torch
+// 2.x tools/autograd/gen_variable_type.py): with a frozen key (LoRA on q/v,
+// layer inputs without grad) the query operand is not saved (torch 2.13 CPU
+// trace, BERT tf4/tf5 LoRA bf16-mixed: layer 0's q clone is freed at once).
 Var Bmm(Tape& tape, const Var& a, const Var& b, uint64_t numel, uint8_t bytes) {
   Var out = tape.New(numel, bytes, Category::kTemporaries, "aten::bmm");
   if (tape.grad_enabled && (a.requires_grad() || b.requires_grad())) {
     NodeId n = tape.Node("BmmBackward0", &out);
-    tape.graph.Save(n, a.t);
-    tape.graph.Save(n, b.t);
+    if (b.requires_grad()) tape.graph.Save(n, a.t);
+    if (a.requires_grad()) tape.graph.Save(n, b.t);
     tape.graph.Edge(n, a, a.bytes());
     tape.graph.Edge(n, b, b.bytes());
   }
@@ -195,7 +201,7 @@ Var MathKernel(Tape& tape, const AttnPlan& plan, const AttnShape& shape, const V
   Var qk = Bmm(tape, q, k, scores, e);
   tape.Drop(q);
   tape.Drop(k);
-  Var w = Scale(tape, qk);
+  Var w = plan.legacy_bert ? DivScalar(tape, qk) : Scale(tape, qk);
   tape.Drop(qk);
   if (plan.softcap) {
     // tanh saves its result: one more [b, heads, s, s] tensor kept per layer.
@@ -225,7 +231,7 @@ Var MathKernel(Tape& tape, const AttnPlan& plan, const AttnShape& shape, const V
     tape.Drop(p32);
   } else {
     probs = UnaryOp(tape, w, "aten::_softmax", "SoftmaxBackward0", true);
-    tape.Drop(w);
+    if (!plan.legacy_bert) tape.Drop(w);
   }
   Var dropped = Dropout(tape, probs, dropout);
   tape.Drop(probs);
@@ -242,6 +248,7 @@ Var MathKernel(Tape& tape, const AttnPlan& plan, const AttnShape& shape, const V
     tape.graph.EdgePass(n, ctx);
   }
   tape.Drop(ctx);
+  if (plan.legacy_bert) tape.Drop(w);  // `attention_scores` goes when the function returns
   return out;
 }
 

@@ -49,6 +49,12 @@ struct AttnPlan {
   // `attn_weights += causal_mask` in place, and the weights are not returned
   // (`attn_weights = None` unless output_attentions) but live to its end.
   bool legacy_stablelm = false;
+  // BertSelfAttention.forward's own eager code (transformers 4.x, read in
+  // 4.57.6 models/bert/modeling_bert.py): `attention_scores / math.sqrt(d)`
+  // (aten::div), `attention_scores = attention_scores + attention_mask`, and
+  // the local `attention_scores` keeps the masked scores until the function
+  // returns (softmax's result is bound to `attention_probs` instead).
+  bool legacy_bert = false;
 };
 
 // Decides the kernel for a training forward without padding.

@@ -126,6 +126,11 @@ ForwardOut EncoderForward(Tape& tape, const ModelSpec& spec, EncoderParams& ep,
   tape.Drop(x);
   x = Dropout(tape, normed, spec.hidden_dropout);
   tape.Drop(normed);
+  // BertModel.forward's local `embedding_output` holds the embeddings' output
+  // until it returns, past the encoder (4.57.6 / 5.24.0 models/bert/
+  // modeling_bert.py): under autocast (nothing saves the fp32 tensor itself)
+  // it outlives layer 0.
+  Var embedding_output = tape.Share(x);
 
   // BertModel with attn_implementation="sdpa" and no attention mask:
   // _prepare_4d_attention_mask_for_sdpa returns None for an all-ones mask, so
@@ -134,21 +139,63 @@ ForwardOut EncoderForward(Tape& tape, const ModelSpec& spec, EncoderParams& ep,
   AttnPlan plan = PlanAttention(setup, tape.autocast ? tape.compute_bytes : x.elem_bytes,
                                       heads, heads, /*sliding_window_mask=*/false, spec.attention_dropout);
   plan.fp32_softmax = false;  // BertSelfAttention: softmax(attention_scores, dim=-1), no dtype
+  // transformers 4.x BertModel.forward (read in 4.57.6): `attention_mask =
+  // torch.ones((batch_size, seq_length), device=device)` (fp32) when the batch
+  // has none, a local until it returns; SDPA's _prepare_4d_attention_mask_for_sdpa
+  // checks torch.all(mask == 1) and returns None; eager's
+  // get_extended_attention_mask (modeling_utils.py) makes
+  // (1.0 - mask[:, None, None, :].to(self.dtype)) * finfo.min, [b, 1, 1, s],
+  // added to every layer's scores by BertSelfAttention's own eager code
+  // (legacy_bert). transformers 5.x builds no mask for an unpadded batch.
+  const bool legacy = setup.transformers_version < 500;
+  Var ones, ext_mask;
+  if (legacy) {
+    tape.SetModule("bert");
+    const uint8_t dtype = x.elem_bytes;  // BertModel.dtype: the parameters' dtype
+    if (!setup.attention_mask) ones = tape.New(b * s, kF32, Category::kTemporaries, "aten::ones");
+    const uint8_t mask_bytes = setup.attention_mask ? kI64 : kF32;
+    if (plan.kernel == AttnKernel::kMath) {
+      plan.legacy_bert = true;
+      Var cast;
+      if (dtype != mask_bytes) cast = tape.New(b * s, dtype, Category::kTemporaries, "aten::_to_copy");
+      Var rsub = tape.New(b * s, dtype, Category::kTemporaries, "aten::rsub");
+      if (cast.t != kNoTensor) tape.Drop(cast);
+      ext_mask = tape.New(b * s, dtype, Category::kActivations, "aten::mul");
+      tape.Drop(rsub);
+    } else {
+      Var eq = tape.New(b * s, kBool, Category::kTemporaries, "aten::eq");
+      Var all = tape.New(1, kBool, Category::kTemporaries, "aten::all");
+      tape.Drop(eq);
+      tape.Drop(all);
+    }
+  }
   const bool ckpt = setup.grad_ckpt != GradCkpt::kNone;
+  // BertEncoder.forward (4.x): `layer_outputs = layer_module(...)` is
+  // (layer_output, attention_probs) - BertLayer returns the self-attention's
+  // outputs[1:], and eager BertSelfAttention always returns attention_probs
+  // (SDPA's returns None) - so the previous layer's probabilities stay
+  // referenced until the next layer returns, the last layer's until the
+  // encoder returns (checked with weakrefs on the storage, 4.57.6). Without
+  // checkpointing the second matmul saves them anyway.
+  Var layer_outputs;
   for (uint64_t i = 0; i < spec.num_layers; ++i) {
     const EncoderParams::Layer& l = ep.layers[i];
     tape.SetModule("bert.encoder.layer." + std::to_string(i));
     if (ckpt) {
       tape.graph.BeginCheckpoint(setup.grad_ckpt == GradCkpt::kReentrant);
       tape.graph.Keep(x.t);
+      // The extended mask is an argument of the checkpointed call: reentrant
+      // CheckpointFunction saves it, non-reentrant's recompute closure holds it.
+      if (ext_mask.t != kNoTensor) tape.graph.Keep(ext_mask.t);
     }
     Var q = Linear(tape, x, *l.q, l.q_b, t, h);
     Var k = Linear(tape, x, *l.k, l.k_b, t, h);
     Var v = Linear(tape, x, *l.v, l.v_b, t, h);
     AttnShape shape{b, s, heads, heads, dh};
     shape.causal = false;
-    Var ctx = Attend(tape, plan, shape, q, k, v, nullptr,
-                     spec.attention_dropout);
+    Var probs;
+    Var ctx = Attend(tape, plan, shape, q, k, v, ext_mask.t != kNoTensor ? &ext_mask : nullptr,
+                     spec.attention_dropout, legacy ? &probs : nullptr);
     tape.Drop(q);
     tape.Drop(k);
     tape.Drop(v);
@@ -162,10 +209,22 @@ ForwardOut EncoderForward(Tape& tape, const ModelSpec& spec, EncoderParams& ep,
                                 spec.hidden_dropout);
     tape.Drop(act);
     tape.Drop(attn);
+    // Reentrant CheckpointFunction.backward gets zeros for the returned
+    // probabilities no gradient reaches (materialize_grads, torch 2.x).
+    if (ckpt && setup.grad_ckpt == GradCkpt::kReentrant && probs.t != kNoTensor) {
+      tape.graph.UngradedOutput(probs.bytes());
+    }
     if (ckpt) tape.graph.EndCheckpoint();
     tape.Drop(x);
     x = y;
+    if (layer_outputs.t != kNoTensor) tape.Drop(layer_outputs);
+    layer_outputs = probs;
   }
+  if (layer_outputs.t != kNoTensor) tape.Drop(layer_outputs);  // BertEncoder returns
+  // BertModel.forward returns: its locals go.
+  tape.Drop(embedding_output);
+  if (ones.t != kNoTensor) tape.Drop(ones);
+  if (ext_mask.t != kNoTensor) tape.Drop(ext_mask);
 
   // BertLMPredictionHead: transform (dense, gelu, LayerNorm), then the
   // decoder (tied word embeddings) with its bias -> [t, vocab] scores.

@@ -153,6 +153,18 @@ int UnitOf(const ParamTensor& pt, uint64_t num_layers) {
 // masks per call instead and registers neither.
 void PlaceBuffers(Tape& tape, const ModelSpec& model, const TrainingSetup& setup,
                   const std::vector<StageSpan>& chunks) {
+  if (model.model_type == "bert") {
+    // BertEmbeddings: position_ids (arange(max_position_embeddings).expand(1, -1))
+    // and token_type_ids (zeros of its size), int64, non-persistent buffers
+    // moved to the device with the model (4.57.6 register_buffer, 5.24.0
+    // nn.Buffer).
+    tape.graph.SetModule(tape.graph.Intern("bert.embeddings"));
+    for (int i = 0; i < 2; ++i) {
+      tape.graph.Alloc(model.max_position_embeddings * kI64, Category::kParameters, "register_buffer",
+                       tape.graph.module());
+    }
+    return;
+  }
   if (model.model_type != "gpt2" || setup.transformers_version >= 500) return;
   const uint64_t positions = model.max_position_embeddings;
   for (const StageSpan& span : chunks) {

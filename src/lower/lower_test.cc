@@ -228,8 +228,10 @@ TEST(Lower, BertMaskedLmSteadyStateAndHead) {
       for (int ph = 0; ph < 3; ++ph) {
         EXPECT_EQ(r.phases[4 + ph].peak_allocated_bytes, r.phases[7 + ph].peak_allocated_bytes);
       }
-      // fp32 weights + two AdamW moments remain.
-      EXPECT_EQ(r.final_stats.allocated_bytes, m->ParameterCount() * 4 * 3);
+      // fp32 weights + two AdamW moments remain, and BertEmbeddings' two int64
+      // buffers (position_ids, token_type_ids: [1, max_position_embeddings]).
+      EXPECT_EQ(r.final_stats.allocated_bytes,
+                m->ParameterCount() * 4 * 3 + 2 * m->max_position_embeddings * 8);
       // The MLM head's log_softmax output is saved: [tokens, vocab] fp32
       // under bf16 autocast (cross_entropy runs in fp32).
       bool found = false;

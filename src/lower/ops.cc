@@ -214,6 +214,15 @@ Var Scale(Tape& tape, const Var& a) {
   return out;
 }
 
+Var DivScalar(Tape& tape, const Var& a) {
+  Var out = tape.New(a.numel, a.elem_bytes, Category::kTemporaries, "aten::div");
+  if (AnyGrad(tape, a)) {
+    NodeId n = tape.Node("DivBackward1", &out);
+    EdgeIf(tape, n, a);
+  }
+  return out;
+}
+
 Var MulParam(Tape& tape, const Var& x, Param& w, bool gemma_offset) {
   Var wv = tape.Share(w.var);
   if (gemma_offset) {

@@ -47,6 +47,8 @@ Var Add(Tape& tape, const Var& a, const Var& b);
 Var AddInPlace(Tape& tape, const Var& a, const Var& b);
 // a * scalar (saves nothing).
 Var Scale(Tape& tape, const Var& a);
+// x / scalar into a new tensor (DivBackward1 saves nothing): aten::div.
+Var DivScalar(Tape& tape, const Var& a);
 // A broadcast multiply by a parameter vector (norm weights): out like x.
 Var MulParam(Tape& tape, const Var& x, Param& w, bool gemma_offset);
 
