@@ -138,19 +138,32 @@ def _mib(b):
     return f"{b / 2**20:.3f}"
 
 
+def _phases(r):
+    """Each phase's error against the recorded peak: 'setup -0.05, 1f +0.03, 1b ...'."""
+    return ", ".join(("setup" if ph["phase"] == "setup" else f"{ph['step']}{ph['phase'][0]}")
+                     + f" {ph['error_pct']:+.2f}" for ph in r["phases"])
+
+
+def _categories(r):
+    """Bytes by category at each stream's peak, recorded / predicted MiB."""
+    rec, pred = r["recorded_category_at_peak"], r["predicted_category_at_peak"]
+    return ", ".join(f"{c} {rec.get(c, 0) / 2**20:.2f}/{pred.get(c, 0) / 2**20:.2f}"
+                     for c in sorted(set(rec) | set(pred)) if rec.get(c, 0) or pred.get(c, 0))
+
+
 def markdown_table(results):
     lines = ["| point | recorded peak MiB | predicted peak MiB | peak error | worst phase error | "
-             "first divergence |",
-             "|---|---:|---:|---:|---:|---|"]
+             "error per phase (%) | at the peak by category, recorded / predicted MiB | first divergence |",
+             "|---|---:|---:|---:|---:|---|---|---|"]
     for r in results:
         if "error" in r:
-            lines.append(f"| {r['name']} | — | — | — | — | {r['error'].splitlines()[0][:200]} |")
+            lines.append(f"| {r['name']} | — | — | — | — | — | — | {r['error'].splitlines()[0][:200]} |")
             continue
         mark = "" if within_tolerance(r) else " ✗"
         lines.append(
             f"| {r['name']} | {_mib(r['recorded_peak_bytes'])} | {_mib(r['predicted_peak_bytes'])} | "
             f"{r['peak_error_pct']:+.2f}% | {r['worst_phase_error_pct']:+.2f}% "
-            f"({r['worst_phase']}){mark} | {r['first_divergence'] or 'none'} |")
+            f"({r['worst_phase']}){mark} | {_phases(r)} | {_categories(r)} | {r['first_divergence'] or 'none'} |")
     ok = sum(within_tolerance(r) for r in results)
     lines.append("")
     lines.append(f"{ok} of {len(results)} points within {100 * TOLERANCE:.0f}% of the recorded "
