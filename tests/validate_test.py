@@ -135,3 +135,17 @@ def test_bad_thresholds_exit_2(tmp_path):
     bad.write_text('{"peak_allocated": {"median_abs_error": "tight"}}')
     p = run("validate", str(path), "--thresholds", str(bad))
     assert p.returncode == 2 and "peak_allocated.median_abs_error" in p.stderr
+
+
+def test_rows_name_the_knobs_that_differ(tmp_path):
+    # Two configurations with long names that differ only late in the knob list
+    # (issue 18: truncated names could not be told apart).
+    recs = [record({"model": "qwen2.5-0.5b", "seq": 256, "optimizer": "sgd", "grad_ckpt": gc})
+            for gc in ("none", "full")]
+    p = run("validate", str(write(tmp_path, recs)))
+    assert p.returncode == 0, p.stderr
+    rows = [l for l in p.stdout.splitlines() if l.startswith("grad_ckpt=")]
+    assert len(rows) == 2
+    assert rows[0].startswith("grad_ckpt=none ") and rows[1].startswith("grad_ckpt=full ")
+    every = next(l for l in p.stdout.splitlines() if l.startswith("Every row: "))
+    assert "model=qwen2.5-0.5b" in every and "seq=256" in every and "optimizer=sgd" in every

@@ -1,8 +1,14 @@
 // Renderings of a Validation: human table (GiB), JSON, README Markdown.
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "vramscope/report.h"
+#include "vramscope/setup.h"
 #include "vramscope/validate.h"
 
 namespace vramscope {
@@ -29,6 +35,42 @@ std::string Short(const std::string& s, size_t n) {
   return s.size() <= n ? s : s.substr(0, n - 3) + "...";
 }
 
+using Knobs = std::vector<std::pair<std::string, std::string>>;
+
+Knobs RunKnobs(const MeasuredRun& run) {
+  Knobs k = {{"model", run.model}};
+  for (auto& kv : DescribeSetup(run.setup)) k.push_back(std::move(kv));
+  return k;
+}
+
+// Row labels that tell the rows apart: the knobs whose values differ between
+// rows (issue 18: truncated names could not be told apart); `common` gets the
+// knobs every row shares.
+std::vector<std::string> RowLabels(const Validation& v, std::string* common) {
+  std::vector<Knobs> all;
+  for (const ValidationRow& r : v.rows) all.push_back(RunKnobs(r.run));
+  std::vector<std::string> labels(all.size());
+  std::vector<std::string> shared;
+  if (all.empty()) return labels;
+  for (size_t i = 0; i < all.front().size(); ++i) {
+    const std::string& key = all.front()[i].first;
+    bool differs = false;
+    for (const Knobs& k : all) differs = differs || i >= k.size() || k[i] != all.front()[i];
+    if (!differs) {
+      if (!all.front()[i].second.empty()) shared.push_back(key + "=" + all.front()[i].second);
+      continue;
+    }
+    for (size_t r = 0; r < all.size(); ++r) {
+      if (i < all[r].size()) labels[r] += (labels[r].empty() ? "" : " ") + key + "=" + all[r][i].second;
+    }
+  }
+  for (size_t r = 0; r < labels.size(); ++r) {
+    if (labels[r].empty()) labels[r] = v.rows[r].run.name.empty() ? v.rows[r].run.id : v.rows[r].run.name;
+  }
+  for (const std::string& kv : shared) *common += (common->empty() ? "" : " ") + kv;
+  return labels;
+}
+
 }  // namespace
 
 std::string RenderValidationText(const Validation& v) {
@@ -38,18 +80,24 @@ std::string RenderValidationText(const Validation& v) {
     return out;
   }
   std::string out = "vramscope validate: measured vs predicted (GiB = 2^30 bytes; error = (predicted - measured) / measured)\n\n";
-  out += fmt::format("{:<46} {:>6} {:>21} {:>21} {:>21}\n", "configuration", "status",
+  std::string common;
+  const std::vector<std::string> labels = RowLabels(v, &common);
+  if (v.rows.size() > 1 && !common.empty()) out += "Every row: " + common + "\n\n";
+  size_t width = 13;
+  for (const std::string& l : labels) width = std::max(width, std::min<size_t>(l.size(), 90));
+  out += fmt::format("{:<{}} {:>6} {:>21} {:>21} {:>21}\n", "configuration", width, "status",
                      "peak allocated", "peak reserved", "device");
-  out += fmt::format("{:<46} {:>6} {:>21} {:>21} {:>21}\n", "", "", "meas  pred  err", "meas  pred  err",
+  out += fmt::format("{:<{}} {:>6} {:>21} {:>21} {:>21}\n", "", width, "", "meas  pred  err", "meas  pred  err",
                      "meas  pred  err");
-  for (const ValidationRow& r : v.rows) {
-    const std::string name = Short(r.run.name.empty() ? r.run.id : r.run.name, 46);
+  for (size_t i = 0; i < v.rows.size(); ++i) {
+    const ValidationRow& r = v.rows[i];
+    const std::string name = fmt::format("{:<{}}", Short(labels[i], 90), width);
     if (!r.estimated) {
-      out += fmt::format("{:<46} {:>6} not estimated: {}\n", name, r.run.status, r.problem);
+      out += fmt::format("{} {:>6} not estimated: {}\n", name, r.run.status, r.problem);
       continue;
     }
     if (r.run.status == "oom") {
-      out += fmt::format("{:<46} {:>6} measured OOM; predicted {} on the device: {}\n", name, "oom",
+      out += fmt::format("{} {:>6} measured OOM; predicted {} on the device: {}\n", name, "oom",
                          FormatBytes(r.predicted_device_bytes),
                          r.predicted_fits ? "fits (missed OOM)" : "does not fit (agrees)");
       continue;
@@ -58,7 +106,7 @@ std::string RenderValidationText(const Validation& v) {
       return fmt::format("{:.2f} {:.2f} {:>6}", static_cast<double>(m) / (1ull << 30),
                          static_cast<double>(p) / (1ull << 30), Pct(RelativeError(p, m)));
     };
-    out += fmt::format("{:<46} {:>6} {:>21} {:>21} {:>21}\n", name, "ok",
+    out += fmt::format("{} {:>6} {:>21} {:>21} {:>21}\n", name, "ok",
                        cell(r.run.peak_allocated_bytes, r.predicted_allocated_bytes),
                        cell(r.run.peak_reserved_bytes, r.predicted_reserved_bytes),
                        cell(r.run.device_bytes, r.predicted_device_bytes));
