@@ -83,7 +83,7 @@ int RunReplay(const ReplayArgs& args) {
   Report report;
   report.command = "replay";
   report.source = args.snapshot_path;
-  report.gpu = *gpu;
+  report.gpu = SnapshotDevice(*measured, *gpu);  // an OOM snapshot's own device
   report.knobs = {
       {"gpu", gpu->name}, {"device", std::to_string(measured->device)}, {"alloc_conf", used_conf}};
   RankReport rank;

@@ -278,3 +278,35 @@ def test_hostile_pickles_name_the_problem():
         p, _ = run("explain", ROOT / "tests" / "bad_inputs" / "snapshot" / name)
         assert p.returncode == 2
         assert text in p.stderr, (name, p.stderr)
+
+
+def test_an_oom_snapshot_is_judged_against_its_own_device():
+    # Issue 18: not against the default H100. The device had what the allocator held
+    # plus what was free when the allocation failed (the oom entry's device_free).
+    for command in ("explain", "replay"):
+        p = subprocess.run([BIN, command, str(ROOT / "tests/data/snapshots/oom.pickle"), "--json"],
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        j = json.loads(p.stdout)
+        ctx = j["device_view"]["cuda_context_bytes"]
+        measured = json.loads(subprocess.run(
+            [BIN, "explain", str(ROOT / "tests/data/snapshots/oom.pickle"), "--json"],
+            capture_output=True, text=True, timeout=60).stdout)["oom"]
+        assert j["gpu"]["usable_bytes"] == measured["device_limit_bytes"] + ctx < 2 << 30
+        assert "the snapshot's device 0" in j["gpu"]["display_name"]
+    text = subprocess.run([BIN, "explain", str(ROOT / "tests/data/snapshots/oom.pickle")],
+                          capture_output=True, text=True, timeout=60).stdout
+    assert "NVIDIA H100" not in text.splitlines()[1]
+
+
+def test_a_snapshot_without_a_trace_reports_its_state_not_a_peak():
+    path = str(ROOT / "tests/data/snapshots/segments_only.pickle")
+    text = subprocess.run([BIN, "explain", path], capture_output=True, text=True, timeout=60).stdout
+    assert "when the snapshot was taken (it has no trace: no peak is known)" in text
+    assert "peak allocated" not in text and "When the peak happens" not in text
+    j = json.loads(subprocess.run([BIN, "explain", path, "--json"], capture_output=True, text=True,
+                                  timeout=60).stdout)
+    assert j["state_only"] is True and j["ranks"][0]["state_only"] is True
+    traced = json.loads(subprocess.run([BIN, "explain", str(ROOT / "tests/data/snapshots/newest.pickle"),
+                                        "--json"], capture_output=True, text=True, timeout=60).stdout)
+    assert traced["state_only"] is False

@@ -47,6 +47,9 @@ struct RankReport {
   std::vector<int> ranks;          // which ranks share this report
   SimResult sim;
   std::optional<FullRequirement> full;  // set when sim.oom (see AddFullRequirement)
+  // The numbers are a state, not peaks: a memory snapshot without a trace
+  // (segments only) says what was held when it was taken.
+  bool state_only = false;
   DeviceExtras extras;
   uint64_t device_total_bytes = 0; // peak reserved + extras
   uint64_t host_peak_bytes = 0;

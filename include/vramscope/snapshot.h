@@ -294,6 +294,13 @@ Result<SnapshotRun> MeasureSnapshot(const Snapshot& snapshot, const ExplainOptio
 // was alive and why it failed.
 std::vector<std::string> ExplainMeasured(const SnapshotRun& run);
 
+// The device a run is judged against. A snapshot that ran out of memory
+// records how much its device had: what the allocator held plus what was free
+// when the allocation failed (the oom trace entry's device_free); `catalog`
+// then keeps only its name and CUDA context, and its usable memory becomes
+// that amount plus the context. Otherwise `catalog` as it is.
+GpuSpec SnapshotDevice(const SnapshotRun& run, const GpuSpec& catalog);
+
 // The standard report of a measured run (command "explain"): the measured
 // numbers as the worst (only) rank, the device total with `gpu`'s CUDA
 // context added (a snapshot does not record it), ExplainMeasured's lines and

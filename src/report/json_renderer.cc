@@ -91,6 +91,7 @@ void AddRankFields(const Report& report, const RankReport& rank, Json* out) {
   o["top_allocations"] = TopAllocations(sim);
   o["live_at_peak_count"] = sim.live_at_peak_count;
   o["oom"] = Oom(sim);
+  o["state_only"] = rank.state_only;
   if (rank.full) {
     o["full_requirement"] = {{"peak_allocated_bytes", rank.full->peak_allocated_bytes},
                              {"peak_reserved_bytes", rank.full->peak_reserved_bytes},
@@ -146,7 +147,7 @@ std::string RenderJson(const Report& report, int indent) {
   root["needed_bytes"] = report.needed_bytes();
   root["worst_rank_class"] = worst.rank_class;
   for (const char* key : {"peak", "fragmentation_at_peak_bytes", "device_view", "top_allocations",
-                          "live_at_peak_count", "oom", "full_requirement"}) {
+                          "live_at_peak_count", "oom", "full_requirement", "state_only"}) {
     root[key] = worst_fields[key];
   }
   Json knobs = Json::object();

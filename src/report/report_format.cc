@@ -248,6 +248,15 @@ std::string VerdictLine(const Report& report) {
                          FormatBytes(needed), FormatBytes(usable), FormatBytes(needed - std::min(needed, usable)),
                          StepPhaseLabel(rank.sim.oom_step, rank.sim.oom_phase));
     }
+    if (needed <= usable) {
+      // The bytes would fit in sum; the block did not: the cached segments'
+      // free space was in pieces too small or the new segment too large.
+      return fmt::format(
+          "DOES NOT FIT: out of memory in {}: a {} block could not be placed (needs at least {} "
+          "in all, the GPU has {} usable: fragmentation or segment rounding)",
+          StepPhaseLabel(rank.sim.oom_step, rank.sim.oom_phase),
+          FormatBytes(rank.sim.oom->alloc_size_bytes), FormatBytes(needed), FormatBytes(usable));
+    }
     return fmt::format(
         "DOES NOT FIT: out of memory in {}; needs at least {}, the GPU has {} usable",
         StepPhaseLabel(rank.sim.oom_step, rank.sim.oom_phase), FormatBytes(needed),

@@ -102,14 +102,23 @@ void RenderThreeNumbers(const RankReport& rank, std::string* out) {
   const DeviceExtras& x = rank.extras;
   RenderFullRequirement(rank, out);
   Line(out);
-  Line(out, sim.oom ? "The three numbers on this GPU (up to the out-of-memory point)"
-                    : "The three numbers");
-  Line(out, fmt::format("  peak allocated {}  torch.cuda.max_memory_allocated(): memory held by "
-                        "live tensors",
-                        GiBColumn(sim.peak_allocated_bytes)));
-  Line(out, fmt::format("  peak reserved  {}  torch.cuda.max_memory_reserved(): allocated plus what "
-                        "PyTorch's caching allocator keeps",
-                        GiBColumn(sim.peak_reserved_bytes)));
+  if (rank.state_only) {
+    Line(out, "The three numbers when the snapshot was taken (it has no trace: no peak is known)");
+    Line(out, fmt::format("  allocated      {}  torch.cuda.memory_allocated(): memory held by live tensors",
+                          GiBColumn(sim.peak_allocated_bytes)));
+    Line(out, fmt::format("  reserved       {}  torch.cuda.memory_reserved(): allocated plus what "
+                          "PyTorch's caching allocator keeps",
+                          GiBColumn(sim.peak_reserved_bytes)));
+  } else {
+    Line(out, sim.oom ? "The three numbers on this GPU (up to the out-of-memory point)"
+                      : "The three numbers");
+    Line(out, fmt::format("  peak allocated {}  torch.cuda.max_memory_allocated(): memory held by "
+                          "live tensors",
+                          GiBColumn(sim.peak_allocated_bytes)));
+    Line(out, fmt::format("  peak reserved  {}  torch.cuda.max_memory_reserved(): allocated plus what "
+                          "PyTorch's caching allocator keeps",
+                          GiBColumn(sim.peak_reserved_bytes)));
+  }
   Line(out, fmt::format("  device total   {}  what nvidia-smi shows: reserved + CUDA context {} + "
                         "NCCL {} + other {}",
                         GiBColumn(DeviceTotalBytes(rank)), FormatBytes(x.cuda_context_bytes),
@@ -131,9 +140,10 @@ void RenderPeak(const SimResult& sim, std::string* out) {
                         FormatBytes(FragmentationAtPeakBytes(sim))));
 }
 
-void RenderBreakdown(const SimResult& sim, std::string* out) {
+void RenderBreakdown(const SimResult& sim, bool state_only, std::string* out) {
   Line(out);
-  Line(out, "Breakdown at the peak (allocated bytes by category, largest first)");
+  Line(out, state_only ? "Breakdown (allocated bytes by category, largest first)"
+                       : "Breakdown at the peak (allocated bytes by category, largest first)");
   std::vector<Category> order(kAllCategories.begin(), kAllCategories.end());
   const auto bytes = [&](Category c) { return sim.breakdown_at_peak[static_cast<size_t>(c)]; };
   std::stable_sort(order.begin(), order.end(),
@@ -170,10 +180,10 @@ void RenderPhases(const SimResult& sim, std::string* out) {
   }
 }
 
-void RenderTop(const SimResult& sim, std::string* out) {
+void RenderTop(const SimResult& sim, bool state_only, std::string* out) {
   if (sim.top_at_peak.empty()) return;
   Line(out);
-  Line(out, fmt::format("Largest allocations alive at the peak ({} of {} live)",
+  Line(out, fmt::format("Largest allocations alive {} ({} of {} live)", state_only ? "then" : "at the peak",
                         GroupThousands(sim.top_at_peak.size()),
                         GroupThousands(std::max<uint64_t>(sim.live_at_peak_count,
                                                           sim.top_at_peak.size()))));
@@ -216,10 +226,10 @@ void RenderOom(const SimResult& sim, std::string* out) {
 
 void RenderRank(const RankReport& rank, std::string* out) {
   RenderThreeNumbers(rank, out);
-  RenderPeak(rank.sim, out);
-  RenderBreakdown(rank.sim, out);
-  RenderPhases(rank.sim, out);
-  RenderTop(rank.sim, out);
+  if (!rank.state_only) RenderPeak(rank.sim, out);
+  RenderBreakdown(rank.sim, rank.state_only, out);
+  if (!rank.state_only) RenderPhases(rank.sim, out);
+  RenderTop(rank.sim, rank.state_only, out);
   RenderOom(rank.sim, out);
 }
 

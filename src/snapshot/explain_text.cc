@@ -71,16 +71,25 @@ void ExplainOom(const SnapshotRun& run, std::vector<std::string>* lines) {
 std::vector<std::string> ExplainMeasured(const SnapshotRun& run) {
   std::vector<std::string> lines;
   const SimResult& s = run.sim;
-  lines.push_back(fmt::format(
-      "Measured peak allocated {} at trace entry {} ({}); reserved was {} then, so {} sat in "
-      "PyTorch's cache unused.",
-      FormatBytes(s.peak_allocated_bytes), s.peak_event_index, When(s.peak_step, s.peak_phase),
-      FormatBytes(s.reserved_at_peak_bytes),
-      FormatBytes(s.reserved_at_peak_bytes -
-                std::min(s.reserved_at_peak_bytes, s.peak_allocated_bytes))));
-  lines.push_back("At the peak: " + Breakdown(s.breakdown_at_peak) + ".");
+  const uint64_t cached = s.reserved_at_peak_bytes - std::min(s.reserved_at_peak_bytes, s.peak_allocated_bytes);
+  // Without a trace the snapshot is one state, not a history with a peak.
+  const bool state_only = run.trace_entries == 0;
+  if (state_only) {
+    lines.push_back(fmt::format(
+        "When the snapshot was taken {} was allocated and {} reserved, so {} sat in PyTorch's cache "
+        "unused; it has no trace, so the peak is not known.",
+        FormatBytes(s.peak_allocated_bytes), FormatBytes(s.reserved_at_peak_bytes), FormatBytes(cached)));
+  } else {
+    lines.push_back(fmt::format(
+        "Measured peak allocated {} at trace entry {} ({}); reserved was {} then, so {} sat in "
+        "PyTorch's cache unused.",
+        FormatBytes(s.peak_allocated_bytes), s.peak_event_index, When(s.peak_step, s.peak_phase),
+        FormatBytes(s.reserved_at_peak_bytes), FormatBytes(cached)));
+  }
+  const char* when = state_only ? "then" : "at the peak";
+  lines.push_back(fmt::format("Alive {}: {}.", when, Breakdown(s.breakdown_at_peak)));
   if (!run.top_sites.empty()) {
-    lines.push_back("Largest allocation sites alive at the peak:");
+    lines.push_back(fmt::format("Largest allocation sites alive {}:", when));
     const size_t n = std::min<size_t>(run.top_sites.size(), 5);
     for (size_t i = 0; i < n; ++i) {
       const SiteBytes& site = run.top_sites[i];

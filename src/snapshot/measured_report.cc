@@ -1,12 +1,27 @@
 // MeasuredReport: a SnapshotRun in the report every command prints.
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "vramscope/snapshot.h"
 
 namespace vramscope {
 
-Report MeasuredReport(const SnapshotRun& run, const Snapshot& snapshot, const GpuSpec& gpu,
+GpuSpec SnapshotDevice(const SnapshotRun& run, const GpuSpec& catalog) {
+  if (!run.sim.oom) return catalog;
+  const OomInfo& oom = *run.sim.oom;
+  GpuSpec device = catalog;
+  const uint64_t held = oom.reserved_bytes + oom.free_device_bytes;
+  device.usable_bytes = held + catalog.cuda_context_bytes;
+  device.total_bytes = std::max(device.total_bytes, device.usable_bytes);
+  device.display_name = fmt::format("the snapshot's device {} ({} reserved + free at its OOM)", run.device,
+                                    FormatBytes(held));
+  return device;
+}
+
+Report MeasuredReport(const SnapshotRun& run, const Snapshot& snapshot, const GpuSpec& catalog,
                       const std::string& source) {
+  const GpuSpec gpu = SnapshotDevice(run, catalog);
   Report report;
   report.command = "explain";
   report.source = source;
@@ -20,6 +35,7 @@ Report MeasuredReport(const SnapshotRun& run, const Snapshot& snapshot, const Gp
   rank.rank_class = "all";
   rank.ranks = {run.device};
   rank.sim = run.sim;
+  rank.state_only = snapshot.segments_only;
   rank.extras.cuda_context_bytes = gpu.cuda_context_bytes;
   rank.device_total_bytes = DeviceTotalBytes(rank.sim, rank.extras);
   report.ranks.push_back(std::move(rank));
