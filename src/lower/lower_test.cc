@@ -40,6 +40,7 @@ TEST(Lower, SteadyStateAndNothingLeaks) {
       for (Attention a : {Attention::kEager, Attention::kSdpa, Attention::kFlash}) {
         if (p == Precision::kFp32 && a == Attention::kFlash) continue;  // rejected: flash-attn 2 is 16-bit only
         TrainingSetup s;
+        s.optimizer = OptimizerKind::kAdamW;  // foreach: no device step counters left
         s.batch = 2;
         s.seq = 64;
         s.precision = p;
@@ -135,6 +136,7 @@ TEST(Lower, LoraTrainsOnlyAdapters) {
   s.finetune = Finetune::kLora;
   s.lora_rank = 8;
   s.precision = Precision::kBf16;
+  s.optimizer = OptimizerKind::kAdamW;
   s.seq = 64;
   auto lowered = LowerTraining(m, s, TestGpu());
   ASSERT_TRUE(lowered.ok()) << lowered.error().message;
@@ -217,6 +219,8 @@ TEST(Lower, BertMaskedLmSteadyStateAndHead) {
   for (Attention a : {Attention::kEager, Attention::kSdpa}) {
     for (GradCkpt c : {GradCkpt::kNone, GradCkpt::kFull}) {
       TrainingSetup s;
+      s.precision = Precision::kBf16Mixed;  // fp32 weights under bf16 autocast
+      s.optimizer = OptimizerKind::kAdamW;
       s.batch = 2;
       s.seq = 64;
       s.attn = a;

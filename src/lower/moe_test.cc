@@ -196,6 +196,7 @@ TEST(Moe, BothPathsReachSteadyStateAndLeaveOnlyModelStates) {
       s.seq = 64;
       s.steps = 3;
       s.precision = Precision::kBf16;
+      s.optimizer = OptimizerKind::kAdamW;
       s.grad_ckpt = ckpt;
       s.transformers_version = version;
       auto lowered = LowerTraining(*m, s, gpu);

@@ -12,11 +12,16 @@ std::string Weights(const TrainingSetup& s) {
     case Precision::kFp32: return "fp32 weights, gradients and optimizer state; no autocast";
     case Precision::kBf16Mixed:
       return "fp32 weights (the model loaded in float32) under torch.autocast(bfloat16); fp32 "
-             "gradients and optimizer state. A model loaded in bf16 is --precision bf16";
+             "gradients and optimizer state. transformers 5.x loads the checkpoint's dtype (mostly "
+             "bf16) by default: --precision bf16";
     case Precision::kFp16Mixed:
       return "fp32 weights under torch.autocast(float16) with a GradScaler; fp32 gradients and "
              "optimizer state";
-    case Precision::kBf16: return "bf16 weights, gradients and optimizer state (loaded in bf16, no autocast)";
+    case Precision::kBf16:
+      // transformers 5.x from_pretrained loads the checkpoint's dtype
+      // (dtype="auto" by default, 5.24.0); most checkpoints are bf16.
+      return "bf16 weights, gradients and optimizer state: the checkpoint's dtype, as transformers 5.x loads "
+             "it by default; fp32 master weights under autocast are --precision bf16-mixed";
     case Precision::kFp16: return "fp16 weights, gradients and optimizer state (no autocast)";
   }
   return "";
@@ -29,7 +34,9 @@ std::string Optimizer(const TrainingSetup& s) {
       // with torch >= 2.8 (training_args.py, 4.57.6 and 5.24.0).
       return "torch.optim.AdamW, foreach implementation (torch's default without fused=True); "
              "the HF Trainer's default on torch >= 2.8 is the fused one: --optimizer adamw-fused";
-    case OptimizerKind::kAdamWFused: return "torch.optim.AdamW(fused=True) (the HF Trainer's default on torch >= 2.8)";
+    case OptimizerKind::kAdamWFused:
+      return "torch.optim.AdamW(fused=True), the HF Trainer's default on torch >= 2.8; the foreach "
+             "implementation (torch's own default) is --optimizer adamw";
     case OptimizerKind::kAdamWForLoop: return "torch.optim.AdamW(foreach=False): one parameter at a time";
     case OptimizerKind::kAdamW8bit: return "bitsandbytes AdamW8bit: 8-bit blockwise state";
     case OptimizerKind::kPagedAdamW8bit: return "bitsandbytes PagedAdamW8bit: state in managed memory";

@@ -57,16 +57,15 @@ std::vector<DataParallelChoice> DataParallelChoices(const TrainingSetup& base, F
           {DataParallel::kZero3, Offload::kOptimizer}};
 }
 
-// Full fine-tuning with fp32 master weights under bf16 autocast (the
-// default) also tries bf16 weights, gradients and optimizer state: what a
-// model loaded in bf16 and trained without autocast holds (transformers 5.x
-// loads the checkpoint's dtype by default). Adapters keep the setup's
-// precision; --precision on the command line keeps it for all.
+// Full fine-tuning tries both bf16 weights, gradients and optimizer state
+// (the default: transformers 5.x loads the checkpoint's dtype) and fp32
+// master weights under bf16 autocast (the classic mixed-precision recipe,
+// more memory). Adapters keep the setup's precision; --precision on the
+// command line keeps it for all.
 std::vector<Precision> Precisions(const TrainingSetup& base, Finetune finetune, const PlanOptions& options) {
-  if (options.keep_precision || finetune != Finetune::kFull || base.precision != Precision::kBf16Mixed) {
-    return {base.precision};
-  }
-  return {base.precision, Precision::kBf16};
+  const bool bf16_family = base.precision == Precision::kBf16 || base.precision == Precision::kBf16Mixed;
+  if (options.keep_precision || finetune != Finetune::kFull || !bf16_family) return {base.precision};
+  return {Precision::kBf16, Precision::kBf16Mixed};
 }
 
 template <typename T>

@@ -23,6 +23,7 @@ TEST(StepTime, FullFineTuneIsSixFlopsPerWeightAndToken) {
   auto gpu = FindGpu("h100-80g");
   ASSERT_TRUE(model.ok() && gpu.ok());
   TrainingSetup s;
+  s.precision = Precision::kBf16Mixed;  // fp32 master weights (the formula below)
   s.batch = 2;
   s.seq = 1024;
   s.grad_accum = 3;
