@@ -37,7 +37,10 @@ int RunPlan(const PlanArgs& args) {
   options.keep_optimizer = args.app->count("--optimizer") > 0;
   options.keep_precision = args.app->count("--precision") > 0;
   options.keep_parallel = args.app->count("--zero") + args.app->count("--fsdp") + args.app->count("--ddp") > 0;
+  ProgressLine progress("plan: knob sets");
+  options.progress = [&](size_t done, size_t total) { progress.Update(done, total); };
   auto plan = Plan(*model, *setup, options);
+  progress.Done();
   if (!plan.ok()) return FailBadInput(plan.error());
   const std::string text =
       args.json ? RenderPlanJson(*plan, args.model) + "\n" : RenderPlanText(*plan, args.model, args.top);

@@ -56,7 +56,9 @@ int RunSweep(const SweepArgs& args) {
   auto model = ResolveModel(args.model);
   if (!model.ok()) return FailBadInput(model.error());
   args.knobs.Warn(*model, *setup);
-  auto sweep = Sweep(*model, *setup, axes);
+  ProgressLine progress("sweep: points");
+  auto sweep = Sweep(*model, *setup, axes, [&](size_t done, size_t total) { progress.Update(done, total); });
+  progress.Done();
   if (!sweep.ok()) return FailBadInput(sweep.error());
   sweep->source = args.model;
   const std::string text = args.json ? RenderSweepJson(*sweep) + "\n" : RenderSweepText(*sweep);

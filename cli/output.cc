@@ -207,6 +207,35 @@ std::vector<std::string>& PendingWarnings() {
 }
 }  // namespace
 
+ProgressLine::ProgressLine(std::string what)
+    : what_(std::move(what)), terminal_(::isatty(::fileno(stderr)) == 1),
+      start_(std::chrono::steady_clock::now()), last_(start_) {
+  // VRAMSCOPE_PROGRESS_AFTER_MS moves the one-second threshold (tests set 0).
+  if (const char* after = std::getenv("VRAMSCOPE_PROGRESS_AFTER_MS")) {
+    char* end = nullptr;
+    const long ms = std::strtol(after, &end, 10);
+    if (end != after && *end == '\0' && ms >= 0 && ms <= 3600000) delay_ = std::chrono::milliseconds(ms);
+  }
+}
+
+ProgressLine::~ProgressLine() { Done(); }
+
+void ProgressLine::Done() {
+  if (shown_) std::fputs("\r\033[K", stderr);  // erase the line
+  shown_ = false;
+  terminal_ = false;
+}
+
+void ProgressLine::Update(size_t done, size_t total) {
+  if (!terminal_) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (now - start_ < delay_ || (shown_ && now - last_ < std::chrono::milliseconds(100))) return;
+  last_ = now;
+  shown_ = true;
+  std::fprintf(stderr, "\r\033[Kvramscope %s: %zu of %zu", what_.c_str(), done, total);
+  std::fflush(stderr);
+}
+
 void DeferWarning(std::string line) { PendingWarnings().push_back(std::move(line)); }
 
 int FlushWarnings(int exit_code) {

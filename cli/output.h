@@ -3,6 +3,8 @@
 // input file within a size limit, and the checks of numeric flag values.
 #pragma once
 
+#include <chrono>
+#include <cstddef>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -37,6 +39,26 @@ int EmitReport(const Report& report, const OutputOptions& out);
 void DeferWarning(std::string line);
 // Prints the deferred warnings when `exit_code` is 0; returns `exit_code`.
 int FlushWarnings(int exit_code);
+
+// A progress line on stderr for a long search: shown only when stderr is a
+// terminal and the work has run for more than a second, rewritten in place at
+// most ten times a second, erased when the object goes.
+class ProgressLine {
+ public:
+  explicit ProgressLine(std::string what);  // "sweep: points", "plan: knob sets"
+  ~ProgressLine();
+  ProgressLine(const ProgressLine&) = delete;
+  ProgressLine& operator=(const ProgressLine&) = delete;
+  void Update(size_t done, size_t total);
+  void Done();  // erases the line (before the command prints its result)
+
+ private:
+  std::string what_;
+  bool terminal_;
+  bool shown_ = false;
+  std::chrono::steady_clock::time_point start_, last_;
+  std::chrono::milliseconds delay_{1000};
+};
 
 // Prints "vramscope: error: MESSAGE" on one line to stderr; returns 2.
 int FailBadInput(const Error& error);

@@ -73,3 +73,46 @@ def test_an_unwritable_output_fails_before_any_output(args):
     p = run(*args)
     assert p.returncode == 2 and p.stdout == ""
     assert p.stderr.startswith("vramscope: error: --") and p.stderr.count("\n") == 1
+
+
+def run_with_terminal_stderr(*args):
+    """Runs with stderr on a pseudo-terminal; returns (exit code, stdout, what the terminal got)."""
+    import pty
+    import select
+    import tempfile
+    master, slave = pty.openpty()
+    stdout = tempfile.TemporaryFile()  # not a pipe: the table must not block the child
+    env = dict(os.environ, VRAMSCOPE_PROGRESS_AFTER_MS="0")  # the 1 s threshold, moved for the test
+    p = subprocess.Popen([BIN, *args], stdout=stdout, stderr=slave, cwd=ROOT, env=env)
+    os.close(slave)
+    chunks = []
+    while True:
+        ready, _, _ = select.select([master], [], [], 60)
+        if not ready:
+            break
+        try:
+            data = os.read(master, 4096)
+        except OSError:  # the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    p.wait(timeout=60)
+    os.close(master)
+    stdout.seek(0)
+    out = stdout.read().decode()
+    return p.returncode, out, b"".join(chunks).decode(errors="replace")
+
+
+def test_a_long_sweep_shows_progress_on_a_terminal_and_erases_it():
+    args = ["sweep", "llama-3-8b", "--seq", "64:4096:60", "--batch", "1,2"]
+    rc, out, term = run_with_terminal_stderr(*args)
+    assert rc == 0
+    assert "vramscope sweep: points: " in term and " of 120" in term
+    assert term.endswith("\r\033[K")  # erased before the table
+    assert "sweep: points" not in out
+    rc, out, term = run_with_terminal_stderr("plan", "gpt2", "--seq", "512")
+    assert rc == 0 and "vramscope plan: knob sets: " in term and term.endswith("\r\033[K")
+    # Not a terminal: nothing on stderr.
+    p = run(*args)
+    assert p.returncode == 0 and p.stderr == ""

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -135,8 +136,11 @@ Result<std::vector<uint64_t>> ParseGrid(std::string_view text, std::string_view 
 // variables, at most kMaxSweepPoints combinations), the other knobs from
 // `setup`. Errors: bad axes, or an estimate's error prefixed with its point
 // ("--seq 9000: ...").
+// `progress`, when given, is called after each point with (points done,
+// points in all), from the worker threads, one call at a time.
+using Progress = std::function<void(size_t done, size_t total)>;
 Result<SweepResult> Sweep(const ModelSpec& model, const TrainingSetup& setup,
-                          const std::vector<SweepAxis>& axes);
+                          const std::vector<SweepAxis>& axes, const Progress& progress = {});
 
 // The setup with `variable` set to `value`.
 TrainingSetup WithKnob(TrainingSetup setup, SweepVariable variable, uint64_t value);
@@ -217,6 +221,8 @@ struct PlanOptions {
   // Several GPUs: only the setup's data-parallel mode and offload (else DDP,
   // ZeRO 1-3, FSDP and optimizer offload are tried for full fine-tuning).
   bool keep_parallel = false;
+  // Called after each knob set's search with (knob sets done, knob sets in all).
+  Progress progress;
 };
 
 // One strategy: a setup, its memory (an estimate) and its step time (the

@@ -206,7 +206,11 @@ Result<PlanResult> Plan(const ModelSpec& model, const TrainingSetup& setup, cons
   // group need similar memory, so their search starts there, one step each
   // way usually settles it.
   std::map<std::tuple<Precision, Finetune, GradCkpt>, size_t> group_start;
-  for (const KnobSet& k : KnobSets(setup, options)) {
+  const std::vector<KnobSet> knob_sets = KnobSets(setup, options);
+  size_t knob_sets_done = 0;
+  for (const KnobSet& k : knob_sets) {
+    if (options.progress && knob_sets_done > 0) options.progress(knob_sets_done, knob_sets.size());
+    ++knob_sets_done;
     out.considered += micro_batches.size();
     const auto group = std::make_tuple(k.precision, k.finetune, k.ckpt);
     const size_t start = group_start.count(group) ? group_start[group] : 0;
@@ -261,6 +265,7 @@ Result<PlanResult> Plan(const ModelSpec& model, const TrainingSetup& setup, cons
     }
     group_start[group] = found;
   }
+  if (options.progress) options.progress(knob_sets.size(), knob_sets.size());
   std::stable_sort(out.strategies.begin(), out.strategies.end(), Faster);
   out.explanation = plan_internal::ExplainPlan(out);
   for (std::string& line : skipped) out.explanation.push_back(std::move(line));

@@ -3,6 +3,7 @@
 // `vramscope estimate` prints for those knobs. Points run on several threads
 // (parallel_for.h); each writes only its own slot, so the result does not
 // depend on the number of threads.
+#include <mutex>
 #include <optional>
 #include <utility>
 
@@ -70,7 +71,7 @@ TrainingSetup WithKnob(TrainingSetup setup, SweepVariable variable, uint64_t val
 }
 
 Result<SweepResult> Sweep(const ModelSpec& model, const TrainingSetup& setup,
-                          const std::vector<SweepAxis>& axes) {
+                          const std::vector<SweepAxis>& axes, const Progress& progress) {
   if (Status s = CheckAxes(axes); !s.ok()) return s.error();
   SweepResult out;
   out.source = model.name;
@@ -93,6 +94,13 @@ Result<SweepResult> Sweep(const ModelSpec& model, const TrainingSetup& setup,
   };
   // One slot per point, written by whichever thread runs the point.
   std::vector<std::optional<Result<SweepPoint>>> points(total);
+  size_t done = 0;
+  std::mutex progress_mutex;  // one progress call at a time
+  auto report_progress = [&] {
+    if (!progress) return;
+    const std::lock_guard<std::mutex> lock(progress_mutex);
+    progress(++done, total);
+  };
   plan_internal::ParallelFor(total, [&](size_t i) {
     SweepPoint point;
     point.at = coordinates(i);
@@ -118,6 +126,7 @@ Result<SweepResult> Sweep(const ModelSpec& model, const TrainingSetup& setup,
       out.model = report.model;
     }
     points[i].emplace(std::move(point));
+    report_progress();
     return true;
   });
 
