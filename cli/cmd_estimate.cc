@@ -55,8 +55,7 @@ RunFn SetupEstimate(CLI::App* sub) {
   AddKnobFlags(sub, &args->knobs);
   sub->add_option("--top", args->top, "How many allocations alive at the peak to list");
   sub->add_flag("--explain", args->explain, "Say in plain words what is alive at the peak and why");
-  sub->add_option("--events", args->events_path, "Also write the lowered event stream to FILE")
-      ->check(CheckWritableFile, "", "writable");
+  AddOutputFileOption(sub, "--events", &args->events_path, "Also write the lowered event stream to FILE");
   AddOutputFlags(sub, &args->out);
   return [args] { return RunEstimate(*args); };
 }

@@ -63,8 +63,7 @@ RunFn SetupPlan(CLI::App* sub) {
                   "Tokens per optimizer step, a multiple of --seq (default 16 x --seq)");
   sub->add_option("--top", args->top, "How many fitting strategies to list (default 10)");
   sub->add_flag("--json", args->json, "Print every strategy as JSON (integer bytes)");
-  sub->add_option("--html", args->html_path, "Also write a self-contained HTML page (every strategy) to FILE")
-      ->check(CheckWritableFile, "", "writable");
+  AddOutputFileOption(sub, "--html", &args->html_path, "Also write a self-contained HTML page (every strategy) to FILE");
   return [args] { return RunPlan(*args); };
 }
 

@@ -94,12 +94,9 @@ RunFn SetupSweep(CLI::App* sub) {
                                "integers) or A,B,C");
   }
   sub->add_flag("--json", args->json, "Print the points as JSON (integer bytes)");
-  sub->add_option("--csv", args->csv_path, "Also write the points as CSV to FILE")
-      ->check(CheckWritableFile, "", "writable");
-  sub->add_option("--svg", args->svg_path, "Also write a chart of memory against the swept knob (SVG) to FILE")
-      ->check(CheckWritableFile, "", "writable");
-  sub->add_option("--html", args->html_path, "Also write a self-contained HTML page (chart, table, knobs) to FILE")
-      ->check(CheckWritableFile, "", "writable");
+  AddOutputFileOption(sub, "--csv", &args->csv_path, "Also write the points as CSV to FILE");
+  AddOutputFileOption(sub, "--svg", &args->svg_path, "Also write a chart of memory against the swept knob (SVG) to FILE");
+  AddOutputFileOption(sub, "--html", &args->html_path, "Also write a self-contained HTML page (chart, table, knobs) to FILE");
   return [args] { return RunSweep(*args); };
 }
 

@@ -37,14 +37,16 @@ std::string CheckWritableFile(const std::string& path) {
   return {};
 }
 
+CLI::Option* AddOutputFileOption(CLI::App* sub, const std::string& flag, std::string* path,
+                                 const std::string& help) {
+  return sub->add_option(flag, *path, help)->check(CheckWritableFile, "", "writable");
+}
+
 void AddOutputFlags(CLI::App* sub, OutputOptions* out) {
   sub->add_flag("--json", out->json, "Print the report as JSON (integer bytes)");
-  sub->add_option("--html", out->html_path, "Also write a self-contained HTML report to FILE")
-      ->check(CheckWritableFile, "", "writable");
-  sub->add_option("--svg", out->svg_path, "Also write the memory timeline chart (SVG) to FILE")
-      ->check(CheckWritableFile, "", "writable");
-  sub->add_option("--csv", out->csv_path, "Also write the timeline as CSV to FILE")
-      ->check(CheckWritableFile, "", "writable");
+  AddOutputFileOption(sub, "--html", &out->html_path, "Also write a self-contained HTML report to FILE");
+  AddOutputFileOption(sub, "--svg", &out->svg_path, "Also write the memory timeline chart (SVG) to FILE");
+  AddOutputFileOption(sub, "--csv", &out->csv_path, "Also write the timeline as CSV to FILE");
 }
 
 Status WriteTextFile(const std::string& path, const std::string& text) {

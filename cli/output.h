@@ -29,6 +29,9 @@ void AddOutputFlags(CLI::App* sub, OutputOptions* out);
 // directory), else why not. Checked when the flags are parsed, so a bad path
 // fails (exit 2) before any work or output.
 std::string CheckWritableFile(const std::string& path);
+// Declares an option naming a file to write, checked with CheckWritableFile.
+CLI::Option* AddOutputFileOption(CLI::App* sub, const std::string& flag, std::string* path,
+                                 const std::string& help);
 
 // Prints the report (text or JSON) to stdout and writes the requested files.
 // Returns the exit code.

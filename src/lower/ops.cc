@@ -205,23 +205,21 @@ Var AddInPlace(Tape& tape, const Var& a, const Var& b) {
   return out;
 }
 
-Var Scale(Tape& tape, const Var& a) {
-  Var out = tape.New(a.numel, a.elem_bytes, Category::kTemporaries, "aten::mul");
+namespace {
+// An elementwise op with a scalar into a new tensor; its backward saves nothing.
+Var ScalarOp(Tape& tape, const Var& a, std::string_view op, std::string_view backward) {
+  Var out = tape.New(a.numel, a.elem_bytes, Category::kTemporaries, op);
   if (AnyGrad(tape, a)) {
-    NodeId n = tape.Node("MulBackward1", &out);
+    NodeId n = tape.Node(backward, &out);
     EdgeIf(tape, n, a);
   }
   return out;
 }
+}  // namespace
 
-Var DivScalar(Tape& tape, const Var& a) {
-  Var out = tape.New(a.numel, a.elem_bytes, Category::kTemporaries, "aten::div");
-  if (AnyGrad(tape, a)) {
-    NodeId n = tape.Node("DivBackward1", &out);
-    EdgeIf(tape, n, a);
-  }
-  return out;
-}
+Var Scale(Tape& tape, const Var& a) { return ScalarOp(tape, a, "aten::mul", "MulBackward1"); }
+
+Var DivScalar(Tape& tape, const Var& a) { return ScalarOp(tape, a, "aten::div", "DivBackward1"); }
 
 Var MulParam(Tape& tape, const Var& x, Param& w, bool gemma_offset) {
   Var wv = tape.Share(w.var);

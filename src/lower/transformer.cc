@@ -312,6 +312,20 @@ Var Mlp(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x, 
   return out;
 }
 
+// qwen2_moe's shared expert, gated: F.sigmoid(self.shared_expert_gate(x)) *
+// shared_expert_output (Qwen2MoeSparseMoeBlock, 4.57.6 and 5.24.0). Takes
+// `shared`'s reference and returns the gated tensor.
+Var GateSharedExpert(Tape& tape, const LayerParams& lp, const Var& x, const Dims& d, Var shared) {
+  if (!lp.shared_router) return shared;
+  Var gate_logit = Proj(tape, x, lp.shared_router, nullptr, d.t, 1);
+  Var sig = UnaryOp(tape, gate_logit, "aten::sigmoid", "SigmoidBackward0", true);
+  tape.Drop(gate_logit);
+  Var gated = Mul(tape, sig, shared);
+  tape.Drop(sig);
+  tape.Drop(shared);
+  return gated;
+}
+
 // The router's top-k (torch.topk of the fp32 probabilities): values and int64
 // indices [t, k]; TopkBackward0 saves the indices (derivatives.yaml: the
 // gradient is scattered back into zeros [t, E]).
@@ -454,17 +468,9 @@ Var Moe(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x, 
     // shared_expert_output = self.shared_expert(hidden_states), then
     // F.sigmoid(self.shared_expert_gate(hidden_states)) * shared_expert_output
     // (qwen2_moe 4.57.6), added to the routed sum.
-    Var sh = Mlp(tape, spec, lp, x, d, d.t, spec.shared_expert_intermediate_size,
-                 lp.shared_gate, lp.shared_up, lp.shared_down);
-    if (lp.shared_router) {
-      Var gate_logit = Proj(tape, x, lp.shared_router, nullptr, d.t, 1);
-      Var sig = UnaryOp(tape, gate_logit, "aten::sigmoid", "SigmoidBackward0", true);
-      tape.Drop(gate_logit);
-      Var gated = Mul(tape, sig, sh);
-      tape.Drop(sig);
-      tape.Drop(sh);
-      sh = gated;
-    }
+    Var sh = GateSharedExpert(tape, lp, x, d,
+                              Mlp(tape, spec, lp, x, d, d.t, spec.shared_expert_intermediate_size,
+                                  lp.shared_gate, lp.shared_up, lp.shared_down));
     Var sum = Add(tape, out, sh);
     tape.Drop(sh);
     tape.Drop(out);
@@ -631,15 +637,7 @@ Var MoeGrouped(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const V
     tape.Drop(*v);
   }
   if (lp.shared_gate) {
-    if (lp.shared_router) {
-      Var gate_logit = Proj(tape, x, lp.shared_router, nullptr, d.t, 1);
-      Var sig = UnaryOp(tape, gate_logit, "aten::sigmoid", "SigmoidBackward0", true);
-      tape.Drop(gate_logit);
-      Var gated = Mul(tape, sig, shared);
-      tape.Drop(sig);
-      tape.Drop(shared);
-      shared = gated;
-    }
+    shared = GateSharedExpert(tape, lp, x, d, shared);
     Var sum = Add(tape, out, shared);
     tape.Drop(shared);
     tape.Drop(out);
