@@ -47,6 +47,13 @@ bool DataParallelRuntime::casts_model_to_half() const {
 
 uint64_t DataParallelRuntime::StorageBytes(const Param& p) const {
   const uint64_t full = p.storage_bytes;
+  // bitsandbytes Params4bit (QLoRA): what is flattened, sharded and gathered
+  // is the packed 4-bit storage (bnb_4bit_quant_storage, 0.43+; FSDP-QLoRA),
+  // not numel values of the compute dtype.
+  if (p.nf4 && (mode_ == DataParallel::kZero3 || mode_ == DataParallel::kFsdp)) {
+    if (layout_.offload != Offload::kNone && mode_ == DataParallel::kFsdp) return 0;
+    return CeilDiv(full, world_);
+  }
   if (mode_ == DataParallel::kZero3) {
     // stage3_param_persistence_threshold: smaller params stay whole on every
     // rank (partition_parameters.py, ds_persist).
@@ -97,11 +104,13 @@ void DataParallelRuntime::Setup() {
     const int u = FsdpUnit(p.unit);
     Unit& unit = units_[u];
     unit.params.push_back(&p);
+    // A 4-bit weight is gathered as its packed storage (StorageBytes).
+    const uint64_t gathered_bytes = p.nf4 ? p.storage_bytes : p.numel * p.elem_bytes;
     if (zero3 && p.numel >= layout_.zero.PersistenceThreshold(hidden_)) {
-      unit.gather_bytes += p.numel * p.elem_bytes;
-      largest[u] = std::max(largest[u], p.numel * p.elem_bytes);
+      unit.gather_bytes += gathered_bytes;
+      largest[u] = std::max(largest[u], gathered_bytes);
     }
-    if (fsdp) unit.gather_bytes += p.numel * (mixed_ ? 2 : p.elem_bytes);
+    if (fsdp) unit.gather_bytes += p.nf4 ? p.storage_bytes : p.numel * (mixed_ ? 2 : p.elem_bytes);
   }
   if (zero3 && layout_.zero.zero_init) {
     // ZeRO-3 fetches per sub-module (fetch_sub_module) and prefetches at most

@@ -197,6 +197,14 @@ Result<Lowered> LowerRank(const ModelSpec& model, const TrainingSetup& setup, co
   const uint8_t pbytes = half_model ? kHalf : ParamBytes(setup.precision);
   const bool lora = setup.finetune != Finetune::kFull;
   const bool qlora = setup.finetune == Finetune::kQLora;
+  // QLoRA over FSDP / ZeRO-3 ("sharded QLoRA"): the 4-bit weights are loaded
+  // with a 16-bit quant storage and the trainers never call
+  // prepare_model_for_kbit_training ("one should never call
+  // peft_module_casting_to_bf16 or prepare_model_for_kbit_training when doing
+  // QLoRA + FSDP / DS-Zero3", TRL SFTTrainer / prepare_peft_model, 0.9-0.2x):
+  // the other weights keep their 16-bit dtype, so the residual stream does too.
+  const bool sharded_qlora = qlora && dp && (layout.dp_mode == DataParallel::kFsdp ||
+                                             layout.dp_mode == DataParallel::kZero3);
   tape.autocast = !half_model && (setup.precision == Precision::kBf16Mixed || setup.precision == Precision::kFp16Mixed);
   tape.compute_bytes = setup.precision == Precision::kFp32 ? kF32 : kHalf;
   const std::vector<StageSpan>& chunks = plan.chunks;
@@ -228,7 +236,7 @@ Result<Lowered> LowerRank(const ModelSpec& model, const TrainingSetup& setup, co
       // 8-bit absmax per 64 values, fp32 absmax per 256 of those (QLoRA paper §3).
       p.storage_bytes = p.numel / 2 + (p.numel + 63) / 64 + ((p.numel + 63) / 64 + 255) / 256 * 4;
       p.nf4 = true;
-    } else if (qlora) {
+    } else if (qlora && !sharded_qlora) {
       // peft prepare_model_for_kbit_training casts non-quantized params to fp32.
       p.elem_bytes = kF32;
       p.storage_bytes = p.numel * kF32;
