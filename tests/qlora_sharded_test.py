@@ -54,3 +54,15 @@ def test_fsdp_qlora_keeps_a_16_bit_residual_stream():
     r = estimate("--gpus", "2", "--fsdp", "full", "--top", "50")
     ops = {a["op"] for a in r["top_allocations"]}
     assert "aten::_safe_softmax" not in ops, ops
+
+
+def test_qlora_says_why_moe_experts_stay_unquantized_in_transformers_5():
+    # transformers 5.24 replace_with_bnb_linear swaps nn.Linear / Conv1D only; 5.x
+    # stacks the experts into 3-D parameters, 4.57 keeps one nn.Linear per expert.
+    def notes(version):
+        p = subprocess.run([BIN, "estimate", "mixtral-8x7b", "--finetune", "qlora", "--transformers-version",
+                            version, "--json"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+        assert p.returncode == 0, p.stderr
+        return " ".join(json.loads(p.stdout)["notes"])
+    assert "does not quantize this model's experts" in notes("5.23")
+    assert "does not quantize" not in notes("4.57")

@@ -482,6 +482,23 @@ Result<Lowered> LowerRank(const ModelSpec& model, const TrainingSetup& setup, co
   result.managed_bytes = extras.managed_state_bytes;
   result.host_peak_bytes = tape.graph.host_peak_bytes() + (dp ? dp->host_bytes() : 0);
   if (lora) result.notes.push_back("LoRA adapters are counted; their forward is modelled as part of the frozen linear (detailed PEFT paths: see docs/lowering.md).");
+  if (qlora) {
+    // transformers 5.x stacks each MoE layer's experts into 3-D parameters;
+    // replace_with_bnb_linear (integrations/bitsandbytes.py, 5.24.0) swaps only
+    // nn.Linear / Conv1D modules for bnb ones, so the experts stay 16-bit.
+    uint64_t expert_bytes = 0;  // as this rank holds them
+    for (size_t i = 0; i < model.params.size() && i < tape.params.size(); ++i) {
+      if (IsStackedExpert(model.params[i], setup.transformers_version)) expert_bytes += tape.params[i].storage_bytes;
+    }
+    if (expert_bytes > 0) {
+      result.notes.push_back(fmt::format(
+          "QLoRA under transformers 5.x does not quantize this model's experts: they are stacked 3-D parameters, "
+          "and bitsandbytes replaces nn.Linear layers only (integrations/bitsandbytes.py), so {:.2f} GiB of experts "
+          "stay unquantized (fp32 after prepare_model_for_kbit_training). transformers 4.x "
+          "(--transformers-version 4.57) keeps one nn.Linear per expert, which is quantized.",
+          static_cast<double>(expert_bytes) / static_cast<double>(uint64_t{1} << 30)));
+    }
+  }
   if (dp) {
     for (const std::string& n : dp->notes()) result.notes.push_back(n);
   }
