@@ -40,17 +40,13 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::string what = e.what();
-    for (char& c : what) {
-      if (c == '\n') c = ' ';
-    }
-    std::fprintf(stderr, "vramscope: error: %s (see --help)\n", what.c_str());
+    std::fprintf(stderr, "vramscope: error: %s (see --help)\n", OneLine(e.what()).c_str());
     return kExitBadInput;
   }
   try {
     return FlushWarnings(chosen ? chosen() : kExitBadInput);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "vramscope: internal error: %s\n", e.what());
+    std::fprintf(stderr, "vramscope: internal error: %s\n", OneLine(e.what()).c_str());
     return kExitInternal;
   }
 }

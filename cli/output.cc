@@ -242,23 +242,27 @@ void DeferWarning(std::string line) { PendingWarnings().push_back(std::move(line
 
 int FlushWarnings(int exit_code) {
   if (exit_code == kExitOk) {
-    for (std::string& line : PendingWarnings()) {
-      for (char& c : line) {
-        if (c == '\n' || c == '\r') c = ' ';
-      }
-      std::fprintf(stderr, "vramscope: warning: %s\n", line.c_str());
+    for (const std::string& line : PendingWarnings()) {
+      std::fprintf(stderr, "vramscope: warning: %s\n", OneLine(line).c_str());
     }
   }
   PendingWarnings().clear();
   return exit_code;
 }
 
-int FailBadInput(const Error& error) {
-  std::string line = error.message;
-  for (char& c : line) {
-    if (c == '\n' || c == '\r') c = ' ';
+std::string OneLine(std::string text) {
+  constexpr size_t kMaxBytes = 1000;
+  if (text.size() > kMaxBytes) text = text.substr(0, kMaxBytes) + "...";
+  for (char& c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '\n' || c == '\r' || c == '\t') c = ' ';
+    else if (u < 0x20 || u == 0x7f) c = '?';
   }
-  std::fprintf(stderr, "vramscope: error: %s\n", line.c_str());
+  return text;
+}
+
+int FailBadInput(const Error& error) {
+  std::fprintf(stderr, "vramscope: error: %s\n", OneLine(error.message).c_str());
   return kExitBadInput;
 }
 

@@ -37,6 +37,11 @@ CLI::Option* AddOutputFileOption(CLI::App* sub, const std::string& flag, std::st
 // Returns the exit code.
 int EmitReport(const Report& report, const OutputOptions& out);
 
+// `text` made safe for one terminal line: control characters (newlines, ESC,
+// BEL, DEL, ...) become '?', and it stops after 1000 bytes with "...". Every
+// error and warning line goes through it (no terminal injection from input).
+std::string OneLine(std::string text);
+
 // A "vramscope: warning: LINE" for stderr, printed by FlushWarnings once the
 // command has succeeded (a failing command prints its one error line only).
 void DeferWarning(std::string line);

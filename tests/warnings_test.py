@@ -116,3 +116,22 @@ def test_a_long_sweep_shows_progress_on_a_terminal_and_erases_it():
     # Not a terminal: nothing on stderr.
     p = run(*args)
     assert p.returncode == 0 and p.stderr == ""
+
+
+@pytest.mark.parametrize("args", [
+    ["estimate", "gpt2", "--bogus-flag", "\x1b[2J\x07boom"],             # CLI11's parse error echoes it
+    ["estimate", "gpt2", "--gpu", "\x1b]0;title\x07h100"],               # an unknown GPU name
+    ["estimate", "gpt2", "--lora-targets", "q,\x1b[31mv"],               # an unknown target
+    ["estimate", "gpt2", "--transformers-version", "4.\x1b[1m46"],       # a bad version
+])
+def test_errors_never_echo_control_characters(args):
+    # issue 24: no terminal injection; one line, bounded length.
+    p = run(*args)
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.startswith("vramscope: error: ") and p.stderr.count("\n") == 1
+    assert not any(ord(c) < 0x20 and c != "\n" or ord(c) == 0x7f for c in p.stderr), repr(p.stderr)
+
+
+def test_a_huge_bad_value_gives_a_bounded_line():
+    p = run("estimate", "gpt2", "--gpu", "x" * 100000)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and len(p.stderr) < 1200
