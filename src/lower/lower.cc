@@ -127,7 +127,8 @@ bool InSpan(const ParamTensor& pt, const StageSpan& span, bool tied) {
   if (pt.layer >= 0) return static_cast<uint64_t>(pt.layer) >= span.first_layer &&
                             static_cast<uint64_t>(pt.layer) < span.end_layer;
   if (pt.role == "embed") return span.embed || (tied && span.head);
-  if (pt.role == "pos_embed") return span.embed;
+  // OPT's project_in widens the embeddings on the first stage (OPTDecoder.forward).
+  if (pt.role == "pos_embed" || pt.role == "proj_in") return span.embed;
   return span.head;
 }
 
@@ -140,7 +141,7 @@ bool InStage(const ParamTensor& pt, const std::vector<StageSpan>& chunks, bool t
 
 int UnitOf(const ParamTensor& pt, uint64_t num_layers) {
   if (pt.layer >= 0) return pt.layer + 1;
-  if (pt.role == "embed" || pt.role == "pos_embed") return 0;
+  if (pt.role == "embed" || pt.role == "pos_embed" || pt.role == "proj_in") return 0;
   return static_cast<int>(num_layers) + 1;
 }
 
