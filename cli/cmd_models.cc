@@ -43,7 +43,7 @@ std::string NoteFor(const ModelSpec& spec) {
                                 spec.experts_per_token, shared ? " + shared expert" : ""));
   }
   if (std::any_of(spec.params.begin(), spec.params.end(),
-                  [](const ParamTensor& p) { return p.role == "vision"; })) {
+                  [](const ParamTensor& p) { return p.role == ParamRole::kVision; })) {
     parts.push_back("vision tower + projector (multimodal)");
   }
   if (spec.is_encoder) parts.push_back("encoder (masked LM)");

@@ -48,6 +48,37 @@ enum class KvSharing : uint8_t {
                         // (falcon new_decoder_architecture: broadcast_to + flatten)
 };
 
+// What a parameter tensor is for: the lowering places, shards, quantizes and
+// attaches adapters by role (docs/models.md lists which tensors get which).
+enum class ParamRole : uint8_t {
+  kUnknown,          // stored in a checkpoint but not created by the config
+  kEmbed,            // token embeddings (also a tied lm_head)
+  kPosEmbed,         // learned positions (BERT: also relative distances)
+  kTypeEmbed,        // BERT token-type embeddings
+  kQ, kK, kV, kO,    // attention projections
+  kQkv,              // fused q/k/v projection
+  kGate, kUp, kDown, // dense MLP (up/down also name non-gated fc1/fc2)
+  kGateUp,           // fused gate/up projection (phi3)
+  kRouter,           // MoE router (`gate` Linear)
+  kExpertGate, kExpertUp, kExpertDown,  // routed experts
+  kSharedGate, kSharedUp, kSharedDown,  // qwen2_moe shared expert
+  kSharedExpertGate, // qwen2_moe shared expert's sigmoid gate
+  kNorm,             // every norm weight and norm bias
+  kBias,             // a Linear's bias (the lowering reads it with its weight's role)
+  kLmHead,           // untied output projection (and its bias, through kBias)
+  kHeadDense,        // BERT MLM head transform
+  kProjIn, kProjOut, // OPT embedding projections
+  kVision,           // Gemma 3 vision tower
+  kProjector,        // Gemma 3 multimodal projector
+};
+// The role's name as docs/models.md and --lora-targets spell it ("q", "gate_up",
+// "expert_down", ...).
+std::string_view ParamRoleName(ParamRole r);
+// A routed expert's gate, up or down projection.
+bool IsRoutedExpert(ParamRole r);
+// Embeddings and what widens them: they live with the first pipeline stage.
+bool IsInputSide(ParamRole r);
+
 // One parameter tensor with its Hugging Face name.
 struct ParamTensor {
   std::string name;            // "model.layers.0.self_attn.q_proj.weight"
@@ -58,9 +89,7 @@ struct ParamTensor {
   // transformers' Conv1D (GPT-2): the weight is stored [in, out], not [out, in].
   bool conv1d = false;
   std::string module;          // "model.layers.0.self_attn.q_proj"
-  std::string role;            // "q","k","v","o","qkv","gate","up","down","gate_up","lm_head",
-                               // "embed","norm","bias","router","expert_gate",...
-                               // (docs/models.md lists every role ingest produces)
+  ParamRole role = ParamRole::kUnknown;
   // Added by ingest: the dtype stored in the checkpoint as safetensors spells it
   // ("BF16", "F32", "U8", ...). Empty when the list was derived from config.json.
   std::string stored_dtype;

@@ -4,6 +4,7 @@
 // is documented.
 #include <cstdlib>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -70,6 +71,17 @@ TEST(DocsTest, EverySupportedModelTypeIsDocumented) {
   std::string doc = ReadAll(DocPath());
   for (const std::string& type : SupportedModelTypes()) {
     EXPECT_NE(doc.find("`" + type + "`"), std::string::npos) << type << " is not in docs/models.md";
+  }
+}
+
+// Every ParamRole has its own name, and docs/models.md's role table lists it.
+TEST(DocsTest, EveryParameterRoleIsNamedOnceAndDocumented) {
+  const std::string doc = ReadAll(DocPath());
+  std::set<std::string_view> names;
+  for (int r = 0; r <= static_cast<int>(ParamRole::kProjector); ++r) {
+    const std::string_view name = ParamRoleName(static_cast<ParamRole>(r));
+    EXPECT_TRUE(names.insert(name).second) << "two roles are named " << name;
+    EXPECT_NE(doc.find(fmt::format("`{}`", name)), std::string::npos) << name << " is not in docs/models.md";
   }
 }
 

@@ -41,20 +41,20 @@ void ReadGpt2(ConfigReader& r, ModelSpec& s, ArchDetails&) {
 
 void BuildGpt2(const ModelSpec& s, const ArchDetails&, ParamListBuilder& b) {
   const uint64_t h = s.hidden_size;
-  b.Embedding("transformer.wte", s.vocab_size, h, "embed");
-  b.Embedding("transformer.wpe", s.max_position_embeddings, h, "pos_embed");
+  b.Embedding("transformer.wte", s.vocab_size, h, ParamRole::kEmbed);
+  b.Embedding("transformer.wpe", s.max_position_embeddings, h, ParamRole::kPosEmbed);
   for (uint64_t layer = 0; layer < s.num_layers && !b.overflowed(); ++layer) {
     const int i = static_cast<int>(layer);
     const std::string l = fmt::format("transformer.h.{}.", layer);
     b.Norm(l + "ln_1", h, true, i);
-    b.Conv1D(l + "attn.c_attn", 3 * h, h, i, "qkv");
-    b.Conv1D(l + "attn.c_proj", h, h, i, "o");
+    b.Conv1D(l + "attn.c_attn", 3 * h, h, i, ParamRole::kQkv);
+    b.Conv1D(l + "attn.c_proj", h, h, i, ParamRole::kO);
     b.Norm(l + "ln_2", h, true, i);
-    b.Conv1D(l + "mlp.c_fc", s.intermediate_size, h, i, "up");
-    b.Conv1D(l + "mlp.c_proj", h, s.intermediate_size, i, "down");
+    b.Conv1D(l + "mlp.c_fc", s.intermediate_size, h, i, ParamRole::kUp);
+    b.Conv1D(l + "mlp.c_proj", h, s.intermediate_size, i, ParamRole::kDown);
   }
   b.Norm("transformer.ln_f", h, true, -1);
-  if (!s.tie_word_embeddings) b.Linear("lm_head", s.vocab_size, h, false, -1, "lm_head");
+  if (!s.tie_word_embeddings) b.Linear("lm_head", s.vocab_size, h, false, -1, ParamRole::kLmHead);
 }
 
 void ReadGptNeox(ConfigReader& r, ModelSpec& s, ArchDetails&) {
@@ -86,20 +86,20 @@ void ReadGptNeox(ConfigReader& r, ModelSpec& s, ArchDetails&) {
 
 void BuildGptNeox(const ModelSpec& s, const ArchDetails&, ParamListBuilder& b) {
   const uint64_t h = s.hidden_size;
-  b.Embedding("gpt_neox.embed_in", s.vocab_size, h, "embed");
+  b.Embedding("gpt_neox.embed_in", s.vocab_size, h, ParamRole::kEmbed);
   for (uint64_t layer = 0; layer < s.num_layers && !b.overflowed(); ++layer) {
     const int i = static_cast<int>(layer);
     const std::string l = fmt::format("gpt_neox.layers.{}.", layer);
     // GPTNeoXLayer registers both LayerNorms before attention and mlp.
     b.Norm(l + "input_layernorm", h, true, i);
     b.Norm(l + "post_attention_layernorm", h, true, i);
-    b.Linear(l + "attention.query_key_value", 3 * h, h, s.qkv_bias, i, "qkv");
-    b.Linear(l + "attention.dense", h, h, s.o_bias, i, "o");
-    b.Linear(l + "mlp.dense_h_to_4h", s.intermediate_size, h, true, i, "up");
-    b.Linear(l + "mlp.dense_4h_to_h", h, s.intermediate_size, true, i, "down");
+    b.Linear(l + "attention.query_key_value", 3 * h, h, s.qkv_bias, i, ParamRole::kQkv);
+    b.Linear(l + "attention.dense", h, h, s.o_bias, i, ParamRole::kO);
+    b.Linear(l + "mlp.dense_h_to_4h", s.intermediate_size, h, true, i, ParamRole::kUp);
+    b.Linear(l + "mlp.dense_4h_to_h", h, s.intermediate_size, true, i, ParamRole::kDown);
   }
   b.Norm("gpt_neox.final_layer_norm", h, true, -1);
-  if (!s.tie_word_embeddings) b.Linear("embed_out", s.vocab_size, h, false, -1, "lm_head");
+  if (!s.tie_word_embeddings) b.Linear("embed_out", s.vocab_size, h, false, -1, ParamRole::kLmHead);
 }
 
 void ReadOpt(ConfigReader& r, ModelSpec& s, ArchDetails& a) {
@@ -137,27 +137,27 @@ void BuildOpt(const ModelSpec& s, const ArchDetails& a, ParamListBuilder& b) {
   auto layer_norm = [&](const std::string& m, int i) {
     if (a.layer_norm_affine) b.Norm(m, h, true, i);
   };
-  b.Embedding(d + "embed_tokens", s.vocab_size, proj, "embed");
+  b.Embedding(d + "embed_tokens", s.vocab_size, proj, ParamRole::kEmbed);
   // OPTLearnedPositionalEmbedding keeps 2 extra rows (its offset).
-  b.Embedding(d + "embed_positions", s.max_position_embeddings + 2, h, "pos_embed");
+  b.Embedding(d + "embed_positions", s.max_position_embeddings + 2, h, ParamRole::kPosEmbed);
   if (proj != h) {
-    b.Linear(d + "project_out", proj, h, false, -1, "proj_out");
-    b.Linear(d + "project_in", h, proj, false, -1, "proj_in");
+    b.Linear(d + "project_out", proj, h, false, -1, ParamRole::kProjOut);
+    b.Linear(d + "project_in", h, proj, false, -1, ParamRole::kProjIn);
   }
   if (a.final_layer_norm) layer_norm(d + "final_layer_norm", -1);
   for (uint64_t layer = 0; layer < s.num_layers && !b.overflowed(); ++layer) {
     const int i = static_cast<int>(layer);
     const std::string l = fmt::format("{}layers.{}.", d, layer);
-    b.Linear(l + "self_attn.k_proj", h, h, s.qkv_bias, i, "k");
-    b.Linear(l + "self_attn.v_proj", h, h, s.qkv_bias, i, "v");
-    b.Linear(l + "self_attn.q_proj", h, h, s.qkv_bias, i, "q");
-    b.Linear(l + "self_attn.out_proj", h, h, s.o_bias, i, "o");
+    b.Linear(l + "self_attn.k_proj", h, h, s.qkv_bias, i, ParamRole::kK);
+    b.Linear(l + "self_attn.v_proj", h, h, s.qkv_bias, i, ParamRole::kV);
+    b.Linear(l + "self_attn.q_proj", h, h, s.qkv_bias, i, ParamRole::kQ);
+    b.Linear(l + "self_attn.out_proj", h, h, s.o_bias, i, ParamRole::kO);
     layer_norm(l + "self_attn_layer_norm", i);
-    b.Linear(l + "fc1", s.intermediate_size, h, s.mlp_bias, i, "up");
-    b.Linear(l + "fc2", h, s.intermediate_size, s.mlp_bias, i, "down");
+    b.Linear(l + "fc1", s.intermediate_size, h, s.mlp_bias, i, ParamRole::kUp);
+    b.Linear(l + "fc2", h, s.intermediate_size, s.mlp_bias, i, ParamRole::kDown);
     layer_norm(l + "final_layer_norm", i);
   }
-  if (!s.tie_word_embeddings) b.Linear("lm_head", s.vocab_size, proj, false, -1, "lm_head");
+  if (!s.tie_word_embeddings) b.Linear("lm_head", s.vocab_size, proj, false, -1, ParamRole::kLmHead);
 }
 
 void ReadFalcon(ConfigReader& r, ModelSpec& s, ArchDetails& a) {
@@ -209,14 +209,14 @@ void BuildFalcon(const ModelSpec& s, const ArchDetails& a, ParamListBuilder& b) 
   } else if (a.multi_query) {
     qkv_out = h + 2 * hd;  // multi_query
   }
-  b.Embedding("transformer.word_embeddings", s.vocab_size, h, "embed");
+  b.Embedding("transformer.word_embeddings", s.vocab_size, h, ParamRole::kEmbed);
   for (uint64_t layer = 0; layer < s.num_layers && !b.overflowed(); ++layer) {
     const int i = static_cast<int>(layer);
     const std::string l = fmt::format("transformer.h.{}.", layer);
-    b.Linear(l + "self_attention.query_key_value", qkv_out, h, s.qkv_bias, i, "qkv");
-    b.Linear(l + "self_attention.dense", h, h, s.o_bias, i, "o");
-    b.Linear(l + "mlp.dense_h_to_4h", s.intermediate_size, h, s.mlp_bias, i, "up");
-    b.Linear(l + "mlp.dense_4h_to_h", h, s.intermediate_size, s.mlp_bias, i, "down");
+    b.Linear(l + "self_attention.query_key_value", qkv_out, h, s.qkv_bias, i, ParamRole::kQkv);
+    b.Linear(l + "self_attention.dense", h, h, s.o_bias, i, ParamRole::kO);
+    b.Linear(l + "mlp.dense_h_to_4h", s.intermediate_size, h, s.mlp_bias, i, ParamRole::kUp);
+    b.Linear(l + "mlp.dense_4h_to_h", h, s.intermediate_size, s.mlp_bias, i, ParamRole::kDown);
     if (!s.parallel_attn) {
       b.Norm(l + "post_attention_layernorm", h, true, i);
       b.Norm(l + "input_layernorm", h, true, i);
@@ -228,7 +228,7 @@ void BuildFalcon(const ModelSpec& s, const ArchDetails& a, ParamListBuilder& b) 
     }
   }
   b.Norm("transformer.ln_f", h, true, -1);
-  if (!s.tie_word_embeddings) b.Linear("lm_head", s.vocab_size, h, false, -1, "lm_head");
+  if (!s.tie_word_embeddings) b.Linear("lm_head", s.vocab_size, h, false, -1, ParamRole::kLmHead);
 }
 
 void ReadPhi(ConfigReader& r, ModelSpec& s, ArchDetails&) {
@@ -261,29 +261,29 @@ void ReadPhi(ConfigReader& r, ModelSpec& s, ArchDetails&) {
 void BuildPhi(const ModelSpec& s, const ArchDetails&, ParamListBuilder& b) {
   const uint64_t h = s.hidden_size, q_dim = s.num_heads * s.head_dim,
                  kv_dim = s.num_kv_heads * s.head_dim;
-  b.Embedding("model.embed_tokens", s.vocab_size, h, "embed");
+  b.Embedding("model.embed_tokens", s.vocab_size, h, ParamRole::kEmbed);
   for (uint64_t layer = 0; layer < s.num_layers && !b.overflowed(); ++layer) {
     const int i = static_cast<int>(layer);
     const std::string l = fmt::format("model.layers.{}.", layer);
-    b.Linear(l + "self_attn.q_proj", q_dim, h, true, i, "q");
-    b.Linear(l + "self_attn.k_proj", kv_dim, h, true, i, "k");
-    b.Linear(l + "self_attn.v_proj", kv_dim, h, true, i, "v");
-    b.Linear(l + "self_attn.dense", h, q_dim, true, i, "o");
+    b.Linear(l + "self_attn.q_proj", q_dim, h, true, i, ParamRole::kQ);
+    b.Linear(l + "self_attn.k_proj", kv_dim, h, true, i, ParamRole::kK);
+    b.Linear(l + "self_attn.v_proj", kv_dim, h, true, i, ParamRole::kV);
+    b.Linear(l + "self_attn.dense", h, q_dim, true, i, ParamRole::kO);
     if (s.qk_norm) {
       b.Norm(l + "self_attn.q_layernorm", s.head_dim, true, i);
       b.Norm(l + "self_attn.k_layernorm", s.head_dim, true, i);
     }
-    b.Linear(l + "mlp.fc1", s.intermediate_size, h, true, i, "up");
-    b.Linear(l + "mlp.fc2", h, s.intermediate_size, true, i, "down");
+    b.Linear(l + "mlp.fc1", s.intermediate_size, h, true, i, ParamRole::kUp);
+    b.Linear(l + "mlp.fc2", h, s.intermediate_size, true, i, ParamRole::kDown);
     b.Norm(l + "input_layernorm", h, true, i);
   }
   b.Norm("model.final_layernorm", h, true, -1);
   // PhiForCausalLM: lm_head = nn.Linear(hidden, vocab, bias=True); tying shares
   // only the weight, the bias stays its own parameter.
   if (!s.tie_word_embeddings) {
-    b.Linear("lm_head", s.vocab_size, h, true, -1, "lm_head");
+    b.Linear("lm_head", s.vocab_size, h, true, -1, ParamRole::kLmHead);
   } else {
-    b.Tensor("lm_head.bias", {s.vocab_size}, -1, "lm_head", "bias", false);
+    b.Tensor("lm_head.bias", {s.vocab_size}, -1, "lm_head", ParamRole::kBias, false);
   }
 }
 
@@ -325,35 +325,35 @@ void ReadBert(ConfigReader& r, ModelSpec& s, ArchDetails& a) {
 // BertForMaskedLM: BertModel(add_pooling_layer=False) + cls.predictions.
 void BuildBert(const ModelSpec& s, const ArchDetails& a, ParamListBuilder& b) {
   const uint64_t h = s.hidden_size;
-  b.Embedding("bert.embeddings.word_embeddings", s.vocab_size, h, "embed");
-  b.Embedding("bert.embeddings.position_embeddings", s.max_position_embeddings, h, "pos_embed");
-  b.Embedding("bert.embeddings.token_type_embeddings", a.type_vocab_size, h, "type_embed");
+  b.Embedding("bert.embeddings.word_embeddings", s.vocab_size, h, ParamRole::kEmbed);
+  b.Embedding("bert.embeddings.position_embeddings", s.max_position_embeddings, h, ParamRole::kPosEmbed);
+  b.Embedding("bert.embeddings.token_type_embeddings", a.type_vocab_size, h, ParamRole::kTypeEmbed);
   b.Norm("bert.embeddings.LayerNorm", h, true, -1);
   for (uint64_t layer = 0; layer < s.num_layers && !b.overflowed(); ++layer) {
     const int i = static_cast<int>(layer);
     const std::string l = fmt::format("bert.encoder.layer.{}.", layer);
-    b.Linear(l + "attention.self.query", h, h, true, i, "q");
-    b.Linear(l + "attention.self.key", h, h, true, i, "k");
-    b.Linear(l + "attention.self.value", h, h, true, i, "v");
+    b.Linear(l + "attention.self.query", h, h, true, i, ParamRole::kQ);
+    b.Linear(l + "attention.self.key", h, h, true, i, ParamRole::kK);
+    b.Linear(l + "attention.self.value", h, h, true, i, ParamRole::kV);
     if (a.relative_position) {
       b.Tensor(l + "attention.self.distance_embedding.weight",
                {2 * s.max_position_embeddings - 1, s.head_dim}, i,
-               l + "attention.self.distance_embedding", "pos_embed", false);
+               l + "attention.self.distance_embedding", ParamRole::kPosEmbed, false);
     }
-    b.Linear(l + "attention.output.dense", h, h, true, i, "o");
+    b.Linear(l + "attention.output.dense", h, h, true, i, ParamRole::kO);
     b.Norm(l + "attention.output.LayerNorm", h, true, i);
-    b.Linear(l + "intermediate.dense", s.intermediate_size, h, true, i, "up");
-    b.Linear(l + "output.dense", h, s.intermediate_size, true, i, "down");
+    b.Linear(l + "intermediate.dense", s.intermediate_size, h, true, i, ParamRole::kUp);
+    b.Linear(l + "output.dense", h, s.intermediate_size, true, i, ParamRole::kDown);
     b.Norm(l + "output.LayerNorm", h, true, i);
   }
   // BertLMPredictionHead: its own `bias` (shared with decoder.bias) is listed
   // before the transform submodule; decoder.weight is the tied word embedding.
-  b.Tensor("cls.predictions.bias", {s.vocab_size}, -1, "cls.predictions", "bias", false);
-  b.Linear("cls.predictions.transform.dense", h, h, true, -1, "head_dense");
+  b.Tensor("cls.predictions.bias", {s.vocab_size}, -1, "cls.predictions", ParamRole::kBias, false);
+  b.Linear("cls.predictions.transform.dense", h, h, true, -1, ParamRole::kHeadDense);
   b.Norm("cls.predictions.transform.LayerNorm", h, true, -1);
   if (!s.tie_word_embeddings) {
     b.Tensor("cls.predictions.decoder.weight", {s.vocab_size, h}, -1, "cls.predictions.decoder",
-             "lm_head", true);
+             ParamRole::kLmHead, true);
   }
 }
 

@@ -229,24 +229,24 @@ void BuildAttention(const ModelSpec& s, const std::string& p, int i, ParamListBu
                  kv_dim = s.num_kv_heads * s.head_dim;
   if (s.model_type == "phi3") {
     // Phi3Attention registers o_proj before the fused qkv_proj.
-    b.Linear(p + "o_proj", h, q_dim, false, i, "o");
-    b.Linear(p + "qkv_proj", q_dim + 2 * kv_dim, h, false, i, "qkv");
+    b.Linear(p + "o_proj", h, q_dim, false, i, ParamRole::kO);
+    b.Linear(p + "qkv_proj", q_dim + 2 * kv_dim, h, false, i, ParamRole::kQkv);
     return;
   }
-  b.Linear(p + "q_proj", q_dim, h, s.qkv_bias, i, "q");
-  b.Linear(p + "k_proj", kv_dim, h, s.qkv_bias, i, "k");
-  b.Linear(p + "v_proj", kv_dim, h, s.qkv_bias, i, "v");
-  b.Linear(p + "o_proj", h, q_dim, s.o_bias, i, "o");
+  b.Linear(p + "q_proj", q_dim, h, s.qkv_bias, i, ParamRole::kQ);
+  b.Linear(p + "k_proj", kv_dim, h, s.qkv_bias, i, ParamRole::kK);
+  b.Linear(p + "v_proj", kv_dim, h, s.qkv_bias, i, ParamRole::kV);
+  b.Linear(p + "o_proj", h, q_dim, s.o_bias, i, ParamRole::kO);
   if (!s.qk_norm) return;
   if (s.model_type == "stablelm") {
     // StableLmLayerNormPerHead: one bias-free LayerNorm(head_dim) per head.
     for (uint64_t head = 0; head < s.num_heads; ++head) {
       std::string m = fmt::format("{}q_layernorm.norms.{}", p, head);
-      b.Tensor(m + ".weight", {s.head_dim}, i, m, "norm", false);
+      b.Tensor(m + ".weight", {s.head_dim}, i, m, ParamRole::kNorm, false);
     }
     for (uint64_t head = 0; head < s.num_kv_heads; ++head) {
       std::string m = fmt::format("{}k_layernorm.norms.{}", p, head);
-      b.Tensor(m + ".weight", {s.head_dim}, i, m, "norm", false);
+      b.Tensor(m + ".weight", {s.head_dim}, i, m, ParamRole::kNorm, false);
     }
     return;
   }
@@ -254,11 +254,19 @@ void BuildAttention(const ModelSpec& s, const std::string& p, int i, ParamListBu
   b.Norm(p + "k_norm", s.head_dim, false, i);
 }
 
+// The three projections of a gated MLP and their roles (dense, routed expert, shared expert).
+struct GatedMlpRoles {
+  ParamRole gate, up, down;
+};
+constexpr GatedMlpRoles kDenseMlp{ParamRole::kGate, ParamRole::kUp, ParamRole::kDown};
+constexpr GatedMlpRoles kExpertMlp{ParamRole::kExpertGate, ParamRole::kExpertUp, ParamRole::kExpertDown};
+constexpr GatedMlpRoles kSharedMlp{ParamRole::kSharedGate, ParamRole::kSharedUp, ParamRole::kSharedDown};
+
 void BuildGatedMlp(const std::string& p, uint64_t h, uint64_t inter, bool bias, int i,
-                   const char* prefix, ParamListBuilder& b) {
-  b.Linear(p + "gate_proj", inter, h, bias, i, std::string(prefix) + "gate");
-  b.Linear(p + "up_proj", inter, h, bias, i, std::string(prefix) + "up");
-  b.Linear(p + "down_proj", h, inter, bias, i, std::string(prefix) + "down");
+                   const GatedMlpRoles& roles, ParamListBuilder& b) {
+  b.Linear(p + "gate_proj", inter, h, bias, i, roles.gate);
+  b.Linear(p + "up_proj", inter, h, bias, i, roles.up);
+  b.Linear(p + "down_proj", h, inter, bias, i, roles.down);
 }
 
 void BuildMlp(const ModelSpec& s, const std::string& layer, int i, ParamListBuilder& b) {
@@ -266,12 +274,12 @@ void BuildMlp(const ModelSpec& s, const std::string& layer, int i, ParamListBuil
   if (s.model_type == "mixtral") {
     // MixtralSparseMoeBlock: gate (router), experts[j].{w1 gate, w2 down, w3 up}.
     std::string p = layer + "block_sparse_moe.";
-    b.Linear(p + "gate", s.num_experts, h, false, i, "router");
+    b.Linear(p + "gate", s.num_experts, h, false, i, ParamRole::kRouter);
     for (uint64_t e = 0; e < s.num_experts && !b.overflowed(); ++e) {
       std::string ep = fmt::format("{}experts.{}.", p, e);
-      b.Linear(ep + "w1", s.moe_intermediate_size, h, false, i, "expert_gate");
-      b.Linear(ep + "w2", h, s.moe_intermediate_size, false, i, "expert_down");
-      b.Linear(ep + "w3", s.moe_intermediate_size, h, false, i, "expert_up");
+      b.Linear(ep + "w1", s.moe_intermediate_size, h, false, i, ParamRole::kExpertGate);
+      b.Linear(ep + "w2", h, s.moe_intermediate_size, false, i, ParamRole::kExpertDown);
+      b.Linear(ep + "w3", s.moe_intermediate_size, h, false, i, ParamRole::kExpertUp);
     }
     return;
   }
@@ -279,30 +287,30 @@ void BuildMlp(const ModelSpec& s, const std::string& layer, int i, ParamListBuil
   if (IsMoeLayer(s, static_cast<uint64_t>(i))) {
     // Qwen2Moe/Qwen3Moe SparseMoeBlock: gate (router), experts[j] MLPs, and for
     // qwen2_moe a shared expert plus its sigmoid gate Linear(hidden, 1).
-    b.Linear(p + "gate", s.num_experts, h, false, i, "router");
+    b.Linear(p + "gate", s.num_experts, h, false, i, ParamRole::kRouter);
     for (uint64_t e = 0; e < s.num_experts && !b.overflowed(); ++e) {
       BuildGatedMlp(fmt::format("{}experts.{}.", p, e), h, s.moe_intermediate_size, false, i,
-                    "expert_", b);
+                    kExpertMlp, b);
     }
     if (s.model_type == "qwen2_moe") {
       BuildGatedMlp(p + "shared_expert.", h, s.shared_expert_intermediate_size, false, i,
-                    "shared_", b);
-      b.Linear(p + "shared_expert_gate", 1, h, false, i, "shared_expert_gate");
+                    kSharedMlp, b);
+      b.Linear(p + "shared_expert_gate", 1, h, false, i, ParamRole::kSharedExpertGate);
     }
     return;
   }
   if (s.mlp == MlpKind::kFusedGateUp) {
-    b.Linear(p + "gate_up_proj", 2 * s.intermediate_size, h, false, i, "gate_up");
-    b.Linear(p + "down_proj", h, s.intermediate_size, false, i, "down");
+    b.Linear(p + "gate_up_proj", 2 * s.intermediate_size, h, false, i, ParamRole::kGateUp);
+    b.Linear(p + "down_proj", h, s.intermediate_size, false, i, ParamRole::kDown);
     return;
   }
-  BuildGatedMlp(p, h, s.intermediate_size, s.mlp_bias, i, "", b);
+  BuildGatedMlp(p, h, s.intermediate_size, s.mlp_bias, i, kDenseMlp, b);
 }
 
 void BuildDecoder(const ModelSpec& s, const ArchDetails& a, ParamListBuilder& b) {
   if (a.has_vision) BuildGemma3Vision(s, a, b);
   const bool ln_bias = s.norm == NormKind::kLayerNorm;
-  b.Embedding(a.prefix + "embed_tokens", s.vocab_size, s.hidden_size, "embed");
+  b.Embedding(a.prefix + "embed_tokens", s.vocab_size, s.hidden_size, ParamRole::kEmbed);
   for (uint64_t layer = 0; layer < s.num_layers && !b.overflowed(); ++layer) {
     const int i = static_cast<int>(layer);
     const std::string l = fmt::format("{}layers.{}.", a.prefix, layer);
@@ -319,7 +327,7 @@ void BuildDecoder(const ModelSpec& s, const ArchDetails& a, ParamListBuilder& b)
     }
   }
   b.Norm(a.prefix + "norm", s.hidden_size, ln_bias, -1);
-  if (!s.tie_word_embeddings) b.Linear(a.lm_head, s.vocab_size, s.hidden_size, false, -1, "lm_head");
+  if (!s.tie_word_embeddings) b.Linear(a.lm_head, s.vocab_size, s.hidden_size, false, -1, ParamRole::kLmHead);
 }
 
 }  // namespace

@@ -40,18 +40,18 @@ void BuildGemma3Vision(const ModelSpec& s, const ArchDetails& a, ParamListBuilde
   // SiglipVisionEmbeddings: Conv2d patch embedding and a learned position table.
   b.Tensor(p + "embeddings.patch_embedding.weight",
            {h, a.vision_channels, a.vision_patch, a.vision_patch}, -1,
-           p + "embeddings.patch_embedding", "vision", false);
+           p + "embeddings.patch_embedding", ParamRole::kVision, false);
   b.Tensor(p + "embeddings.patch_embedding.bias", {h}, -1, p + "embeddings.patch_embedding",
-           "vision", false);
+           ParamRole::kVision, false);
   b.Tensor(p + "embeddings.position_embedding.weight", {grid * grid, h}, -1,
-           p + "embeddings.position_embedding", "vision", false);
+           p + "embeddings.position_embedding", ParamRole::kVision, false);
   auto linear = [&](const std::string& m, uint64_t out, uint64_t in) {
-    b.Tensor(m + ".weight", {out, in}, -1, m, "vision", true);
-    b.Tensor(m + ".bias", {out}, -1, m, "vision", false);
+    b.Tensor(m + ".weight", {out, in}, -1, m, ParamRole::kVision, true);
+    b.Tensor(m + ".bias", {out}, -1, m, ParamRole::kVision, false);
   };
   auto layer_norm = [&](const std::string& m) {
-    b.Tensor(m + ".weight", {h}, -1, m, "vision", false);
-    b.Tensor(m + ".bias", {h}, -1, m, "vision", false);
+    b.Tensor(m + ".weight", {h}, -1, m, ParamRole::kVision, false);
+    b.Tensor(m + ".bias", {h}, -1, m, ParamRole::kVision, false);
   };
   for (uint64_t layer = 0; layer < a.vision_layers && !b.overflowed(); ++layer) {
     // SiglipEncoderLayer: self_attn (k, v, q, out), layer_norm1, mlp, layer_norm2.
@@ -69,9 +69,9 @@ void BuildGemma3Vision(const ModelSpec& s, const ArchDetails& a, ParamListBuilde
   if (a.vision_use_head) {
     // SiglipMultiheadAttentionPoolingHead: probe, nn.MultiheadAttention, LayerNorm, MLP.
     const std::string hp = p + "head.";
-    b.Tensor(hp + "probe", {1, 1, h}, -1, p + "head", "vision", false);
-    b.Tensor(hp + "attention.in_proj_weight", {3 * h, h}, -1, hp + "attention", "vision", false);
-    b.Tensor(hp + "attention.in_proj_bias", {3 * h}, -1, hp + "attention", "vision", false);
+    b.Tensor(hp + "probe", {1, 1, h}, -1, p + "head", ParamRole::kVision, false);
+    b.Tensor(hp + "attention.in_proj_weight", {3 * h, h}, -1, hp + "attention", ParamRole::kVision, false);
+    b.Tensor(hp + "attention.in_proj_bias", {3 * h}, -1, hp + "attention", ParamRole::kVision, false);
     linear(hp + "attention.out_proj", h, h);
     layer_norm(hp + "layernorm");
     linear(hp + "mlp.fc1", inter, h);
@@ -80,8 +80,8 @@ void BuildGemma3Vision(const ModelSpec& s, const ArchDetails& a, ParamListBuilde
   // Gemma3MultiModalProjector: a raw projection matrix and a Gemma RMSNorm.
   const std::string mp = "multi_modal_projector.";
   b.Tensor(mp + "mm_input_projection_weight", {h, s.hidden_size}, -1,
-           "multi_modal_projector", "projector", false);
-  b.Tensor(mp + "mm_soft_emb_norm.weight", {h}, -1, mp + "mm_soft_emb_norm", "projector",
+           "multi_modal_projector", ParamRole::kProjector, false);
+  b.Tensor(mp + "mm_soft_emb_norm.weight", {h}, -1, mp + "mm_soft_emb_norm", ParamRole::kProjector,
            false);
 }
 

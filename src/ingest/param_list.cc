@@ -4,7 +4,7 @@ namespace vramscope::ingest {
 
 void ParamListBuilder::Tensor(const std::string& name, std::vector<uint64_t> shape,
                               int layer, const std::string& module,
-                              const std::string& role, bool is_linear_weight) {
+                              ParamRole role, bool is_linear_weight) {
   if (overflowed_) return;
   uint64_t numel = 1;
   for (uint64_t d : shape) {
@@ -31,26 +31,26 @@ void ParamListBuilder::Tensor(const std::string& name, std::vector<uint64_t> sha
 
 void ParamListBuilder::Linear(const std::string& module, uint64_t out_features,
                               uint64_t in_features, bool bias, int layer,
-                              const std::string& role) {
+                              ParamRole role) {
   Tensor(module + ".weight", {out_features, in_features}, layer, module, role, true);
-  if (bias) Tensor(module + ".bias", {out_features}, layer, module, "bias", false);
+  if (bias) Tensor(module + ".bias", {out_features}, layer, module, ParamRole::kBias, false);
 }
 
 void ParamListBuilder::Conv1D(const std::string& module, uint64_t out_features,
-                              uint64_t in_features, int layer, const std::string& role) {
+                              uint64_t in_features, int layer, ParamRole role) {
   const size_t before = out_->size();
   Tensor(module + ".weight", {in_features, out_features}, layer, module, role, true);
   if (out_->size() > before) out_->back().conv1d = true;
-  Tensor(module + ".bias", {out_features}, layer, module, "bias", false);
+  Tensor(module + ".bias", {out_features}, layer, module, ParamRole::kBias, false);
 }
 
 void ParamListBuilder::Norm(const std::string& module, uint64_t dim, bool bias, int layer) {
-  Tensor(module + ".weight", {dim}, layer, module, "norm", false);
-  if (bias) Tensor(module + ".bias", {dim}, layer, module, "norm", false);
+  Tensor(module + ".weight", {dim}, layer, module, ParamRole::kNorm, false);
+  if (bias) Tensor(module + ".bias", {dim}, layer, module, ParamRole::kNorm, false);
 }
 
 void ParamListBuilder::Embedding(const std::string& module, uint64_t rows, uint64_t dim,
-                                 const std::string& role) {
+                                 ParamRole role) {
   Tensor(module + ".weight", {rows, dim}, -1, module, role, false);
 }
 

@@ -76,8 +76,8 @@ TEST(ParamSpotCheckTest, MixtralLayer) {
   const ParamTensor* w2 = Find(s, "model.layers.0.block_sparse_moe.experts.7.w2.weight");
   ASSERT_NE(w2, nullptr);
   EXPECT_EQ(w2->shape, (Shape{4096, 14336}));
-  EXPECT_EQ(w2->role, "expert_down");
-  EXPECT_EQ(Find(s, "model.layers.0.block_sparse_moe.gate.weight")->role, "router");
+  EXPECT_EQ(w2->role, ParamRole::kExpertDown);
+  EXPECT_EQ(Find(s, "model.layers.0.block_sparse_moe.gate.weight")->role, ParamRole::kRouter);
 }
 
 TEST(ParamSpotCheckTest, Falcon7BLayer) {
@@ -118,7 +118,7 @@ TEST(ParamSpotCheckTest, Qwen2MoeSharedExpert) {
   const ParamTensor* gate = Find(s, "model.layers.23.mlp.shared_expert_gate.weight");
   ASSERT_NE(gate, nullptr);
   EXPECT_EQ(gate->shape, (Shape{1, 2048}));
-  EXPECT_EQ(gate->role, "shared_expert_gate");
+  EXPECT_EQ(gate->role, ParamRole::kSharedExpertGate);
   // decoder_sparse_step / mlp_only_layers turn layers back into dense MLPs.
   Result<ModelSpec> mixed = ParseModelConfig(
       R"({"model_type": "qwen3_moe", "num_hidden_layers": 4, "decoder_sparse_step": 2,
@@ -149,8 +149,8 @@ TEST(ParamSpotCheckTest, Gemma3FourBTextAndVision) {
   ModelSpec s = Load("gemma-3-4b");
   uint64_t vision = 0, projector = 0;
   for (const ParamTensor& p : s.params) {
-    vision += p.role == "vision" ? p.numel : 0;
-    projector += p.role == "projector" ? p.numel : 0;
+    vision += p.role == ParamRole::kVision ? p.numel : 0;
+    projector += p.role == ParamRole::kProjector ? p.numel : 0;
   }
   // SigLIP so400m at 896px / patch 14: 27 layers of width 1152, MLP 4304, 4096 positions.
   const uint64_t v_layer = 4 * (1152 * 1152 + 1152) + 4 * 1152 + (1152 * 4304 + 4304) +
@@ -175,7 +175,7 @@ TEST(ParamInvariantsTest, EveryCatalogModel) {
       EXPECT_GE(p.layer, -1) << p.name;
       EXPECT_LT(p.layer, static_cast<int>(s.num_layers)) << p.name;
       EXPECT_EQ(p.name.rfind(p.module + ".", 0), 0u) << p.name << " / " << p.module;
-      EXPECT_FALSE(p.role.empty()) << p.name;
+      EXPECT_NE(p.role, ParamRole::kUnknown) << p.name;
       if (p.is_linear_weight) {
         EXPECT_EQ(p.shape.size(), 2u) << p.name;
       }

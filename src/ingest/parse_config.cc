@@ -44,6 +44,50 @@ uint64_t DTypeBytes(DType d) {
   return 0;
 }
 
+std::string_view ParamRoleName(ParamRole r) {
+  switch (r) {
+    case ParamRole::kUnknown: return "unknown";
+    case ParamRole::kEmbed: return "embed";
+    case ParamRole::kPosEmbed: return "pos_embed";
+    case ParamRole::kTypeEmbed: return "type_embed";
+    case ParamRole::kQ: return "q";
+    case ParamRole::kK: return "k";
+    case ParamRole::kV: return "v";
+    case ParamRole::kO: return "o";
+    case ParamRole::kQkv: return "qkv";
+    case ParamRole::kGate: return "gate";
+    case ParamRole::kUp: return "up";
+    case ParamRole::kDown: return "down";
+    case ParamRole::kGateUp: return "gate_up";
+    case ParamRole::kRouter: return "router";
+    case ParamRole::kExpertGate: return "expert_gate";
+    case ParamRole::kExpertUp: return "expert_up";
+    case ParamRole::kExpertDown: return "expert_down";
+    case ParamRole::kSharedGate: return "shared_gate";
+    case ParamRole::kSharedUp: return "shared_up";
+    case ParamRole::kSharedDown: return "shared_down";
+    case ParamRole::kSharedExpertGate: return "shared_expert_gate";
+    case ParamRole::kNorm: return "norm";
+    case ParamRole::kBias: return "bias";
+    case ParamRole::kLmHead: return "lm_head";
+    case ParamRole::kHeadDense: return "head_dense";
+    case ParamRole::kProjIn: return "proj_in";
+    case ParamRole::kProjOut: return "proj_out";
+    case ParamRole::kVision: return "vision";
+    case ParamRole::kProjector: return "projector";
+  }
+  return "unknown";
+}
+
+bool IsRoutedExpert(ParamRole r) {
+  return r == ParamRole::kExpertGate || r == ParamRole::kExpertUp || r == ParamRole::kExpertDown;
+}
+
+bool IsInputSide(ParamRole r) {
+  // OPT's project_in widens the embeddings before the first layer (OPTDecoder.forward).
+  return r == ParamRole::kEmbed || r == ParamRole::kPosEmbed || r == ParamRole::kProjIn;
+}
+
 std::string_view DTypeName(DType d) {
   switch (d) {
     case DType::kFloat32: return "float32";

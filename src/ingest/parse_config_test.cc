@@ -187,7 +187,7 @@ TEST(ParseConfigDefaultsTest, FalconVariants) {
       "num_hidden_layers": 1})");
   EXPECT_EQ(seq.position, PositionKind::kAlibi);
   int norms = 0;
-  for (const ParamTensor& p : seq.params) norms += p.layer == 0 && p.role == "norm";
+  for (const ParamTensor& p : seq.params) norms += p.layer == 0 && p.role == ParamRole::kNorm;
   EXPECT_EQ(norms, 4);  // post_attention_layernorm + input_layernorm, weight and bias
 }
 

@@ -222,7 +222,7 @@ Status MergeCheckpoint(ModelSpec& spec, const std::vector<fs::path>& shards) {
     p.layer = LayerOf(t.name);
     size_t dot = t.name.rfind('.');
     p.module = dot == std::string::npos ? t.name : t.name.substr(0, dot);
-    p.role = "unknown";
+    p.role = ParamRole::kUnknown;
     params.push_back(std::move(p));
   }
   spec.params = std::move(params);

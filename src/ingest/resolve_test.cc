@@ -65,10 +65,10 @@ TEST(ResolveModelTest, DirectoryWithSafetensorsTakesStoredNamesShapesAndDtypes) 
   EXPECT_EQ(spec->ParameterCount(), expected + 3 + 1);
   EXPECT_EQ(spec->params.front().name, "model.embed_tokens.weight");
   EXPECT_EQ(spec->params.front().stored_dtype, "BF16");
-  EXPECT_EQ(spec->params.front().role, "embed");
+  EXPECT_EQ(spec->params.front().role, ParamRole::kEmbed);
   const ParamTensor& extra = spec->params[spec->params.size() - 2];
   EXPECT_EQ(extra.name, "model.extra_scale");
-  EXPECT_EQ(extra.role, "unknown");
+  EXPECT_EQ(extra.role, ParamRole::kUnknown);
   EXPECT_EQ(extra.layer, -1);
   EXPECT_EQ(spec->params.back().layer, -1);
   std::string notes;

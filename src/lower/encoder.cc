@@ -1,4 +1,5 @@
 #include "encoder.h"
+#include "param_roles.h"
 
 #include <string>
 #include <unordered_map>
@@ -35,44 +36,36 @@ Var DenseDropoutAddNorm(Tape& tape, const Var& x, Param* w, Param* b, const Var&
 Result<EncoderParams> IndexEncoderParams(const ModelSpec& spec, std::vector<Param>& params) {
   EncoderParams ep;
   ep.layers.resize(spec.num_layers);
-  // Linear biases carry role "bias" (ingest's ParamListBuilder); they belong
-  // to the weight of the same module. cls.predictions.bias has no weight
-  // beside it: it is the decoder's bias.
-  std::unordered_map<std::string, std::string> weight_role;
-  for (const ParamTensor& pt : spec.params) {
-    if (pt.role != "bias" && !pt.name.ends_with(".bias")) weight_role.emplace(pt.module, pt.role);
-  }
+  // Biases follow their weight; cls.predictions.bias has no weight beside it
+  // (it is the decoder's bias) and keeps kBias.
+  const std::vector<ParamRole> roles = WeightRoles(spec.params);
   for (size_t i = 0; i < spec.params.size(); ++i) {
     const ParamTensor& pt = spec.params[i];
     Param* p = &params[i];
     const bool bias = pt.name.ends_with(".bias");
     auto set = [&](Param*& w, Param*& b) { (bias ? b : w) = p; };
-    std::string r = pt.role;
-    if (r == "bias") {
-      auto it = weight_role.find(pt.module);
-      if (it != weight_role.end()) r = it->second;
-    }
+    const ParamRole r = roles[i];
     if (pt.layer >= 0 && static_cast<uint64_t>(pt.layer) < spec.num_layers) {
       EncoderParams::Layer& l = ep.layers[pt.layer];
-      if (r == "q") set(l.q, l.q_b);
-      else if (r == "k") set(l.k, l.k_b);
-      else if (r == "v") set(l.v, l.v_b);
-      else if (r == "o") set(l.o, l.o_b);
-      else if (r == "up") set(l.up, l.up_b);
-      else if (r == "down") set(l.down, l.down_b);
-      else if (r == "norm" && Has(pt.module, "attention.output")) set(l.attn_norm, l.attn_norm_b);
-      else if (r == "norm") set(l.out_norm, l.out_norm_b);
+      if (r == ParamRole::kQ) set(l.q, l.q_b);
+      else if (r == ParamRole::kK) set(l.k, l.k_b);
+      else if (r == ParamRole::kV) set(l.v, l.v_b);
+      else if (r == ParamRole::kO) set(l.o, l.o_b);
+      else if (r == ParamRole::kUp) set(l.up, l.up_b);
+      else if (r == ParamRole::kDown) set(l.down, l.down_b);
+      else if (r == ParamRole::kNorm && Has(pt.module, "attention.output")) set(l.attn_norm, l.attn_norm_b);
+      else if (r == ParamRole::kNorm) set(l.out_norm, l.out_norm_b);
       continue;
     }
     Param* none = nullptr;
-    if (r == "embed") ep.word = p;
-    else if (r == "pos_embed") ep.pos = p;
-    else if (r == "type_embed") ep.type = p;
-    else if (r == "norm" && Has(pt.module, "embeddings")) set(ep.embed_norm, ep.embed_norm_b);
-    else if (r == "norm") set(ep.head_norm, ep.head_norm_b);
-    else if (r == "head_dense") set(ep.head_dense, ep.head_dense_b);
-    else if (r == "lm_head") set(ep.decoder, none);
-    else if (r == "bias") ep.decoder_b = p;
+    if (r == ParamRole::kEmbed) ep.word = p;
+    else if (r == ParamRole::kPosEmbed) ep.pos = p;
+    else if (r == ParamRole::kTypeEmbed) ep.type = p;
+    else if (r == ParamRole::kNorm && Has(pt.module, "embeddings")) set(ep.embed_norm, ep.embed_norm_b);
+    else if (r == ParamRole::kNorm) set(ep.head_norm, ep.head_norm_b);
+    else if (r == ParamRole::kHeadDense) set(ep.head_dense, ep.head_dense_b);
+    else if (r == ParamRole::kLmHead) set(ep.decoder, none);
+    else if (r == ParamRole::kBias) ep.decoder_b = p;
   }
   if (!ep.decoder) ep.decoder = ep.word;  // tie_word_embeddings
   if (!ep.word || !ep.pos || !ep.embed_norm || !ep.head_dense || !ep.head_norm) {

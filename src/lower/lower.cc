@@ -98,17 +98,16 @@ Status Validate(const ModelSpec& m, const TrainingSetup& s) {
 // them, and bitsandbytes' replace_with_bnb_linear (nn.Linear / Conv1D only)
 // leaves them unquantized.
 bool IsStackedExpert(const ParamTensor& pt, int transformers_version) {
-  return transformers_version >= 500 &&
-         (pt.role == "expert_gate" || pt.role == "expert_up" || pt.role == "expert_down");
+  return transformers_version >= 500 && IsRoutedExpert(pt.role);
 }
 
 bool IsLoraTarget(const ParamTensor& pt, const std::vector<std::string>& targets, int transformers_version) {
   if (!pt.is_linear_weight || IsStackedExpert(pt, transformers_version)) return false;
   for (const std::string& t : targets) {
-    if (t == "all-linear") return pt.role != "lm_head" && pt.role != "router";
-    if (t == pt.role) return true;
-    if (t == "q" && pt.role == "qkv") return true;
-    if ((t == "gate" || t == "up") && pt.role == "gate_up") return true;
+    if (t == "all-linear") return pt.role != ParamRole::kLmHead && pt.role != ParamRole::kRouter;
+    if (t == ParamRoleName(pt.role)) return true;
+    if (t == "q" && pt.role == ParamRole::kQkv) return true;
+    if ((t == "gate" || t == "up") && pt.role == ParamRole::kGateUp) return true;
   }
   return false;
 }
@@ -126,9 +125,8 @@ namespace {
 bool InSpan(const ParamTensor& pt, const StageSpan& span, bool tied) {
   if (pt.layer >= 0) return static_cast<uint64_t>(pt.layer) >= span.first_layer &&
                             static_cast<uint64_t>(pt.layer) < span.end_layer;
-  if (pt.role == "embed") return span.embed || (tied && span.head);
-  // OPT's project_in widens the embeddings on the first stage (OPTDecoder.forward).
-  if (pt.role == "pos_embed" || pt.role == "proj_in") return span.embed;
+  if (pt.role == ParamRole::kEmbed) return span.embed || (tied && span.head);
+  if (IsInputSide(pt.role)) return span.embed;
   return span.head;
 }
 
@@ -141,7 +139,7 @@ bool InStage(const ParamTensor& pt, const std::vector<StageSpan>& chunks, bool t
 
 int UnitOf(const ParamTensor& pt, uint64_t num_layers) {
   if (pt.layer >= 0) return pt.layer + 1;
-  if (pt.role == "embed" || pt.role == "pos_embed" || pt.role == "proj_in") return 0;
+  if (IsInputSide(pt.role)) return 0;
   return static_cast<int>(num_layers) + 1;
 }
 
@@ -211,7 +209,7 @@ Result<Lowered> LowerRank(const ModelSpec& model, const TrainingSetup& setup, co
   const std::vector<StageSpan>& chunks = plan.chunks;
   const bool whole_model = chunks.size() == 1 && chunks[0].first_layer == 0 && chunks[0].embed && chunks[0].head;
   const bool tied = std::none_of(model.params.begin(), model.params.end(),
-                                 [](const ParamTensor& pt) { return pt.role == "lm_head"; });
+                                 [](const ParamTensor& pt) { return pt.role == ParamRole::kLmHead; });
 
   // --- setup: parameters as from_pretrained / from_config place them --------
   tape.params.reserve(model.params.size() * 3);
@@ -230,9 +228,9 @@ Result<Lowered> LowerRank(const ModelSpec& model, const TrainingSetup& setup, co
     p.trainable = !lora;
     p.storage_bytes = p.numel * p.elem_bytes;
     if (IsStackedExpert(pt, setup.transformers_version) && pt.layer >= 0) {
-      p.stack = 1 + 2 * static_cast<uint32_t>(pt.layer) + (pt.role == "expert_down" ? 1 : 0);
+      p.stack = 1 + 2 * static_cast<uint32_t>(pt.layer) + (pt.role == ParamRole::kExpertDown ? 1 : 0);
     }
-    if (qlora && pt.is_linear_weight && pt.role != "lm_head" && !IsStackedExpert(pt, setup.transformers_version)) {
+    if (qlora && pt.is_linear_weight && pt.role != ParamRole::kLmHead && !IsStackedExpert(pt, setup.transformers_version)) {
       // bitsandbytes NF4 with double quantization: 0.5 byte per weight, one
       // 8-bit absmax per 64 values, fp32 absmax per 256 of those (QLoRA paper §3).
       p.storage_bytes = p.numel / 2 + (p.numel + 63) / 64 + ((p.numel + 63) / 64 + 255) / 256 * 4;

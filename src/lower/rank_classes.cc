@@ -5,18 +5,28 @@
 #include <fmt/format.h>
 
 #include "int_math.h"
+#include "param_roles.h"
 
 namespace vramscope::lower {
 namespace {
 
-bool ColumnParallel(const std::string& role) {
-  return role == "q" || role == "k" || role == "v" || role == "qkv" || role == "gate" || role == "up" ||
-         role == "gate_up" || role == "fc1" || role == "expert_gate" || role == "expert_up" ||
-         role == "shared_gate" || role == "shared_up";
+// Megatron's ColumnParallelLinear: the output dimension is split over tensor ranks.
+bool ColumnParallel(ParamRole role) {
+  switch (role) {
+    case ParamRole::kQ: case ParamRole::kK: case ParamRole::kV: case ParamRole::kQkv:
+    case ParamRole::kGate: case ParamRole::kUp: case ParamRole::kGateUp:
+    case ParamRole::kExpertGate: case ParamRole::kExpertUp:
+    case ParamRole::kSharedGate: case ParamRole::kSharedUp:
+      return true;
+    default:
+      return false;
+  }
 }
 
-bool RowParallel(const std::string& role) {
-  return role == "o" || role == "down" || role == "fc2" || role == "expert_down" || role == "shared_down";
+// RowParallelLinear: the input dimension is split (its bias is whole on every rank).
+bool RowParallel(ParamRole role) {
+  return role == ParamRole::kO || role == ParamRole::kDown || role == ParamRole::kExpertDown ||
+         role == ParamRole::kSharedDown;
 }
 
 // "model.layers.3.mlp.experts.17.w1" -> 17; -1 when not an expert.
@@ -69,28 +79,18 @@ Result<ModelSpec> ShardModel(const ModelSpec& model, const TrainingSetup& setup)
   local.num_experts = model.num_experts ? local_experts : 0;
 
   local.params.clear();
-  // Bias roles follow their weight (same module).
-  std::vector<std::pair<std::string, std::string>> weight_role;
-  for (const ParamTensor& pt : model.params) {
-    if (pt.role != "bias") weight_role.emplace_back(pt.module, pt.role);
-  }
-  auto role_of = [&](const ParamTensor& pt) -> std::string {
-    if (pt.role != "bias") return pt.role;
-    for (const auto& [m, r] : weight_role) {
-      if (m == pt.module) return r;
-    }
-    return pt.role;
-  };
-  for (ParamTensor pt : model.params) {
+  const std::vector<ParamRole> roles = WeightRoles(model.params);  // biases follow their weight
+  for (size_t i = 0; i < model.params.size(); ++i) {
+    ParamTensor pt = model.params[i];
     const int64_t expert = ExpertIndex(pt.module);
     if (expert >= 0 && static_cast<uint64_t>(expert) >= local_experts) continue;
-    const std::string role = role_of(pt);
-    const bool is_bias = pt.role == "bias";
-    if (role == "embed" || role == "lm_head") {
+    const ParamRole role = roles[i];
+    const bool is_bias = pt.role == ParamRole::kBias;
+    if (role == ParamRole::kEmbed || role == ParamRole::kLmHead) {
       const uint64_t row = pt.shape.size() == 2 ? pt.shape[1] : pt.numel / std::max<uint64_t>(1, model.vocab_size);
       pt.numel = local.vocab_size * (is_bias ? 1 : row);
       if (!pt.shape.empty()) pt.shape[0] = local.vocab_size;
-    } else if ((role == "k" || role == "v") && kv < t) {
+    } else if ((role == ParamRole::kK || role == ParamRole::kV) && kv < t) {
       pt.numel = pt.numel / kv * local_kv;
       if (!pt.shape.empty()) pt.shape[0] = pt.shape[0] / kv * local_kv;
     } else if (ColumnParallel(role)) {

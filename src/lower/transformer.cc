@@ -1,4 +1,5 @@
 #include "transformer.h"
+#include "param_roles.h"
 
 #include <algorithm>
 #include <cmath>
@@ -14,21 +15,19 @@ namespace {
 // Assigns one parameter to its slot by role and name.
 void Place(LayerParams& lp, const ParamTensor& pt, Param* p) {
   const bool bias = pt.name.ends_with(".bias");
-  const std::string& r = pt.role;
+  const ParamRole r = pt.role;
   auto set = [&](Param*& w, Param*& b) { (bias ? b : w) = p; };
   Param* none = nullptr;
-  if (r == "q") set(lp.q, lp.q_b);
-  else if (r == "k") set(lp.k, lp.k_b);
-  else if (r == "v") set(lp.v, lp.v_b);
-  else if (r == "o") set(lp.o, lp.o_b);
-  else if (r == "qkv") set(lp.qkv, lp.qkv_b);
-  else if (r == "gate") set(lp.gate, none);
-  else if (r == "up") set(lp.up, lp.fc1_b);
-  else if (r == "down") set(lp.down, lp.fc2_b);
-  else if (r == "gate_up") set(lp.gate_up, none);
-  else if (r == "fc1") set(lp.fc1, lp.fc1_b);
-  else if (r == "fc2") set(lp.fc2, lp.fc2_b);
-  else if (r == "norm") {
+  if (r == ParamRole::kQ) set(lp.q, lp.q_b);
+  else if (r == ParamRole::kK) set(lp.k, lp.k_b);
+  else if (r == ParamRole::kV) set(lp.v, lp.v_b);
+  else if (r == ParamRole::kO) set(lp.o, lp.o_b);
+  else if (r == ParamRole::kQkv) set(lp.qkv, lp.qkv_b);
+  else if (r == ParamRole::kGate) set(lp.gate, none);
+  else if (r == ParamRole::kUp) set(lp.up, lp.fc1_b);
+  else if (r == ParamRole::kDown) set(lp.down, lp.fc2_b);
+  else if (r == ParamRole::kGateUp) set(lp.gate_up, none);
+  else if (r == ParamRole::kNorm) {
     // Norms share one role; the module name says which (transformers names).
     const std::string& m = pt.module;
     auto has = [&](std::string_view part) { return m.find(part) != std::string::npos; };
@@ -40,14 +39,14 @@ void Place(LayerParams& lp, const ParamTensor& pt, Param* p) {
              has("final_layer_norm")) set(lp.norm2, lp.norm2_b);
     else set(lp.norm1, lp.norm1_b);
   }
-  else if (r == "router") lp.router = p;
-  else if (r == "expert_gate") lp.expert_gate.push_back(p);
-  else if (r == "expert_up") lp.expert_up.push_back(p);
-  else if (r == "expert_down") lp.expert_down.push_back(p);
-  else if (r == "shared_gate") lp.shared_gate = p;
-  else if (r == "shared_up") lp.shared_up = p;
-  else if (r == "shared_down") lp.shared_down = p;
-  else if (r == "shared_expert_gate") lp.shared_router = p;
+  else if (r == ParamRole::kRouter) lp.router = p;
+  else if (r == ParamRole::kExpertGate) lp.expert_gate.push_back(p);
+  else if (r == ParamRole::kExpertUp) lp.expert_up.push_back(p);
+  else if (r == ParamRole::kExpertDown) lp.expert_down.push_back(p);
+  else if (r == ParamRole::kSharedGate) lp.shared_gate = p;
+  else if (r == ParamRole::kSharedUp) lp.shared_up = p;
+  else if (r == ParamRole::kSharedDown) lp.shared_down = p;
+  else if (r == ParamRole::kSharedExpertGate) lp.shared_router = p;
 }
 
 struct Dims {
@@ -304,10 +303,10 @@ Var Mlp(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x, 
     tape.Drop(prod);
     return out;
   }
-  Var f = Proj(tape, x, lp.fc1 ? lp.fc1 : up, lp.fc1_b, tokens, inter);
+  Var f = Proj(tape, x, up, lp.fc1_b, tokens, inter);
   Var act = MlpActivation(tape, spec.mlp, f);
   tape.Drop(f);
-  Var out = Proj(tape, act, lp.fc2 ? lp.fc2 : down, lp.fc2_b, tokens, d.h);
+  Var out = Proj(tape, act, down, lp.fc2_b, tokens, d.h);
   tape.Drop(act);
   return out;
 }
@@ -970,29 +969,21 @@ std::vector<uint64_t> ExpertTokens(uint64_t tokens, uint64_t top_k, uint64_t loc
 ModelParams IndexParams(const ModelSpec& spec, std::vector<Param>& params) {
   ModelParams mp;
   mp.layers.resize(spec.num_layers);
-  // Linear and Conv1D biases carry role "bias" (ingest's ParamListBuilder);
-  // they belong to the weight of the same module.
-  std::unordered_map<std::string, std::string> weight_role;
-  for (const ParamTensor& pt : spec.params) {
-    if (pt.role != "bias" && !pt.name.ends_with(".bias")) weight_role.emplace(pt.module, pt.role);
-  }
+  const std::vector<ParamRole> roles = WeightRoles(spec.params);  // biases follow their weight
   for (size_t i = 0; i < spec.params.size(); ++i) {
     ParamTensor pt = spec.params[i];
     Param* p = &params[i];
-    if (pt.role == "bias") {
-      auto it = weight_role.find(pt.module);
-      if (it != weight_role.end()) pt.role = it->second;
-    }
+    pt.role = roles[i];
     if (pt.layer >= 0 && static_cast<uint64_t>(pt.layer) < spec.num_layers) {
       Place(mp.layers[pt.layer], pt, p);
       continue;
     }
-    if (pt.role == "embed") mp.embed = p;
-    else if (pt.role == "pos_embed") mp.pos_embed = p;
-    else if (pt.role == "norm" || pt.role == "final_norm") (pt.name.ends_with(".bias") ? mp.final_norm_b : mp.final_norm) = p;
-    else if (pt.role == "lm_head") (pt.name.ends_with(".bias") ? mp.lm_head_b : mp.lm_head) = p;
-    else if (pt.role == "proj_in") mp.proj_in = p;
-    else if (pt.role == "proj_out") mp.proj_out = p;
+    if (pt.role == ParamRole::kEmbed) mp.embed = p;
+    else if (pt.role == ParamRole::kPosEmbed) mp.pos_embed = p;
+    else if (pt.role == ParamRole::kNorm) (pt.name.ends_with(".bias") ? mp.final_norm_b : mp.final_norm) = p;
+    else if (pt.role == ParamRole::kLmHead) (pt.name.ends_with(".bias") ? mp.lm_head_b : mp.lm_head) = p;
+    else if (pt.role == ParamRole::kProjIn) mp.proj_in = p;
+    else if (pt.role == ParamRole::kProjOut) mp.proj_out = p;
   }
   return mp;
 }

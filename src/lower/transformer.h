@@ -17,7 +17,7 @@ struct LayerParams {
   Param *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr, *qkv = nullptr;
   Param *q_b = nullptr, *k_b = nullptr, *v_b = nullptr, *o_b = nullptr, *qkv_b = nullptr;
   Param *gate = nullptr, *up = nullptr, *down = nullptr, *gate_up = nullptr;
-  Param *fc1 = nullptr, *fc2 = nullptr, *fc1_b = nullptr, *fc2_b = nullptr;
+  Param *fc1_b = nullptr, *fc2_b = nullptr;  // non-gated MLP biases (weights: up, down)
   Param *norm1 = nullptr, *norm1_b = nullptr, *norm2 = nullptr, *norm2_b = nullptr;
   Param *norm3 = nullptr, *norm4 = nullptr;  // gemma2 sandwich norms
   Param *q_norm = nullptr, *k_norm = nullptr;

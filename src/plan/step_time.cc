@@ -28,11 +28,11 @@ MatmulWeights CountMatmulWeights(const ModelSpec& m) {
   const double expert_share =
       m.num_experts ? static_cast<double>(m.experts_per_token) / static_cast<double>(m.num_experts) : 1.0;
   for (const ParamTensor& p : m.params) {
-    if (!p.is_linear_weight || p.role == "vision" || p.role == "projector") continue;
-    const bool expert = std::string_view(p.role).substr(0, 7) == "expert_";
+    if (!p.is_linear_weight || p.role == ParamRole::kVision || p.role == ParamRole::kProjector) continue;
+    const bool expert = IsRoutedExpert(p.role);
     const double n = static_cast<double>(p.numel) * (expert ? expert_share : 1.0);
     w.all += n;
-    (p.role == "lm_head" ? w.lm_head : w.quantised) += n;
+    (p.role == ParamRole::kLmHead ? w.lm_head : w.quantised) += n;
   }
   if (m.tie_word_embeddings) {
     const double tied = static_cast<double>(m.vocab_size) * static_cast<double>(m.hidden_size);
