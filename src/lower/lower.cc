@@ -11,6 +11,8 @@
 #include "ops.h"
 #include "rank_classes.h"
 #include "optimizer.h"
+#include "placement.h"
+#include "schedule.h"
 #include "tape.h"
 #include "encoder.h"
 #include "transformer.h"
@@ -92,417 +94,317 @@ Status Validate(const ModelSpec& m, const TrainingSetup& s) {
   return Ok{};
 }
 
-// transformers >= 5.0 stores routed experts as 3-D nn.Parameters
-// (`*Experts.gate_up_proj` [E, 2I, h], `down_proj` [E, h, I]), not nn.Linear:
-// PEFT's target_modules ("all-linear" or gate/up/down names) no longer reach
-// them, and bitsandbytes' replace_with_bnb_linear (nn.Linear / Conv1D only)
-// leaves them unquantized.
-bool IsStackedExpert(const ParamTensor& pt, int transformers_version) {
-  return transformers_version >= 500 && IsRoutedExpert(pt.role);
-}
+// torch.amp.GradScaler (torch 2.x, fp16 autocast only): scale() creates the
+// fp32 `_scale` and int32 `_growth_tracker` lazily at its first call and
+// keeps them; each scale() returns loss * scale (MulBackward0 saves the scale
+// tensor, not a copy). step() -> unscale_ makes found_inf, kept until update().
+class GradScalerModel {
+ public:
+  explicit GradScalerModel(bool enabled) : enabled_(enabled) {}
 
-bool IsLoraTarget(const ParamTensor& pt, const std::vector<std::string>& targets, int transformers_version) {
-  if (!pt.is_linear_weight || IsStackedExpert(pt, transformers_version)) return false;
-  for (const std::string& t : targets) {
-    if (t == "all-linear") return pt.role != ParamRole::kLmHead && pt.role != ParamRole::kRouter;
-    if (t == ParamRoleName(pt.role)) return true;
-    if (t == "q" && pt.role == ParamRole::kQkv) return true;
-    if ((t == "gate" || t == "up") && pt.role == ParamRole::kGateUp) return true;
-  }
-  return false;
-}
-
-}  // namespace
-}  // namespace lower
-
-namespace lower {
-namespace {
-
-// Whether a parameter belongs to the pipeline stage (all of them on one GPU):
-// its layers, the embeddings on the first stage, the final norm and head on
-// the last (a tied head: the last stage's copy of the embedding, as Megatron
-// keeps one for the output layer).
-bool InSpan(const ParamTensor& pt, const StageSpan& span, bool tied) {
-  if (pt.layer >= 0) return static_cast<uint64_t>(pt.layer) >= span.first_layer &&
-                            static_cast<uint64_t>(pt.layer) < span.end_layer;
-  if (pt.role == ParamRole::kEmbed) return span.embed || (tied && span.head);
-  if (IsInputSide(pt.role)) return span.embed;
-  return span.head;
-}
-
-bool InStage(const ParamTensor& pt, const std::vector<StageSpan>& chunks, bool tied) {
-  for (const StageSpan& span : chunks) {
-    if (InSpan(pt, span, tied)) return true;
-  }
-  return false;
-}
-
-int UnitOf(const ParamTensor& pt, uint64_t num_layers) {
-  if (pt.layer >= 0) return pt.layer + 1;
-  if (IsInputSide(pt.role)) return 0;
-  return static_cast<int>(num_layers) + 1;
-}
-
-// One rank class: `model` is the rank's (tensor/expert-sharded) model.
-// Non-persistent buffers that model.to(device) places beside the parameters,
-// where they are big enough to matter. GPT2Attention (transformers 4.x, 4.57.6
-// modeling_gpt2.py __init__) registers a bool causal table `bias`
-// [1, 1, n_positions, n_positions] and a scalar fp32 `masked_bias` in every
-// layer: 1 MiB per layer at GPT-2's 1024 positions. transformers 5.x builds
-// masks per call instead and registers neither.
-void PlaceBuffers(Tape& tape, const ModelSpec& model, const TrainingSetup& setup,
-                  const std::vector<StageSpan>& chunks) {
-  if (model.model_type == "bert") {
-    // BertEmbeddings: position_ids (arange(max_position_embeddings).expand(1, -1))
-    // and token_type_ids (zeros of its size), int64, non-persistent buffers
-    // moved to the device with the model (4.57.6 register_buffer, 5.24.0
-    // nn.Buffer).
-    tape.graph.SetModule(tape.graph.Intern("bert.embeddings"));
-    for (int i = 0; i < 2; ++i) {
-      tape.graph.Alloc(model.max_position_embeddings * kI64, Category::kParameters, "register_buffer",
-                       tape.graph.module());
+  // scaler.scale(loss).
+  void ScaleLoss(Tape& tape, Var* loss) {
+    if (!enabled_) return;
+    tape.SetModule("grad_scaler");
+    if (scale_.t == kNoTensor) {
+      scale_ = tape.New(1, kF32, Category::kOther, "GradScaler._scale");
+      growth_tracker_ = tape.New(1, 4, Category::kOther, "GradScaler._growth_tracker");
     }
-    return;
+    Var scaled = Mul(tape, *loss, scale_, "aten::mul");
+    tape.Drop(*loss);
+    *loss = scaled;
   }
-  if (model.model_type != "gpt2" || setup.transformers_version >= 500) return;
-  const uint64_t positions = model.max_position_embeddings;
-  for (const StageSpan& span : chunks) {
-    const uint64_t end_layer = std::min<uint64_t>(span.end_layer, model.num_layers);
-    for (uint64_t i = span.first_layer; i < end_layer; ++i) {
-      tape.graph.SetModule(tape.graph.Intern(fmt::format("transformer.h.{}.attn", i)));
-      tape.graph.Alloc(positions * positions, Category::kParameters, "register_buffer", tape.graph.module());
-      tape.graph.Alloc(4, Category::kParameters, "register_buffer", tape.graph.module());
-    }
-  }
-}
 
-Result<Lowered> LowerRank(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu,
-                          const RankClassPlan& plan) {
-  Lowered result;
-  EventStream& out = result.stream;
-  out.metadata()["source"] = "vramscope lower";
-  out.metadata()["model"] = model.name;
-  Tape tape(&out);
-  const ParallelLayout& layout = setup.parallel;
-  std::unique_ptr<DataParallelRuntime> dp;
-  if (layout.multi_gpu() || layout.dp_mode != DataParallel::kNone) {
-    const uint32_t world = layout.dp_mode == DataParallel::kFsdp && layout.fsdp == FsdpSharding::kHybrid
-                               ? std::min(layout.dp(), layout.gpus_per_node)
-                               : layout.dp();
-    dp = std::make_unique<DataParallelRuntime>(&tape, setup, world, layout.model_parallel(), model.hidden_size,
-                                               static_cast<int>(model.num_layers));
+  // scaler.step -> unscale_: found_inf = torch.full((), 0.0); inv_scale =
+  // _scale.double().reciprocal().float(); grads unscaled in place by
+  // _amp_foreach_non_finite_check_and_unscale_.
+  void Unscale(Tape& tape) {
+    if (!enabled_) return;
+    tape.SetModule("grad_scaler");
+    found_inf_ = tape.New(1, kF32, Category::kOther, "aten::full");
+    Var as_double = tape.New(1, 8, Category::kTemporaries, "aten::_to_copy");
+    Var recip = tape.New(1, 8, Category::kTemporaries, "aten::reciprocal");
+    tape.Drop(as_double);
+    Var inv_scale = tape.New(1, kF32, Category::kTemporaries, "aten::_to_copy");
+    tape.Drop(recip);
+    tape.Drop(inv_scale);
   }
-  const bool half_model = dp && dp->casts_model_to_half();
-  const uint8_t pbytes = half_model ? kHalf : ParamBytes(setup.precision);
-  const bool lora = setup.finetune != Finetune::kFull;
-  const bool qlora = setup.finetune == Finetune::kQLora;
-  // QLoRA over FSDP / ZeRO-3 ("sharded QLoRA"): the 4-bit weights are loaded
-  // with a 16-bit quant storage and the trainers never call
-  // prepare_model_for_kbit_training ("one should never call
-  // peft_module_casting_to_bf16 or prepare_model_for_kbit_training when doing
-  // QLoRA + FSDP / DS-Zero3", TRL SFTTrainer / prepare_peft_model, 0.9-0.2x):
-  // the other weights keep their 16-bit dtype, so the residual stream does too.
-  const bool sharded_qlora = qlora && dp && (layout.dp_mode == DataParallel::kFsdp ||
-                                             layout.dp_mode == DataParallel::kZero3);
-  tape.autocast = !half_model && (setup.precision == Precision::kBf16Mixed || setup.precision == Precision::kFp16Mixed);
-  tape.compute_bytes = setup.precision == Precision::kFp32 ? kF32 : kHalf;
-  const std::vector<StageSpan>& chunks = plan.chunks;
-  const bool whole_model = chunks.size() == 1 && chunks[0].first_layer == 0 && chunks[0].embed && chunks[0].head;
-  const bool tied = std::none_of(model.params.begin(), model.params.end(),
-                                 [](const ParamTensor& pt) { return pt.role == ParamRole::kLmHead; });
 
-  // --- setup: parameters as from_pretrained / from_config place them --------
-  tape.params.reserve(model.params.size() * 3);
-  tape.lora_dropout = setup.lora_dropout;
-  tape.cpu_rules = setup.device_rules == DeviceRules::kCpu;
-  for (const ParamTensor& pt : model.params) {
-    Param p;
-    p.name = pt.name;
-    // Outside the stage: a zero-byte placeholder keeps indices aligned with
-    // model.params (IndexParams); it is frozen and never used.
-    const bool here = InStage(pt, chunks, tied);
-    p.unit = here ? UnitOf(pt, model.num_layers) : -1;
-    p.module = out.Intern(pt.module);
-    p.numel = pt.numel;
-    p.elem_bytes = pbytes;
-    p.trainable = !lora;
-    p.storage_bytes = p.numel * p.elem_bytes;
-    if (IsStackedExpert(pt, setup.transformers_version) && pt.layer >= 0) {
-      p.stack = 1 + 2 * static_cast<uint32_t>(pt.layer) + (pt.role == ParamRole::kExpertDown ? 1 : 0);
-    }
-    if (qlora && pt.is_linear_weight && pt.role != ParamRole::kLmHead && !IsStackedExpert(pt, setup.transformers_version)) {
-      // bitsandbytes NF4 with double quantization: 0.5 byte per weight, one
-      // 8-bit absmax per 64 values, fp32 absmax per 256 of those (QLoRA paper §3).
-      p.storage_bytes = p.numel / 2 + (p.numel + 63) / 64 + ((p.numel + 63) / 64 + 255) / 256 * 4;
-      p.nf4 = true;
-    } else if (qlora && !sharded_qlora) {
-      // peft prepare_model_for_kbit_training casts non-quantized params to fp32.
-      p.elem_bytes = kF32;
-      p.storage_bytes = p.numel * kF32;
-    }
-    if (!here) {
-      p.numel = 0;
-      p.storage_bytes = 0;
-      p.trainable = false;
-    }
-    tape.params.push_back(std::move(p));
+  // scaler.update() works in place; found_inf goes with it.
+  void Update(Tape& tape) {
+    if (enabled_) tape.Drop(found_inf_);
   }
-  tape.SetModule("model");
-  for (Param& p : tape.params) {
-    if (p.unit < 0) continue;  // not on this pipeline stage
-    tape.graph.SetModule(p.module);
-    p.var.t = tape.graph.Alloc(dp ? dp->StorageBytes(p) : p.storage_bytes, Category::kParameters,
-                               "from_pretrained", p.module);
-    p.var.numel = p.numel;
-    p.var.elem_bytes = p.elem_bytes;
-    if (p.trainable) p.var.fn = tape.graph.AddAccumulateGrad(p.numel * p.elem_bytes, &p.grad);
+
+ private:
+  bool enabled_;
+  Var scale_, growth_tracker_, found_inf_;
+};
+
+// One rank class lowered: setup (parameters, adapters, sharding), then
+// `setup.steps` optimizer steps of forward / backward passes in the
+// schedule's order, each step ending with the optimizer and zero_grad.
+class RankLowerer {
+ public:
+  RankLowerer(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu, const RankClassPlan& plan)
+      : model_(model), setup_(setup), gpu_(gpu), plan_(plan), tape_(&result_.stream),
+        in_flight_(plan.chunks.size()) {}
+
+  Result<Lowered> Run() {
+    result_.stream.metadata()["source"] = "vramscope lower";
+    result_.stream.metadata()["model"] = model_.name;
+    MakeSharding();
+    VS_TRY(lora_params, PlaceModel());
+    if (Status s = IndexModel(); !s.ok()) return s.error();
+    CountParameters(lora_params);
+    scaler_ = GradScalerModel(setup_.precision == Precision::kFp16Mixed && !half_model_);
+    InstallOptimizerInBackward();
+    if (dp_) dp_->Setup();
+    const uint64_t micro_batches = SimulatedMicroBatches();
+    for (step_ = 1; step_ <= setup_.steps; ++step_) {
+      for (const Pass& pass : PipelineSchedule(micro_batches, plan_.chunks.size(), plan_.warmup, setup_.parallel.pp)) {
+        if (pass.forward) {
+          ForwardPass(pass.chunk);
+        } else {
+          BackwardPass(pass.chunk);
+        }
+      }
+      OptimizerPhase();
+    }
+    AddNotes();
+    return std::move(result_);
   }
-  PlaceBuffers(tape, model, setup, chunks);
-  // LoRA adapters: lora_A [r, in] and lora_B [out, r], trainable, fp32
-  // (peft get_peft_model autocast_adapter_dtype=True upcasts 16-bit adapters).
-  uint64_t lora_params = 0;
-  if (lora) {
-    const size_t base_count = tape.params.size();
-    for (size_t i = 0; i < base_count; ++i) {
-      const ParamTensor& pt = model.params[i];
-      if (!IsLoraTarget(pt, setup.lora_targets, setup.transformers_version) || pt.shape.size() != 2) continue;
-      if (tape.params[i].unit < 0) continue;
-      lora_params += setup.lora_rank * (pt.shape[0] + pt.shape[1]);
-      // lora_A [r, in], lora_B [out, r]; a Conv1D weight is stored [in, out]
-      // (peft's fan_in_fan_out layers take in/out from it the same way).
-      const uint64_t out_features = pt.conv1d ? pt.shape[1] : pt.shape[0];
-      const uint64_t in_features = pt.conv1d ? pt.shape[0] : pt.shape[1];
-      const uint64_t numels[2] = {setup.lora_rank * in_features, out_features * setup.lora_rank};
-      for (int k = 0; k < 2; ++k) {
-        Param ad;
-        ad.name = pt.module + (k == 0 ? ".lora_A.default.weight" : ".lora_B.default.weight");
-        ad.module = out.Intern(pt.module + (k == 0 ? ".lora_A" : ".lora_B"));
-        ad.numel = numels[k];
-        ad.elem_bytes = kF32;
-        ad.storage_bytes = ad.numel * kF32;
-        ad.trainable = true;
-        ad.unit = tape.params[i].unit;
-        tape.graph.SetModule(ad.module);
-        ad.var.t = tape.graph.Alloc(dp ? dp->StorageBytes(ad) : ad.storage_bytes, Category::kParameters,
-                                    "peft::lora", ad.module);
-        ad.var.numel = ad.numel;
-        ad.var.elem_bytes = kF32;
-        (k == 0 ? tape.params[i].lora_a : tape.params[i].lora_b) = static_cast<int>(tape.params.size());
-        tape.params.push_back(std::move(ad));
-        Param& placed = tape.params.back();  // reserved above: addresses are stable
-        placed.var.fn = tape.graph.AddAccumulateGrad(placed.storage_bytes, &placed.grad);
+
+ private:
+  // The data-parallel side's rules (DDP, ZeRO, FSDP, Megatron), when there is one.
+  void MakeSharding() {
+    const ParallelLayout& layout = setup_.parallel;
+    if (layout.multi_gpu() || layout.dp_mode != DataParallel::kNone) {
+      const uint32_t world = layout.dp_mode == DataParallel::kFsdp && layout.fsdp == FsdpSharding::kHybrid
+                                 ? std::min(layout.dp(), layout.gpus_per_node)
+                                 : layout.dp();
+      dp_ = std::make_unique<DataParallelRuntime>(&tape_, setup_, world, layout.model_parallel(), model_.hidden_size,
+                                                  static_cast<int>(model_.num_layers));
+    }
+    half_model_ = dp_ && dp_->casts_model_to_half();
+  }
+
+  // Parameters, buffers and adapters; returns the adapters' elements.
+  Result<uint64_t> PlaceModel() {
+    const ParallelLayout& layout = setup_.parallel;
+    const bool qlora = setup_.finetune == Finetune::kQLora;
+    PlacementRules rules;
+    rules.param_bytes = half_model_ ? kHalf : ParamBytes(setup_.precision);
+    // QLoRA over FSDP / ZeRO-3 ("sharded QLoRA"): the 4-bit weights are loaded
+    // with a 16-bit quant storage and the trainers never call
+    // prepare_model_for_kbit_training ("one should never call
+    // peft_module_casting_to_bf16 or prepare_model_for_kbit_training when doing
+    // QLoRA + FSDP / DS-Zero3", TRL SFTTrainer / prepare_peft_model, 0.9-0.2x):
+    // the other weights keep their 16-bit dtype, so the residual stream does too.
+    rules.sharded_qlora = qlora && dp_ && (layout.dp_mode == DataParallel::kFsdp ||
+                                           layout.dp_mode == DataParallel::kZero3);
+    rules.storage = [this](const Param& p) { return dp_ ? dp_->StorageBytes(p) : p.storage_bytes; };
+    tape_.autocast = !half_model_ &&
+                     (setup_.precision == Precision::kBf16Mixed || setup_.precision == Precision::kFp16Mixed);
+    tape_.compute_bytes = setup_.precision == Precision::kFp32 ? kF32 : kHalf;
+    tape_.lora_dropout = setup_.lora_dropout;
+    tape_.cpu_rules = setup_.device_rules == DeviceRules::kCpu;
+    PlaceParameters(tape_, model_, setup_, plan_.chunks, rules);
+    if (setup_.finetune == Finetune::kFull) return uint64_t{0};
+    const std::vector<StageSpan>& chunks = plan_.chunks;
+    const bool whole_model = chunks.size() == 1 && chunks[0].first_layer == 0 && chunks[0].embed && chunks[0].head;
+    return AttachLoraAdapters(tape_, model_, setup_, whole_model, rules.storage);
+  }
+
+  // The forward's view of the parameters, checked for what every layer needs.
+  Status IndexModel() {
+    if (model_.is_encoder) {
+      VS_TRY(indexed, IndexEncoderParams(model_, tape_.params));
+      ep_ = indexed;
+    } else {
+      mp_ = IndexParams(model_, tape_.params);
+    }
+    if (!model_.is_encoder && (!mp_.embed || mp_.layers.empty())) {
+      return MakeError(fmt::format("{}: could not find the embedding and layers in its parameter list", model_.name));
+    }
+    for (const StageSpan& span : plan_.chunks) {
+      const size_t end_layer = std::min<size_t>(span.end_layer, mp_.layers.size());
+      for (size_t i = model_.is_encoder ? end_layer : span.first_layer; i < end_layer; ++i) {
+        const LayerParams& lp = mp_.layers[i];
+        const bool attn_ok = lp.qkv || (lp.q && lp.k && lp.v);
+        if (!attn_ok || !lp.o || !lp.norm1) {
+          return MakeError(fmt::format("{}: layer {} lacks attention or norm parameters", model_.name, i));
+        }
       }
     }
-    if (lora_params == 0 && whole_model) {
-      return MakeError(fmt::format("--lora-targets: none of '{}' matches a linear layer of {}",
-                                   fmt::join(setup.lora_targets, ","), model.name));
-    }
-  }
-  ModelParams mp;
-  EncoderParams ep;
-  if (model.is_encoder) {
-    VS_TRY(indexed, IndexEncoderParams(model, tape.params));
-    ep = indexed;
-  } else {
-    mp = IndexParams(model, tape.params);
-  }
-  if (!model.is_encoder && (!mp.embed || mp.layers.empty())) {
-    return MakeError(fmt::format("{}: could not find the embedding and layers in its parameter list", model.name));
-  }
-  for (const StageSpan& span : chunks) {
-    const size_t end_layer = std::min<size_t>(span.end_layer, mp.layers.size());
-    for (size_t i = model.is_encoder ? end_layer : span.first_layer; i < end_layer; ++i) {
-      const LayerParams& lp = mp.layers[i];
-      const bool attn_ok = lp.qkv || (lp.q && lp.k && lp.v);
-      if (!attn_ok || !lp.o || !lp.norm1) {
-        return MakeError(fmt::format("{}: layer {} lacks attention or norm parameters", model.name, i));
-      }
-    }
+    return Ok{};
   }
 
-  uint64_t stage_params = 0;
-  for (const Param& p : tape.params) stage_params += p.unit >= 0 && !p.name.empty() ? p.numel : 0;
-  stage_params -= lora_params;
-  result.parameters = stage_params + lora_params;
-  result.trainable_parameters = lora ? lora_params : stage_params;
-  OptimizerExtras extras;
-  // cuBLAS workspaces: one per (handle, stream); the forward runs on the main
-  // thread's handle, backward on the autograd engine thread's handle
-  // (CublasHandlePool.cpp getCurrentCUDABlasHandle + getNewWorkspace).
-  bool forward_workspace = false, backward_workspace = false;
-  // torch.amp.GradScaler (torch 2.x, fp16 autocast only): scale() creates the
-  // fp32 `_scale` and int32 `_growth_tracker` lazily at its first call and
-  // keeps them; each scale() returns loss * scale (MulBackward0 saves the
-  // scale tensor, not a copy).
-  const bool grad_scaler = setup.precision == Precision::kFp16Mixed && !half_model;
-  Var scaler_state[2];
+  void CountParameters(uint64_t lora_params) {
+    uint64_t stage_params = 0;
+    for (const Param& p : tape_.params) stage_params += p.unit >= 0 && !p.name.empty() ? p.numel : 0;
+    stage_params -= lora_params;
+    result_.parameters = stage_params + lora_params;
+    result_.trainable_parameters = setup_.finetune != Finetune::kFull ? lora_params : stage_params;
+  }
+
   // Optimizer in backward (PyTorch tutorial "fuse the optimizer step into
   // the backward pass", torch >= 2.1): one single-parameter optimizer per
   // parameter, stepped and zeroed from register_post_accumulate_grad_hook, so
   // each .grad dies as soon as it is complete.
-  std::unordered_map<TensorId*, Param*> param_of_grad;
-  if (setup.optimizer_in_backward) {
-    for (Param& p : tape.params) param_of_grad[&p.grad] = &p;
-    tape.graph.post_accumulate_hook = [&](TensorId* slot) {
-      auto it = param_of_grad.find(slot);
-      if (it == param_of_grad.end() || *slot == kNoTensor) return;
-      OptimizerStepParams(tape, setup, {it->second}, &extras);
-      tape.graph.Drop(*slot);  // optimizer.zero_grad(set_to_none=True)
+  void InstallOptimizerInBackward() {
+    if (!setup_.optimizer_in_backward) return;
+    for (Param& p : tape_.params) param_of_grad_[&p.grad] = &p;
+    tape_.graph.post_accumulate_hook = [this](TensorId* slot) {
+      auto it = param_of_grad_.find(slot);
+      if (it == param_of_grad_.end() || *slot == kNoTensor) return;
+      OptimizerStepParams(tape_, setup_, {it->second}, &extras_);
+      tape_.graph.Drop(*slot);  // optimizer.zero_grad(set_to_none=True)
       *slot = kNoTensor;
     };
   }
-  if (dp) dp->Setup();
-  // Micro-batches per step: a pipeline's --microbatches, else --grad-accum.
-  const uint64_t requested_micro_batches =
-      layout.pp > 1 && layout.microbatches > 0 ? layout.microbatches : setup.grad_accum;
-  // A pipeline stage in 1F1B steady state repeats one forward + one backward
+
+  // Micro-batches per step: a pipeline's --microbatches, else --grad-accum. A
+  // pipeline stage in 1F1B steady state repeats one forward + one backward
   // with the same micro-batches in flight; after the warm-up, two such pairs
   // show every memory state the rest would repeat (the cooldown drains the
   // same way whatever the count).
-  const uint64_t micro_batches = layout.pp > 1 && chunks.size() == 1
-                                     ? std::min<uint64_t>(requested_micro_batches, plan.warmup + 2)
-                                     : requested_micro_batches;
-  if (micro_batches < requested_micro_batches) {
-    result.notes.push_back(fmt::format(
-        "pipeline: {} of {} micro-batches per step simulated on each stage; 1F1B repeats the same memory "
-        "pattern after its warm-up", micro_batches, requested_micro_batches));
+  uint64_t SimulatedMicroBatches() {
+    const ParallelLayout& layout = setup_.parallel;
+    const uint64_t requested = layout.pp > 1 && layout.microbatches > 0 ? layout.microbatches : setup_.grad_accum;
+    const uint64_t simulated = layout.pp > 1 && plan_.chunks.size() == 1
+                                   ? std::min<uint64_t>(requested, plan_.warmup + 2)
+                                   : requested;
+    if (simulated < requested) {
+      result_.notes.push_back(fmt::format(
+          "pipeline: {} of {} micro-batches per step simulated on each stage; 1F1B repeats the same memory "
+          "pattern after its warm-up", simulated, requested));
+    }
+    return simulated;
   }
-  // Forwards whose backward has not run, per model chunk.
-  std::vector<std::vector<ForwardOut>> in_flight(chunks.size());
-  uint32_t step = 1;
-  auto forward = [&](size_t chunk) {
-    const StageSpan& span = chunks[chunk];
-    out.BeginPhase(step, Phase::kForward);
-    if (!forward_workspace && gpu.cublas_workspace_bytes > 0 && !tape.cpu_rules) {
-      tape.SetModule("cublas");
-      tape.graph.Alloc(gpu.cublas_workspace_bytes, Category::kWorkspace, "cublas_workspace", tape.module());
-      forward_workspace = true;
-    }
-    tape.graph.offload_saved = setup.activation_offload;
-    ForwardOut f = model.is_encoder ? EncoderForward(tape, model, ep, setup)
-                                    : Forward(tape, model, mp, setup, span);
-    ClearAutocastCache(tape);
-    tape.graph.offload_saved = false;
-    if (grad_scaler) {
-      tape.SetModule("grad_scaler");
-      if (scaler_state[0].t == kNoTensor) {
-        scaler_state[0] = tape.New(1, kF32, Category::kOther, "GradScaler._scale");
-        scaler_state[1] = tape.New(1, 4, Category::kOther, "GradScaler._growth_tracker");
-      }
-      Var scaled = Mul(tape, f.loss, scaler_state[0], "aten::mul");
-      tape.Drop(f.loss);
-      f.loss = scaled;
-    }
+
+  // cuBLAS workspaces: one per (handle, stream); the forward runs on the main
+  // thread's handle, backward on the autograd engine thread's handle
+  // (CublasHandlePool.cpp getCurrentCUDABlasHandle + getNewWorkspace).
+  void CublasWorkspace(bool* made) {
+    if (*made || gpu_.cublas_workspace_bytes == 0 || tape_.cpu_rules) return;
+    tape_.SetModule("cublas");
+    tape_.graph.Alloc(gpu_.cublas_workspace_bytes, Category::kWorkspace, "cublas_workspace", tape_.module());
+    *made = true;
+  }
+
+  void ForwardPass(size_t chunk) {
+    const StageSpan& span = plan_.chunks[chunk];
+    result_.stream.BeginPhase(step_, Phase::kForward);
+    CublasWorkspace(&forward_workspace_);
+    tape_.graph.offload_saved = setup_.activation_offload;
+    ForwardOut f = model_.is_encoder ? EncoderForward(tape_, model_, ep_, setup_)
+                                     : Forward(tape_, model_, mp_, setup_, span);
+    ClearAutocastCache(tape_);
+    tape_.graph.offload_saved = false;
+    scaler_.ScaleLoss(tape_, &f.loss);
     if (!span.head) {
       // Megatron deallocate_output_tensor (core 0.x, deallocate_pipeline_outputs):
       // once sent, the output's storage is freed; its grad_fn stays.
-      tape.graph.Drop(f.loss.t);
+      tape_.graph.Drop(f.loss.t);
       f.loss.t = kNoTensor;
     }
-    in_flight[chunk].push_back(f);
-  };
-  auto backward = [&](size_t chunk) {
-    const StageSpan& span = chunks[chunk];
-    ForwardOut f = in_flight[chunk].front();
-    in_flight[chunk].erase(in_flight[chunk].begin());
-    out.BeginPhase(step, Phase::kBackward);
-    if (!backward_workspace && gpu.cublas_workspace_bytes > 0 && !tape.cpu_rules) {
-      tape.SetModule("cublas");
-      tape.graph.Alloc(gpu.cublas_workspace_bytes, Category::kWorkspace, "cublas_workspace", tape.module());
-      backward_workspace = true;
-    }
+    in_flight_[chunk].push_back(f);
+  }
+
+  void BackwardPass(size_t chunk) {
+    const StageSpan& span = plan_.chunks[chunk];
+    ForwardOut f = in_flight_[chunk].front();
+    in_flight_[chunk].erase(in_flight_[chunk].begin());
+    result_.stream.BeginPhase(step_, Phase::kBackward);
+    CublasWorkspace(&backward_workspace_);
     if (span.head) {
-      tape.graph.Backward(f.loss);
-      tape.Drop(f.loss);
+      tape_.graph.Backward(f.loss);
+      tape_.Drop(f.loss);
     } else {
       // The gradient received from the next stage seeds this stage's backward.
-      tape.SetModule("pipeline");
-      tape.graph.Backward(f.loss, "pp::recv_grad", Category::kTemporaries);
+      tape_.SetModule("pipeline");
+      tape_.graph.Backward(f.loss, "pp::recv_grad", Category::kTemporaries);
     }
-    // The graph goes: leaves made by enable_input_require_grads and their .grad.
-    // Only this micro-batch's leaves: theirs have a .grad now. (Slots stay:
-    // micro-batches still in flight hold their addresses.)
-    for (size_t i = 0; i < tape.input_grads.size(); ++i) {
-      if (tape.input_grads[i] == kNoTensor) continue;
-      tape.graph.Drop(tape.input_grads[i]);
-      tape.input_grads[i] = kNoTensor;
-      tape.graph.Drop(tape.input_leaves[i]);
-      tape.input_leaves[i] = kNoTensor;
+    DropInputLeaves();
+    if (dp_) dp_->EndBackward();
+  }
+
+  // The graph goes: leaves made by enable_input_require_grads and their .grad.
+  // Only this micro-batch's leaves: theirs have a .grad now. (Slots stay:
+  // micro-batches still in flight hold their addresses.)
+  void DropInputLeaves() {
+    for (size_t i = 0; i < tape_.input_grads.size(); ++i) {
+      if (tape_.input_grads[i] == kNoTensor) continue;
+      tape_.graph.Drop(tape_.input_grads[i]);
+      tape_.input_grads[i] = kNoTensor;
+      tape_.graph.Drop(tape_.input_leaves[i]);
+      tape_.input_leaves[i] = kNoTensor;
     }
-    if (dp) dp->EndBackward();
-  };
-  for (; step <= setup.steps; ++step) {
-    // 1F1B (Megatron schedules.py): warm-up forwards, then one forward and
-    // one backward at a time, then the remaining backwards. One GPU: F, B.
-    // Interleaved (v chunks): the k-th forward runs chunk (k mod (pp*v)) / pp,
-    // the k-th backward the reverse (schedules.py get_model_chunk_id).
-    const uint64_t v = chunks.size();
-    const uint64_t units = micro_batches * v;
-    const uint64_t warmup = std::min<uint64_t>(plan.warmup, units);
-    const uint64_t group = uint64_t{layout.pp} * v;
-    auto chunk_of = [&](uint64_t k, bool forward_pass) -> size_t {
-      const uint64_t c = v == 1 ? 0 : (k % group) / layout.pp;
-      return static_cast<size_t>(forward_pass ? c : v - 1 - c);
-    };
-    uint64_t forwards = 0, backwards = 0;
-    for (uint64_t i = 0; i < warmup; ++i) forward(chunk_of(forwards++, true));
-    for (uint64_t i = warmup; i < units; ++i) {
-      forward(chunk_of(forwards++, true));
-      backward(chunk_of(backwards++, false));
+  }
+
+  void OptimizerPhase() {
+    result_.stream.BeginPhase(step_, Phase::kOptimizer);
+    scaler_.Unscale(tape_);
+    if (dp_) {
+      dp_->Step(setup_, &extras_);
+    } else if (!setup_.optimizer_in_backward) {
+      OptimizerStep(tape_, setup_, step_ == 1, &extras_);
     }
-    for (uint64_t i = 0; i < warmup; ++i) backward(chunk_of(backwards++, false));
-    out.BeginPhase(step, Phase::kOptimizer);
-    Var found_inf;
-    if (grad_scaler) {
-      // scaler.step -> unscale_: found_inf = torch.full((), 0.0); inv_scale =
-      // _scale.double().reciprocal().float(); grads unscaled in place by
-      // _amp_foreach_non_finite_check_and_unscale_. update() works in place.
-      tape.SetModule("grad_scaler");
-      found_inf = tape.New(1, kF32, Category::kOther, "aten::full");
-      Var as_double = tape.New(1, 8, Category::kTemporaries, "aten::_to_copy");
-      Var recip = tape.New(1, 8, Category::kTemporaries, "aten::reciprocal");
-      tape.Drop(as_double);
-      Var inv_scale = tape.New(1, kF32, Category::kTemporaries, "aten::_to_copy");
-      tape.Drop(recip);
-      tape.Drop(inv_scale);
-    }
-    if (dp) {
-      dp->Step(setup, &extras);
-    } else if (!setup.optimizer_in_backward) {
-      OptimizerStep(tape, setup, step == 1, &extras);
-    }
-    if (grad_scaler) tape.Drop(found_inf);  // after scaler.update()
-    if (dp) {
-      dp->ZeroGrad();
+    scaler_.Update(tape_);
+    if (dp_) {
+      dp_->ZeroGrad();
     } else {
-      ZeroGrad(tape);
+      ZeroGrad(tape_);
     }
   }
-  result.managed_bytes = extras.managed_state_bytes;
-  result.host_peak_bytes = tape.graph.host_peak_bytes() + (dp ? dp->host_bytes() : 0);
-  if (lora) result.notes.push_back("LoRA adapters are counted; their forward is modelled as part of the frozen linear (detailed PEFT paths: see docs/lowering.md).");
-  if (qlora) {
-    // transformers 5.x stacks each MoE layer's experts into 3-D parameters;
-    // replace_with_bnb_linear (integrations/bitsandbytes.py, 5.24.0) swaps only
-    // nn.Linear / Conv1D modules for bnb ones, so the experts stay 16-bit.
+
+  void AddNotes() {
+    result_.managed_bytes = extras_.managed_state_bytes;
+    result_.host_peak_bytes = tape_.graph.host_peak_bytes() + (dp_ ? dp_->host_bytes() : 0);
+    if (setup_.finetune != Finetune::kFull) {
+      result_.notes.push_back("LoRA adapters are counted; their forward is modelled as part of the frozen linear "
+                              "(detailed PEFT paths: see docs/lowering.md).");
+    }
+    if (setup_.finetune == Finetune::kQLora) AddUnquantizedExpertsNote();
+    if (dp_) {
+      for (const std::string& n : dp_->notes()) result_.notes.push_back(n);
+    }
+  }
+
+  // transformers 5.x stacks each MoE layer's experts into 3-D parameters;
+  // replace_with_bnb_linear (integrations/bitsandbytes.py, 5.24.0) swaps only
+  // nn.Linear / Conv1D modules for bnb ones, so the experts stay 16-bit.
+  void AddUnquantizedExpertsNote() {
     uint64_t expert_bytes = 0;  // as this rank holds them
-    for (size_t i = 0; i < model.params.size() && i < tape.params.size(); ++i) {
-      if (IsStackedExpert(model.params[i], setup.transformers_version)) expert_bytes += tape.params[i].storage_bytes;
+    for (size_t i = 0; i < model_.params.size() && i < tape_.params.size(); ++i) {
+      if (IsStackedExpert(model_.params[i], setup_.transformers_version)) expert_bytes += tape_.params[i].storage_bytes;
     }
-    if (expert_bytes > 0) {
-      result.notes.push_back(fmt::format(
-          "QLoRA under transformers 5.x does not quantize this model's experts: they are stacked 3-D parameters, "
-          "and bitsandbytes replaces nn.Linear layers only (integrations/bitsandbytes.py), so {:.2f} GiB of experts "
-          "stay unquantized (fp32 after prepare_model_for_kbit_training). transformers 4.x "
-          "(--transformers-version 4.57) keeps one nn.Linear per expert, which is quantized.",
-          static_cast<double>(expert_bytes) / static_cast<double>(uint64_t{1} << 30)));
-    }
+    if (expert_bytes == 0) return;
+    result_.notes.push_back(fmt::format(
+        "QLoRA under transformers 5.x does not quantize this model's experts: they are stacked 3-D parameters, "
+        "and bitsandbytes replaces nn.Linear layers only (integrations/bitsandbytes.py), so {:.2f} GiB of experts "
+        "stay unquantized (fp32 after prepare_model_for_kbit_training). transformers 4.x "
+        "(--transformers-version 4.57) keeps one nn.Linear per expert, which is quantized.",
+        static_cast<double>(expert_bytes) / static_cast<double>(uint64_t{1} << 30)));
   }
-  if (dp) {
-    for (const std::string& n : dp->notes()) result.notes.push_back(n);
-  }
-  return result;
-}
+
+  const ModelSpec& model_;
+  const TrainingSetup& setup_;
+  const GpuSpec& gpu_;
+  const RankClassPlan& plan_;
+  Lowered result_;
+  Tape tape_;  // writes result_.stream
+  std::unique_ptr<DataParallelRuntime> dp_;
+  bool half_model_ = false;
+  ModelParams mp_;
+  EncoderParams ep_;
+  OptimizerExtras extras_;
+  GradScalerModel scaler_{false};
+  std::unordered_map<TensorId*, Param*> param_of_grad_;
+  bool forward_workspace_ = false, backward_workspace_ = false;
+  std::vector<std::vector<ForwardOut>> in_flight_;  // forwards whose backward has not run, per chunk
+  uint32_t step_ = 1;
+};
 
 }  // namespace
 }  // namespace lower
@@ -524,7 +426,7 @@ Result<std::vector<LoweredRank>> LowerRankClasses(const ModelSpec& model, const 
   std::vector<Status> status(plans.size(), Ok{});
   auto work = [&](size_t i) {
     const RankClassPlan& plan = plans[i];
-    auto lowered = LowerRank(local, local_setup, gpu, plan);
+    auto lowered = RankLowerer(local, local_setup, gpu, plan).Run();
     if (!lowered.ok()) {
       status[i] = lowered.error();
       return;
@@ -540,12 +442,7 @@ Result<std::vector<LoweredRank>> LowerRankClasses(const ModelSpec& model, const 
       }
       // The report counts the whole model's parameters, not one rank's.
       uint64_t adapters = 0;
-      if (setup.finetune != Finetune::kFull) {
-        for (const ParamTensor& pt : model.params) {
-          if (IsLoraTarget(pt, setup.lora_targets, setup.transformers_version) && pt.shape.size() == 2)
-            adapters += setup.lora_rank * (pt.shape[0] + pt.shape[1]);
-        }
-      }
+      for (const ParamTensor& pt : model.params) adapters += LoraAdapterParams(pt, setup);
       r.lowered.parameters = model.ParameterCount() + adapters;
       r.lowered.trainable_parameters = adapters > 0 ? adapters : model.ParameterCount();
     }

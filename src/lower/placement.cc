@@ -1,0 +1,205 @@
+#include "placement.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+namespace vramscope::lower {
+
+// transformers >= 5.0 stores routed experts as 3-D nn.Parameters
+// (`*Experts.gate_up_proj` [E, 2I, h], `down_proj` [E, h, I]), not nn.Linear:
+// PEFT's target_modules ("all-linear" or gate/up/down names) no longer reach
+// them, and bitsandbytes' replace_with_bnb_linear (nn.Linear / Conv1D only)
+// leaves them unquantized.
+bool IsStackedExpert(const ParamTensor& pt, int transformers_version) {
+  return transformers_version >= 500 && IsRoutedExpert(pt.role);
+}
+
+bool IsLoraTarget(const ParamTensor& pt, const std::vector<std::string>& targets, int transformers_version) {
+  if (!pt.is_linear_weight || IsStackedExpert(pt, transformers_version)) return false;
+  for (const std::string& t : targets) {
+    if (t == "all-linear") return pt.role != ParamRole::kLmHead && pt.role != ParamRole::kRouter;
+    if (t == ParamRoleName(pt.role)) return true;
+    if (t == "q" && pt.role == ParamRole::kQkv) return true;
+    if ((t == "gate" || t == "up") && pt.role == ParamRole::kGateUp) return true;
+  }
+  return false;
+}
+
+uint64_t LoraAdapterParams(const ParamTensor& pt, const TrainingSetup& setup) {
+  if (setup.finetune == Finetune::kFull || pt.shape.size() != 2) return 0;
+  if (!IsLoraTarget(pt, setup.lora_targets, setup.transformers_version)) return 0;
+  return setup.lora_rank * (pt.shape[0] + pt.shape[1]);
+}
+
+namespace {
+
+// Whether a parameter belongs to the pipeline stage (all of them on one GPU):
+// its layers, the embeddings on the first stage, the final norm and head on
+// the last (a tied head: the last stage's copy of the embedding, as Megatron
+// keeps one for the output layer).
+bool InSpan(const ParamTensor& pt, const StageSpan& span, bool tied) {
+  if (pt.layer >= 0) return static_cast<uint64_t>(pt.layer) >= span.first_layer &&
+                            static_cast<uint64_t>(pt.layer) < span.end_layer;
+  if (pt.role == ParamRole::kEmbed) return span.embed || (tied && span.head);
+  if (IsInputSide(pt.role)) return span.embed;
+  return span.head;
+}
+
+bool InStage(const ParamTensor& pt, const std::vector<StageSpan>& chunks, bool tied) {
+  for (const StageSpan& span : chunks) {
+    if (InSpan(pt, span, tied)) return true;
+  }
+  return false;
+}
+
+int UnitOf(const ParamTensor& pt, uint64_t num_layers) {
+  if (pt.layer >= 0) return pt.layer + 1;
+  if (IsInputSide(pt.role)) return 0;
+  return static_cast<int>(num_layers) + 1;
+}
+
+// Non-persistent buffers that model.to(device) places beside the parameters,
+// where they are big enough to matter. GPT2Attention (transformers 4.x, 4.57.6
+// modeling_gpt2.py __init__) registers a bool causal table `bias`
+// [1, 1, n_positions, n_positions] and a scalar fp32 `masked_bias` in every
+// layer: 1 MiB per layer at GPT-2's 1024 positions. transformers 5.x builds
+// masks per call instead and registers neither.
+void PlaceBuffers(Tape& tape, const ModelSpec& model, const TrainingSetup& setup,
+                  const std::vector<StageSpan>& chunks) {
+  if (model.model_type == "bert") {
+    // BertEmbeddings: position_ids (arange(max_position_embeddings).expand(1, -1))
+    // and token_type_ids (zeros of its size), int64, non-persistent buffers
+    // moved to the device with the model (4.57.6 register_buffer, 5.24.0
+    // nn.Buffer).
+    tape.graph.SetModule(tape.graph.Intern("bert.embeddings"));
+    for (int i = 0; i < 2; ++i) {
+      tape.graph.Alloc(model.max_position_embeddings * kI64, Category::kParameters, "register_buffer",
+                       tape.graph.module());
+    }
+    return;
+  }
+  if (model.model_type != "gpt2" || setup.transformers_version >= 500) return;
+  const uint64_t positions = model.max_position_embeddings;
+  for (const StageSpan& span : chunks) {
+    const uint64_t end_layer = std::min<uint64_t>(span.end_layer, model.num_layers);
+    for (uint64_t i = span.first_layer; i < end_layer; ++i) {
+      tape.graph.SetModule(tape.graph.Intern(fmt::format("transformer.h.{}.attn", i)));
+      tape.graph.Alloc(positions * positions, Category::kParameters, "register_buffer", tape.graph.module());
+      tape.graph.Alloc(4, Category::kParameters, "register_buffer", tape.graph.module());
+    }
+  }
+}
+
+// bitsandbytes NF4 with double quantization: 0.5 byte per weight, one 8-bit
+// absmax per 64 values, fp32 absmax per 256 of those (QLoRA paper §3).
+uint64_t Nf4StorageBytes(uint64_t numel) {
+  return numel / 2 + (numel + 63) / 64 + ((numel + 63) / 64 + 255) / 256 * 4;
+}
+
+// One model parameter as loaded on this rank, before allocation.
+Param LoadedParam(const ParamTensor& pt, const TrainingSetup& setup, const std::vector<StageSpan>& chunks,
+                  bool tied, uint64_t num_layers, const PlacementRules& rules, EventStream* out) {
+  const bool lora = setup.finetune != Finetune::kFull;
+  const bool qlora = setup.finetune == Finetune::kQLora;
+  Param p;
+  p.name = pt.name;
+  // Outside the stage: a zero-byte placeholder keeps indices aligned with
+  // model.params (IndexParams); it is frozen and never used.
+  const bool here = InStage(pt, chunks, tied);
+  p.unit = here ? UnitOf(pt, num_layers) : -1;
+  p.module = out->Intern(pt.module);
+  p.numel = pt.numel;
+  p.elem_bytes = rules.param_bytes;
+  p.trainable = !lora;
+  p.storage_bytes = p.numel * p.elem_bytes;
+  if (IsStackedExpert(pt, setup.transformers_version) && pt.layer >= 0) {
+    p.stack = 1 + 2 * static_cast<uint32_t>(pt.layer) + (pt.role == ParamRole::kExpertDown ? 1 : 0);
+  }
+  if (qlora && pt.is_linear_weight && pt.role != ParamRole::kLmHead && !IsStackedExpert(pt, setup.transformers_version)) {
+    p.storage_bytes = Nf4StorageBytes(p.numel);
+    p.nf4 = true;
+  } else if (qlora && !rules.sharded_qlora) {
+    // peft prepare_model_for_kbit_training casts non-quantized params to fp32.
+    p.elem_bytes = kF32;
+    p.storage_bytes = p.numel * kF32;
+  }
+  if (!here) {
+    p.numel = 0;
+    p.storage_bytes = 0;
+    p.trainable = false;
+  }
+  return p;
+}
+
+// lora_A [r, in] and lora_B [out, r] of one targeted weight, allocated.
+void AttachAdapterPair(Tape& tape, const ParamTensor& pt, size_t base, uint64_t rank,
+                       const StorageBytesFn& storage) {
+  // A Conv1D weight is stored [in, out] (peft's fan_in_fan_out layers take
+  // in/out from it the same way).
+  const uint64_t out_features = pt.conv1d ? pt.shape[1] : pt.shape[0];
+  const uint64_t in_features = pt.conv1d ? pt.shape[0] : pt.shape[1];
+  const uint64_t numels[2] = {rank * in_features, out_features * rank};
+  for (int k = 0; k < 2; ++k) {
+    Param ad;
+    ad.name = pt.module + (k == 0 ? ".lora_A.default.weight" : ".lora_B.default.weight");
+    ad.module = tape.out()->Intern(pt.module + (k == 0 ? ".lora_A" : ".lora_B"));
+    ad.numel = numels[k];
+    ad.elem_bytes = kF32;
+    ad.storage_bytes = ad.numel * kF32;
+    ad.trainable = true;
+    ad.unit = tape.params[base].unit;
+    tape.graph.SetModule(ad.module);
+    ad.var.t = tape.graph.Alloc(storage(ad), Category::kParameters, "peft::lora", ad.module);
+    ad.var.numel = ad.numel;
+    ad.var.elem_bytes = kF32;
+    (k == 0 ? tape.params[base].lora_a : tape.params[base].lora_b) = static_cast<int>(tape.params.size());
+    tape.params.push_back(std::move(ad));
+    Param& placed = tape.params.back();  // reserved by PlaceParameters: addresses are stable
+    placed.var.fn = tape.graph.AddAccumulateGrad(placed.storage_bytes, &placed.grad);
+  }
+}
+
+}  // namespace
+
+void PlaceParameters(Tape& tape, const ModelSpec& model, const TrainingSetup& setup,
+                     const std::vector<StageSpan>& chunks, const PlacementRules& rules) {
+  const bool tied = std::none_of(model.params.begin(), model.params.end(),
+                                 [](const ParamTensor& pt) { return pt.role == ParamRole::kLmHead; });
+  tape.params.reserve(model.params.size() * 3);  // room for two adapters each: stable addresses
+  for (const ParamTensor& pt : model.params) {
+    tape.params.push_back(LoadedParam(pt, setup, chunks, tied, model.num_layers, rules, tape.out()));
+  }
+  tape.SetModule("model");
+  for (Param& p : tape.params) {
+    if (p.unit < 0) continue;  // not on this pipeline stage
+    tape.graph.SetModule(p.module);
+    p.var.t = tape.graph.Alloc(rules.storage(p), Category::kParameters, "from_pretrained", p.module);
+    p.var.numel = p.numel;
+    p.var.elem_bytes = p.elem_bytes;
+    if (p.trainable) p.var.fn = tape.graph.AddAccumulateGrad(p.numel * p.elem_bytes, &p.grad);
+  }
+  PlaceBuffers(tape, model, setup, chunks);
+}
+
+Result<uint64_t> AttachLoraAdapters(Tape& tape, const ModelSpec& model, const TrainingSetup& setup,
+                                    bool whole_model, const StorageBytesFn& storage) {
+  // Trainable and fp32: peft get_peft_model(autocast_adapter_dtype=True)
+  // upcasts 16-bit adapters.
+  uint64_t lora_params = 0;
+  const size_t base_count = tape.params.size();
+  for (size_t i = 0; i < base_count; ++i) {
+    const ParamTensor& pt = model.params[i];
+    const uint64_t adapter = LoraAdapterParams(pt, setup);
+    if (adapter == 0 || tape.params[i].unit < 0) continue;
+    lora_params += adapter;
+    AttachAdapterPair(tape, pt, i, setup.lora_rank, storage);
+  }
+  if (lora_params == 0 && whole_model) {
+    return MakeError(fmt::format("--lora-targets: none of '{}' matches a linear layer of {}",
+                                 fmt::join(setup.lora_targets, ","), model.name));
+  }
+  return lora_params;
+}
+
+}  // namespace vramscope::lower
