@@ -95,6 +95,31 @@ int DataParallelRuntime::UnitOfModule(uint32_t module) {
 }
 
 void DataParallelRuntime::Setup() {
+  AssignUnits();
+  tape_->SetModule(megatron_ ? "megatron" : std::string(DataParallelName(mode_)));
+  if (megatron_) {
+    SetupMegatron();
+  } else if (mode_ == DataParallel::kDdp) {
+    SetupDdp();
+  } else if (IsZero(mode_)) {
+    SetupZero();
+  } else if (mode_ == DataParallel::kFsdp) {
+    SetupFsdp();
+  }
+  if (mode_ == DataParallel::kZero3 && layout_.offload == Offload::kParams) {
+    host_bytes_ += CeilDiv(TrainableElements(), world_) * (mixed_ ? 2 : 4);
+  }
+
+  tape_->unit_hook = [this](int unit, bool begin) { OnForwardUnit(unit, begin); };
+  if (mode_ == DataParallel::kZero3 || mode_ == DataParallel::kFsdp) {
+    tape_->graph.pre_node_hook = [this](uint32_t module) { OnBackwardNode(module); };
+  }
+  for (Param& p : tape_->params) param_of_slot_owner_.push_back(&p);
+  tape_->graph.post_accumulate_hook = [this](TensorId* slot) { OnGradAccumulated(slot); };
+}
+
+// Each unit's parameters and what gathering it allocates (ZeRO-3 / FSDP).
+void DataParallelRuntime::AssignUnits() {
   units_.assign(num_layers_ + 2, Unit{});
   const bool zero3 = mode_ == DataParallel::kZero3;
   const bool fsdp = mode_ == DataParallel::kFsdp;
@@ -122,140 +147,144 @@ void DataParallelRuntime::Setup() {
       units_[u].gather_bytes = std::min(units_[u].gather_bytes, largest[u] + prefetch);
     }
   }
-  tape_->SetModule(megatron_ ? "megatron" : std::string(DataParallelName(mode_)));
-  const uint32_t module = tape_->module();
-  auto alloc = [&](uint64_t bytes, Category c, std::string_view op) {
-    return tape_->graph.Alloc(bytes, c, op, module);
-  };
+}
+
+TensorId DataParallelRuntime::AllocBuffer(uint64_t bytes, Category c, std::string_view op) {
+  return tape_->graph.Alloc(bytes, c, op, tape_->module());
+}
+
+uint64_t DataParallelRuntime::TrainableElements() const {
   uint64_t trainable = 0;
   for (const Param& p : tape_->params) trainable += p.trainable ? p.numel : 0;
-  const uint64_t part = CeilDiv(trainable, world_);
+  return trainable;
+}
 
-  if (megatron_) {
-    // Megatron-LM core DistributedDataParallel (core 0.5-0.13): one
-    // contiguous fp32 grad buffer (_ParamAndGradBuffer.grad_data) for all
-    // params, main_grad views into it; the optimizer's fp32 main params are
-    // clones (Float16OptimizerWithFloat16Params), sharded over dp with the
-    // distributed optimizer (--zero 1).
-    main_grads_.push_back(alloc(trainable * 4, Category::kGradients, "megatron::grad_buffer"));
-    const uint64_t master = mode_ == DataParallel::kZero1 ? part : trainable;
-    if (mixed_) buffers_.push_back(alloc(master * 4, Category::kOptimizerState, "megatron::main_params"));
-    shards_.emplace_back();
-    shards_.back().numel = master;
-    shards_.back().elem_bytes = 4;
-    shards_.back().module = module;
-  } else if (mode_ == DataParallel::kDdp) {
-    // torch DistributedDataParallel Reducer (torch 2.x): gradients are copied
-    // into flat buckets allocated at construction, the first of
-    // dist._DEFAULT_FIRST_BUCKET_BYTES (1 MiB), the rest of bucket_cap_mb, in
-    // reverse parameter order.
-    uint64_t cap = 1 << 20, filled = 0;
-    for (auto it = tape_->params.rbegin(); it != tape_->params.rend(); ++it) {
-      if (!it->trainable) continue;
-      filled += it->numel * it->elem_bytes;
-      if (filled >= cap) {
-        buffers_.push_back(alloc(filled, Category::kCommunication, "ddp::bucket"));
-        filled = 0;
-        cap = layout_.ddp_bucket_cap_mb << 20;
-      }
+void DataParallelRuntime::SetupMegatron() {
+  const uint32_t module = tape_->module();
+  const uint64_t trainable = TrainableElements();
+  const uint64_t part = CeilDiv(trainable, world_);
+  // Megatron-LM core DistributedDataParallel (core 0.5-0.13): one
+  // contiguous fp32 grad buffer (_ParamAndGradBuffer.grad_data) for all
+  // params, main_grad views into it; the optimizer's fp32 main params are
+  // clones (Float16OptimizerWithFloat16Params), sharded over dp with the
+  // distributed optimizer (--zero 1).
+  main_grads_.push_back(AllocBuffer(trainable * 4, Category::kGradients, "megatron::grad_buffer"));
+  const uint64_t master = mode_ == DataParallel::kZero1 ? part : trainable;
+  if (mixed_) buffers_.push_back(AllocBuffer(master * 4, Category::kOptimizerState, "megatron::main_params"));
+  shards_.emplace_back();
+  shards_.back().numel = master;
+  shards_.back().elem_bytes = 4;
+  shards_.back().module = module;
+}
+
+void DataParallelRuntime::SetupDdp() {
+  // torch DistributedDataParallel Reducer (torch 2.x): gradients are copied
+  // into flat buckets allocated at construction, the first of
+  // dist._DEFAULT_FIRST_BUCKET_BYTES (1 MiB), the rest of bucket_cap_mb, in
+  // reverse parameter order.
+  uint64_t cap = 1 << 20, filled = 0;
+  for (auto it = tape_->params.rbegin(); it != tape_->params.rend(); ++it) {
+    if (!it->trainable) continue;
+    filled += it->numel * it->elem_bytes;
+    if (filled >= cap) {
+      buffers_.push_back(AllocBuffer(filled, Category::kCommunication, "ddp::bucket"));
+      filled = 0;
+      cap = layout_.ddp_bucket_cap_mb << 20;
     }
-    if (filled > 0) buffers_.push_back(alloc(filled, Category::kCommunication, "ddp::bucket"));
-  } else if (IsZero(mode_)) {
-    // fp32 master partition (stage_1_and_2.py single_partition_of_fp32_groups;
-    // stage3.py _create_fp32_partitions), on the host with offload_optimizer.
-    const bool offload = layout_.offload != Offload::kNone;
-    if (mode_ == DataParallel::kZero3 && !layout_.zero.zero_init) {
-      // No zero.Init: engine._configure_distributed_model moves the whole
-      // half model to the GPU before Init(module=...) partitions it and
-      // frees each full parameter (DeepSpeed 0.14.2 engine.py).
-      uint64_t full = 0;
-      for (const Param& p : tape_->params) full += p.numel * p.elem_bytes;
-      tape_->graph.Drop(alloc(full, Category::kParameters, "deepspeed::module.to(device)"));
-    }
-    if (mode_ == DataParallel::kZero3) {
-      // Sub-groups: partitions accumulated until >= sub_group_size (stage3.py
-      // _create_fp16_sub_groups); each steps on its own.
-      uint64_t acc = 0;
-      for (const Param& p : tape_->params) {
-        if (!p.trainable) continue;
-        acc += CeilDiv(p.numel, world_);
-        if (acc >= layout_.zero.sub_group_size) {
-          shards_.emplace_back();
-          shards_.back().numel = acc;
-          acc = 0;
-        }
-      }
-      if (acc > 0) {
+  }
+  if (filled > 0) buffers_.push_back(AllocBuffer(filled, Category::kCommunication, "ddp::bucket"));
+}
+
+void DataParallelRuntime::SetupZero() {
+  const uint32_t module = tape_->module();
+  const uint64_t part = CeilDiv(TrainableElements(), world_);
+  // fp32 master partition (stage_1_and_2.py single_partition_of_fp32_groups;
+  // stage3.py _create_fp32_partitions), on the host with offload_optimizer.
+  const bool offload = layout_.offload != Offload::kNone;
+  if (mode_ == DataParallel::kZero3 && !layout_.zero.zero_init) {
+    // No zero.Init: engine._configure_distributed_model moves the whole
+    // half model to the GPU before Init(module=...) partitions it and
+    // frees each full parameter (DeepSpeed 0.14.2 engine.py).
+    uint64_t full = 0;
+    for (const Param& p : tape_->params) full += p.numel * p.elem_bytes;
+    tape_->graph.Drop(AllocBuffer(full, Category::kParameters, "deepspeed::module.to(device)"));
+  }
+  if (mode_ == DataParallel::kZero3) {
+    // Sub-groups: partitions accumulated until >= sub_group_size (stage3.py
+    // _create_fp16_sub_groups); each steps on its own.
+    uint64_t acc = 0;
+    for (const Param& p : tape_->params) {
+      if (!p.trainable) continue;
+      acc += CeilDiv(p.numel, world_);
+      if (acc >= layout_.zero.sub_group_size) {
         shards_.emplace_back();
         shards_.back().numel = acc;
+        acc = 0;
       }
+    }
+    if (acc > 0) {
+      shards_.emplace_back();
+      shards_.back().numel = acc;
+    }
+  } else {
+    shards_.emplace_back();
+    shards_.back().numel = part;
+  }
+  for (Param& s : shards_) {
+    s.elem_bytes = mixed_ ? 4 : tape_->params.front().elem_bytes;
+    s.module = module;
+    s.trainable = true;
+    if (!mixed_) continue;
+    if (offload) {
+      host_bytes_ += s.numel * 4;
     } else {
-      shards_.emplace_back();
-      shards_.back().numel = part;
+      buffers_.push_back(AllocBuffer(s.numel * 4, Category::kOptimizerState, "zero::fp32_partition"));
     }
-    for (Param& s : shards_) {
-      s.elem_bytes = mixed_ ? 4 : tape_->params.front().elem_bytes;
-      s.module = module;
-      s.trainable = true;
-      if (!mixed_) continue;
-      if (offload) {
-        host_bytes_ += s.numel * 4;
-      } else {
-        buffers_.push_back(alloc(s.numel * 4, Category::kOptimizerState, "zero::fp32_partition"));
-      }
-    }
-    if (mode_ == DataParallel::kZero3) {
-      const uint8_t grad_bytes = mixed_ ? 2 : 4;
-      if (offload) {
-        host_bytes_ += part * 4;  // fp32 gradient partitions, pinned
-      } else {
-        // grad_partitions_flat_buffer in the gradient accumulation dtype (the
-        // model's half dtype by default, engine.get_data_types()).
-        grad_partition_ = alloc(part * grad_bytes, Category::kGradients, "zero3::grad_partitions");
-      }
-      if (layout_.zero.contiguous_gradients) {
-        const uint64_t elems = layout_.zero.ReduceBucket(hidden_);
-        ipg_bucket_ = alloc(elems * grad_bytes, Category::kCommunication, "zero3::ipg_bucket");
-      }
-    }
-    // Host: Adam moments (DeepSpeedCPUAdam, lazily created), and for stages
-    // 1-2 the pinned fp32 gradient partition (initialize_optimizer_states)
-    // and temp_grad_buffer_for_cpu_offload (largest param, half).
-    if (offload) host_bytes_ += 8 * part;
-    if (offload && mode_ != DataParallel::kZero3) {
-      // stage_1_and_2.py (0.14.2): temp_grad_buffer_for_gpu_offload, the
-      // largest parameter's numel in the half dtype, persistent.
-      uint64_t largest = 0;
-      for (const Param& p : tape_->params) largest = std::max(largest, p.trainable ? p.numel : 0);
-      buffers_.push_back(alloc(largest * (mixed_ ? 2 : 4), Category::kCommunication, "zero::temp_grad_buffer"));
-      largest_numel_ = largest;
-      host_bytes_ += 4 * part + largest * (mixed_ ? 2 : 4);
-    }
-  } else if (mode_ == DataParallel::kFsdp) {
-    // What the optimizer sees: one sharded parameter per parameter (FSDP2
-    // per-parameter DTensor shards; FSDP1's flat shard steps the same bytes).
-    for (const Param& p : tape_->params) {
-      shards_.emplace_back();
-      Param& s = shards_.back();
-      s.numel = CeilDiv(p.numel, world_);
-      s.elem_bytes = mixed_ && p.trainable ? 4 : p.elem_bytes;
-      s.module = p.module;
-      s.trainable = p.trainable;
-    }
-    // CPUOffload / CPUOffloadPolicy: sharded params, grads and optimizer on
-    // the host (fp32 params + grads + Adam moments).
-    if (layout_.offload != Offload::kNone) host_bytes_ += part * 16;
   }
-  if (mode_ == DataParallel::kZero3 && layout_.offload == Offload::kParams) {
-    host_bytes_ += part * (mixed_ ? 2 : 4);
+  if (mode_ == DataParallel::kZero3) {
+    const uint8_t grad_bytes = mixed_ ? 2 : 4;
+    if (offload) {
+      host_bytes_ += part * 4;  // fp32 gradient partitions, pinned
+    } else {
+      // grad_partitions_flat_buffer in the gradient accumulation dtype (the
+      // model's half dtype by default, engine.get_data_types()).
+      grad_partition_ = AllocBuffer(part * grad_bytes, Category::kGradients, "zero3::grad_partitions");
+    }
+    if (layout_.zero.contiguous_gradients) {
+      const uint64_t elems = layout_.zero.ReduceBucket(hidden_);
+      ipg_bucket_ = AllocBuffer(elems * grad_bytes, Category::kCommunication, "zero3::ipg_bucket");
+    }
   }
+  // Host: Adam moments (DeepSpeedCPUAdam, lazily created), and for stages
+  // 1-2 the pinned fp32 gradient partition (initialize_optimizer_states)
+  // and temp_grad_buffer_for_cpu_offload (largest param, half).
+  if (offload) host_bytes_ += 8 * part;
+  if (offload && mode_ != DataParallel::kZero3) {
+    // stage_1_and_2.py (0.14.2): temp_grad_buffer_for_gpu_offload, the
+    // largest parameter's numel in the half dtype, persistent.
+    uint64_t largest = 0;
+    for (const Param& p : tape_->params) largest = std::max(largest, p.trainable ? p.numel : 0);
+    buffers_.push_back(AllocBuffer(largest * (mixed_ ? 2 : 4), Category::kCommunication, "zero::temp_grad_buffer"));
+    largest_numel_ = largest;
+    host_bytes_ += 4 * part + largest * (mixed_ ? 2 : 4);
+  }
+}
 
-  tape_->unit_hook = [this](int unit, bool begin) { OnForwardUnit(unit, begin); };
-  if (mode_ == DataParallel::kZero3 || mode_ == DataParallel::kFsdp) {
-    tape_->graph.pre_node_hook = [this](uint32_t module) { OnBackwardNode(module); };
+void DataParallelRuntime::SetupFsdp() {
+  const uint64_t part = CeilDiv(TrainableElements(), world_);
+  // What the optimizer sees: one sharded parameter per parameter (FSDP2
+  // per-parameter DTensor shards; FSDP1's flat shard steps the same bytes).
+  for (const Param& p : tape_->params) {
+    shards_.emplace_back();
+    Param& s = shards_.back();
+    s.numel = CeilDiv(p.numel, world_);
+    s.elem_bytes = mixed_ && p.trainable ? 4 : p.elem_bytes;
+    s.module = p.module;
+    s.trainable = p.trainable;
   }
-  for (Param& p : tape_->params) param_of_slot_owner_.push_back(&p);
-  tape_->graph.post_accumulate_hook = [this](TensorId* slot) { OnGradAccumulated(slot); };
+  // CPUOffload / CPUOffloadPolicy: sharded params, grads and optimizer on
+  // the host (fp32 params + grads + Adam moments).
+  if (layout_.offload != Offload::kNone) host_bytes_ += part * 16;
 }
 
 bool DataParallelRuntime::KeptAcrossTurn(int unit) const {

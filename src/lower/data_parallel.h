@@ -67,6 +67,14 @@ class DataParallelRuntime {
   void OnGradAccumulated(TensorId* slot);
   bool KeptAcrossTurn(int unit) const;  // ZeRO-3 max_reuse_distance
   void StepShards(const TrainingSetup& setup, OptimizerExtras* extras);
+  // Setup, per library: units and gather sizes, then each mode's persistent buffers.
+  void AssignUnits();
+  void SetupMegatron();
+  void SetupDdp();
+  void SetupZero();
+  void SetupFsdp();
+  TensorId AllocBuffer(uint64_t bytes, Category c, std::string_view op);  // in the current module
+  uint64_t TrainableElements() const;
 
   Tape* tape_;
   DataParallel mode_;
