@@ -63,6 +63,17 @@ COMMANDS = {
     "sweep": ["sweep", "qwen2.5-0.5b", "--seq", "512,1024,4096", "--batch", "1,2"],
     "plan": ["plan", "llama-3-8b"],
     "plan-8": ["plan", "mistral-7b-v0.1", "--gpus", "8"],
+    # Sharding paths the catalog knob sets leave out, on two models each.
+    "zero1-offload": ["estimate", "qwen2.5-0.5b", "--gpus", "4", "--zero", "1", "--offload", "optimizer"],
+    "zero2-offload": ["estimate", "llama-3-8b", "--gpus", "8", "--zero", "2", "--offload", "optimizer",
+                      "--finetune", "lora"],
+    "zero3-offload-params": ["estimate", "mistral-7b-v0.1", "--gpus", "8", "--zero", "3", "--offload", "params"],
+    "fsdp-offload": ["estimate", "llama-3-8b", "--gpus", "4", "--fsdp", "full", "--offload", "params"],
+    "fsdp1-gradop": ["estimate", "qwen2.5-0.5b", "--gpus", "4", "--fsdp", "grad-op", "--fsdp-version", "1"],
+    "ddp-bucket-view": ["estimate", "qwen2.5-0.5b", "--gpus", "2", "--ddp", "--gradient-as-bucket-view",
+                        "--ddp-bucket-cap-mb", "50"],
+    "fp16-zero3-8bit": ["estimate", "llama-3-8b", "--gpus", "8", "--zero", "3", "--precision", "fp16-mixed",
+                        "--optimizer", "adamw-8bit", "--grad-accum", "2"],
     "models": ["models"],
     "gpus": ["gpus"],
 }

@@ -7,12 +7,12 @@
 
 #include <fmt/format.h>
 
-#include "data_parallel.h"
 #include "ops.h"
 #include "rank_classes.h"
 #include "optimizer.h"
 #include "placement.h"
 #include "schedule.h"
+#include "sharding.h"
 #include "tape.h"
 #include "encoder.h"
 #include "transformer.h"
@@ -182,8 +182,8 @@ class RankLowerer {
       const uint32_t world = layout.dp_mode == DataParallel::kFsdp && layout.fsdp == FsdpSharding::kHybrid
                                  ? std::min(layout.dp(), layout.gpus_per_node)
                                  : layout.dp();
-      dp_ = std::make_unique<DataParallelRuntime>(&tape_, setup_, world, layout.model_parallel(), model_.hidden_size,
-                                                  static_cast<int>(model_.num_layers));
+      dp_ = ShardingStrategy::Make(&tape_, setup_, world, layout.model_parallel(), model_.hidden_size,
+                                   static_cast<int>(model_.num_layers));
     }
     half_model_ = dp_ && dp_->casts_model_to_half();
   }
@@ -394,7 +394,7 @@ class RankLowerer {
   const RankClassPlan& plan_;
   Lowered result_;
   Tape tape_;  // writes result_.stream
-  std::unique_ptr<DataParallelRuntime> dp_;
+  std::unique_ptr<ShardingStrategy> dp_;  // null: one GPU, nothing sharded
   bool half_model_ = false;
   ModelParams mp_;
   EncoderParams ep_;

@@ -33,7 +33,7 @@ struct Param {
   bool stepped = false;         // has been through an optimizer step (state is lazy)
   Var cast;                     // autocast cache entry (this forward); t = kNoTensor: none
   int lora_a = -1, lora_b = -1; // indices of PEFT adapters in Tape::params
-  int unit = -1;                // sharding unit (data_parallel.h), -1: none
+  int unit = -1;                // sharding unit (sharding.h), -1: none
   // transformers >= 5.0 stores a layer's experts stacked (gate_up_proj,
   // down_proj): the per-expert Params of one stacked tensor share a stack id
   // (0: not stacked), which per-tensor optimizer code treats as one tensor.

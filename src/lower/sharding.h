@@ -1,0 +1,134 @@
+// Data-parallel model states on one rank, tensor by tensor: where parameters,
+// gradients and optimizer state live, which buffers the library adds, and what
+// it gathers, reduces and frees around each unit of the forward and backward
+// pass. One ShardingStrategy per library family (sharding_*.cc); each rule
+// names the library behaviour and version (docs/parallel.md lists them all).
+//
+// Units: 0 = embeddings, 1..L = decoder layers, L+1 = final norm + lm_head.
+// FSDP wraps each decoder layer (accelerate TRANSFORMER_BASED_WRAP); its root
+// unit holds units 0 and L+1.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "optimizer.h"
+#include "tape.h"
+#include "vramscope/parallel.h"
+#include "vramscope/setup.h"
+
+namespace vramscope::lower {
+
+// What every strategy knows of the run and holds on the rank; the helpers
+// shared by several strategies (sharding_zero.cc) work on it.
+struct ShardState {
+  Tape* tape = nullptr;
+  DataParallel mode = DataParallel::kNone;
+  ParallelLayout layout;
+  uint32_t world = 1;           // ranks that shard model states
+  uint64_t hidden = 0;          // the model's hidden size (ZeRO's "auto" sizes)
+  int num_layers = 0;
+  bool mixed = false;           // fp32 master weights (a *-mixed precision)
+  std::vector<Param> shards;    // what the optimizer steps (partitions)
+  std::vector<TensorId> buffers;  // persistent communication / master buffers
+  uint64_t host_bytes = 0;
+  std::vector<std::string> notes;
+
+  TensorId Alloc(uint64_t bytes, Category c, std::string_view op);  // in the current module
+  uint64_t TrainableElements() const;
+};
+
+class ShardingStrategy {
+ public:
+  // `world` is the number of ranks that shard model states (dp, or the GPUs of
+  // one node for hybrid FSDP); `megatron` selects Megatron-LM's DDP and
+  // distributed optimizer (--zero 1) under --tp/--pp/--cp/--ep.
+  static std::unique_ptr<ShardingStrategy> Make(Tape* tape, const TrainingSetup& setup, uint32_t world,
+                                                bool megatron, uint64_t hidden_size, int num_layers);
+  explicit ShardingStrategy(ShardState state) : s_(std::move(state)) {}  // abstract: see Make
+  virtual ~ShardingStrategy() = default;
+
+  // The model's parameters in their engine's dtype live in half precision on
+  // the GPU (DeepSpeed casts the module; FSDP gathers param_dtype; Megatron
+  // keeps bf16 params): no autocast weight copies.
+  bool casts_model_to_half() const { return s_.mixed && HalfEngine(); }
+  // Bytes of one parameter's persistent GPU storage (a shard or the whole).
+  virtual uint64_t StorageBytes(const Param& p) const { return p.storage_bytes; }
+  // After the parameters exist: persistent buffers (fp32 master partitions,
+  // DDP buckets, ZeRO-3 bucket and gradient partition), hooks installed.
+  void Setup();
+  // The optimizer step (in module "optimizer").
+  void Step(const TrainingSetup& setup, OptimizerExtras* extras);
+  // zero_grad(set_to_none=True).
+  virtual void ZeroGrad();
+  // After each micro-batch's backward: the last unit's reduce and release.
+  virtual void EndBackward() {}
+
+  uint64_t host_bytes() const { return s_.host_bytes; }
+  const std::vector<std::string>& notes() const { return s_.notes; }
+
+ protected:
+  // Whether the engine casts the model to the half dtype under mixed precision.
+  virtual bool HalfEngine() const { return true; }
+  // The module name its setup allocations carry ("ddp", "zero3", "megatron", ...).
+  virtual std::string SetupModule() const = 0;
+  virtual void SetupBuffers() = 0;
+  virtual void InstallHooks();
+  virtual void StepShards(const TrainingSetup& setup, OptimizerExtras* extras) = 0;
+  // A parameter's .grad is complete (register_post_accumulate_grad_hook).
+  virtual void OnGradAccumulated(TensorId* /*slot*/) {}
+
+  ShardState s_;
+};
+
+// What ZeRO-3 and FSDP share: parameters gathered per unit around its forward
+// and backward, gradients reduced per unit as its backward ends.
+class GatheringStrategy : public ShardingStrategy {
+ public:
+  using ShardingStrategy::ShardingStrategy;
+  void EndBackward() override;
+
+ protected:
+  struct Unit {
+    std::vector<Param*> params;     // whose storage is sharded
+    uint64_t gather_bytes = 0;      // all-gathered working set
+    TensorId gathered = kNoTensor;
+  };
+  // The all-gathered bytes of one parameter in its unit (0: never gathered).
+  virtual uint64_t GatheredBytes(const Param& p) const = 0;
+  // A bound on a unit's gathered set given its largest parameter (ZeRO-3's prefetch).
+  virtual uint64_t GatherLimit(uint64_t /*largest_bytes*/) const { return UINT64_MAX; }
+  // The unit a parameter or module belongs to (FSDP: units 0 and L+1 are the root).
+  virtual int MapUnit(int unit) const { return unit; }
+  virtual void Gather(int unit) = 0;
+  // The backward prefetch of `unit` (FSDP); plain gathers by default.
+  virtual void Prefetch(int unit) { Gather(unit); }
+  virtual void ReduceUnit(int unit) = 0;
+  virtual void OnForwardUnit(int unit, bool begin) = 0;
+  // The first backward node of a micro-batch; and a unit's backward starting.
+  virtual void OnBackwardStart() {}
+  virtual void AfterBackwardGather(int /*unit*/) {}
+  // FSDP's root unit finishes its backward only with the embedding, at the end.
+  virtual bool RootReducedAtEnd() const { return false; }
+  // Around EndBackward's release of every unit.
+  virtual void BeforeReleaseAll() {}
+  virtual void AfterReleaseAll() {}
+
+  void AssignUnits();
+  void InstallHooks() override;
+  // Allocates `unit`'s gathered parameters (module set by the caller).
+  void AllocGathered(Unit& unit, std::string_view op);
+  void Release(int unit);
+  int UnitOfModule(uint32_t module);
+  void OnBackwardNode(uint32_t module);
+
+  std::vector<Unit> units_;          // index: unit id (FSDP: root at 0)
+  std::vector<int> unit_of_module_;  // interned module -> unit (-2: unknown yet)
+  int backward_unit_ = -1;
+  bool in_backward_ = false;
+};
+
+}  // namespace vramscope::lower

@@ -1,0 +1,291 @@
+// DeepSpeed ZeRO (0.14-0.16): stages 1-2 partition optimizer state (and
+// gradients), stage 3 also the parameters, gathered per module around its
+// forward and backward.
+#include <algorithm>
+
+#include "int_math.h"
+#include "sharding_modes.h"
+
+namespace vramscope::lower {
+namespace {
+
+// fp32 master partitions (stage_1_and_2.py single_partition_of_fp32_groups;
+// stage3.py _create_fp32_partitions), on the host with offload_optimizer.
+// Stage 3 splits them into sub-groups: partitions accumulated until >=
+// sub_group_size (stage3.py _create_fp16_sub_groups); each steps on its own.
+void SetupMasterPartitions(ShardState& s, bool stage3) {
+  const uint32_t module = s.tape->module();
+  if (stage3) {
+    uint64_t acc = 0;
+    for (const Param& p : s.tape->params) {
+      if (!p.trainable) continue;
+      acc += CeilDiv(p.numel, s.world);
+      if (acc >= s.layout.zero.sub_group_size) {
+        s.shards.emplace_back();
+        s.shards.back().numel = acc;
+        acc = 0;
+      }
+    }
+    if (acc > 0) {
+      s.shards.emplace_back();
+      s.shards.back().numel = acc;
+    }
+  } else {
+    s.shards.emplace_back();
+    s.shards.back().numel = CeilDiv(s.TrainableElements(), s.world);
+  }
+  const bool offload = s.layout.offload != Offload::kNone;
+  for (Param& shard : s.shards) {
+    shard.elem_bytes = s.mixed ? 4 : s.tape->params.front().elem_bytes;
+    shard.module = module;
+    shard.trainable = true;
+    if (!s.mixed) continue;
+    if (offload) {
+      s.host_bytes += shard.numel * 4;
+    } else {
+      s.buffers.push_back(s.Alloc(shard.numel * 4, Category::kOptimizerState, "zero::fp32_partition"));
+    }
+  }
+}
+
+// Per sub-group (stage 3) or per param group (stages 1-2), the half gradients
+// are flattened and cast to an fp32 gradient (stage3.py
+// _prepare_fp32_grad_for_sub_group; stage_1_and_2.py step:
+// flatten(...).to(fp32)), the optimizer steps the fp32 partition, the result
+// is copied into the half partition and the fp32 gradient freed. With
+// offload the CPU optimizer steps; stages 1-2 copy the updated fp32 partition
+// back through a device fp32 copy (fp32_partition.to(device)).
+void StepMasterPartitions(ShardState& s, bool stage3, const TrainingSetup& setup, OptimizerExtras* extras) {
+  const uint32_t module = s.tape->module();
+  const bool offload = s.layout.offload != Offload::kNone;
+  Graph& g = s.tape->graph;
+  for (Param& shard : s.shards) {
+    if (offload) {
+      if (!stage3) g.Drop(g.Alloc(shard.numel * 4, Category::kTemporaries, "zero::fp32_to_device", module));
+      continue;
+    }
+    const TensorId flat = g.Alloc(shard.numel * (s.mixed ? 2 : 4), Category::kTemporaries, "zero::flatten", module);
+    shard.grad = g.Alloc(shard.numel * 4, Category::kTemporaries, "zero::fp32_grad", module);
+    g.Drop(flat);
+    OptimizerStepParams(*s.tape, setup, {&shard}, extras);
+    g.Drop(shard.grad);
+    shard.grad = kNoTensor;
+  }
+}
+
+// Stages 1 and 2.
+class ZeroStrategy final : public ShardingStrategy {
+ public:
+  using ShardingStrategy::ShardingStrategy;
+
+  void EndBackward() override {
+    const uint32_t saved_module = s_.tape->module();
+    for (TensorId t : ipg_) s_.tape->graph.Drop(t);
+    ipg_.clear();
+    s_.tape->graph.SetModule(saved_module);
+  }
+
+ protected:
+  std::string SetupModule() const override { return std::string(DataParallelName(s_.mode)); }
+
+  void SetupBuffers() override {
+    SetupMasterPartitions(s_, false);
+    if (s_.layout.offload == Offload::kNone) return;
+    // Host: Adam moments (DeepSpeedCPUAdam, lazily created), the pinned fp32
+    // gradient partition (initialize_optimizer_states) and
+    // temp_grad_buffer_for_cpu_offload (largest param, half). On the GPU:
+    // temp_grad_buffer_for_gpu_offload, the largest parameter's numel in the
+    // half dtype, persistent (stage_1_and_2.py, 0.14.2).
+    const uint64_t part = CeilDiv(s_.TrainableElements(), s_.world);
+    s_.host_bytes += 8 * part;
+    uint64_t largest = 0;
+    for (const Param& p : s_.tape->params) largest = std::max(largest, p.trainable ? p.numel : 0);
+    s_.buffers.push_back(s_.Alloc(largest * (s_.mixed ? 2 : 4), Category::kCommunication, "zero::temp_grad_buffer"));
+    largest_numel_ = largest;
+    s_.host_bytes += 4 * part + largest * (s_.mixed ? 2 : 4);
+  }
+
+  void OnGradAccumulated(TensorId* slot) override;
+
+  void StepShards(const TrainingSetup& setup, OptimizerExtras* extras) override {
+    StepMasterPartitions(s_, false, setup, extras);
+  }
+
+ private:
+  void MakeIpgBuffers(uint32_t module, uint8_t grad_bytes);
+
+  std::vector<TensorId> ipg_;       // ipg buffers of this backward
+  uint64_t largest_numel_ = 0;      // offload: largest trainable param
+  TensorId grad_partition_ = kNoTensor;
+};
+
+// stage_1_and_2.py backward() (0.14.2-0.16.4): with contiguous_gradients
+// (forced on by cpu offload) one ipg buffer of reduce_bucket_size elements per
+// backward, two with overlap_comm (off by default for stages 1-2), freed in
+// the reduction epilogue.
+void ZeroStrategy::MakeIpgBuffers(uint32_t module, uint8_t grad_bytes) {
+  const uint64_t elems = s_.layout.zero.ReduceBucket(s_.hidden);
+  const int count = s_.layout.zero.overlap_comm == 1 ? 2 : 1;
+  for (int i = 0; i < count; ++i) {
+    ipg_.push_back(s_.tape->graph.Alloc(elems * grad_bytes, Category::kCommunication, "zero::ipg_buffer", module));
+  }
+}
+
+void ZeroStrategy::OnGradAccumulated(TensorId* slot) {
+  if (*slot == kNoTensor) return;
+  Graph& g = s_.tape->graph;
+  const uint32_t saved_module = s_.tape->module();
+  s_.tape->SetModule("zero");
+  const uint32_t module = s_.tape->module();
+  const uint8_t grad_bytes = s_.mixed ? 2 : 4;
+  if (ipg_.empty()) MakeIpgBuffers(module, grad_bytes);
+  if (s_.layout.offload != Offload::kNone && largest_numel_ > 0 && g.Bytes(*slot) == largest_numel_ * grad_bytes) {
+    // The worst data-parallel rank: the one whose partition holds the largest
+    // parameter runs _has_inf_or_nan on its whole gradient (.float() copy,
+    // isnan, isinf, or, .float(): about 11 bytes per element at once;
+    // stage_1_and_2.py update_overflow_tracker_for_param_grad, offload path).
+    g.Drop(g.Alloc(largest_numel_ * 11, Category::kTemporaries, "zero::has_inf_or_nan", module));
+  }
+  if (s_.mode == DataParallel::kZero2) {
+    if (s_.layout.offload == Offload::kNone && grad_partition_ == kNoTensor) {
+      grad_partition_ = g.Alloc(CeilDiv(s_.TrainableElements(), s_.world) * grad_bytes, Category::kGradients,
+                                "zero2::grads_in_partition", module);
+    }
+    // Reduced into the partition buffer (or the pinned host buffer with
+    // offload); param.grad = None.
+    g.Drop(*slot);
+    *slot = kNoTensor;
+  }
+  s_.tape->graph.SetModule(saved_module);
+}
+
+class Zero3Strategy final : public GatheringStrategy {
+ public:
+  using GatheringStrategy::GatheringStrategy;
+
+  uint64_t StorageBytes(const Param& p) const override {
+    // bitsandbytes Params4bit (QLoRA): what is flattened, sharded and gathered
+    // is the packed 4-bit storage (bnb_4bit_quant_storage, 0.43+), not numel
+    // values of the compute dtype.
+    if (p.nf4) return CeilDiv(p.storage_bytes, s_.world);
+    // stage3_param_persistence_threshold: smaller params stay whole on every
+    // rank (partition_parameters.py, ds_persist).
+    if (p.numel < s_.layout.zero.PersistenceThreshold(s_.hidden)) return p.storage_bytes;
+    if (s_.layout.offload == Offload::kParams) return 0;  // partitions in host memory
+    return CeilDiv(p.numel, s_.world) * p.elem_bytes;
+  }
+
+ protected:
+  std::string SetupModule() const override { return std::string(DataParallelName(s_.mode)); }
+
+  uint64_t GatheredBytes(const Param& p) const override {
+    if (p.numel < s_.layout.zero.PersistenceThreshold(s_.hidden)) return 0;
+    return p.nf4 ? p.storage_bytes : p.numel * p.elem_bytes;  // 4-bit: the packed storage
+  }
+
+  // ZeRO-3 fetches per sub-module (fetch_sub_module) and prefetches at most
+  // stage3_prefetch_bucket_size elements ahead, so a layer's gathered set is
+  // bounded by its largest module plus the prefetch bucket
+  // (partitioned_param_coordinator.py, DeepSpeed 0.14-0.16).
+  uint64_t GatherLimit(uint64_t largest_bytes) const override {
+    if (!s_.layout.zero.zero_init) return UINT64_MAX;
+    return largest_bytes + s_.layout.zero.PrefetchBucket(s_.hidden) * (s_.mixed ? 2 : 4);
+  }
+
+  void SetupBuffers() override;
+
+  void Gather(int unit) override {
+    Unit& u = units_[unit];
+    if (u.gathered != kNoTensor || u.gather_bytes == 0) return;
+    s_.tape->SetModule("zero3.all_gather");
+    AllocGathered(u, "zero3::all_gather");
+  }
+
+  // Gradients are copied into the ipg bucket and reduce-scattered into the
+  // persistent partition buffer; the full gradients are freed
+  // (stage3.py __add_grad_to_ipg_bucket / __reduce_and_partition_ipg_grads).
+  void ReduceUnit(int unit) override {
+    for (Param* p : units_[unit].params) {
+      if (p->grad == kNoTensor) continue;
+      s_.tape->graph.Drop(p->grad);
+      p->grad = kNoTensor;
+    }
+  }
+
+  void OnForwardUnit(int unit, bool begin) override {
+    const uint32_t saved_module = s_.tape->module();
+    if (begin) {
+      Gather(unit);
+    } else if (!KeptAcrossTurn(unit) && (s_.layout.zero.zero_init || unit == 0)) {
+      // Without zero.Init the gathered Linear weights stay referenced by
+      // autograd until their backward (DeepSpeed 0.14.2-0.16.4: the memory
+      // saving linear of partition_parameters.py is installed only inside
+      // Init.__enter__); the embedding saves no weight.
+      Release(unit);
+    }
+    s_.tape->graph.SetModule(saved_module);
+  }
+
+  void StepShards(const TrainingSetup& setup, OptimizerExtras* extras) override {
+    StepMasterPartitions(s_, true, setup, extras);
+  }
+
+ private:
+  // ZeRO-3 keeps a module's params gathered when they are used again within
+  // stage3_max_reuse_distance elements of the trace (__params_to_release);
+  // between a unit's forward and its backward lie the forward and the
+  // backward of every later unit.
+  bool KeptAcrossTurn(int unit) const {
+    uint64_t distance = 0;
+    for (size_t u = unit + 1; u < units_.size(); ++u) {
+      for (const Param* p : units_[u].params) distance += 2 * p->numel;
+    }
+    return distance < s_.layout.zero.max_reuse_distance;
+  }
+
+  TensorId grad_partition_ = kNoTensor;
+  TensorId ipg_bucket_ = kNoTensor;
+};
+
+void Zero3Strategy::SetupBuffers() {
+  AssignUnits();
+  const bool offload = s_.layout.offload != Offload::kNone;
+  if (!s_.layout.zero.zero_init) {
+    // No zero.Init: engine._configure_distributed_model moves the whole half
+    // model to the GPU before Init(module=...) partitions it and frees each
+    // full parameter (DeepSpeed 0.14.2 engine.py).
+    uint64_t full = 0;
+    for (const Param& p : s_.tape->params) full += p.numel * p.elem_bytes;
+    s_.tape->graph.Drop(s_.Alloc(full, Category::kParameters, "deepspeed::module.to(device)"));
+  }
+  SetupMasterPartitions(s_, true);
+  const uint64_t part = CeilDiv(s_.TrainableElements(), s_.world);
+  const uint8_t grad_bytes = s_.mixed ? 2 : 4;
+  if (offload) {
+    s_.host_bytes += part * 4;  // fp32 gradient partitions, pinned
+  } else {
+    // grad_partitions_flat_buffer in the gradient accumulation dtype (the
+    // model's half dtype by default, engine.get_data_types()).
+    grad_partition_ = s_.Alloc(part * grad_bytes, Category::kGradients, "zero3::grad_partitions");
+  }
+  if (s_.layout.zero.contiguous_gradients) {
+    const uint64_t elems = s_.layout.zero.ReduceBucket(s_.hidden);
+    ipg_bucket_ = s_.Alloc(elems * grad_bytes, Category::kCommunication, "zero3::ipg_bucket");
+  }
+  // Host: Adam moments (DeepSpeedCPUAdam, lazily created); the parameter
+  // partitions with offload_param.
+  if (offload) s_.host_bytes += 8 * part;
+  if (s_.layout.offload == Offload::kParams) s_.host_bytes += part * (s_.mixed ? 2 : 4);
+}
+
+}  // namespace
+
+std::unique_ptr<ShardingStrategy> MakeZeroStrategy(ShardState state) {
+  return std::make_unique<ZeroStrategy>(std::move(state));
+}
+
+std::unique_ptr<ShardingStrategy> MakeZero3Strategy(ShardState state) {
+  return std::make_unique<Zero3Strategy>(std::move(state));
+}
+
+}  // namespace vramscope::lower
