@@ -130,6 +130,8 @@ std::vector<uint64_t> MicroBatches(uint64_t sequences, uint64_t seq) {
 Strategy Measure(const TrainingSetup& setup, const Report& report, const ModelSpec& model) {
   Strategy s;
   s.setup = setup;
+  s.label = StrategyLabel(setup);
+  s.knobs = DescribeSetup(setup);
   const RankReport& worst = report.worst();
   s.peak_allocated_bytes = FullPeakAllocatedBytes(worst);
   s.peak_reserved_bytes = FullPeakReservedBytes(worst);
