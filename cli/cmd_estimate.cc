@@ -32,19 +32,13 @@ int RunEstimate(const EstimateArgs& args) {
   EstimateOptions options;
   options.top_allocations = args.top;
   options.keep_events = !args.events_path.empty();
+  options.explain = args.explain;
   auto est = Estimate(*model, *setup, options);
   if (!est.ok()) return FailBadInput(est.error());
-  if (options.keep_events) {
-    Status s = WriteTextFile(args.events_path, WriteEventText(est->events));
-    if (!s.ok()) return FailBadInput(s.error());
-  }
-  Report& report = est->report;
-  report.source = args.model;
-  if (args.explain) {
-    report.explanation = ExplainPeak(report);
-    for (auto& line : ExplainWhatIf(*model, *setup, report)) report.explanation.push_back(std::move(line));
-  }
-  return EmitReport(report, args.out);
+  const int events = WriteOutputFiles({{args.events_path, [&] { return WriteEventText(est->events); }}});
+  if (events != kExitOk) return events;
+  est->report.source = args.model;
+  return EmitReport(est->report, args.out);
 }
 
 RunFn SetupEstimate(CLI::App* sub) {

@@ -45,11 +45,7 @@ int RunPlan(const PlanArgs& args) {
   const std::string text =
       args.json ? RenderPlanJson(*plan, args.model) + "\n" : RenderPlanText(*plan, args.model, args.top);
   std::fwrite(text.data(), 1, text.size(), stdout);
-  if (!args.html_path.empty()) {
-    Status s = WriteTextFile(args.html_path, RenderPlanHtml(*plan, args.model));
-    if (!s.ok()) return FailBadInput(s.error());
-  }
-  return kExitOk;
+  return WriteOutputFiles({{args.html_path, [&] { return RenderPlanHtml(*plan, args.model); }}});
 }
 
 RunFn SetupPlan(CLI::App* sub) {

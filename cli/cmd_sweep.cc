@@ -34,48 +34,45 @@ struct SweepArgs {
 // A grid flag with ':' or ',' is swept; a plain number sets the knob.
 bool IsGrid(const std::string& text) { return text.find_first_of(":,") != std::string::npos; }
 
-int RunSweep(const SweepArgs& args) {
-  auto setup = args.knobs.ToSetup();
-  if (!setup.ok()) return FailBadInput(setup.error());
+// The swept axes of the grid flags, in command-line order (the first swept
+// flag is the chart's x axis); a grid flag with one value sets its knob in
+// `setup` instead. Errors: a grid that does not parse.
+Result<std::vector<SweepAxis>> ParseAxes(const SweepArgs& args, TrainingSetup* setup) {
   std::vector<SweepAxis> axes;
-  // Axes in command-line order: the first swept flag is the chart's x axis.
   for (const CLI::Option* opt : args.app->parse_order()) {
     for (const GridFlag& g : args.grids) {
       if (g.option != opt || g.text.empty()) continue;
-      auto values = ParseGrid(g.text, SweepVariableFlag(g.variable));
-      if (!values.ok()) return FailBadInput(values.error());
+      VS_TRY(values, ParseGrid(g.text, SweepVariableFlag(g.variable)));
       if (IsGrid(g.text)) {
         bool seen = false;
         for (const SweepAxis& a : axes) seen = seen || a.variable == g.variable;
-        if (!seen) axes.push_back({g.variable, *values});
+        if (!seen) axes.push_back({g.variable, values});
       } else {
-        *setup = WithKnob(std::move(*setup), g.variable, values->front());
+        *setup = WithKnob(std::move(*setup), g.variable, values.front());
       }
     }
   }
+  return axes;
+}
+
+int RunSweep(const SweepArgs& args) {
+  auto setup = args.knobs.ToSetup();
+  if (!setup.ok()) return FailBadInput(setup.error());
+  auto axes = ParseAxes(args, &*setup);
+  if (!axes.ok()) return FailBadInput(axes.error());
   auto model = ResolveModel(args.model);
   if (!model.ok()) return FailBadInput(model.error());
   args.knobs.Warn(*model, *setup);
   ProgressLine progress("sweep: points");
-  auto sweep = Sweep(*model, *setup, axes, [&](size_t done, size_t total) { progress.Update(done, total); });
+  auto sweep = Sweep(*model, *setup, *axes, [&](size_t done, size_t total) { progress.Update(done, total); });
   progress.Done();
   if (!sweep.ok()) return FailBadInput(sweep.error());
   sweep->source = args.model;
   const std::string text = args.json ? RenderSweepJson(*sweep) + "\n" : RenderSweepText(*sweep);
   std::fwrite(text.data(), 1, text.size(), stdout);
-  struct FileOut {
-    const std::string& path;
-    std::string (*render)(const SweepResult&);
-  };
-  const FileOut files[] = {{args.csv_path, &RenderSweepCsv},
-                           {args.svg_path, &RenderSweepSvg},
-                           {args.html_path, &RenderSweepHtml}};
-  for (const FileOut& f : files) {
-    if (f.path.empty()) continue;
-    Status s = WriteTextFile(f.path, f.render(*sweep));
-    if (!s.ok()) return FailBadInput(s.error());
-  }
-  return kExitOk;
+  return WriteOutputFiles({{args.csv_path, [&] { return RenderSweepCsv(*sweep); }},
+                           {args.svg_path, [&] { return RenderSweepSvg(*sweep); }},
+                           {args.html_path, [&] { return RenderSweepHtml(*sweep); }}});
 }
 
 RunFn SetupSweep(CLI::App* sub) {

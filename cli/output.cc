@@ -266,23 +266,26 @@ int FailBadInput(const Error& error) {
   return kExitBadInput;
 }
 
+int WriteOutputFiles(std::initializer_list<OutputFile> files) {
+  for (const OutputFile& f : files) {
+    if (f.path.empty()) continue;
+    Status s = WriteTextFile(f.path, f.render());
+    if (!s.ok()) return FailBadInput(s.error());
+  }
+  return kExitOk;
+}
+
+int WriteReportFiles(const Report& report, const OutputOptions& out) {
+  return WriteOutputFiles({{out.html_path, [&] { return RenderHtml(report); }},
+                           {out.svg_path, [&] { return RenderSvg(report); }},
+                           {out.csv_path, [&] { return RenderTimelineCsv(report); }}});
+}
+
 int EmitReport(const Report& report, const OutputOptions& out) {
   const std::string main_text = out.json ? RenderJson(report) : RenderText(report);
   std::fwrite(main_text.data(), 1, main_text.size(), stdout);
   if (!main_text.empty() && main_text.back() != '\n') std::fputc('\n', stdout);
-  struct FileOut {
-    const std::string& path;
-    std::string (*render)(const Report&);
-  };
-  const FileOut files[] = {{out.html_path, &RenderHtml},
-                           {out.svg_path, &RenderSvg},
-                           {out.csv_path, &RenderTimelineCsv}};
-  for (const FileOut& f : files) {
-    if (f.path.empty()) continue;
-    Status s = WriteTextFile(f.path, f.render(report));
-    if (!s.ok()) return FailBadInput(s.error());
-  }
-  return kExitOk;
+  return WriteReportFiles(report, out);
 }
 
 }  // namespace vramscope::cli

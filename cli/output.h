@@ -5,6 +5,8 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
+#include <initializer_list>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -33,9 +35,25 @@ std::string CheckWritableFile(const std::string& path);
 CLI::Option* AddOutputFileOption(CLI::App* sub, const std::string& flag, std::string* path,
                                  const std::string& help);
 
-// Prints the report (text or JSON) to stdout and writes the requested files.
-// Returns the exit code.
+// Prints the report (text or JSON) to stdout and writes the requested files
+// (WriteReportFiles). Returns the exit code.
 int EmitReport(const Report& report, const OutputOptions& out);
+
+// One file a command may write besides stdout: the path its flag named ("" when
+// the flag was not given) and how to render the contents, called only when the
+// path is set (a chart or page is not rendered for nothing).
+struct OutputFile {
+  const std::string& path;
+  std::function<std::string()> render;
+};
+// Writes each requested file, in order. The first that cannot be written ends
+// it with "vramscope: error: PATH: ..." (FailBadInput, exit 2); else kExitOk.
+// The one loop behind every --html, --svg, --csv and --events.
+int WriteOutputFiles(std::initializer_list<OutputFile> files);
+// The report's files: --html (RenderHtml), --svg (RenderSvg), --csv
+// (RenderTimelineCsv), for commands that print a report of their own shape
+// (explain and replay with --json). Returns the exit code.
+int WriteReportFiles(const Report& report, const OutputOptions& out);
 
 // `text` made safe for one terminal line: control characters (newlines, ESC,
 // BEL, DEL, ...) become '?', and it stops after 1000 bytes with "...". Every

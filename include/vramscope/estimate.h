@@ -23,6 +23,10 @@ struct EstimateOptions {
   bool timeline = true;
   // Also return the lowered event stream (estimate --events).
   bool keep_events = false;
+  // Also say in plain words what is alive at the peak and what each
+  // applicable knob would change (estimate --explain): report.explanation is
+  // ExplainPeak's lines, then ExplainWhatIf's (one more estimate per knob).
+  bool explain = false;
 };
 
 struct Estimated {

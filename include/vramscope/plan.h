@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "vramscope/model.h"
@@ -115,7 +116,8 @@ Result<FitGpusSearch> FitGpus(const ModelSpec& model, const TrainingSetup& setup
 Result<uint64_t> ParseMargin(std::string_view text, uint64_t usable_bytes);
 
 // Human report in GiB and JSON ("max_batch", "max_seq", "margin_bytes",
-// "limit_bytes", the estimate at each found point; docs/plan.md).
+// "limit_bytes", the estimate at each found point; docs/plan.md). Pure
+// functions of the result, in the report stage (src/report/fit_render.cc).
 std::string RenderFitText(const FitResult& fit, std::string_view source);
 std::string RenderFitJson(const FitResult& fit, std::string_view source, int indent = 2);
 
@@ -229,6 +231,12 @@ struct PlanOptions {
 // model above).
 struct Strategy {
   TrainingSetup setup;
+  // The setup in words, for the renderers (src/report), which cannot name
+  // knobs themselves: the knob names live with lowering. `label` is
+  // "LoRA, micro-batch 8 x 2, AdamW (fused), gradient checkpointing, ...";
+  // `knobs` is DescribeSetup(setup). Plan() sets both.
+  std::string label;
+  std::vector<std::pair<std::string, std::string>> knobs;
   uint64_t peak_allocated_bytes = 0;
   uint64_t peak_reserved_bytes = 0;
   uint64_t device_total_bytes = 0;
@@ -263,7 +271,8 @@ Result<PlanResult> Plan(const ModelSpec& model, const TrainingSetup& setup,
                         const PlanOptions& options = {});
 
 // Human report (GiB, tokens/s) of the top `top` strategies and the
-// explanation; JSON of all of them (docs/plan.md).
+// explanation; JSON of all of them (docs/plan.md). Pure functions of the
+// result, in the report stage (src/report/plan_render.cc, plan_html.cc).
 std::string RenderPlanText(const PlanResult& plan, std::string_view source, size_t top = 10);
 std::string RenderPlanJson(const PlanResult& plan, std::string_view source, int indent = 2);
 // One self-contained offline HTML page: every strategy (tokens/s, step time,

@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "vramscope/gpu.h"
 #include "vramscope/simulate.h"
 
@@ -125,7 +127,13 @@ uint64_t DeviceTotalBytes(const RankReport& rank);
 // one section per rank class when there are several.
 std::string RenderText(const Report& report);
 // JSON of the interface contract plus documented extras (docs/json-schema.md);
-// integer bytes; top-level numbers from worst(). indent < 0: one line.
+// integer bytes; top-level numbers from worst(); keys in the document's order.
+// The object, for commands that embed a report in their own JSON (fit, explain,
+// replay) without printing and parsing it again. Strings are as given: dump it
+// with error_handler_t::replace, as RenderJson does, since input text may hold
+// invalid UTF-8. (Include <nlohmann/json.hpp> to use it.)
+nlohmann::ordered_json ReportToJson(const Report& report);
+// ReportToJson dumped, with a final newline. indent < 0: one line.
 std::string RenderJson(const Report& report, int indent = 2);
 // One row per timeline point of the worst rank class; with several rank
 // classes, every class's rows behind a leading rank_class column.

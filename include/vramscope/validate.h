@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "vramscope/result.h"
@@ -41,11 +42,19 @@ struct MeasuredFile {
 Result<MeasuredFile> ParseGroundTruth(std::string_view text, std::string_view label,
                                       std::string_view gpu_override = {});
 
-// Relative error of a prediction: (predicted - measured) / measured.
-double RelativeError(uint64_t predicted, uint64_t measured);
+// Relative error of a prediction: (predicted - measured) / measured; 0 when
+// both are 0, 1 when only the measurement is. Inline: the renderers (report
+// stage) and Validate (plan stage) share it.
+inline double RelativeError(uint64_t predicted, uint64_t measured) {
+  if (measured == 0) return predicted == 0 ? 0.0 : 1.0;
+  return (static_cast<double>(predicted) - static_cast<double>(measured)) / static_cast<double>(measured);
+}
 
 struct ValidationRow {
   MeasuredRun run;
+  // ("model", run.model), then DescribeSetup(run.setup): what the renderers
+  // (src/report) label and group rows by. Validate() sets it.
+  std::vector<std::pair<std::string, std::string>> knobs;
   bool estimated = false;          // false: the estimate failed, see problem
   std::string problem;
   uint64_t predicted_allocated_bytes = 0;
@@ -92,7 +101,8 @@ Result<Thresholds> ParseThresholds(std::string_view text, std::string_view label
 std::vector<std::string> CheckThresholds(const Validation& v, const Thresholds& t);
 
 // Renderings: human table (GiB), JSON (integer bytes, fractions), and the
-// Markdown table the README shows.
+// Markdown table the README shows. Pure functions of the validation, in the
+// report stage (src/report/validate_render.cc).
 std::string RenderValidationText(const Validation& v);
 std::string RenderValidationJson(const Validation& v, const std::vector<std::string>& failures,
                                  bool checked);

@@ -2,6 +2,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
+#include <deque>
+#include <utility>
+#include <vector>
 
 #include "allocator_impl.h"
 #include "sizing.h"
@@ -43,95 +47,142 @@ Error Violation(const std::string& what) {
   return MakeError("allocator invariant violated: " + what);
 }
 
-}  // namespace
+// The parts of CachingAllocator::Impl the checks read. Impl is a private
+// type of CachingAllocator, so the checks below take its parts instead.
+struct AllocatorState {
+  const alloc::Arena<Block>& blocks;
+  const alloc::Arena<alloc::Segment>& segments;
+  const std::deque<alloc::Pool>& pools;
+  const std::array<uint64_t, 2>& free_block_calls;
+  const AllocatorConfig& config;
+  const AllocatorStats& stats;
+  uint64_t device_limit_bytes;
+};
 
-Status CachingAllocator::Impl::CheckInvariants() const {
-  // 1. Walk every segment from its first block: blocks tile it exactly.
-  std::vector<uint32_t> head_of(segments.capacity(), kNil);
-  uint64_t segment_blocks = 0;
-  for (uint32_t b = 0; b < blocks.capacity(); ++b) {
-    const Block& block = blocks[b];
+// What the walk over the segments' block lists adds up; the pool indexes and
+// the statistics must agree with it.
+struct BlockTotals {
+  uint64_t segment_blocks = 0;  // live blocks that should be in some segment's list
+  uint64_t visited = 0;         // blocks reached through the lists
+  uint64_t allocated = 0, requested = 0, reserved = 0;
+  uint64_t ranges = 0;          // contiguous mapped ranges (torch counts each as a segment)
+  uint64_t free_mapped = 0, unmapped = 0;
+};
+
+// 1a. Every live block belongs to a live segment of its own pool, and each
+// segment has exactly one first block: head_of[segment] is that block.
+Status FindSegmentHeads(const AllocatorState& a, std::vector<uint32_t>* head_of, BlockTotals* totals) {
+  head_of->assign(a.segments.capacity(), kNil);
+  for (uint32_t b = 0; b < a.blocks.capacity(); ++b) {
+    const Block& block = a.blocks[b];
     if (!block.live || block.zero_size) continue;
-    ++segment_blocks;
-    if (!segments.IsLive(block.segment)) {
+    ++totals->segment_blocks;
+    if (!a.segments.IsLive(block.segment)) {
       return Violation(fmt::format("block {} belongs to no live segment", b));
     }
-    if (block.pool != segments[block.segment].pool) {
+    if (block.pool != a.segments[block.segment].pool) {
       return Violation(fmt::format("block {} is in another pool than its segment", b));
     }
     if (block.prev != kNil) continue;
-    if (head_of[block.segment] != kNil) {
+    if ((*head_of)[block.segment] != kNil) {
       return Violation(fmt::format("segment {} has two first blocks", block.segment));
     }
-    head_of[block.segment] = b;
+    (*head_of)[block.segment] = b;
   }
-  uint64_t visited = 0, allocated = 0, requested = 0, reserved = 0, ranges = 0;
-  uint64_t free_mapped = 0, unmapped = 0;
-  std::vector<std::pair<uint64_t, uint64_t>> extents;
-  for (uint32_t s = 0; s < segments.capacity(); ++s) {
-    if (!segments.IsLive(s)) continue;
-    const alloc::Segment& segment = segments[s];
-    extents.emplace_back(segment.address, segment.size_bytes);
+  return Ok{};
+}
+
+// A free block (after `prev` in its list): merged with a free neighbour of the
+// same kind as PyTorch's free_block does, findable in its pool's index at its
+// own entry (what best fit searches), and stamped by the GC clock no later
+// than now.
+Status CheckFreeBlock(const AllocatorState& a, uint32_t b, uint32_t prev, BlockTotals* totals) {
+  const Block& block = a.blocks[b];
+  (block.mapped ? totals->free_mapped : totals->unmapped) += 1;
+  if (prev != kNil && !a.blocks[prev].allocated && a.blocks[prev].mapped == block.mapped) {
+    return Violation(fmt::format("free blocks {} and {} were not merged", prev, b));
+  }
+  const alloc::Pool& pool = a.pools[block.pool];
+  const bool indexed = block.mapped ? pool.blocks.count({block.size_bytes, block.address, b}) == 1
+                                    : pool.unmapped.count({block.address, b}) == 1;
+  if (!indexed) return Violation(fmt::format("free block {} is missing from its pool", b));
+  // The remembered position must be the block's own entry.
+  if (block.mapped != block.in_free_set ||
+      (block.mapped && (block.free_pos->block != b || block.free_pos->size_bytes != block.size_bytes ||
+                        block.free_pos->address != block.address))) {
+    return Violation(fmt::format("free block {} has a stale position in its pool", b));
+  }
+  if (block.gc_count_base > a.free_block_calls[pool.is_small]) {
+    return Violation(fmt::format("free block {} has a GC stamp from the future", b));
+  }
+  return Ok{};
+}
+
+// One block of segment `s`'s list, reached from `prev` and expected at
+// `address`: its links, its place (no gap, no overlap), its mapping (only
+// expandable segments unmap, page by page), then the allocated or free
+// block's own rules. Counts it in `totals`.
+Status CheckListedBlock(const AllocatorState& a, uint32_t s, uint32_t b, uint32_t prev, uint64_t address,
+                        BlockTotals* totals) {
+  const alloc::Segment& segment = a.segments[s];
+  const Block& block = a.blocks[b];
+  if (++totals->visited > totals->segment_blocks) return Violation("a block list has a cycle");
+  if (block.segment != s || block.prev != prev) {
+    return Violation(fmt::format("block {} has broken neighbour links", b));
+  }
+  if (block.address != address || block.size_bytes == 0) {
+    return Violation(fmt::format("block {} at {:#x} leaves a gap or overlaps", b, block.address));
+  }
+  if (!segment.expandable() && !block.mapped) {
+    return Violation(fmt::format("block {} of a cudaMalloc segment is unmapped", b));
+  }
+  if (!block.mapped && ((block.address - segment.address) % segment.page_bytes != 0 ||
+                        block.size_bytes % segment.page_bytes != 0)) {
+    return Violation(fmt::format("unmapped block {} is not page aligned", b));
+  }
+  if (block.allocated && !block.mapped) return Violation(fmt::format("block {} allocated but unmapped", b));
+  if (block.mapped && (prev == kNil || !a.blocks[prev].mapped)) ++totals->ranges;
+  if (block.mapped) totals->reserved += block.size_bytes;
+  if (!block.allocated) return CheckFreeBlock(a, b, prev, totals);
+  if (block.in_free_set) return Violation(fmt::format("allocated block {} is in a free set", b));
+  totals->allocated += block.size_bytes;
+  totals->requested += block.requested_bytes;
+  if (!a.config.ideal && block.requested_bytes > block.size_bytes) {
+    return Violation(fmt::format("block {} is smaller than its request", b));
+  }
+  return Ok{};
+}
+
+// 1b. Each live segment's list, from its first block, tiles the segment
+// exactly, and the lists together hold every live block once.
+Status WalkSegments(const AllocatorState& a, const std::vector<uint32_t>& head_of, BlockTotals* totals) {
+  for (uint32_t s = 0; s < a.segments.capacity(); ++s) {
+    if (!a.segments.IsLive(s)) continue;
+    const alloc::Segment& segment = a.segments[s];
     if (head_of[s] == kNil) return Violation(fmt::format("segment {} has no blocks", s));
     uint64_t address = segment.address;
     uint32_t prev = kNil;
-    for (uint32_t b = head_of[s]; b != kNil; prev = b, b = blocks[b].next) {
-      const Block& block = blocks[b];
-      if (++visited > segment_blocks) return Violation("a block list has a cycle");
-      if (block.segment != s || block.prev != prev) {
-        return Violation(fmt::format("block {} has broken neighbour links", b));
-      }
-      if (block.address != address || block.size_bytes == 0) {
-        return Violation(fmt::format("block {} at {:#x} leaves a gap or overlaps", b, block.address));
-      }
-      address += block.size_bytes;
-      if (!segment.expandable() && !block.mapped) {
-        return Violation(fmt::format("block {} of a cudaMalloc segment is unmapped", b));
-      }
-      if (!block.mapped && ((block.address - segment.address) % segment.page_bytes != 0 ||
-                            block.size_bytes % segment.page_bytes != 0)) {
-        return Violation(fmt::format("unmapped block {} is not page aligned", b));
-      }
-      if (block.allocated && !block.mapped) return Violation(fmt::format("block {} allocated but unmapped", b));
-      if (block.mapped && (prev == kNil || !blocks[prev].mapped)) ++ranges;
-      if (block.mapped) reserved += block.size_bytes;
-      if (block.allocated) {
-        if (block.in_free_set) return Violation(fmt::format("allocated block {} is in a free set", b));
-        allocated += block.size_bytes;
-        requested += block.requested_bytes;
-        if (!config.ideal && block.requested_bytes > block.size_bytes) {
-          return Violation(fmt::format("block {} is smaller than its request", b));
-        }
-      } else {
-        (block.mapped ? free_mapped : unmapped) += 1;
-        if (prev != kNil && !blocks[prev].allocated && blocks[prev].mapped == block.mapped) {
-          return Violation(fmt::format("free blocks {} and {} were not merged", prev, b));
-        }
-        const alloc::Pool& pool = pools[block.pool];
-        const bool indexed =
-            block.mapped ? pool.blocks.count({block.size_bytes, block.address, b}) == 1
-                         : pool.unmapped.count({block.address, b}) == 1;
-        if (!indexed) return Violation(fmt::format("free block {} is missing from its pool", b));
-        // The remembered position must be the block's own entry.
-        if (block.mapped != block.in_free_set ||
-            (block.mapped && (block.free_pos->block != b || block.free_pos->size_bytes != block.size_bytes ||
-                              block.free_pos->address != block.address))) {
-          return Violation(fmt::format("free block {} has a stale position in its pool", b));
-        }
-        if (block.gc_count_base > free_block_calls[pool.is_small]) {
-          return Violation(fmt::format("free block {} has a GC stamp from the future", b));
-        }
-      }
+    for (uint32_t b = head_of[s]; b != kNil; prev = b, b = a.blocks[b].next) {
+      if (Status ok = CheckListedBlock(a, s, b, prev, address, totals); !ok.ok()) return ok;
+      address += a.blocks[b].size_bytes;
     }
     if (address - segment.address != segment.size_bytes) {
       return Violation(fmt::format("segment {}: blocks sum to {} bytes, segment has {}", s,
                                    address - segment.address, segment.size_bytes));
     }
   }
-  if (visited != segment_blocks) {
-    return Violation(fmt::format("{} blocks are in no segment's list", segment_blocks - visited));
+  if (totals->visited != totals->segment_blocks) {
+    return Violation(fmt::format("{} blocks are in no segment's list", totals->segment_blocks - totals->visited));
   }
-  // 2. Segments do not overlap.
+  return Ok{};
+}
+
+// 2. Segments do not overlap (two cudaMallocs never share an address).
+Status CheckSegmentsDisjoint(const AllocatorState& a) {
+  std::vector<std::pair<uint64_t, uint64_t>> extents;
+  for (uint32_t s = 0; s < a.segments.capacity(); ++s) {
+    if (a.segments.IsLive(s)) extents.emplace_back(a.segments[s].address, a.segments[s].size_bytes);
+  }
   std::sort(extents.begin(), extents.end());
   for (size_t i = 1; i < extents.size(); ++i) {
     if (extents[i - 1].first + extents[i - 1].second > extents[i].first) {
@@ -139,41 +190,66 @@ Status CachingAllocator::Impl::CheckInvariants() const {
                                    extents[i].first));
     }
   }
-  // 3. Pool indexes hold exactly the free blocks (entries checked above).
+  return Ok{};
+}
+
+// 3. Pool indexes hold exactly the free blocks: each entry is a free block of
+// its pool (the blocks' side was checked in the walk), and the counts match.
+Status CheckPoolIndexes(const AllocatorState& a, const BlockTotals& totals) {
   uint64_t indexed_free = 0, indexed_unmapped = 0;
-  for (const alloc::Pool& pool : pools) {
+  for (const alloc::Pool& pool : a.pools) {
     indexed_free += pool.blocks.size();
     indexed_unmapped += pool.unmapped.size();
     for (const alloc::FreeKey& key : pool.blocks) {
-      if (!blocks.IsLive(key.block) || blocks[key.block].allocated || !blocks[key.block].mapped ||
-          &pools[blocks[key.block].pool] != &pool) {
+      if (!a.blocks.IsLive(key.block) || a.blocks[key.block].allocated || !a.blocks[key.block].mapped ||
+          &a.pools[a.blocks[key.block].pool] != &pool) {
         return Violation(fmt::format("pool entry {} is not a free block of this pool", key.block));
       }
     }
   }
-  if (indexed_free != free_mapped || indexed_unmapped != unmapped) {
+  if (indexed_free != totals.free_mapped || indexed_unmapped != totals.unmapped) {
     return Violation("pool indexes hold blocks that are not free blocks of any segment");
   }
-  // 4. Statistics match the blocks.
-  const AllocatorStats& st = stats;
+  return Ok{};
+}
+
+// 4. Statistics (torch.cuda.memory_stats) match the blocks, peaks are at
+// least the current values, and reserved memory stays within the device.
+Status CheckStats(const AllocatorState& a, const BlockTotals& totals) {
+  const AllocatorStats& st = a.stats;
   auto mismatch = [](const char* name, uint64_t stat, uint64_t sum) {
     return Violation(fmt::format("{} is {} but the blocks sum to {}", name, stat, sum));
   };
-  if (st.allocated_bytes != allocated) return mismatch("allocated_bytes", st.allocated_bytes, allocated);
+  if (st.allocated_bytes != totals.allocated) return mismatch("allocated_bytes", st.allocated_bytes, totals.allocated);
   // No record_stream events are modelled, so active == allocated.
-  if (st.active_bytes != allocated) return mismatch("active_bytes", st.active_bytes, allocated);
-  if (st.requested_bytes != requested) return mismatch("requested_bytes", st.requested_bytes, requested);
-  if (st.reserved_bytes != reserved) return mismatch("reserved_bytes", st.reserved_bytes, reserved);
-  if (st.num_segments != ranges) return mismatch("num_segments", st.num_segments, ranges);
+  if (st.active_bytes != totals.allocated) return mismatch("active_bytes", st.active_bytes, totals.allocated);
+  if (st.requested_bytes != totals.requested) return mismatch("requested_bytes", st.requested_bytes, totals.requested);
+  if (st.reserved_bytes != totals.reserved) return mismatch("reserved_bytes", st.reserved_bytes, totals.reserved);
+  if (st.num_segments != totals.ranges) return mismatch("num_segments", st.num_segments, totals.ranges);
   if (st.peak_allocated_bytes < st.allocated_bytes || st.peak_reserved_bytes < st.reserved_bytes ||
       st.peak_active_bytes < st.active_bytes || st.peak_requested_bytes < st.requested_bytes) {
     return Violation("a peak is below its current value");
   }
-  if (st.reserved_bytes > device_limit_bytes) return Violation("reserved exceeds the device limit");
-  if (config.ideal && st.reserved_bytes != st.allocated_bytes) {
+  if (st.reserved_bytes > a.device_limit_bytes) return Violation("reserved exceeds the device limit");
+  if (a.config.ideal && st.reserved_bytes != st.allocated_bytes) {
     return Violation("ideal mode: reserved != allocated");
   }
   return Ok{};
+}
+
+}  // namespace
+
+// The checks run in this order and the first violation is the answer, so a
+// broken list is reported as such before the totals built on it disagree.
+Status CachingAllocator::Impl::CheckInvariants() const {
+  const AllocatorState state{blocks, segments, pools, free_block_calls, config, stats, device_limit_bytes};
+  std::vector<uint32_t> head_of;
+  BlockTotals totals;
+  if (Status ok = FindSegmentHeads(state, &head_of, &totals); !ok.ok()) return ok;
+  if (Status ok = WalkSegments(state, head_of, &totals); !ok.ok()) return ok;
+  if (Status ok = CheckSegmentsDisjoint(state); !ok.ok()) return ok;
+  if (Status ok = CheckPoolIndexes(state, totals); !ok.ok()) return ok;
+  return CheckStats(state, totals);
 }
 
 }  // namespace vramscope

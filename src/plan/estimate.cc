@@ -76,6 +76,10 @@ Result<Estimated> Estimate(const ModelSpec& model, const TrainingSetup& setup,
   }
   Lowered& lowered = classes.front().lowered;
   if (options.keep_events) out.events = std::move(lowered.stream);
+  if (options.explain) {
+    report.explanation = ExplainPeak(report);
+    for (auto& line : ExplainWhatIf(model, setup, report)) report.explanation.push_back(std::move(line));
+  }
   return out;
 }
 

@@ -4,6 +4,7 @@
 // EstimateStepTime (step_time.cc).
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <optional>
 #include <tuple>
@@ -130,6 +131,8 @@ std::vector<uint64_t> MicroBatches(uint64_t sequences, uint64_t seq) {
 Strategy Measure(const TrainingSetup& setup, const Report& report, const ModelSpec& model) {
   Strategy s;
   s.setup = setup;
+  s.label = StrategyLabel(setup);
+  s.knobs = DescribeSetup(setup);
   const RankReport& worst = report.worst();
   s.peak_allocated_bytes = FullPeakAllocatedBytes(worst);
   s.peak_reserved_bytes = FullPeakReservedBytes(worst);
@@ -162,9 +165,16 @@ bool Faster(const Strategy& a, const Strategy& b) {
   return a.needed_bytes < b.needed_bytes;
 }
 
-}  // namespace
+// The step a plan divides: tokens per optimizer step and the sequences each
+// data-parallel replica runs of them.
+struct StepTokens {
+  uint64_t tokens = 0;
+  uint64_t sequences = 0;  // per replica
+};
 
-Result<PlanResult> Plan(const ModelSpec& model, const TrainingSetup& setup, const PlanOptions& options) {
+// Checks --tokens-per-step against --seq and the GPU count. Errors name the
+// flag; none is possible once this returns a Step.
+Result<StepTokens> CheckStepTokens(const TrainingSetup& setup, const PlanOptions& options) {
   if (setup.seq == 0) return MakeError("--seq: must be at least 1");
   const uint64_t tokens = options.tokens_per_step ? options.tokens_per_step : kDefaultSequencesPerStep * setup.seq;
   if (tokens % setup.seq != 0) {
@@ -184,23 +194,72 @@ Result<PlanResult> Plan(const ModelSpec& model, const TrainingSetup& setup, cons
   if (sequences > kMaxGradAccum * kFitMaxBatch) {
     return MakeError(fmt::format("--tokens-per-step: {} is more than one GPU step can hold", tokens));
   }
+  return StepTokens{tokens, sequences};
+}
+
+// Searches estimate without the timeline and the top allocations: only the
+// peaks and the verdict rank strategies.
+EstimateOptions SearchEstimateOptions() {
   EstimateOptions fast;
   fast.timeline = false;
   fast.top_allocations = 0;
-  // The base setup validates every knob before anything is enumerated.
-  VS_TRY(base, Estimate(model, setup, fast));
+  return fast;
+}
 
-  PlanResult out;
-  out.gpu = base.report.gpu;
-  out.model = base.report.model;
-  out.seq = setup.seq;
-  out.tokens_per_step = tokens;
-  const std::vector<uint64_t> micro_batches = MicroBatches(sequences, setup.seq);
-  if (micro_batches.empty()) {
-    return MakeError(fmt::format("--tokens-per-step: {} cannot be split into micro-batches of at most {} tokens",
-                                 tokens, kMaxTokensPerMicroBatch));
+// The base setup with knob set `k` and the micro-batch `batch`, accumulated
+// to `sequences` per step.
+TrainingSetup WithKnobSet(const TrainingSetup& base, const KnobSet& k, uint64_t batch, uint64_t sequences) {
+  TrainingSetup s = base;
+  s.precision = k.precision;
+  s.finetune = k.finetune;
+  s.grad_ckpt = k.ckpt;
+  s.optimizer = k.optimizer;
+  s.loss = k.loss;
+  s.alloc_conf = k.alloc_conf;
+  s.parallel.dp_mode = k.dp;
+  s.parallel.offload = k.offload;
+  s.batch = batch;
+  s.grad_accum = sequences / batch;
+  return s;
+}
+
+// Estimates one split: true when it fits, false when not, nullopt when the
+// combination cannot be estimated at all.
+using ProbeSplit = std::function<std::optional<bool>(size_t index)>;
+
+// The largest split (lowest index; splits run from the largest micro-batch
+// down) that fits, searched from `start`: up while splits fit, else down
+// until one does. Under the step-time model a smaller micro-batch is never
+// faster, so that split is the knob set's answer. Splits above a failing one
+// are taken not to fit (memory grows with the micro-batch). nullopt when
+// `start` itself cannot be estimated; the last split when none fits.
+std::optional<size_t> LargestFittingSplit(size_t start, size_t splits, const ProbeSplit& probe) {
+  const std::optional<bool> fits = probe(start);
+  if (!fits) return std::nullopt;
+  size_t found = start;
+  if (*fits) {
+    while (found > 0) {
+      const std::optional<bool> up = probe(found - 1);
+      if (!up || !*up) break;
+      --found;
+    }
+    return found;
   }
-  std::vector<std::string> skipped;
+  for (size_t i = start + 1; i < splits; ++i) {
+    const std::optional<bool> down = probe(i);
+    if (!down) break;
+    if (*down) return i;
+  }
+  return splits - 1;
+}
+
+// Every knob set's search, in order: its strategies go to out->strategies,
+// the estimates it made to out->estimates, and the combinations the model
+// cannot take to `skipped` (said in the explanation, not fatal).
+void SearchKnobSets(const ModelSpec& model, const TrainingSetup& setup, const PlanOptions& options,
+                    const std::vector<uint64_t>& micro_batches, uint64_t sequences, PlanResult* out,
+                    std::vector<std::string>* skipped) {
+  const EstimateOptions fast = SearchEstimateOptions();
   // Where the last knob set of the same finetune and checkpointing found its
   // largest fitting split: the optimizer, loss and allocator variants of a
   // group need similar memory, so their search starts there, one step each
@@ -211,61 +270,45 @@ Result<PlanResult> Plan(const ModelSpec& model, const TrainingSetup& setup, cons
   for (const KnobSet& k : knob_sets) {
     if (options.progress && knob_sets_done > 0) options.progress(knob_sets_done, knob_sets.size());
     ++knob_sets_done;
-    out.considered += micro_batches.size();
+    out->considered += micro_batches.size();
     const auto group = std::make_tuple(k.precision, k.finetune, k.ckpt);
     const size_t start = group_start.count(group) ? group_start[group] : 0;
     auto probe = [&](size_t index) -> std::optional<bool> {
-      TrainingSetup s = setup;
-      s.precision = k.precision;
-      s.finetune = k.finetune;
-      s.grad_ckpt = k.ckpt;
-      s.optimizer = k.optimizer;
-      s.loss = k.loss;
-      s.alloc_conf = k.alloc_conf;
-      s.parallel.dp_mode = k.dp;
-      s.parallel.offload = k.offload;
-      s.batch = micro_batches[index];
-      s.grad_accum = sequences / s.batch;
+      const TrainingSetup s = WithKnobSet(setup, k, micro_batches[index], sequences);
       auto est = Estimate(model, s, fast);
-      ++out.estimates;
+      ++out->estimates;
       if (!est.ok()) {
-        // A combination the model cannot take (e.g. no LoRA target matches):
-        // skipped and said, not fatal.
-        AddUnique(&skipped, fmt::format("{} skipped: {}", StrategyLabel(s), est.error().message));
+        // A combination the model cannot take (e.g. no LoRA target matches).
+        AddUnique(skipped, fmt::format("{} skipped: {}", StrategyLabel(s), est.error().message));
         return std::nullopt;
       }
-      out.strategies.push_back(Measure(s, est->report, model));
-      return out.strategies.back().fits;
+      out->strategies.push_back(Measure(s, est->report, model));
+      return out->strategies.back().fits;
     };
-    // micro_batches runs from the largest split down. Under the step-time
-    // model a smaller micro-batch is never faster, so the answer is the
-    // largest split that fits: from `start`, up while splits fit, else down
-    // until one does. Splits above a failing one are taken not to fit (memory
-    // grows with the micro-batch).
-    std::optional<bool> fits = probe(start);
-    if (!fits) continue;
-    size_t found = start;
-    if (*fits) {
-      while (found > 0) {
-        const std::optional<bool> up = probe(found - 1);
-        if (!up || !*up) break;
-        --found;
-      }
-    } else {
-      bool any = false;
-      for (size_t i = start + 1; i < micro_batches.size() && !any; ++i) {
-        const std::optional<bool> down = probe(i);
-        if (!down) break;
-        if (*down) {
-          any = true;
-          found = i;
-        }
-      }
-      if (!any) found = micro_batches.size() - 1;
-    }
-    group_start[group] = found;
+    if (auto found = LargestFittingSplit(start, micro_batches.size(), probe)) group_start[group] = *found;
   }
   if (options.progress) options.progress(knob_sets.size(), knob_sets.size());
+}
+
+}  // namespace
+
+Result<PlanResult> Plan(const ModelSpec& model, const TrainingSetup& setup, const PlanOptions& options) {
+  VS_TRY(step, CheckStepTokens(setup, options));
+  // The base setup validates every knob before anything is enumerated.
+  VS_TRY(base, Estimate(model, setup, SearchEstimateOptions()));
+
+  PlanResult out;
+  out.gpu = base.report.gpu;
+  out.model = base.report.model;
+  out.seq = setup.seq;
+  out.tokens_per_step = step.tokens;
+  const std::vector<uint64_t> micro_batches = MicroBatches(step.sequences, setup.seq);
+  if (micro_batches.empty()) {
+    return MakeError(fmt::format("--tokens-per-step: {} cannot be split into micro-batches of at most {} tokens",
+                                 step.tokens, kMaxTokensPerMicroBatch));
+  }
+  std::vector<std::string> skipped;
+  SearchKnobSets(model, setup, options, micro_batches, step.sequences, &out, &skipped);
   std::stable_sort(out.strategies.begin(), out.strategies.end(), Faster);
   out.explanation = plan_internal::ExplainPlan(out);
   for (std::string& line : skipped) out.explanation.push_back(std::move(line));

@@ -336,11 +336,6 @@ Result<MeasuredFile> ParseGroundTruth(std::string_view text, std::string_view la
   return file;
 }
 
-double RelativeError(uint64_t predicted, uint64_t measured) {
-  if (measured == 0) return predicted == 0 ? 0.0 : 1.0;
-  return (static_cast<double>(predicted) - static_cast<double>(measured)) / static_cast<double>(measured);
-}
-
 double Median(std::vector<double> values) {
   if (values.empty()) return 0;
   std::sort(values.begin(), values.end());
@@ -368,6 +363,8 @@ Validation Validate(std::vector<MeasuredFile> files) {
     for (MeasuredRun& run : f.runs) {
       ValidationRow row;
       row.run = std::move(run);
+      row.knobs = {{"model", row.run.model}};
+      for (auto& kv : DescribeSetup(row.run.setup)) row.knobs.push_back(std::move(kv));
       auto model = ResolveModel(row.run.model);
       if (!model.ok()) {
         row.problem = model.error().message;

@@ -1,4 +1,4 @@
-// RenderJson: the machine-readable report. Keys and meanings are the interface
+// ReportToJson and RenderJson: the machine-readable report. Keys and meanings are the interface
 // contract of DESIGN.md plus the extras documented in docs/json-schema.md; key
 // order follows that document so diffs and golden files stay readable.
 #include <string>
@@ -105,7 +105,7 @@ void AddRankFields(const Report& report, const RankReport& rank, Json* out) {
 
 }  // namespace
 
-std::string RenderJson(const Report& report, int indent) {
+Json ReportToJson(const Report& report) {
   const RankReport& worst = report.worst();
   Json root = Json::object();
   root["schema_version"] = kReportSchemaVersion;
@@ -160,9 +160,13 @@ std::string RenderJson(const Report& report, int indent) {
     assumptions.push_back({{"what", a.what}, {"assumed", a.assumed}, {"flag", a.flag}});
   }
   root["assumptions"] = std::move(assumptions);
+  return root;
+}
+
+std::string RenderJson(const Report& report, int indent) {
   // Input text may hold invalid UTF-8: replace it with U+FFFD rather than
   // throwing, because the library never throws.
-  return root.dump(indent, ' ', false, Json::error_handler_t::replace) + "\n";
+  return ReportToJson(report).dump(indent, ' ', false, Json::error_handler_t::replace) + "\n";
 }
 
 }  // namespace vramscope

@@ -1,4 +1,4 @@
-// RenderJson: every key of the interface contract with its type, the extras
+// RenderJson and ReportToJson: every key of the interface contract with its type, the extras
 // of docs/json-schema.md, exact 64-bit integers, and no throw on bad text.
 #include <string>
 
@@ -199,6 +199,29 @@ TEST(JsonTest, EmptyReportStillParses) {
   EXPECT_FALSE(j["fits"].get<bool>());
   EXPECT_TRUE(j["ranks"].empty());
   EXPECT_EQ(j["peak_allocated_bytes"], 0u);
+}
+
+// Commands that embed a report in their own JSON (fit, explain, replay) used
+// to print it and parse it back; the object embedded directly must print the
+// same, byte for byte, invalid UTF-8 and control characters included.
+TEST(JsonTest, ReportToJsonEmbedsAsThePrintedReportParsedBack) {
+  std::vector<Report> reports;
+  for (auto& [stem, report] : testing::GoldenFixtures()) reports.push_back(report);
+  Report bad = testing::OomReport();
+  bad.source = "bad \xff\xfe source \x1b[31m";
+  bad.ranks[0].sim.top_at_peak[0].op = "\xc3\x28";
+  bad.knobs.push_back({"k\xff", "v\x80"});
+  reports.push_back(bad);
+  reports.push_back(Report{});
+  using Ordered = nlohmann::ordered_json;
+  for (const Report& report : reports) {
+    Ordered direct, parsed;
+    direct["estimate"] = ReportToJson(report);
+    parsed["estimate"] = Ordered::parse(RenderJson(report, -1));
+    EXPECT_EQ(direct.dump(2, ' ', false, Ordered::error_handler_t::replace),
+              parsed.dump(2, ' ', false, Ordered::error_handler_t::replace))
+        << report.source;
+  }
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "plan_internal.h"
+#include "vramscope/plan.h"
+#include "vramscope/report.h"
 
 namespace vramscope {
 
@@ -49,7 +50,7 @@ std::string RenderPlanText(const PlanResult& plan, std::string_view source, size
   for (const Row& row : rows) {
     const Strategy& s = *row.strategy;
     out += fmt::format("{:>3}  {:>9.0f}  {:>8.2f}  {:>13}  {}{}\n", row.rank, s.time.tokens_per_second,
-                       s.time.step_seconds, FormatBytes(s.device_total_bytes), plan_internal::StrategyLabel(s.setup),
+                       s.time.step_seconds, FormatBytes(s.device_total_bytes), s.label,
                        row.variants ? fmt::format(" (+{} variants, same speed, more memory)", row.variants) : "");
   }
   if (hidden > 0) out += fmt::format("     ... {} more kinds that fit (--json lists every strategy)\n", hidden);
@@ -86,10 +87,10 @@ std::string RenderPlanJson(const PlanResult& plan, std::string_view source, int 
   for (size_t i = 0; i < plan.strategies.size(); ++i) {
     const Strategy& s = plan.strategies[i];
     Json knobs = Json::object();
-    for (const auto& [key, value] : DescribeSetup(s.setup)) knobs[key] = value;
+    for (const auto& [key, value] : s.knobs) knobs[key] = value;
     list.push_back({{"rank", i + 1},
                     {"fits", s.fits},
-                    {"label", plan_internal::StrategyLabel(s.setup)},
+                    {"label", s.label},
                     {"knobs", std::move(knobs)},
                     {"peak_allocated_bytes", s.peak_allocated_bytes},
                     {"peak_reserved_bytes", s.peak_reserved_bytes},

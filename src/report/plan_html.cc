@@ -7,7 +7,8 @@
 
 #include <fmt/format.h>
 
-#include "plan_internal.h"
+#include "vramscope/plan.h"
+#include "vramscope/report.h"
 
 namespace vramscope {
 namespace {
@@ -37,7 +38,7 @@ std::string Grouped(uint64_t value) {
   return out;
 }
 
-std::string Cell(std::string_view html, bool num = false) {
+std::string PlanCell(std::string_view html, bool num = false) {
   return num ? fmt::format("<td class=\"num\">{}</td>", html) : fmt::format("<td>{}</td>", html);
 }
 
@@ -49,11 +50,11 @@ void StrategyTable(const PlanResult& plan, std::string* out) {
     const Strategy& s = plan.strategies[i];
     std::string fits = "yes";
     if (!s.fits) fits = s.oom ? fmt::format("no: simulated OOM, needs &ge; {}", FormatBytes(s.needed_bytes)) : "no";
-    *out += (s.fits ? "<tr>" : "<tr class=\"nofit\">") + Cell(std::to_string(i + 1), true) +
-            Cell(fmt::format("{:.0f}", s.time.tokens_per_second), true) +
-            Cell(fmt::format("{:.2f}", s.time.step_seconds), true) + Cell(FormatBytes(s.device_total_bytes), true) +
-            Cell(FormatBytes(s.peak_allocated_bytes), true) + Cell(fits) +
-            Cell(EscapeHtml(plan_internal::StrategyLabel(s.setup))) + "</tr>\n";
+    *out += (s.fits ? "<tr>" : "<tr class=\"nofit\">") + PlanCell(std::to_string(i + 1), true) +
+            PlanCell(fmt::format("{:.0f}", s.time.tokens_per_second), true) +
+            PlanCell(fmt::format("{:.2f}", s.time.step_seconds), true) + PlanCell(FormatBytes(s.device_total_bytes), true) +
+            PlanCell(FormatBytes(s.peak_allocated_bytes), true) + PlanCell(fits) +
+            PlanCell(EscapeHtml(s.label)) + "</tr>\n";
   }
   *out += "</table>\n";
 }

@@ -1,5 +1,5 @@
 // RenderFitText and RenderFitJson (plan.h). The estimate at each found point
-// is rendered by the report stage (RenderJson), so its keys are those of
+// is rendered by the report stage (ReportToJson), so its keys are those of
 // every report (docs/json-schema.md).
 #include <string>
 
@@ -83,7 +83,7 @@ nlohmann::ordered_json SearchJson(const FitSearch& s) {
   j["next_oom"] = s.at_next && s.at_next->worst().sim.oom.has_value();
   j["non_monotone"] = s.non_monotone;
   j["estimates"] = s.estimates;
-  j["estimate"] = nlohmann::ordered_json::parse(RenderJson(s.at_max, -1));
+  j["estimate"] = ReportToJson(s.at_max);
   return j;
 }
 
@@ -160,7 +160,7 @@ std::string RenderFitJson(const FitResult& fit, std::string_view source, int ind
                  {"cap", fit.gpus->cap},
                  {"min_gpus", fit.gpus->min_gpus},
                  {"estimates", fit.gpus->estimates},
-                 {"estimate", nlohmann::ordered_json::parse(RenderJson(fit.gpus->at_min, -1))}};
+                 {"estimate", ReportToJson(fit.gpus->at_min)}};
   }
   return j.dump(indent, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }

@@ -8,7 +8,6 @@
 #include <nlohmann/json.hpp>
 
 #include "vramscope/report.h"
-#include "vramscope/setup.h"
 #include "vramscope/validate.h"
 
 namespace vramscope {
@@ -37,18 +36,12 @@ std::string Short(const std::string& s, size_t n) {
 
 using Knobs = std::vector<std::pair<std::string, std::string>>;
 
-Knobs RunKnobs(const MeasuredRun& run) {
-  Knobs k = {{"model", run.model}};
-  for (auto& kv : DescribeSetup(run.setup)) k.push_back(std::move(kv));
-  return k;
-}
-
 // Row labels that tell the rows apart: the knobs whose values differ between
 // rows (issue 18: truncated names could not be told apart); `common` gets the
 // knobs every row shares.
 std::vector<std::string> RowLabels(const Validation& v, std::string* common) {
   std::vector<Knobs> all;
-  for (const ValidationRow& r : v.rows) all.push_back(RunKnobs(r.run));
+  for (const ValidationRow& r : v.rows) all.push_back(r.knobs);
   std::vector<std::string> labels(all.size());
   std::vector<std::string> shared;
   if (all.empty()) return labels;
