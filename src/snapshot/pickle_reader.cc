@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <unordered_map>
 
 #include "entry_decoder.h"
@@ -189,7 +190,18 @@ class Machine {
   bool AddTo(Kind want, uint64_t container_pos, uint64_t first, std::string_view op);
   bool MemoPut(uint64_t index);
   bool MemoGet(uint64_t index);
+  // One opcode outside Run's fast path: Step picks the group's handler.
   bool Step(uint8_t op, bool* stop);
+  bool Framing(uint8_t op, bool* stop);
+  bool Constant(uint8_t op);
+  bool Integer(uint8_t op);
+  bool BinFloat();
+  bool StringOpcode(uint8_t op);
+  bool Build(uint8_t op);
+  bool Fill(uint8_t op);
+  bool Memo(uint8_t op);
+  bool StackOpcode(uint8_t op);
+  bool Refuse(uint8_t op);
 
   const uint8_t* begin_;
   const uint8_t* p_;
@@ -458,152 +470,246 @@ bool Machine::MemoGet(uint64_t index) {
   return Push(Value::FromBits(it->second));
 }
 
+// Step routes an opcode to the handler of its group; each handler below
+// implements its opcodes as CPython's Lib/pickle.py (_Unpickler.load_*) does
+// for plain data. The hottest opcodes never get here (Machine::Run).
 bool Machine::Step(uint8_t op, bool* stop) {
+  switch (op) {
+    case 0x80:  // PROTO
+    case 0x95:  // FRAME
+    case '.':   // STOP
+      return Framing(op, stop);
+    case 'N':   // NONE
+    case 0x88:  // NEWTRUE
+    case 0x89:  // NEWFALSE
+      return Constant(op);
+    case 'K':   // BININT1
+    case 'M':   // BININT2
+    case 'J':   // BININT
+    case 0x8a:  // LONG1
+    case 0x8b:  // LONG4
+      return Integer(op);
+    case 'G': return BinFloat();
+    case 0x8c:  // SHORT_BINUNICODE
+    case 'X':   // BINUNICODE
+    case 0x8d:  // BINUNICODE8
+    case 'U':   // SHORT_BINSTRING
+    case 'T':   // BINSTRING
+    case 'C':   // SHORT_BINBYTES
+    case 'B':   // BINBYTES
+    case 0x8e:  // BINBYTES8
+    case 0x96:  // BYTEARRAY8
+      return StringOpcode(op);
+    case '}':   // EMPTY_DICT
+    case ']':   // EMPTY_LIST
+    case ')':   // EMPTY_TUPLE
+    case 'd':   // DICT
+    case 'l':   // LIST
+    case 't':   // TUPLE
+    case 0x85:  // TUPLE1
+    case 0x86:  // TUPLE2
+    case 0x87:  // TUPLE3
+      return Build(op);
+    case 's':  // SETITEM
+    case 'u':  // SETITEMS
+    case 'a':  // APPEND
+    case 'e':  // APPENDS
+      return Fill(op);
+    case 0x94:  // MEMOIZE
+    case 'q':   // BINPUT
+    case 'r':   // LONG_BINPUT
+    case 'h':   // BINGET
+    case 'j':   // LONG_BINGET
+      return Memo(op);
+    case '(':  // MARK
+    case '0':  // POP
+    case '1':  // POP_MARK
+    case '2':  // DUP
+      return StackOpcode(op);
+    default: return Refuse(op);
+  }
+}
+
+// PROTO, FRAME, STOP: the opcodes about the stream rather than a value.
+bool Machine::Framing(uint8_t op, bool* stop) {
+  uint64_t u = 0;
+  if (op == 0x80) {  // PROTO
+    if (!ReadLE(1, &u)) return Truncated("PROTO");
+    if (u < 2 || u > 5) {
+      return Fail(fmt::format("pickle protocol {} is not supported (PyTorch writes 2, 4 or 5)", u));
+    }
+    protocol_ = static_cast<int>(u);
+    return true;
+  }
+  if (op == 0x95) {  // FRAME: a length hint for buffered readers; the bytes follow inline.
+    if (!ReadLE(8, &u)) return Truncated("FRAME");
+    if (u > Remaining()) {
+      return Fail(fmt::format("FRAME of {} bytes exceeds the {} bytes left (truncated file?)", u,
+                              Remaining()));
+    }
+    return true;
+  }
+  // STOP
+  if (stack_.size() <= MarkBase() || stack_.empty()) return Fail("STOP with an empty stack");
+  *stop = true;
+  return true;
+}
+
+// NONE, NEWTRUE, NEWFALSE.
+bool Machine::Constant(uint8_t op) {
+  if (op == 'N') return Push(Value::None());
+  return Push(Value::Bool(op == 0x88));
+}
+
+// BININT1 / BININT2 (unsigned), BININT (signed 32-bit), LONG1 / LONG4 (a
+// length, then little-endian two's complement; LONG4's length is signed).
+bool Machine::Integer(uint8_t op) {
   uint64_t u = 0;
   switch (op) {
-    case 0x80: {  // PROTO
-      if (!ReadLE(1, &u)) return Truncated("PROTO");
-      if (u < 2 || u > 5) {
-        return Fail(
-            fmt::format("pickle protocol {} is not supported (PyTorch writes 2, 4 or 5)", u));
-      }
-      protocol_ = static_cast<int>(u);
-      return true;
-    }
-    case 0x95:  // FRAME: a length hint for buffered readers; the bytes follow inline.
-      if (!ReadLE(8, &u)) return Truncated("FRAME");
-      if (u > Remaining()) {
-        return Fail(fmt::format("FRAME of {} bytes exceeds the {} bytes left (truncated file?)", u,
-                                Remaining()));
-      }
-      return true;
-    case '.':  // STOP
-      if (stack_.size() <= MarkBase() || stack_.empty()) return Fail("STOP with an empty stack");
-      *stop = true;
-      return true;
-    case 'N': return Push(Value::None());
-    case 0x88: return Push(Value::Bool(true));
-    case 0x89: return Push(Value::Bool(false));
-    case 'K':  // BININT1
+    case 'K':
       if (!ReadLE(1, &u)) return Truncated("BININT1");
       return Push(Value::Int(static_cast<int64_t>(u)));
-    case 'M':  // BININT2
+    case 'M':
       if (!ReadLE(2, &u)) return Truncated("BININT2");
       return Push(Value::Int(static_cast<int64_t>(u)));
-    case 'J':  // BININT: signed 32-bit
+    case 'J':
       if (!ReadLE(4, &u)) return Truncated("BININT");
       return Push(Value::Int(static_cast<int32_t>(static_cast<uint32_t>(u))));
-    case 0x8a:  // LONG1
+    case 0x8a:
       if (!ReadLE(1, &u)) return Truncated("LONG1");
       return Long(u);
-    case 0x8b: {  // LONG4: signed length
+    default: {  // 0x8b, LONG4
       if (!ReadLE(4, &u)) return Truncated("LONG4");
       const int32_t n = static_cast<int32_t>(static_cast<uint32_t>(u));
       if (n < 0) return Fail(fmt::format("LONG4 with negative length {}", n));
       return Long(static_cast<uint64_t>(n));
     }
-    case 'G': {  // BINFLOAT: big-endian IEEE-754 double
-      if (Remaining() < 8) return Truncated("BINFLOAT");
-      uint64_t bits = 0;
-      for (int i = 0; i < 8; ++i) bits = (bits << 8) | p_[i];
-      p_ += 8;
-      double d;
-      std::memcpy(&d, &bits, sizeof d);
-      return Push(doc_.AddFloat(d));
-    }
-    case 0x8c:  // SHORT_BINUNICODE
-      if (!ReadLE(1, &u)) return Truncated("SHORT_BINUNICODE");
-      return String(Kind::kStr, u, "SHORT_BINUNICODE");
-    case 'X':  // BINUNICODE
-      if (!ReadLE(4, &u)) return Truncated("BINUNICODE");
-      return String(Kind::kStr, u, "BINUNICODE");
-    case 0x8d:  // BINUNICODE8
-      if (!ReadLE(8, &u)) return Truncated("BINUNICODE8");
-      return String(Kind::kStr, u, "BINUNICODE8");
-    case 'U':  // SHORT_BINSTRING (Python 2 str; Python 3 loads it as str)
-      if (!ReadLE(1, &u)) return Truncated("SHORT_BINSTRING");
-      return String(Kind::kStr, u, "SHORT_BINSTRING");
-    case 'T': {  // BINSTRING: signed 32-bit length
-      if (!ReadLE(4, &u)) return Truncated("BINSTRING");
-      const int32_t n = static_cast<int32_t>(static_cast<uint32_t>(u));
-      if (n < 0) return Fail(fmt::format("BINSTRING with negative length {}", n));
-      return String(Kind::kStr, static_cast<uint64_t>(n), "BINSTRING");
-    }
-    case 'C':  // SHORT_BINBYTES
-      if (!ReadLE(1, &u)) return Truncated("SHORT_BINBYTES");
-      return String(Kind::kBytes, u, "SHORT_BINBYTES");
-    case 'B':  // BINBYTES
-      if (!ReadLE(4, &u)) return Truncated("BINBYTES");
-      return String(Kind::kBytes, u, "BINBYTES");
-    case 0x8e:  // BINBYTES8
-      if (!ReadLE(8, &u)) return Truncated("BINBYTES8");
-      return String(Kind::kBytes, u, "BINBYTES8");
-    case 0x96:  // BYTEARRAY8
-      if (!ReadLE(8, &u)) return Truncated("BYTEARRAY8");
-      return String(Kind::kBytes, u, "BYTEARRAY8");
-    case '}': {  // EMPTY_DICT
-      return Push(NewContainer(Kind::kDict)) && CheckMemory();
-    }
-    case ']': {  // EMPTY_LIST
-      return Push(NewContainer(Kind::kList)) && CheckMemory();
-    }
-    case ')': {  // EMPTY_TUPLE
-      return Push(NewContainer(Kind::kTuple)) && CheckMemory();
-    }
-    case '(':  // MARK
-      if (marks_.size() >= limits_.max_stack_items) return Fail("too many MARKs (max_stack_items)");
-      marks_.push_back(stack_.size());
-      return true;
+  }
+}
+
+// BINFLOAT: a big-endian IEEE-754 double (the one big-endian payload).
+bool Machine::BinFloat() {
+  if (Remaining() < 8) return Truncated("BINFLOAT");
+  uint64_t bits = 0;
+  for (int i = 0; i < 8; ++i) bits = (bits << 8) | p_[i];
+  p_ += 8;
+  double d;
+  std::memcpy(&d, &bits, sizeof d);
+  return Push(doc_.AddFloat(d));
+}
+
+// The str and bytes opcodes: a little-endian length, then the bytes.
+// Python 3 loads Python 2's strings (SHORT_BINSTRING, BINSTRING) as str.
+struct StringOp {
+  uint8_t op;
+  std::string_view name;
+  int length_bytes;
+  bool signed_length;  // BINSTRING's length is a signed 32-bit int
+  Kind kind;
+};
+constexpr StringOp kStringOps[] = {
+    {0x8c, "SHORT_BINUNICODE", 1, false, Kind::kStr},
+    {'X', "BINUNICODE", 4, false, Kind::kStr},
+    {0x8d, "BINUNICODE8", 8, false, Kind::kStr},
+    {'U', "SHORT_BINSTRING", 1, false, Kind::kStr},
+    {'T', "BINSTRING", 4, true, Kind::kStr},
+    {'C', "SHORT_BINBYTES", 1, false, Kind::kBytes},
+    {'B', "BINBYTES", 4, false, Kind::kBytes},
+    {0x8e, "BINBYTES8", 8, false, Kind::kBytes},
+    {0x96, "BYTEARRAY8", 8, false, Kind::kBytes},
+};
+
+bool Machine::StringOpcode(uint8_t op) {
+  const StringOp* s = std::find_if(std::begin(kStringOps), std::end(kStringOps),
+                                   [op](const StringOp& o) { return o.op == op; });
+  uint64_t u = 0;
+  if (!ReadLE(s->length_bytes, &u)) return Truncated(s->name);
+  if (s->signed_length) {
+    const int32_t n = static_cast<int32_t>(static_cast<uint32_t>(u));
+    if (n < 0) return Fail(fmt::format("{} with negative length {}", s->name, n));
+  }
+  return String(s->kind, u, s->name);
+}
+
+// A new container: empty (EMPTY_DICT / LIST / TUPLE), from the items above
+// the innermost MARK (DICT / LIST / TUPLE) or from the top 1-3 items
+// (TUPLE1-3).
+bool Machine::Build(uint8_t op) {
+  switch (op) {
+    case '}': return Push(NewContainer(Kind::kDict)) && CheckMemory();
+    case ']': return Push(NewContainer(Kind::kList)) && CheckMemory();
+    case ')': return Push(NewContainer(Kind::kTuple)) && CheckMemory();
     case 'd':
     case 'l':
-    case 't': {  // DICT / LIST / TUPLE from the items above MARK
+    case 't': {
       const std::string_view name = op == 'd' ? "DICT" : op == 'l' ? "LIST" : "TUPLE";
       uint64_t base = 0;
       if (!PopMark(name, &base)) return false;
       const Kind kind = op == 'd' ? Kind::kDict : op == 'l' ? Kind::kList : Kind::kTuple;
       return BuildContainer(kind, base, name);
     }
-    case 0x85:
-    case 0x86:
-    case 0x87: {  // TUPLE1-3
+    default: {  // TUPLE1-3
       const uint64_t n = op - 0x84u;
       const std::string_view name = n == 1 ? "TUPLE1" : n == 2 ? "TUPLE2" : "TUPLE3";
       if (!NeedItems(n, name)) return false;
       return BuildContainer(Kind::kTuple, stack_.size() - n, name);
     }
-    case 's':  // SETITEM: dict key value
+  }
+}
+
+// Adding to a container below the items: SETITEM (dict key value),
+// SETITEMS (dict MARK k v k v ...), APPEND (list item), APPENDS (list MARK
+// items ...).
+bool Machine::Fill(uint8_t op) {
+  switch (op) {
+    case 's':
       if (!NeedItems(3, "SETITEM")) return false;
       return AddTo(Kind::kDict, stack_.size() - 3, stack_.size() - 2, "SETITEM");
-    case 'u': {  // SETITEMS: dict MARK k v k v ...
-      uint64_t base = 0;
-      if (!PopMark("SETITEMS", &base)) return false;
-      if (base <= MarkBase()) return Fail("SETITEMS without a dict below its MARK");
-      return AddTo(Kind::kDict, base - 1, base, "SETITEMS");
-    }
-    case 'a':  // APPEND: list item
+    case 'a':
       if (!NeedItems(2, "APPEND")) return false;
       return AddTo(Kind::kList, stack_.size() - 2, stack_.size() - 1, "APPEND");
-    case 'e': {  // APPENDS: list MARK items...
+    default: {  // SETITEMS / APPENDS: the container sits just below the MARK
+      const bool dict = op == 'u';
+      const std::string_view name = dict ? "SETITEMS" : "APPENDS";
       uint64_t base = 0;
-      if (!PopMark("APPENDS", &base)) return false;
-      if (base <= MarkBase()) return Fail("APPENDS without a list below its MARK");
-      return AddTo(Kind::kList, base - 1, base, "APPENDS");
+      if (!PopMark(name, &base)) return false;
+      if (base <= MarkBase()) {
+        return Fail(fmt::format("{} without a {} below its MARK", name, dict ? "dict" : "list"));
+      }
+      return AddTo(dict ? Kind::kDict : Kind::kList, base - 1, base, name);
     }
-    case 0x94:  // MEMOIZE: memo[len(memo)] = top
-      return MemoPut(memo_count_);
-    case 'q':  // BINPUT
+  }
+}
+
+// MEMOIZE (memo[len(memo)] = top), BINPUT / LONG_BINPUT (memo[i] = top),
+// BINGET / LONG_BINGET (push memo[i]).
+bool Machine::Memo(uint8_t op) {
+  uint64_t u = 0;
+  switch (op) {
+    case 0x94: return MemoPut(memo_count_);
+    case 'q':
       if (!ReadLE(1, &u)) return Truncated("BINPUT");
       return MemoPut(u);
-    case 'r':  // LONG_BINPUT
+    case 'r':
       if (!ReadLE(4, &u)) return Truncated("LONG_BINPUT");
       return MemoPut(u);
-    case 'h':  // BINGET
+    case 'h':
       if (!ReadLE(1, &u)) return Truncated("BINGET");
       return MemoGet(u);
-    case 'j':  // LONG_BINGET
+    default:  // 'j', LONG_BINGET
       if (!ReadLE(4, &u)) return Truncated("LONG_BINGET");
       return MemoGet(u);
-    case '0':  // POP: the top item, or the innermost MARK when none is above it
+  }
+}
+
+// MARK, POP, POP_MARK, DUP: the stack itself.
+bool Machine::StackOpcode(uint8_t op) {
+  switch (op) {
+    case '(':
+      if (marks_.size() >= limits_.max_stack_items) return Fail("too many MARKs (max_stack_items)");
+      marks_.push_back(stack_.size());
+      return true;
+    case '0':  // the top item, or the innermost MARK when none is above it
       if (stack_.size() > MarkBase()) {
         stack_.pop_back();
       } else if (!marks_.empty()) {
@@ -612,18 +718,22 @@ bool Machine::Step(uint8_t op, bool* stop) {
         return Fail("POP with an empty stack");
       }
       return true;
-    case '1': {  // POP_MARK
+    case '1': {
       uint64_t base = 0;
       if (!PopMark("POP_MARK", &base)) return false;
       stack_.resize(base);
       return true;
     }
-    case '2':  // DUP
+    default:  // '2', DUP
       if (stack_.size() <= MarkBase()) return Fail("DUP with an empty stack");
       NoteCopy(stack_.back());
       return Push(Value::FromBits(stack_.back()));
-    default: break;
   }
+}
+
+// Every other byte: what would run code is named as such (the reader's
+// safety promise), then what PyTorch never writes, then anything else.
+bool Machine::Refuse(uint8_t op) {
   if (std::string_view refused = RefusedName(op); !refused.empty()) {
     return Fail(fmt::format(
         "opcode {} (0x{:02x}) would import or call a Python object; a memory snapshot holds "
