@@ -1,9 +1,8 @@
 // vramscope compare SNAPSHOT -- MODEL [knobs]: measured (a PyTorch memory
 // snapshot) next to predicted (vramscope estimate with those knobs), per
 // total, category and phase.
-#include <fmt/format.h>
-
 #include <algorithm>
+#include <cstdio>
 #include <memory>
 
 #include "command.h"
@@ -55,6 +54,8 @@ Result<CompareEstimateArgs> ParseCompareEstimateArgs(const std::vector<std::stri
   return out;
 }
 
+// The measured side comes from the snapshot stage, the predicted one from
+// Estimate (a stage above it), so the two meet here.
 int RunCompare(const CompareArgs& args) {
   auto estimate_args = ParseCompareEstimateArgs(args.estimate_args);
   if (!estimate_args.ok()) return FailBadInput(estimate_args.error());
@@ -62,12 +63,10 @@ int RunCompare(const CompareArgs& args) {
   if (!setup.ok()) return FailBadInput(setup.error());
   auto gpu = FindGpu(setup->gpu);
   if (!gpu.ok()) return FailBadInput(gpu.error());
-  auto snapshot = ReadSnapshotFile(args.snapshot_path);
-  if (!snapshot.ok()) return FailBadInput(snapshot.error());
   ExplainOptions options;
   options.device = args.device;
-  auto run = MeasureSnapshot(*snapshot, options);
-  if (!run.ok()) return FailBadInput(MakeError(args.snapshot_path + ": " + run.error().message));
+  auto measured = ExplainSnapshotFile(args.snapshot_path, *gpu, options);
+  if (!measured.ok()) return FailBadInput(measured.error());
   auto model = ResolveModel(estimate_args->model);
   if (!model.ok()) return FailBadInput(model.error());
   estimate_args->knobs.Warn(*model, *setup);
@@ -75,13 +74,7 @@ int RunCompare(const CompareArgs& args) {
   if (!predicted.ok()) return FailBadInput(predicted.error());
   predicted->report.source = estimate_args->model;
 
-  const Report measured = MeasuredReport(*run, *snapshot, *gpu, args.snapshot_path);
-  Comparison comparison = CompareReports(measured, predicted->report);
-  if (!run->has_frames) {
-    comparison.notes.push_back(
-        "The snapshot has no stacks: every measured block is \"other\", so only the totals "
-        "and phases compare.");
-  }
+  const Comparison comparison = CompareMeasured(*measured, predicted->report);
   const std::string text = (args.json || estimate_args->json) ? RenderComparisonJson(comparison)
                                                               : RenderComparisonText(comparison);
   std::fwrite(text.data(), 1, text.size(), stdout);

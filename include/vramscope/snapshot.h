@@ -351,4 +351,94 @@ Comparison CompareReports(const Report& measured, const Report& predicted);
 std::string RenderComparisonText(const Comparison& c);
 std::string RenderComparisonJson(const Comparison& c, int indent = 2);
 
+// ---------------------------------------------------------------------------
+// The commands: explain, replay and compare, one call each
+// ---------------------------------------------------------------------------
+//
+// What `vramscope explain`, `replay` and `compare` compute, from a snapshot
+// file to a typed result, and the JSON each prints. The CLI only parses
+// flags, calls these and prints; every number and line of the output comes
+// from here. Every error names the snapshot file. Nothing here prints.
+
+// A measured run as explain shows it: one device of a snapshot file,
+// measured and turned into the standard report. The snapshot itself is
+// dropped once measured; what the output still needs is copied here.
+struct MeasuredSnapshot {
+  SnapshotRun run;
+  // The standard report (command "explain"): MeasuredReport.
+  Report report;
+  std::string format;  // Snapshot::format: "pickle protocol 4", "json", ...
+  // The recorded PYTORCH_CUDA_ALLOC_CONF: nullopt when the snapshot has no
+  // "allocator_settings" (older releases), "" when none was set.
+  std::optional<std::string> alloc_conf;
+};
+
+// Reads the snapshot at `path` and measures one device (`options.device`;
+// -1: the one with the most trace entries) into its report, judged against
+// the catalog entry `gpu` (SnapshotDevice: an OOM snapshot's own device).
+// On success the run and its report. On failure: ReadSnapshotFile's Error
+// as it is (missing, not a regular file, malformed); MeasureSnapshot's
+// ("no such device", an empty snapshot) prefixed with "PATH: ".
+Result<MeasuredSnapshot> ExplainSnapshotFile(const std::string& path, const GpuSpec& gpu,
+                                             const ExplainOptions& options = {});
+
+// explain --json: RenderJson(measured.report) with one more key at the end,
+// "snapshot", what only a measured run has (docs/json-schema.md,
+// "snapshot"): format, trace and allocation counts, the blocks alive before
+// the trace, fragmentation, the check against the final segments, the top
+// sites and, after an OOM, the breakdown and the blocks alive then.
+std::string RenderExplainJson(const MeasuredSnapshot& measured);
+
+struct ReplayOptions {
+  int device = -1;                // -1: the device with the most trace entries
+  size_t top_allocations = 20;    // largest allocations alive at the peak to list
+  // The catalog entry of the GPU: its usable memory minus its CUDA context is
+  // the device limit of the replay, unless the snapshot ran out of memory
+  // (then its own: reserved + free at the OOM).
+  GpuSpec gpu;
+  // PYTORCH_CUDA_ALLOC_CONF to replay with as well, as given; nullopt:
+  // replay with the snapshot's own settings only.
+  std::optional<std::string> alloc_conf;
+};
+
+// A replay: the measured allocation stream fed to the allocator model, with
+// the snapshot's own settings (the baseline: how well the model reproduces
+// the run) and with `ReplayOptions::alloc_conf` (what those would reserve).
+struct SnapshotReplay {
+  // The standard report (command "replay") of the replay with the settings
+  // asked for (the baseline when none were): the replayed run as the only
+  // rank, the measured and baseline peaks in plain words, the device limit.
+  Report report;
+  uint64_t measured_peak_allocated_bytes = 0;
+  uint64_t measured_peak_reserved_bytes = 0;
+  std::string baseline_alloc_conf;  // the snapshot's own settings ("" = PyTorch's defaults)
+  uint64_t baseline_peak_allocated_bytes = 0;
+  uint64_t baseline_peak_reserved_bytes = 0;
+  std::string alloc_conf;  // the settings of `report`: asked for, else the baseline's
+  uint64_t predicted_peak_allocated_bytes = 0;
+  uint64_t predicted_peak_reserved_bytes = 0;
+  uint64_t device_limit_bytes = 0;
+  uint64_t events = 0;  // events of the replayed stream
+};
+
+// Parses `options.alloc_conf` (if any), reads the snapshot at `path`,
+// measures the device, and replays its stream (SnapshotToEventStream)
+// through the allocator model with the snapshot's settings and, if given,
+// `options.alloc_conf`. A simulated OOM is part of the result, not an
+// error. Errors: ParseAllocConf's as it is (nothing read); ReadSnapshotFile's
+// as it is; measuring, converting or simulating failures prefixed with
+// "PATH: ".
+Result<SnapshotReplay> ReplaySnapshotFile(const std::string& path, const ReplayOptions& options);
+
+// replay --json: RenderJson(replay.report) with one more key at the end,
+// "replay", the peaks measured, replayed with the snapshot's settings and
+// with the settings asked for (docs/json-schema.md).
+std::string RenderReplayJson(const SnapshotReplay& replay);
+
+// compare: a measured run next to a prediction (an estimate's report, made
+// by the caller: the estimator is a stage above this one). CompareReports of
+// the two, with a note when the snapshot has no stacks (every measured
+// block is then "other"). Always succeeds.
+Comparison CompareMeasured(const MeasuredSnapshot& measured, const Report& predicted);
+
 }  // namespace vramscope

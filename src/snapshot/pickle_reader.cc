@@ -189,7 +189,30 @@ class Machine {
   bool AddTo(Kind want, uint64_t container_pos, uint64_t first, std::string_view op);
   bool MemoPut(uint64_t index);
   bool MemoGet(uint64_t index);
+  // One opcode outside Run's fast path: Step is the opcode table, one
+  // handler per kind of opcode below it.
   bool Step(uint8_t op, bool* stop);
+  bool Proto();
+  bool Frame();
+  bool Stop(bool* stop);
+  bool UnsignedInt(int width, std::string_view op);
+  bool BinInt();
+  bool LongOpcode(int width, std::string_view op);
+  bool BinFloat();
+  bool LengthPrefixed(int width, Kind kind, std::string_view op);
+  bool BinString();
+  bool EmptyContainer(Kind kind);
+  bool FromMark(Kind kind, std::string_view op);
+  bool TupleOfTop(uint64_t n, std::string_view op);
+  bool AddTopItems(Kind want, uint64_t n, std::string_view op);
+  bool AddMarkItems(Kind want, std::string_view op);
+  bool MemoPutAt(int width, std::string_view op);
+  bool MemoGetAt(int width, std::string_view op);
+  bool Mark();
+  bool Pop();
+  bool PopMarkItems();
+  bool Dup();
+  bool Refuse(uint8_t op);
 
   const uint8_t* begin_;
   const uint8_t* p_;
@@ -458,172 +481,223 @@ bool Machine::MemoGet(uint64_t index) {
   return Push(Value::FromBits(it->second));
 }
 
+// Step is the opcode table: each opcode names its handler, with the
+// opcode's own constants (payload width, kind, name) as arguments, so one
+// switch dispatches and each handler, inlined per opcode, reads only what
+// its opcode needs. The handlers follow CPython's Lib/pickle.py
+// (_Unpickler.load_*) for plain data. The hottest opcodes (BINGET of a
+// memoized key, MEMOIZE, BININT1) never get here (Machine::Run).
 bool Machine::Step(uint8_t op, bool* stop) {
-  uint64_t u = 0;
   switch (op) {
-    case 0x80: {  // PROTO
-      if (!ReadLE(1, &u)) return Truncated("PROTO");
-      if (u < 2 || u > 5) {
-        return Fail(
-            fmt::format("pickle protocol {} is not supported (PyTorch writes 2, 4 or 5)", u));
-      }
-      protocol_ = static_cast<int>(u);
-      return true;
-    }
-    case 0x95:  // FRAME: a length hint for buffered readers; the bytes follow inline.
-      if (!ReadLE(8, &u)) return Truncated("FRAME");
-      if (u > Remaining()) {
-        return Fail(fmt::format("FRAME of {} bytes exceeds the {} bytes left (truncated file?)", u,
-                                Remaining()));
-      }
-      return true;
-    case '.':  // STOP
-      if (stack_.size() <= MarkBase() || stack_.empty()) return Fail("STOP with an empty stack");
-      *stop = true;
-      return true;
+    // The stream itself.
+    case 0x80: return Proto();
+    case 0x95: return Frame();
+    case '.': return Stop(stop);
+    // Constants and numbers.
     case 'N': return Push(Value::None());
-    case 0x88: return Push(Value::Bool(true));
-    case 0x89: return Push(Value::Bool(false));
-    case 'K':  // BININT1
-      if (!ReadLE(1, &u)) return Truncated("BININT1");
-      return Push(Value::Int(static_cast<int64_t>(u)));
-    case 'M':  // BININT2
-      if (!ReadLE(2, &u)) return Truncated("BININT2");
-      return Push(Value::Int(static_cast<int64_t>(u)));
-    case 'J':  // BININT: signed 32-bit
-      if (!ReadLE(4, &u)) return Truncated("BININT");
-      return Push(Value::Int(static_cast<int32_t>(static_cast<uint32_t>(u))));
-    case 0x8a:  // LONG1
-      if (!ReadLE(1, &u)) return Truncated("LONG1");
-      return Long(u);
-    case 0x8b: {  // LONG4: signed length
-      if (!ReadLE(4, &u)) return Truncated("LONG4");
-      const int32_t n = static_cast<int32_t>(static_cast<uint32_t>(u));
-      if (n < 0) return Fail(fmt::format("LONG4 with negative length {}", n));
-      return Long(static_cast<uint64_t>(n));
-    }
-    case 'G': {  // BINFLOAT: big-endian IEEE-754 double
-      if (Remaining() < 8) return Truncated("BINFLOAT");
-      uint64_t bits = 0;
-      for (int i = 0; i < 8; ++i) bits = (bits << 8) | p_[i];
-      p_ += 8;
-      double d;
-      std::memcpy(&d, &bits, sizeof d);
-      return Push(doc_.AddFloat(d));
-    }
-    case 0x8c:  // SHORT_BINUNICODE
-      if (!ReadLE(1, &u)) return Truncated("SHORT_BINUNICODE");
-      return String(Kind::kStr, u, "SHORT_BINUNICODE");
-    case 'X':  // BINUNICODE
-      if (!ReadLE(4, &u)) return Truncated("BINUNICODE");
-      return String(Kind::kStr, u, "BINUNICODE");
-    case 0x8d:  // BINUNICODE8
-      if (!ReadLE(8, &u)) return Truncated("BINUNICODE8");
-      return String(Kind::kStr, u, "BINUNICODE8");
-    case 'U':  // SHORT_BINSTRING (Python 2 str; Python 3 loads it as str)
-      if (!ReadLE(1, &u)) return Truncated("SHORT_BINSTRING");
-      return String(Kind::kStr, u, "SHORT_BINSTRING");
-    case 'T': {  // BINSTRING: signed 32-bit length
-      if (!ReadLE(4, &u)) return Truncated("BINSTRING");
-      const int32_t n = static_cast<int32_t>(static_cast<uint32_t>(u));
-      if (n < 0) return Fail(fmt::format("BINSTRING with negative length {}", n));
-      return String(Kind::kStr, static_cast<uint64_t>(n), "BINSTRING");
-    }
-    case 'C':  // SHORT_BINBYTES
-      if (!ReadLE(1, &u)) return Truncated("SHORT_BINBYTES");
-      return String(Kind::kBytes, u, "SHORT_BINBYTES");
-    case 'B':  // BINBYTES
-      if (!ReadLE(4, &u)) return Truncated("BINBYTES");
-      return String(Kind::kBytes, u, "BINBYTES");
-    case 0x8e:  // BINBYTES8
-      if (!ReadLE(8, &u)) return Truncated("BINBYTES8");
-      return String(Kind::kBytes, u, "BINBYTES8");
-    case 0x96:  // BYTEARRAY8
-      if (!ReadLE(8, &u)) return Truncated("BYTEARRAY8");
-      return String(Kind::kBytes, u, "BYTEARRAY8");
-    case '}': {  // EMPTY_DICT
-      return Push(NewContainer(Kind::kDict)) && CheckMemory();
-    }
-    case ']': {  // EMPTY_LIST
-      return Push(NewContainer(Kind::kList)) && CheckMemory();
-    }
-    case ')': {  // EMPTY_TUPLE
-      return Push(NewContainer(Kind::kTuple)) && CheckMemory();
-    }
-    case '(':  // MARK
-      if (marks_.size() >= limits_.max_stack_items) return Fail("too many MARKs (max_stack_items)");
-      marks_.push_back(stack_.size());
-      return true;
-    case 'd':
-    case 'l':
-    case 't': {  // DICT / LIST / TUPLE from the items above MARK
-      const std::string_view name = op == 'd' ? "DICT" : op == 'l' ? "LIST" : "TUPLE";
-      uint64_t base = 0;
-      if (!PopMark(name, &base)) return false;
-      const Kind kind = op == 'd' ? Kind::kDict : op == 'l' ? Kind::kList : Kind::kTuple;
-      return BuildContainer(kind, base, name);
-    }
-    case 0x85:
-    case 0x86:
-    case 0x87: {  // TUPLE1-3
-      const uint64_t n = op - 0x84u;
-      const std::string_view name = n == 1 ? "TUPLE1" : n == 2 ? "TUPLE2" : "TUPLE3";
-      if (!NeedItems(n, name)) return false;
-      return BuildContainer(Kind::kTuple, stack_.size() - n, name);
-    }
-    case 's':  // SETITEM: dict key value
-      if (!NeedItems(3, "SETITEM")) return false;
-      return AddTo(Kind::kDict, stack_.size() - 3, stack_.size() - 2, "SETITEM");
-    case 'u': {  // SETITEMS: dict MARK k v k v ...
-      uint64_t base = 0;
-      if (!PopMark("SETITEMS", &base)) return false;
-      if (base <= MarkBase()) return Fail("SETITEMS without a dict below its MARK");
-      return AddTo(Kind::kDict, base - 1, base, "SETITEMS");
-    }
-    case 'a':  // APPEND: list item
-      if (!NeedItems(2, "APPEND")) return false;
-      return AddTo(Kind::kList, stack_.size() - 2, stack_.size() - 1, "APPEND");
-    case 'e': {  // APPENDS: list MARK items...
-      uint64_t base = 0;
-      if (!PopMark("APPENDS", &base)) return false;
-      if (base <= MarkBase()) return Fail("APPENDS without a list below its MARK");
-      return AddTo(Kind::kList, base - 1, base, "APPENDS");
-    }
-    case 0x94:  // MEMOIZE: memo[len(memo)] = top
-      return MemoPut(memo_count_);
-    case 'q':  // BINPUT
-      if (!ReadLE(1, &u)) return Truncated("BINPUT");
-      return MemoPut(u);
-    case 'r':  // LONG_BINPUT
-      if (!ReadLE(4, &u)) return Truncated("LONG_BINPUT");
-      return MemoPut(u);
-    case 'h':  // BINGET
-      if (!ReadLE(1, &u)) return Truncated("BINGET");
-      return MemoGet(u);
-    case 'j':  // LONG_BINGET
-      if (!ReadLE(4, &u)) return Truncated("LONG_BINGET");
-      return MemoGet(u);
-    case '0':  // POP: the top item, or the innermost MARK when none is above it
-      if (stack_.size() > MarkBase()) {
-        stack_.pop_back();
-      } else if (!marks_.empty()) {
-        marks_.pop_back();
-      } else {
-        return Fail("POP with an empty stack");
-      }
-      return true;
-    case '1': {  // POP_MARK
-      uint64_t base = 0;
-      if (!PopMark("POP_MARK", &base)) return false;
-      stack_.resize(base);
-      return true;
-    }
-    case '2':  // DUP
-      if (stack_.size() <= MarkBase()) return Fail("DUP with an empty stack");
-      NoteCopy(stack_.back());
-      return Push(Value::FromBits(stack_.back()));
-    default: break;
+    case 0x88: return Push(Value::Bool(true));   // NEWTRUE
+    case 0x89: return Push(Value::Bool(false));  // NEWFALSE
+    case 'K': return UnsignedInt(1, "BININT1");
+    case 'M': return UnsignedInt(2, "BININT2");
+    case 'J': return BinInt();
+    case 0x8a: return LongOpcode(1, "LONG1");
+    case 0x8b: return LongOpcode(4, "LONG4");
+    case 'G': return BinFloat();
+    // str and bytes: a little-endian length, then the bytes. Python 3 loads
+    // Python 2's strings (SHORT_BINSTRING, BINSTRING) as str.
+    case 0x8c: return LengthPrefixed(1, Kind::kStr, "SHORT_BINUNICODE");
+    case 'X': return LengthPrefixed(4, Kind::kStr, "BINUNICODE");
+    case 0x8d: return LengthPrefixed(8, Kind::kStr, "BINUNICODE8");
+    case 'U': return LengthPrefixed(1, Kind::kStr, "SHORT_BINSTRING");
+    case 'T': return BinString();
+    case 'C': return LengthPrefixed(1, Kind::kBytes, "SHORT_BINBYTES");
+    case 'B': return LengthPrefixed(4, Kind::kBytes, "BINBYTES");
+    case 0x8e: return LengthPrefixed(8, Kind::kBytes, "BINBYTES8");
+    case 0x96: return LengthPrefixed(8, Kind::kBytes, "BYTEARRAY8");
+    // New containers: empty, from the items above the innermost MARK, or
+    // from the top 1-3 items.
+    case '}': return EmptyContainer(Kind::kDict);
+    case ']': return EmptyContainer(Kind::kList);
+    case ')': return EmptyContainer(Kind::kTuple);
+    case 'd': return FromMark(Kind::kDict, "DICT");
+    case 'l': return FromMark(Kind::kList, "LIST");
+    case 't': return FromMark(Kind::kTuple, "TUPLE");
+    case 0x85: return TupleOfTop(1, "TUPLE1");
+    case 0x86: return TupleOfTop(2, "TUPLE2");
+    case 0x87: return TupleOfTop(3, "TUPLE3");
+    // Filling a container below the items.
+    case 's': return AddTopItems(Kind::kDict, 2, "SETITEM");  // dict key value
+    case 'a': return AddTopItems(Kind::kList, 1, "APPEND");   // list item
+    case 'u': return AddMarkItems(Kind::kDict, "SETITEMS");   // dict MARK k v ...
+    case 'e': return AddMarkItems(Kind::kList, "APPENDS");    // list MARK items ...
+    // The memo.
+    case 0x94: return MemoPut(memo_count_);  // MEMOIZE: memo[len(memo)] = top
+    case 'q': return MemoPutAt(1, "BINPUT");
+    case 'r': return MemoPutAt(4, "LONG_BINPUT");
+    case 'h': return MemoGetAt(1, "BINGET");
+    case 'j': return MemoGetAt(4, "LONG_BINGET");
+    // The stack.
+    case '(': return Mark();
+    case '0': return Pop();
+    case '1': return PopMarkItems();
+    case '2': return Dup();
+    default: return Refuse(op);
   }
+}
+
+bool Machine::Proto() {
+  uint64_t u = 0;
+  if (!ReadLE(1, &u)) return Truncated("PROTO");
+  if (u < 2 || u > 5) {
+    return Fail(fmt::format("pickle protocol {} is not supported (PyTorch writes 2, 4 or 5)", u));
+  }
+  protocol_ = static_cast<int>(u);
+  return true;
+}
+
+// FRAME: a length hint for buffered readers; the bytes follow inline.
+bool Machine::Frame() {
+  uint64_t u = 0;
+  if (!ReadLE(8, &u)) return Truncated("FRAME");
+  if (u > Remaining()) {
+    return Fail(fmt::format("FRAME of {} bytes exceeds the {} bytes left (truncated file?)", u,
+                            Remaining()));
+  }
+  return true;
+}
+
+bool Machine::Stop(bool* stop) {
+  if (stack_.size() <= MarkBase() || stack_.empty()) return Fail("STOP with an empty stack");
+  *stop = true;
+  return true;
+}
+
+// BININT1 / BININT2: unsigned.
+bool Machine::UnsignedInt(int width, std::string_view op) {
+  uint64_t u = 0;
+  if (!ReadLE(width, &u)) return Truncated(op);
+  return Push(Value::Int(static_cast<int64_t>(u)));
+}
+
+// BININT: signed 32-bit.
+bool Machine::BinInt() {
+  uint64_t u = 0;
+  if (!ReadLE(4, &u)) return Truncated("BININT");
+  return Push(Value::Int(static_cast<int32_t>(static_cast<uint32_t>(u))));
+}
+
+// LONG1 / LONG4: a length (LONG4's signed), then Long's bytes.
+bool Machine::LongOpcode(int width, std::string_view op) {
+  uint64_t u = 0;
+  if (!ReadLE(width, &u)) return Truncated(op);
+  const int32_t n = static_cast<int32_t>(static_cast<uint32_t>(u));
+  if (n < 0) return Fail(fmt::format("{} with negative length {}", op, n));  // LONG4 only
+  return Long(static_cast<uint64_t>(n));
+}
+
+// BINFLOAT: a big-endian IEEE-754 double (the one big-endian payload).
+bool Machine::BinFloat() {
+  if (Remaining() < 8) return Truncated("BINFLOAT");
+  uint64_t bits = 0;
+  for (int i = 0; i < 8; ++i) bits = (bits << 8) | p_[i];
+  p_ += 8;
+  double d;
+  std::memcpy(&d, &bits, sizeof d);
+  return Push(doc_.AddFloat(d));
+}
+
+bool Machine::LengthPrefixed(int width, Kind kind, std::string_view op) {
+  uint64_t length = 0;
+  if (!ReadLE(width, &length)) return Truncated(op);
+  return String(kind, length, op);
+}
+
+// BINSTRING: the one string opcode with a signed (32-bit) length.
+bool Machine::BinString() {
+  uint64_t u = 0;
+  if (!ReadLE(4, &u)) return Truncated("BINSTRING");
+  const int32_t n = static_cast<int32_t>(static_cast<uint32_t>(u));
+  if (n < 0) return Fail(fmt::format("BINSTRING with negative length {}", n));
+  return String(Kind::kStr, static_cast<uint64_t>(n), "BINSTRING");
+}
+
+bool Machine::EmptyContainer(Kind kind) { return Push(NewContainer(kind)) && CheckMemory(); }
+
+// DICT / LIST / TUPLE: the items above the innermost MARK.
+bool Machine::FromMark(Kind kind, std::string_view op) {
+  uint64_t base = 0;
+  if (!PopMark(op, &base)) return false;
+  return BuildContainer(kind, base, op);
+}
+
+bool Machine::TupleOfTop(uint64_t n, std::string_view op) {
+  if (!NeedItems(n, op)) return false;
+  return BuildContainer(Kind::kTuple, stack_.size() - n, op);
+}
+
+// SETITEM / APPEND: the container sits below its `n` top items.
+bool Machine::AddTopItems(Kind want, uint64_t n, std::string_view op) {
+  if (!NeedItems(n + 1, op)) return false;
+  return AddTo(want, stack_.size() - n - 1, stack_.size() - n, op);
+}
+
+// SETITEMS / APPENDS: the container sits just below the innermost MARK.
+bool Machine::AddMarkItems(Kind want, std::string_view op) {
+  uint64_t base = 0;
+  if (!PopMark(op, &base)) return false;
+  if (base <= MarkBase()) {
+    return Fail(fmt::format("{} without a {} below its MARK", op, KindName(want)));
+  }
+  return AddTo(want, base - 1, base, op);
+}
+
+bool Machine::MemoPutAt(int width, std::string_view op) {
+  uint64_t index = 0;
+  if (!ReadLE(width, &index)) return Truncated(op);
+  return MemoPut(index);
+}
+
+bool Machine::MemoGetAt(int width, std::string_view op) {
+  uint64_t index = 0;
+  if (!ReadLE(width, &index)) return Truncated(op);
+  return MemoGet(index);
+}
+
+bool Machine::Mark() {
+  if (marks_.size() >= limits_.max_stack_items) return Fail("too many MARKs (max_stack_items)");
+  marks_.push_back(stack_.size());
+  return true;
+}
+
+// POP: the top item, or the innermost MARK when none is above it.
+bool Machine::Pop() {
+  if (stack_.size() > MarkBase()) {
+    stack_.pop_back();
+  } else if (!marks_.empty()) {
+    marks_.pop_back();
+  } else {
+    return Fail("POP with an empty stack");
+  }
+  return true;
+}
+
+// POP_MARK: the items above the innermost MARK, and the MARK.
+bool Machine::PopMarkItems() {
+  uint64_t base = 0;
+  if (!PopMark("POP_MARK", &base)) return false;
+  stack_.resize(base);
+  return true;
+}
+
+bool Machine::Dup() {
+  if (stack_.size() <= MarkBase()) return Fail("DUP with an empty stack");
+  NoteCopy(stack_.back());
+  return Push(Value::FromBits(stack_.back()));
+}
+
+// Every other byte: what would run code is named as such (the reader's
+// safety promise), then what PyTorch never writes, then anything else.
+bool Machine::Refuse(uint8_t op) {
   if (std::string_view refused = RefusedName(op); !refused.empty()) {
     return Fail(fmt::format(
         "opcode {} (0x{:02x}) would import or call a Python object; a memory snapshot holds "

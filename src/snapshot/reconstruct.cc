@@ -98,7 +98,16 @@ Result<int> ChooseDevice(const Snapshot& snapshot, int requested) {
       "torch.cuda.memory._record_memory_history() called before the run?)");
 }
 
-Result<Reconstruction> Reconstruct(const Snapshot& snapshot, int device) {
+namespace {
+
+// Live blocks by address: the record each address's current block has.
+using LiveRecords = std::unordered_map<uint64_t, uint32_t>;
+
+// The device's trace and stacks, and what the block sizes depend on: the
+// snapshot's allocator settings, and whether segments are expandable (a
+// segment_map entry or an expandable final segment says so even when the
+// recorded settings do not).
+Reconstruction StartReconstruction(const Snapshot& snapshot, int device) {
   static const Trace kNoEntries;
   Reconstruction r;
   r.device = device;
@@ -108,9 +117,9 @@ Result<Reconstruction> Reconstruct(const Snapshot& snapshot, int device) {
   r.stacks = ClassifyStacks(snapshot);
   r.rounding = SnapshotAllocatorConfig(snapshot);
   r.expandable = r.rounding.expandable_segments;
-  const Trace& entries = *r.entries;
-
-  for (const TraceEntry e : entries) {
+  // has_frames: the first alloc with a stack ends the scan (expandable is
+  // then only what was seen before it, as it always was).
+  for (const TraceEntry e : *r.entries) {
     if (e.action == TraceAction::kAlloc && e.stack != 0) {
       r.has_frames = true;
       break;
@@ -120,123 +129,154 @@ Result<Reconstruction> Reconstruct(const Snapshot& snapshot, int device) {
   for (const SnapshotSegment& s : snapshot.segments) {
     if (s.device == device && s.expandable) r.expandable = true;
   }
+  return r;
+}
 
-  // Pass 1: match allocs and frees by address; phases from alloc stacks.
-  if (entries.size() >= kNoRecord || snapshot.segments.size() >= kNoRecord) {
-    return MakeError(
-        fmt::format("{} trace entries: more than this reader handles (2^32)", entries.size()));
-  }
-  // Records: one per alloc, one per free without its alloc, one per block
-  // of the final segments the trace never allocated. Reserving that bound
-  // means the vector never grows by copying (which would double the peak);
-  // what stays unused is never touched, so it costs no resident memory.
-  uint64_t record_bound = 0;
+// Records: one per alloc, one per free without its alloc, one per block of
+// the final segments the trace never allocated. Reserving that bound means
+// the vector never grows by copying (which would double the peak); what
+// stays unused is never touched, so it costs no resident memory.
+uint64_t RecordBound(const Snapshot& snapshot, int device, const Trace& entries) {
+  uint64_t bound = 0;
   for (const TraceEntry e : entries) {
-    record_bound += e.action == TraceAction::kAlloc || e.action == TraceAction::kFreeRequested;
+    bound += e.action == TraceAction::kAlloc || e.action == TraceAction::kFreeRequested;
   }
   for (const SnapshotSegment& s : snapshot.segments) {
-    if (s.device == device) record_bound += s.blocks.size();
+    if (s.device == device) bound += s.blocks.size();
   }
-  r.records.reserve(record_bound);
-  r.entry_record.assign(entries.size(), kNoRecord);
-  PhaseMachine phases(&r.marks, r.has_frames);
-  std::unordered_map<uint64_t, uint32_t> live;  // address -> record
-  uint64_t unmatched_allocs = 0;
-  uint64_t segment_delta_in = 0, segment_delta_out = 0;
-  for (uint64_t i = 0; i < entries.size(); ++i) {
-    const TraceEntry e = entries[i];
-    switch (e.action) {
-      case TraceAction::kAlloc: {
-        if (auto it = live.find(e.addr); it != live.end()) {
-          // A block handed out again without its free in the trace.
-          AllocRecord& old = r.records[it->second];
-          if (old.free_entry == kNever) old.free_entry = static_cast<uint32_t>(i);
-          old.release_entry = static_cast<uint32_t>(i);
-          r.forced_frees.emplace_back(i, it->second);
-          ++unmatched_allocs;
-        }
-        AllocRecord rec;
-        rec.alloc_entry = static_cast<uint32_t>(i);
-        live[e.addr] = static_cast<uint32_t>(r.records.size());
-        r.entry_record[i] = static_cast<uint32_t>(r.records.size());
-        r.records.push_back(rec);
-        phases.OnAlloc(i, r.stacks[e.stack], snapshot.stacks[e.stack].empty());
-        break;
+  return bound;
+}
+
+// Pass 1 over the trace: matches allocs with frees by address into records,
+// marks phases from alloc stacks, and sums the segment actions (to find the
+// reserved bytes before the trace).
+class TraceMatcher {
+ public:
+  TraceMatcher(const Snapshot& snapshot, Reconstruction* r)
+      : snapshot_(snapshot), r_(*r), phases_(&r->marks, r->has_frames) {}
+
+  void Run() {
+    const Trace& entries = *r_.entries;
+    for (uint64_t i = 0; i < entries.size(); ++i) {
+      const TraceEntry e = entries[i];
+      switch (e.action) {
+        case TraceAction::kAlloc: OnAlloc(static_cast<uint32_t>(i), e); break;
+        case TraceAction::kFreeRequested: OnFreeRequested(static_cast<uint32_t>(i), e); break;
+        case TraceAction::kFreeCompleted: OnFreeCompleted(static_cast<uint32_t>(i), e); break;
+        case TraceAction::kSegmentAlloc:
+        case TraceAction::kSegmentMap: segment_bytes_in_ += e.size_bytes; break;
+        case TraceAction::kSegmentFree:
+        case TraceAction::kSegmentUnmap: segment_bytes_out_ += e.size_bytes; break;
+        default: break;
       }
-      case TraceAction::kFreeRequested: {
-        auto it = live.find(e.addr);
-        if (it != live.end()) {
-          AllocRecord& rec = r.records[it->second];
-          if (rec.free_entry == kNever) rec.free_entry = static_cast<uint32_t>(i);
-          r.entry_record[i] = it->second;
-          break;
-        }
-        AllocRecord rec;  // allocated before the trace began
-        rec.flags = AllocRecord::kInitial;
-        rec.alloc_entry = static_cast<uint32_t>(r.initial.size());
-        r.initial.push_back(InitialBlock{e.addr, e.size_bytes, e.stack, e.stream});
-        rec.free_entry = static_cast<uint32_t>(i);
-        live[e.addr] = static_cast<uint32_t>(r.records.size());
-        r.entry_record[i] = static_cast<uint32_t>(r.records.size());
-        r.records.push_back(rec);
-        break;
-      }
-      case TraceAction::kFreeCompleted: {
-        auto it = live.find(e.addr);
-        // Without a record the free was requested before the trace began:
-        // allocated_bytes had already dropped, nothing to count.
-        if (it == live.end()) break;
-        AllocRecord& rec = r.records[it->second];
-        if (rec.free_entry == kNever) rec.free_entry = static_cast<uint32_t>(i);
-        rec.release_entry = static_cast<uint32_t>(i);
-        r.entry_record[i] = it->second;
-        live.erase(it);
-        break;
-      }
-      case TraceAction::kSegmentAlloc:
-      case TraceAction::kSegmentMap: segment_delta_in += e.size_bytes; break;
-      case TraceAction::kSegmentFree:
-      case TraceAction::kSegmentUnmap: segment_delta_out += e.size_bytes; break;
-      default: break;
+    }
+    if (unmatched_allocs_ > 0) {
+      r_.notes.push_back(fmt::format(
+          "{} block(s) were allocated again at an address whose free the trace does not show; "
+          "each is counted as freed then",
+          unmatched_allocs_));
     }
   }
-  if (unmatched_allocs > 0) {
-    r.notes.push_back(fmt::format(
-        "{} block(s) were allocated again at an address whose free the trace does not show; "
-        "each is counted as freed then",
-        unmatched_allocs));
+
+  // Blocks alive at the end of the trace.
+  const LiveRecords& live() const { return live_; }
+  uint64_t segment_bytes_in() const { return segment_bytes_in_; }
+  uint64_t segment_bytes_out() const { return segment_bytes_out_; }
+
+ private:
+  // A new record for the block at `addr`, acted on by entry i.
+  void AddRecord(uint32_t i, uint64_t addr, const AllocRecord& rec) {
+    const auto index = static_cast<uint32_t>(r_.records.size());
+    live_[addr] = index;
+    r_.entry_record[i] = index;
+    r_.records.push_back(rec);
   }
 
-  // The final segments: exact block sizes of what is still alive, blocks
-  // alive since before the trace, reserved bytes at the end.
-  std::map<uint64_t, uint64_t> segments;  // start -> end, at the end of the trace
-  uint64_t pending_unknown = 0;
+  void OnAlloc(uint32_t i, const TraceEntry& e) {
+    if (auto it = live_.find(e.addr); it != live_.end()) {
+      // A block handed out again without its free in the trace.
+      AllocRecord& old = r_.records[it->second];
+      if (old.free_entry == kNever) old.free_entry = i;
+      old.release_entry = i;
+      r_.forced_frees.emplace_back(i, it->second);
+      ++unmatched_allocs_;
+    }
+    AllocRecord rec;
+    rec.alloc_entry = i;
+    AddRecord(i, e.addr, rec);
+    phases_.OnAlloc(i, r_.stacks[e.stack], snapshot_.stacks[e.stack].empty());
+  }
+
+  void OnFreeRequested(uint32_t i, const TraceEntry& e) {
+    if (auto it = live_.find(e.addr); it != live_.end()) {
+      AllocRecord& rec = r_.records[it->second];
+      if (rec.free_entry == kNever) rec.free_entry = i;
+      r_.entry_record[i] = it->second;
+      return;
+    }
+    AllocRecord rec;  // allocated before the trace began
+    rec.flags = AllocRecord::kInitial;
+    rec.alloc_entry = static_cast<uint32_t>(r_.initial.size());
+    r_.initial.push_back(InitialBlock{e.addr, e.size_bytes, e.stack, e.stream});
+    rec.free_entry = i;
+    AddRecord(i, e.addr, rec);
+  }
+
+  void OnFreeCompleted(uint32_t i, const TraceEntry& e) {
+    auto it = live_.find(e.addr);
+    // Without a record the free was requested before the trace began:
+    // allocated_bytes had already dropped, nothing to count.
+    if (it == live_.end()) return;
+    AllocRecord& rec = r_.records[it->second];
+    if (rec.free_entry == kNever) rec.free_entry = i;
+    rec.release_entry = i;
+    r_.entry_record[i] = it->second;
+    live_.erase(it);
+  }
+
+  const Snapshot& snapshot_;
+  Reconstruction& r_;
+  PhaseMachine phases_;
+  LiveRecords live_;
+  uint64_t unmatched_allocs_ = 0;
+  uint64_t segment_bytes_in_ = 0;
+  uint64_t segment_bytes_out_ = 0;
+};
+
+// A final-segment block the trace allocated and never freed: its size is
+// now exact, and its stack fills in one the trace did not record.
+void AdoptFinalBlock(const SnapshotBlock& b, AllocRecord& rec, Reconstruction& r) {
+  rec.block_bytes = b.size_bytes;
+  rec.flags |= AllocRecord::kExactSize;
+  if (b.stack == 0 || r.Stack(rec) != 0) return;
+  if (rec.initial()) {
+    r.initial[rec.alloc_entry].stack = b.stack;
+  } else {
+    r.segment_stacks[rec.alloc_entry] = b.stack;
+    rec.flags |= AllocRecord::kSegmentStack;
+  }
+}
+
+// The final segments: exact block sizes of what is still alive, blocks
+// alive since before the trace, reserved bytes at the end. Returns the
+// segments at the end of the trace (start -> end).
+std::map<uint64_t, uint64_t> ReadFinalSegments(const Snapshot& snapshot, const LiveRecords& live,
+                                               Reconstruction& r) {
+  std::map<uint64_t, uint64_t> segments;
   for (const SnapshotSegment& s : snapshot.segments) {
-    if (s.device != device) continue;
+    if (s.device != r.device) continue;
     r.segments_reserved_bytes += s.total_bytes;
     segments[s.address] = s.address + s.total_bytes;
     for (const SnapshotBlock& b : s.blocks) {
       if (b.state == BlockState::kInactive) continue;
       if (b.state == BlockState::kActiveAllocated) r.segments_allocated_bytes += b.size_bytes;
-      auto it = live.find(b.address);
-      if (it != live.end()) {
-        AllocRecord& rec = r.records[it->second];
-        rec.block_bytes = b.size_bytes;
-        rec.flags |= AllocRecord::kExactSize;
-        if (b.stack != 0 && r.Stack(rec) == 0) {
-          if (rec.initial()) {
-            r.initial[rec.alloc_entry].stack = b.stack;
-          } else {
-            r.segment_stacks[rec.alloc_entry] = b.stack;
-            rec.flags |= AllocRecord::kSegmentStack;
-          }
-        }
+      if (auto it = live.find(b.address); it != live.end()) {
+        AdoptFinalBlock(b, r.records[it->second], r);
         continue;
       }
-      if (b.state == BlockState::kActivePendingFree) {
-        ++pending_unknown;  // freed before the trace: not in allocated_bytes
-        continue;
-      }
+      // Pending free and unknown to the trace: freed before the trace
+      // began, so not in allocated_bytes.
+      if (b.state == BlockState::kActivePendingFree) continue;
       AllocRecord rec;
       rec.flags = AllocRecord::kInitial | AllocRecord::kExactSize;
       rec.alloc_entry = static_cast<uint32_t>(r.initial.size());
@@ -245,10 +285,15 @@ Result<Reconstruction> Reconstruct(const Snapshot& snapshot, int device) {
       r.records.push_back(rec);
     }
   }
-  (void)pending_unknown;
+  return segments;
+}
 
-  // Walk the segment actions backwards from the final state: what existed
-  // when the trace began (MemoryViz.js reconstructs its history the same way).
+// Walks the segment actions backwards from the final state to what existed
+// when the trace began (MemoryViz.js reconstructs its history the same
+// way), and the reserved bytes then.
+void FindInitialSegments(std::map<uint64_t, uint64_t> segments, const TraceMatcher& matcher,
+                         Reconstruction& r) {
+  const Trace& entries = *r.entries;
   for (uint64_t i = entries.size(); i-- > 0;) {
     const TraceEntry e = entries[i];
     if (e.action == TraceAction::kSegmentAlloc) {
@@ -258,13 +303,31 @@ Result<Reconstruction> Reconstruct(const Snapshot& snapshot, int device) {
     }
   }
   r.initial_segments.assign(segments.begin(), segments.end());
-  if (r.segments_reserved_bytes + segment_delta_out >= segment_delta_in) {
-    r.initial_reserved_bytes = r.segments_reserved_bytes + segment_delta_out - segment_delta_in;
+  const uint64_t out = matcher.segment_bytes_out();
+  const uint64_t in = matcher.segment_bytes_in();
+  if (r.segments_reserved_bytes + out >= in) {
+    r.initial_reserved_bytes = r.segments_reserved_bytes + out - in;
   } else {
     r.notes.push_back(
         "the trace allocated more segment bytes than the final segments hold; the reserved "
         "bytes before the trace are taken as 0");
   }
+}
+
+}  // namespace
+
+Result<Reconstruction> Reconstruct(const Snapshot& snapshot, int device) {
+  Reconstruction r = StartReconstruction(snapshot, device);
+  const Trace& entries = *r.entries;
+  if (entries.size() >= kNoRecord || snapshot.segments.size() >= kNoRecord) {
+    return MakeError(
+        fmt::format("{} trace entries: more than this reader handles (2^32)", entries.size()));
+  }
+  r.records.reserve(RecordBound(snapshot, device, entries));
+  r.entry_record.assign(entries.size(), kNoRecord);
+  TraceMatcher matcher(snapshot, &r);
+  matcher.Run();
+  FindInitialSegments(ReadFinalSegments(snapshot, matcher.live(), r), matcher, r);
   Attribute(r);
   return r;
 }
