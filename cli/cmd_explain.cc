@@ -25,13 +25,7 @@ struct ExplainArgs {
 int EmitExplainJson(const MeasuredSnapshot& measured, const OutputOptions& out) {
   const std::string text = RenderExplainJson(measured);
   std::fwrite(text.data(), 1, text.size(), stdout);
-  const std::pair<const std::string*, std::string (*)(const Report&)> outputs[] = {
-      {&out.html_path, &RenderHtml}, {&out.svg_path, &RenderSvg}, {&out.csv_path, &RenderTimelineCsv}};
-  for (const auto& [path, render] : outputs) {
-    if (path->empty()) continue;
-    if (Status s = WriteTextFile(*path, render(measured.report)); !s.ok()) return FailBadInput(s.error());
-  }
-  return kExitOk;
+  return WriteReportFiles(measured.report, out);
 }
 
 int RunExplain(const ExplainArgs& args) {

@@ -28,13 +28,7 @@ struct ReplayArgs {
 int EmitReplayJson(const SnapshotReplay& replay, const OutputOptions& out) {
   const std::string text = RenderReplayJson(replay);
   std::fwrite(text.data(), 1, text.size(), stdout);
-  const std::pair<const std::string*, std::string (*)(const Report&)> outputs[] = {
-      {&out.html_path, &RenderHtml}, {&out.svg_path, &RenderSvg}, {&out.csv_path, &RenderTimelineCsv}};
-  for (const auto& [path, render] : outputs) {
-    if (path->empty()) continue;
-    if (Status s = WriteTextFile(*path, render(replay.report)); !s.ok()) return FailBadInput(s.error());
-  }
-  return kExitOk;
+  return WriteReportFiles(replay.report, out);
 }
 
 int RunReplay(const ReplayArgs& args) {

@@ -150,7 +150,9 @@ TEST(Plan, EachKnobSetStopsAtItsLargestFittingSplit) {
       largest &= !(o.fits && o.setup.batch > s.setup.batch);
       larger_failed |= !o.fits && o.setup.batch == 2 * s.setup.batch;
     }
-    if (largest) EXPECT_TRUE(larger_failed) << s.setup.batch;
+    if (largest) {
+      EXPECT_TRUE(larger_failed) << s.setup.batch;
+    }
   }
 }
 

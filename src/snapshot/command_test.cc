@@ -5,7 +5,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "report_json.h"
 #include "test_support.h"
 
 namespace vramscope {
@@ -19,24 +18,6 @@ std::string ByReparsing(const std::string& report_json, const std::string& key, 
   Json j = Json::parse(report_json);
   j[key] = value;
   return j.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
-}
-
-TEST(AppendJsonMember, SameBytesAsParsingBack) {
-  Json report;
-  report["schema_version"] = 3;
-  report["source"] = "run\n.pickle";
-  report["ranks"] = Json::array({Json{{"a", 1}, {"b", Json::array()}}, Json::object()});
-  report["ratio"] = 0.1;
-  const std::string report_json = report.dump(2) + "\n";
-  const Json values[] = {
-      Json(), Json(7), Json("two\nlines \"quoted\""), Json::array(), Json::object(),
-      Json{{"nested", Json{{"deeper", Json::array({1, 2, Json{{"x", "y"}}})}}}, {"empty", Json::object()}},
-      Json{{"bad_utf8", std::string("\xff\xfe ok")}}};
-  for (const Json& value : values) {
-    EXPECT_EQ(snapshot::AppendJsonMember(report_json, "extra", value),
-              ByReparsing(report_json, "extra", value))
-        << value.dump(-1, ' ', false, Json::error_handler_t::replace);
-  }
 }
 
 // A made-up catalog entry (the catalog is a stage of its own).

@@ -2,7 +2,6 @@
 // standard report, its JSON, and the comparison with a prediction.
 #include <nlohmann/json.hpp>
 
-#include "report_json.h"
 #include "vramscope/snapshot.h"
 
 namespace vramscope {
@@ -84,8 +83,9 @@ Result<MeasuredSnapshot> ExplainSnapshotFile(const std::string& path, const GpuS
 }
 
 std::string RenderExplainJson(const MeasuredSnapshot& measured) {
-  return snapshot::AppendJsonMember(RenderJson(measured.report), "snapshot",
-                                    SnapshotJson(measured));
+  nlohmann::ordered_json j = ReportToJson(measured.report);
+  j["snapshot"] = SnapshotJson(measured);
+  return j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
 }
 
 Comparison CompareMeasured(const MeasuredSnapshot& measured, const Report& predicted) {

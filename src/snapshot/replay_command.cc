@@ -6,7 +6,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "report_json.h"
 #include "vramscope/snapshot.h"
 
 namespace vramscope {
@@ -157,7 +156,9 @@ std::string RenderReplayJson(const SnapshotReplay& r) {
   replay["predicted_peak_reserved_bytes"] = r.predicted_peak_reserved_bytes;
   replay["device_limit_bytes"] = r.device_limit_bytes;
   replay["events"] = r.events;
-  return snapshot::AppendJsonMember(RenderJson(r.report), "replay", replay);
+  nlohmann::ordered_json j = ReportToJson(r.report);
+  j["replay"] = std::move(replay);
+  return j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
 }
 
 }  // namespace vramscope
