@@ -380,21 +380,104 @@ void NormalizeTopK(Tape& tape, Var& weights, uint64_t tokens) {
 // sigmoid(shared_expert_gate(x)) * shared_expert(x).
 Var MoeGrouped(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x, const Dims& d);
 
-Var Moe(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x, const Dims& d) {
-  if (d.grouped_experts) return MoeGrouped(tape, spec, lp, x, d);
-  const uint64_t experts = std::max<uint64_t>(1, lp.expert_gate.size());
-  const uint64_t top_k = std::max<uint64_t>(1, spec.experts_per_token);
-  Var logits = Proj(tape, x, lp.router, nullptr, d.t, experts);
-  // F.softmax(router_logits, dim=1, dtype=torch.float): a cast for half
-  // logits, then _softmax, which saves its output (modeling_mixtral.py /
-  // modeling_qwen2_moe.py, 4.57.6).
+// F.softmax(router_logits, dim=1, dtype=torch.float): a cast for half logits,
+// then _softmax, which saves its output; topk (TopkBackward0 keeps the
+// indices) and the optional in-place renormalization (modeling_mixtral.py /
+// modeling_qwen2_moe.py, 4.57.6 / 5.24.0). `release_logits`: the logits' name
+// is rebound right after the cast (4.x), else the caller keeps them.
+TopK RouterProbabilities(Tape& tape, const ModelSpec& spec, Var& logits, const Dims& d, uint64_t top_k,
+                         bool release_logits) {
   Var l32 = Cast(tape, logits, kF32);
-  tape.Drop(logits);
+  if (release_logits) tape.Drop(logits);
   Var probs = UnaryOp(tape, l32, "aten::_softmax", "SoftmaxBackward0", true);
   tape.Drop(l32);
   TopK top = RouterTopK(tape, probs, d.t, top_k);
   tape.Drop(probs);  // `routing_weights` is rebound to the top-k values
   if (spec.norm_topk_prob) NormalizeTopK(tape, top.values, d.t);
+  return top;
+}
+
+// The expert loop's Python locals (idx / top_x, current_state,
+// current_hidden_states): rebound by the next expert, the last ones live until
+// the block returns.
+struct ExpertLoopLocals {
+  Var where, xs, w;
+};
+
+// Expert `e` on the `per_expert` tokens routed to it, added into `out`.
+void RunExpert(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x, const Dims& d, size_t e,
+               uint64_t per_expert, uint64_t top_k, const Var& routing, Var* out, ExpertLoopLocals* locals) {
+  const uint64_t inter = spec.moe_intermediate_size ? spec.moe_intermediate_size : d.inter;
+  // idx, top_x = torch.where(expert_mask[expert_idx].squeeze(0)): a copy of
+  // the expert's [k, t] mask slice (advanced indexing with a tensor), then
+  // nonzero [n, 2] int64, whose two columns are idx and top_x (views). The
+  // index ops below save them, so they live until this expert's backward.
+  Var slice = tape.New(top_k * d.t, kI64, Category::kTemporaries, "aten::index");
+  Var nz = tape.New(2 * per_expert, kI64, Category::kTemporaries, "aten::nonzero");
+  tape.Drop(slice);
+  if (locals->where.t != kNoTensor) tape.Drop(locals->where);
+  locals->where = nz;
+  const Var& where = locals->where;
+  // current_state = hidden_states[None, top_x]: the previous expert's goes
+  // only now, when the name is rebound.
+  Var cur = tape.New(per_expert * d.h, x.elem_bytes, Category::kTemporaries, "aten::index");
+  if (x.requires_grad() && tape.grad_enabled) {
+    NodeId n = tape.Node("IndexBackward0", &cur);
+    tape.graph.Save(n, where.t);
+    tape.graph.Edge(n, x, x.bytes());
+  }
+  if (locals->xs.t != kNoTensor) tape.Drop(locals->xs);
+  locals->xs = cur;
+  Var y = Mlp(tape, spec, lp, locals->xs, d, per_expert, inter, lp.expert_gate[e], lp.expert_up[e],
+              lp.expert_down[e]);
+  // routing_weights[top_x, idx, None]: this expert's per-token weights.
+  Var rw = tape.New(per_expert, routing.elem_bytes, Category::kTemporaries, "aten::index");
+  if (routing.requires_grad() && tape.grad_enabled) {
+    NodeId n = tape.Node("IndexBackward0", &rw);
+    tape.graph.Save(n, where.t);
+    tape.graph.Edge(n, routing, routing.bytes());
+  }
+  Var weighted = Mul(tape, y, rw);
+  tape.Drop(rw);
+  tape.Drop(y);
+  if (locals->w.t != kNoTensor) tape.Drop(locals->w);
+  locals->w = weighted;
+  // final_hidden_states.index_add_(0, top_x, current_hidden_states.to(dtype)),
+  // in place: `out` gets a new grad_fn, IndexAddBackward0 (derivatives.yaml:
+  // self gets the incoming gradient as it is, source gets
+  // grad.index_select(0, index).expand_as(source), so the index and the
+  // source are saved: the weighted rows stay, as the 4.57 trace shows). This
+  // is what connects each expert's graph to the loss; the chain of these
+  // nodes runs every expert's backward in reverse order. The cast is a no-op
+  // unless autocast made the weighted rows fp32 under half hidden states.
+  Var src = Cast(tape, locals->w, x.elem_bytes);
+  if (tape.grad_enabled && (src.requires_grad() || out->requires_grad())) {
+    const Var before = *out;
+    NodeId n = tape.Node("IndexAddBackward0", out);
+    tape.graph.Save(n, where.t);
+    tape.graph.Save(n, src.t);
+    tape.graph.EdgePass(n, before);
+    tape.graph.Edge(n, src, src.bytes());
+  }
+  tape.Drop(src);
+}
+
+// qwen2_moe: sigmoid(shared_expert_gate(x)) * shared_expert_output added to
+// the routed sum (4.57.6 / 5.24.0).
+Var AddSharedExpert(Tape& tape, const LayerParams& lp, const Var& x, const Dims& d, Var shared_out, Var routed) {
+  Var sh = GateSharedExpert(tape, lp, x, d, shared_out);
+  Var sum = Add(tape, routed, sh);
+  tape.Drop(sh);
+  tape.Drop(routed);
+  return sum;
+}
+
+Var Moe(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x, const Dims& d) {
+  if (d.grouped_experts) return MoeGrouped(tape, spec, lp, x, d);
+  const uint64_t experts = std::max<uint64_t>(1, lp.expert_gate.size());
+  const uint64_t top_k = std::max<uint64_t>(1, spec.experts_per_token);
+  Var logits = Proj(tape, x, lp.router, nullptr, d.t, experts);
+  TopK top = RouterProbabilities(tape, spec, logits, d, top_k, /*release_logits=*/true);
   // routing_weights = routing_weights.to(hidden_states.dtype): the fp32 values
   // go unless that is their dtype already.
   Var routing = Cast(tape, top.values, x.elem_bytes);
@@ -403,79 +486,18 @@ Var Moe(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x, 
   Var expert_mask = tape.New(experts * d.ep * top_k * d.t, kI64, Category::kTemporaries, "aten::one_hot");
   const std::vector<uint64_t> routed =
       ExpertTokens(d.t, top_k, lp.expert_gate.size(), d.ep, d.moe_capacity_factor, d.moe_imbalance);
-  const uint64_t inter = spec.moe_intermediate_size ? spec.moe_intermediate_size : d.inter;
-  // The loop's Python locals (idx / top_x, current_state,
-  // current_hidden_states) are rebound by the next expert and the last ones
-  // live until the block returns.
-  Var where, xs, w;
+  ExpertLoopLocals locals;
   for (uint64_t e = 0; e < lp.expert_gate.size(); ++e) {
-    const uint64_t per_expert = routed[e];
-    if (per_expert == 0) continue;
-    // idx, top_x = torch.where(expert_mask[expert_idx].squeeze(0)): a copy of
-    // the expert's [k, t] mask slice (advanced indexing with a tensor), then
-    // nonzero [n, 2] int64, whose two columns are idx and top_x (views). The
-    // index ops below save them, so they live until this expert's backward.
-    Var slice = tape.New(top_k * d.t, kI64, Category::kTemporaries, "aten::index");
-    Var nz = tape.New(2 * per_expert, kI64, Category::kTemporaries, "aten::nonzero");
-    tape.Drop(slice);
-    if (where.t != kNoTensor) tape.Drop(where);
-    where = nz;
-    // current_state = hidden_states[None, top_x]: the previous expert's goes
-    // only now, when the name is rebound.
-    Var cur = tape.New(per_expert * d.h, x.elem_bytes, Category::kTemporaries, "aten::index");
-    if (x.requires_grad() && tape.grad_enabled) {
-      NodeId n = tape.Node("IndexBackward0", &cur);
-      tape.graph.Save(n, where.t);
-      tape.graph.Edge(n, x, x.bytes());
-    }
-    if (xs.t != kNoTensor) tape.Drop(xs);
-    xs = cur;
-    Var y = Mlp(tape, spec, lp, xs, d, per_expert, inter, lp.expert_gate[e], lp.expert_up[e],
-                lp.expert_down[e]);
-    // routing_weights[top_x, idx, None]: this expert's per-token weights.
-    Var rw = tape.New(per_expert, routing.elem_bytes, Category::kTemporaries, "aten::index");
-    if (routing.requires_grad() && tape.grad_enabled) {
-      NodeId n = tape.Node("IndexBackward0", &rw);
-      tape.graph.Save(n, where.t);
-      tape.graph.Edge(n, routing, routing.bytes());
-    }
-    Var weighted = Mul(tape, y, rw);
-    tape.Drop(rw);
-    tape.Drop(y);
-    if (w.t != kNoTensor) tape.Drop(w);
-    w = weighted;
-    // final_hidden_states.index_add_(0, top_x, current_hidden_states.to(dtype)),
-    // in place: `out` gets a new grad_fn, IndexAddBackward0 (derivatives.yaml:
-    // self gets the incoming gradient as it is, source gets
-    // grad.index_select(0, index).expand_as(source), so the index and the
-    // source are saved: the weighted rows stay, as the 4.57 trace shows). This
-    // is what connects each expert's graph to the loss; the chain of these
-    // nodes runs every expert's backward in reverse order. The cast is a no-op
-    // unless autocast made the weighted rows fp32 under half hidden states.
-    Var src = Cast(tape, w, x.elem_bytes);
-    if (tape.grad_enabled && (src.requires_grad() || out.requires_grad())) {
-      const Var before = out;
-      NodeId n = tape.Node("IndexAddBackward0", &out);
-      tape.graph.Save(n, where.t);
-      tape.graph.Save(n, src.t);
-      tape.graph.EdgePass(n, before);
-      tape.graph.Edge(n, src, src.bytes());
-    }
-    tape.Drop(src);
+    if (routed[e] > 0) RunExpert(tape, spec, lp, x, d, e, routed[e], top_k, routing, &out, &locals);
   }
   if (lp.shared_gate) {
-    // shared_expert_output = self.shared_expert(hidden_states), then
-    // F.sigmoid(self.shared_expert_gate(hidden_states)) * shared_expert_output
-    // (qwen2_moe 4.57.6), added to the routed sum.
-    Var sh = GateSharedExpert(tape, lp, x, d,
-                              Mlp(tape, spec, lp, x, d, d.t, spec.shared_expert_intermediate_size,
-                                  lp.shared_gate, lp.shared_up, lp.shared_down));
-    Var sum = Add(tape, out, sh);
-    tape.Drop(sh);
-    tape.Drop(out);
-    out = sum;
+    // shared_expert_output = self.shared_expert(hidden_states) runs after the routed experts in 4.x.
+    out = AddSharedExpert(tape, lp, x, d,
+                          Mlp(tape, spec, lp, x, d, d.t, spec.shared_expert_intermediate_size, lp.shared_gate,
+                              lp.shared_up, lp.shared_down),
+                          out);
   }
-  for (Var* v : {&xs, &w, &where}) {
+  for (Var* v : {&locals.xs, &locals.w, &locals.where}) {
     if (v->t != kNoTensor) tape.Drop(*v);
   }
   tape.Drop(expert_mask);
@@ -517,64 +539,51 @@ Var GroupedMm(Tape& tape, const Var& in, const std::vector<Param*>& weights, uin
 //     weighted rows, a copy back in token order, then a sum over k into [t, h];
 //     grouped_mm is not autocast-enabled: the input is cast to the experts' dtype.
 //   qwen2_moe: the shared expert first, then sigmoid(shared_expert_gate(x)) * it.
-Var MoeGrouped(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x, const Dims& d) {
-  const uint64_t experts = lp.expert_gate.size();
-  const uint64_t top_k = std::max<uint64_t>(1, spec.experts_per_token);
-  const uint64_t s = d.t * top_k;
-  const uint64_t inter = spec.moe_intermediate_size ? spec.moe_intermediate_size : d.inter;
+// grouped_mm_experts_forward's routing (integrations/moe.py, 5.24.0):
+// expert_ids_g, perm = torch.sort(expert_ids); hidden_states[perm // num_top_k],
+// one gather whose index (the quotient) IndexBackward0 keeps;
+// sample_weights[perm]; the offsets: histc over a 4-byte copy of the sorted ids
+// (float on CPU, int32 on CUDA), cumsum to int32 [E].
+struct SortedRouting {
+  Var ids_sorted, perm, rows, weights, offsets;  // rows: [S, h] in expert order
+};
+
+SortedRouting SortByExpert(Tape& tape, const Var& x, const Var& weights, const Dims& d, uint64_t s,
+                           uint64_t experts) {
   const bool grad = tape.grad_enabled;
-  Var shared;
-  if (lp.shared_gate) {
-    shared = Mlp(tape, spec, lp, x, d, d.t, spec.shared_expert_intermediate_size, lp.shared_gate,
-                 lp.shared_up, lp.shared_down);
-  }
-  // --- router (mixtral: softmax(router_logits.float()); qwen: softmax(dtype=float32))
-  Var logits = Proj(tape, x, lp.router, nullptr, d.t, experts);
-  Var l32 = Cast(tape, logits, kF32);
-  Var probs = UnaryOp(tape, l32, "aten::_softmax", "SoftmaxBackward0", true);
-  tape.Drop(l32);
-  TopK top = RouterTopK(tape, probs, d.t, top_k);
-  Var top_i = top.indices;
-  tape.Drop(probs);
-  if (spec.norm_topk_prob) NormalizeTopK(tape, top.values, d.t);
-  // Qwen2MoeTopKRouter / Qwen3MoeTopKRouter: router_top_value.to(router_logits.dtype);
-  // MixtralTopKRouter (5.24.0) returns the fp32 values as they are, so the
-  // weighted expert rows are fp32 there.
-  Var weights = spec.model_type == "mixtral" ? tape.Share(top.values)
-                                              : Cast(tape, top.values, logits.elem_bytes);
-  tape.Drop(top.values);
-  // `_, routing_weights, selected_experts = self.gate(...)`: the router logits
-  // stay bound to `_` until the block returns.
-  // --- experts
-  const uint8_t expert_bytes = lp.expert_gate.front()->elem_bytes;
-  // grouped_mm_experts_forward (integrations/moe.py, 5.24.0): expert_ids_g,
-  // perm = torch.sort(expert_ids); hidden_states[perm // num_top_k], one
-  // gather whose index (the quotient) IndexBackward0 keeps;
-  // sample_weights[perm].
-  Var ids_sorted = tape.New(s, kI64, Category::kTemporaries, "aten::sort");
-  Var perm = tape.New(s, kI64, Category::kTemporaries, "aten::sort");
+  SortedRouting r;
+  r.ids_sorted = tape.New(s, kI64, Category::kTemporaries, "aten::sort");
+  r.perm = tape.New(s, kI64, Category::kTemporaries, "aten::sort");
   Var token_idx = tape.New(s, kI64, Category::kTemporaries, "aten::floor_divide");
-  Var routed_sorted = tape.New(s * d.h, x.elem_bytes, Category::kTemporaries, "aten::index");
+  r.rows = tape.New(s * d.h, x.elem_bytes, Category::kTemporaries, "aten::index");
   if (grad && x.requires_grad()) {
-    NodeId n = tape.Node("IndexBackward0", &routed_sorted);
+    NodeId n = tape.Node("IndexBackward0", &r.rows);
     tape.graph.Save(n, token_idx.t);
     tape.graph.Edge(n, x, x.bytes());  // zeros [t, h] + index_put_(accumulate=True)
   }
   tape.Drop(token_idx);
-  Var w_sorted = tape.New(s, weights.elem_bytes, Category::kTemporaries, "aten::index");
+  r.weights = tape.New(s, weights.elem_bytes, Category::kTemporaries, "aten::index");
   if (grad && weights.requires_grad()) {
-    NodeId n = tape.Node("IndexBackward0", &w_sorted);
-    tape.graph.Save(n, perm.t);
+    NodeId n = tape.Node("IndexBackward0", &r.weights);
+    tape.graph.Save(n, r.perm.t);
     tape.graph.Edge(n, weights, weights.bytes());
   }
-  // Offsets: histc over a 4-byte copy of the sorted ids (float on CPU, int32 on
-  // CUDA), cumsum to int32 [E].
   Var hist_in = tape.New(s, 4, Category::kTemporaries, "aten::_to_copy");
   Var counts = tape.New(experts, 4, Category::kTemporaries, "aten::histc");
   tape.Drop(hist_in);
-  Var offsets = tape.New(experts, 4, Category::kTemporaries, "aten::cumsum");
+  r.offsets = tape.New(experts, 4, Category::kTemporaries, "aten::cumsum");
   tape.Drop(counts);
-  Var xin = Cast(tape, routed_sorted, expert_bytes);
+  return r;
+}
+
+// The experts' gated MLPs over all S rows: one grouped_mm into [S, 2I]
+// (gate | up, saved for act and mul), act(gate) * up, one grouped_mm into
+// [S, h]. grouped_mm is not autocast-enabled: the input is cast to the
+// experts' dtype.
+Var GroupedExpertMlps(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& rows, uint64_t s,
+                      uint64_t inter, uint64_t h) {
+  const uint8_t expert_bytes = lp.expert_gate.front()->elem_bytes;
+  Var xin = Cast(tape, rows, expert_bytes);
   std::vector<Param*> gate_up = lp.expert_gate;
   gate_up.insert(gate_up.end(), lp.expert_up.begin(), lp.expert_up.end());
   Var gu = GroupedMm(tape, xin, gate_up, s, 2 * inter, expert_bytes);
@@ -589,12 +598,73 @@ Var MoeGrouped(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const V
   Var prod = Mul(tape, act, u);
   tape.Drop(act);
   tape.Drop(u);
-  Var y = GroupedMm(tape, prod, lp.expert_down, s, d.h, expert_bytes);
+  Var y = GroupedMm(tape, prod, lp.expert_down, s, h, expert_bytes);
   tape.Drop(prod);
+  return y;
+}
+
+// The weighted rows back in token order, summed over the k experts of each
+// token: `weighted_out[inv_perm].view(t, k, h).sum(dim=1)`. Returns the [t, h]
+// sum and the unsorted rows (a local until the experts function returns).
+Var UnsortAndSum(Tape& tape, Var& weighted, const Var& inv_perm, const Dims& d, uint64_t s, Var* unsorted) {
+  // IndexBackward0 saves the index before the gather runs (VariableType saves
+  // inputs before the call), so a recompute that stops at this pack never
+  // makes the gathered copy.
+  NodeId unsort_node = kNoNode;
+  if (tape.grad_enabled && weighted.requires_grad()) {
+    unsort_node = tape.Node("IndexBackward0", nullptr);
+    tape.graph.Save(unsort_node, inv_perm.t);
+    tape.graph.Edge(unsort_node, weighted, weighted.bytes());
+  }
+  *unsorted = tape.New(s * d.h, weighted.elem_bytes, Category::kTemporaries, "aten::index");
+  if (unsort_node != kNoNode) {
+    unsorted->fn = unsort_node;
+    unsorted->slot = 0;
+  }
+  // `weighted_out = weighted_out[inv_perm]` rebinds the name: the weighted rows
+  // go now unless a node saved them.
+  tape.Drop(weighted);
+  // SumBackward1 hands back an expanded view of the [t, h] gradient, and
+  // ViewBackward0 reshapes it to [S, h], which for an expanded (stride-0)
+  // tensor is a contiguous copy: a full [S, h] gradient (aten::clone in the
+  // 5.24.0 trace) that IndexBackward0 then receives.
+  Var summed = tape.New(d.t * d.h, unsorted->elem_bytes, Category::kTemporaries, "aten::sum");
+  if (tape.grad_enabled && unsorted->requires_grad()) {
+    NodeId n = tape.Node("SumBackward1", &summed);
+    tape.graph.Edge(n, *unsorted, unsorted->bytes());
+  }
+  return summed;
+}
+
+Var MoeGrouped(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x, const Dims& d) {
+  const uint64_t experts = lp.expert_gate.size();
+  const uint64_t top_k = std::max<uint64_t>(1, spec.experts_per_token);
+  const uint64_t s = d.t * top_k;
+  const uint64_t inter = spec.moe_intermediate_size ? spec.moe_intermediate_size : d.inter;
+  Var shared;
+  if (lp.shared_gate) {
+    shared = Mlp(tape, spec, lp, x, d, d.t, spec.shared_expert_intermediate_size, lp.shared_gate,
+                 lp.shared_up, lp.shared_down);
+  }
+  // --- router (mixtral: softmax(router_logits.float()); qwen: softmax(dtype=float32))
+  Var logits = Proj(tape, x, lp.router, nullptr, d.t, experts);
+  TopK top = RouterProbabilities(tape, spec, logits, d, top_k, /*release_logits=*/false);
+  Var top_i = top.indices;
+  // Qwen2MoeTopKRouter / Qwen3MoeTopKRouter: router_top_value.to(router_logits.dtype);
+  // MixtralTopKRouter (5.24.0) returns the fp32 values as they are, so the
+  // weighted expert rows are fp32 there.
+  Var weights = spec.model_type == "mixtral" ? tape.Share(top.values)
+                                              : Cast(tape, top.values, logits.elem_bytes);
+  tape.Drop(top.values);
+  // `_, routing_weights, selected_experts = self.gate(...)`: the router logits
+  // stay bound to `_` until the block returns.
+  // --- experts
+  SortedRouting r = SortByExpert(tape, x, weights, d, s, experts);
+  Var y = GroupedExpertMlps(tape, spec, lp, r.rows, s, inter, d.h);
   // out_per_sample_g * sample_weights_g.unsqueeze(-1); the weights' gradient
   // is (grad * y).sum(-1): a full-size product first.
-  Var weighted = Mul(tape, y, w_sorted);
-  if (weighted.fn != kNoNode && w_sorted.requires_grad()) {
+  Var weighted = Mul(tape, y, r.weights);
+  if (weighted.fn != kNoNode && r.weights.requires_grad()) {
     tape.graph.Workspace(weighted.fn, weighted.bytes());
   }
   tape.Drop(y);
@@ -602,46 +672,15 @@ Var MoeGrouped(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const V
   Var inv_perm = tape.New(s, kI64, Category::kTemporaries, "aten::empty_like");
   Var arange = tape.New(s, kI64, Category::kTemporaries, "aten::arange");
   tape.Drop(arange);
-  // weighted_out[inv_perm]: IndexBackward0 saves the index before the gather
-  // runs (VariableType saves inputs before the call), so a recompute that
-  // stops at this pack never makes the gathered copy.
-  NodeId unsort_node = kNoNode;
-  if (grad && weighted.requires_grad()) {
-    unsort_node = tape.Node("IndexBackward0", nullptr);
-    tape.graph.Save(unsort_node, inv_perm.t);
-    tape.graph.Edge(unsort_node, weighted, weighted.bytes());
-  }
-  Var unsorted = tape.New(s * d.h, weighted.elem_bytes, Category::kTemporaries, "aten::index");
-  if (unsort_node != kNoNode) {
-    unsorted.fn = unsort_node;
-    unsorted.slot = 0;
-  }
-  // `weighted_out = weighted_out[inv_perm]` rebinds the name: the weighted rows
-  // go now unless a node saved them.
-  tape.Drop(weighted);
-  // .view(t, k, h).sum(dim=1): SumBackward1 hands back an expanded view of the
-  // [t, h] gradient, and ViewBackward0 reshapes it to [S, h], which for an
-  // expanded (stride-0) tensor is a contiguous copy: a full [S, h] gradient
-  // (aten::clone in the 5.24.0 trace) that IndexBackward0 then receives.
-  Var summed = tape.New(d.t * d.h, unsorted.elem_bytes, Category::kTemporaries, "aten::sum");
-  if (grad && unsorted.requires_grad()) {
-    NodeId n = tape.Node("SumBackward1", &summed);
-    tape.graph.Edge(n, unsorted, unsorted.bytes());
-  }
+  Var unsorted;
+  Var summed = UnsortAndSum(tape, weighted, inv_perm, d, s, &unsorted);
   Var out = Cast(tape, summed, x.elem_bytes);  // .to(hidden_states.dtype)
   tape.Drop(summed);
   // The experts function returns: its locals die.
-  for (Var* v : {&routed_sorted, &unsorted, &perm, &inv_perm, &ids_sorted, &w_sorted,
-                 &offsets, &weights, &top_i}) {
+  for (Var* v : {&r.rows, &unsorted, &r.perm, &inv_perm, &r.ids_sorted, &r.weights, &r.offsets, &weights, &top_i}) {
     tape.Drop(*v);
   }
-  if (lp.shared_gate) {
-    shared = GateSharedExpert(tape, lp, x, d, shared);
-    Var sum = Add(tape, out, shared);
-    tape.Drop(shared);
-    tape.Drop(out);
-    out = sum;
-  }
+  if (lp.shared_gate) out = AddSharedExpert(tape, lp, x, d, shared, out);
   tape.Drop(logits);
   return out;
 }
