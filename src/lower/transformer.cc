@@ -1027,8 +1027,9 @@ ModelParams IndexParams(const ModelSpec& spec, std::vector<Param>& params) {
   return mp;
 }
 
-ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const TrainingSetup& setup,
-                   const StageSpan& span) {
+namespace {
+
+Dims ForwardDims(const ModelSpec& spec, const TrainingSetup& setup) {
   Dims d;
   d.b = setup.batch;
   d.s = setup.seq;
@@ -1048,76 +1049,75 @@ ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Tra
   // PreTrainedModel.get_correct_experts_implementation). Megatron-style knobs
   // (expert parallelism, a capacity factor) keep the per-expert lowering.
   d.grouped_experts = setup.transformers_version >= 500 && d.ep == 1 && setup.moe_capacity_factor == 0;
+  return d;
+}
 
-  tape.SetModule("model");
-  // input_ids and labels: int64 [b, s], made by the data loader (Megatron's
-  // pipeline gives tokens to the first stage and labels to the last).
-  Var ids, labels;
-  if (span.embed) ids = tape.New(d.t, kI64, Category::kOther, "input_ids");
-  if (span.head) labels = tape.New(d.t, kI64, Category::kOther, "labels");
-  const int head_unit = static_cast<int>(spec.num_layers) + 1;
-  Var x;
-  if (span.embed) {
-    tape.Unit(0, true);
-    tape.SetModule("model.embed_tokens");
-    // OPT: embed_tokens is word_embed_proj_dim wide and project_in widens it
-    // after the positions are embedded (OPTDecoder.forward).
-    const uint64_t embed_dim = mp.proj_in ? mp.embed->numel / d.vocab : d.h;
-    x = Embedding(tape, ids, *mp.embed, d.t, embed_dim);
-    // Gemma's sqrt(hidden) scaling: in the model's forward for Gemma 1 / 2 under
-    // 4.x; inside the embedding module (*TextScaledWordEmbedding) for Gemma 3 and
-    // for all of them in 5.x, where the input-grad hook then sees the scaled output.
-    const bool gemma = spec.model_type == "gemma" || spec.model_type == "gemma2" ||
-                       spec.model_type == "gemma3_text";
-    const bool scaled_inside = gemma && (spec.model_type == "gemma3_text" || setup.transformers_version >= 500);
-    if (scaled_inside) {
-      Var scaled = Scale(tape, x);
-      tape.Drop(x);
-      x = scaled;
-    }
-    if (InputsRequireGrad(setup)) x = RequireInputGrad(tape, x);
-    if (mp.pos_embed) {
-      // GPT-2 looks positions up as cache_position.unsqueeze(0), [1, s], and
-      // broadcasts them over the batch (GPT2Model.forward, 4.57 / 5.x); OPT
-      // derives [b, s] positions from the attention mask.
-      const bool batch_shared = spec.model_type == "gpt2";
-      Var pos_ids = batch_shared ? tape.New(d.s, kI64, Category::kOther, "aten::arange") : tape.Share(ids);
-      Var pos = Embedding(tape, pos_ids, *mp.pos_embed, batch_shared ? d.s : d.t, d.h);
-      tape.Drop(pos_ids);
-      if (mp.proj_in) {
-        Var wide = Linear(tape, x, *mp.proj_in, nullptr, d.t, d.h);
-        tape.Drop(x);
-        x = wide;
-      }
-      Var sum = Add(tape, x, pos);
-      tape.Drop(x);
-      tape.Drop(pos);
-      x = sum;
-    }
-    if (gemma && !scaled_inside) {
-      Var scaled = Scale(tape, x);  // hidden_states * normalizer
-      tape.Drop(x);
-      x = scaled;
-    }
-    x = ToSequenceShard(tape, x, d, "megatron::scatter_to_sequence_parallel_region");
-    if (spec.hidden_dropout > 0) {
-      Var dx = Dropout(tape, x, spec.hidden_dropout);
-      tape.Drop(x);
-      x = dx;
-    }
-    tape.Unit(0, false);
-  } else {
-    // Megatron p2p recv: the previous stage's hidden states, a leaf whose
-    // gradient is sent back (the residual stream's dtype).
-    tape.SetModule("pipeline");
-    x = tape.New(d.Residual().t * d.h, tape.autocast ? kF32 : tape.compute_bytes, Category::kActivations, "pp::recv");
-  }
-  EnsureSequenceGatherBuffer(tape, d, x.elem_bytes);
-  const bool ckpt = setup.grad_ckpt != GradCkpt::kNone;
-  // GradientCheckpointingLayer sets use_cache=False under checkpointing; the
-  // cache is then never made (transformers 4.57 / 5.x modeling_layers.py).
-  // Megatron-style layouts run Megatron's model, which has no such cache.
-  const bool cache = MakesTrainingCache(spec, setup, ckpt);
+// `x` replaced by what `op` made of it (the old tensor dropped).
+void Rebind(Tape& tape, Var& x, Var made) {
+  tape.Drop(x);
+  x = made;
+}
+
+// Gemma's sqrt(hidden) scaling: in the model's forward for Gemma 1 / 2 under
+// 4.x; inside the embedding module (*TextScaledWordEmbedding) for Gemma 3 and
+// for all of them in 5.x, where the input-grad hook then sees the scaled output.
+bool IsGemma(const ModelSpec& spec) {
+  return spec.model_type == "gemma" || spec.model_type == "gemma2" || spec.model_type == "gemma3_text";
+}
+bool GemmaScalesInsideEmbedding(const ModelSpec& spec, const TrainingSetup& setup) {
+  return IsGemma(spec) && (spec.model_type == "gemma3_text" || setup.transformers_version >= 500);
+}
+
+// Learned positions added to the token embeddings. GPT-2 looks positions up
+// as cache_position.unsqueeze(0), [1, s], and broadcasts them over the batch
+// (GPT2Model.forward, 4.57 / 5.x); OPT derives [b, s] positions from the
+// attention mask, and its project_in widens the tokens first (OPTDecoder.forward).
+void AddPositions(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Dims& d, const Var& ids, Var& x) {
+  const bool batch_shared = spec.model_type == "gpt2";
+  Var pos_ids = batch_shared ? tape.New(d.s, kI64, Category::kOther, "aten::arange") : tape.Share(ids);
+  Var pos = Embedding(tape, pos_ids, *mp.pos_embed, batch_shared ? d.s : d.t, d.h);
+  tape.Drop(pos_ids);
+  if (mp.proj_in) Rebind(tape, x, Linear(tape, x, *mp.proj_in, nullptr, d.t, d.h));
+  Var sum = Add(tape, x, pos);
+  tape.Drop(x);
+  tape.Drop(pos);
+  x = sum;
+}
+
+// The first stage's input: embeddings (scaled, positioned), the input-grad
+// hook, sequence-parallel scatter and dropout.
+Var EmbedTokens(Tape& tape, const ModelSpec& spec, ModelParams& mp, const TrainingSetup& setup, const Dims& d,
+                const Var& ids) {
+  tape.Unit(0, true);
+  tape.SetModule("model.embed_tokens");
+  // OPT: embed_tokens is word_embed_proj_dim wide and project_in widens it
+  // after the positions are embedded (OPTDecoder.forward).
+  const uint64_t embed_dim = mp.proj_in ? mp.embed->numel / d.vocab : d.h;
+  Var x = Embedding(tape, ids, *mp.embed, d.t, embed_dim);
+  const bool scaled_inside = GemmaScalesInsideEmbedding(spec, setup);
+  if (scaled_inside) Rebind(tape, x, Scale(tape, x));
+  if (InputsRequireGrad(setup)) x = RequireInputGrad(tape, x);
+  if (mp.pos_embed) AddPositions(tape, spec, mp, d, ids, x);
+  if (IsGemma(spec) && !scaled_inside) Rebind(tape, x, Scale(tape, x));  // hidden_states * normalizer
+  x = ToSequenceShard(tape, x, d, "megatron::scatter_to_sequence_parallel_region");
+  if (spec.hidden_dropout > 0) Rebind(tape, x, Dropout(tape, x, spec.hidden_dropout));
+  tape.Unit(0, false);
+  return x;
+}
+
+// The 4-D masks a forward builds (none for most SDPA paths): [b, 1, s, s],
+// eager's float mask in the embeddings' dtype, SDPA's bool (masking_utils'
+// sdpa_mask returns bool from 4.53 on); a sliding-window model builds a
+// second, full one.
+struct ForwardMasks {
+  Var mask, second_mask;
+};
+
+// What every layer reads: the attention plan, the masks, and the rotary
+// cos/sin in the residual stream's dtype, made after the mask
+// (LlamaModel.forward, 4.57 / 5.x).
+LayerShared PrepareLayers(Tape& tape, const ModelSpec& spec, const TrainingSetup& setup, const Dims& d,
+                          const Var& x, bool cache, ForwardMasks* masks) {
   LayerShared sh;
   sh.plan = PlanAttention(setup, tape.autocast ? tape.compute_bytes : x.elem_bytes, d.heads, d.kv,
                           SdpaGetsMask(spec, setup, d.s, cache), spec.attention_dropout, spec.kv_sharing);
@@ -1128,32 +1128,28 @@ ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Tra
   sh.plan.softcap = spec.attn_logit_softcapping > 0 && sh.plan.kernel == AttnKernel::kMath;
   sh.plan.legacy_stablelm = spec.model_type == "stablelm" && setup.transformers_version < 500 &&
                             setup.attn == Attention::kEager;
-  Var mask, second_mask;
   if (sh.plan.causal_mask_tensor) {
-    // [b, 1, s, s]: eager's float mask in the embeddings' dtype, SDPA's bool.
-    // masking_utils' sdpa_mask returns bool from 4.53 on.
     const uint8_t bytes = setup.attn == Attention::kSdpa && setup.transformers_version >= 453 ? kBool : x.elem_bytes;
-    mask = tape.New(d.b * d.s * d.s, bytes, Category::kOther, "causal_mask");
-    sh.mask = &mask;
+    masks->mask = tape.New(d.b * d.s * d.s, bytes, Category::kOther, "causal_mask");
+    sh.mask = &masks->mask;
     const bool full_too = setup.attn != Attention::kSdpa || SdpaNeedsFullMask(spec, setup, cache);
     if (BuildsMaskPair(spec, setup) && full_too) {
-      second_mask = tape.New(d.b * d.s * d.s, bytes, Category::kOther, "causal_mask");
+      masks->second_mask = tape.New(d.b * d.s * d.s, bytes, Category::kOther, "causal_mask");
     }
   }
-  // Rotary cos/sin in the residual stream's dtype, shared by all layers; the
-  // model makes them after the mask (LlamaModel.forward, 4.57 / 5.x).
   tape.SetModule("model.rotary_emb");
   if (spec.position == PositionKind::kRope) {
     RotaryTables(tape, d.s, RotaryDim(spec, d.d), x.elem_bytes, &sh.cos, &sh.sin);
   }
-  std::vector<Var> kv_cache;
-  if (cache) {
-    tape.kv_cache = &kv_cache;
-    tape.kv_cache_copies = setup.transformers_version >= 454;
-    tape.kv_values_take_key_dtype = setup.transformers_version < 500;
-  }
+  return sh;
+}
+
+// The stage's decoder layers, each checkpointed when the setup says so.
+// `layer_outputs`: what the last layer returned besides its hidden states.
+Var RunLayers(Tape& tape, const ModelSpec& spec, ModelParams& mp, const TrainingSetup& setup, const StageSpan& span,
+              const Dims& d, LayerShared& sh, ForwardMasks& masks, Var x, Var* layer_outputs) {
+  const bool ckpt = setup.grad_ckpt != GradCkpt::kNone;
   const uint64_t end_layer = std::min<uint64_t>(span.end_layer, spec.num_layers);
-  Var layer_outputs;  // what the last layer returned besides its hidden states
   for (uint64_t i = span.first_layer; i < end_layer; ++i) {
     tape.SetModule("model.layers." + std::to_string(i));
     tape.Unit(static_cast<int>(i) + 1, true);
@@ -1166,13 +1162,13 @@ ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Tra
       }
     }
     // Which of the two masks this layer reads (the other is nullptr's is_causal).
-    if (BuildsMaskPair(spec, setup) && mask.t != kNoTensor) {
-      sh.mask = SlidingLayer(spec, i) ? &mask : (second_mask.t != kNoTensor ? &second_mask : nullptr);
+    if (BuildsMaskPair(spec, setup) && masks.mask.t != kNoTensor) {
+      sh.mask = SlidingLayer(spec, i) ? &masks.mask
+                                      : (masks.second_mask.t != kNoTensor ? &masks.second_mask : nullptr);
     }
     if (ckpt && sh.mask) tape.graph.Keep(sh.mask->t);
     Var returned;
-    Var y = DecoderLayer(tape, spec, mp.layers[i], x, d, sh, IsMoeLayer(spec, mp.layers[i], i),
-                         &returned);
+    Var y = DecoderLayer(tape, spec, mp.layers[i], x, d, sh, IsMoeLayer(spec, mp.layers[i], i), &returned);
     if (ckpt && setup.grad_ckpt == GradCkpt::kReentrant && returned.t != kNoTensor) {
       tape.graph.UngradedOutput(returned.bytes());
     }
@@ -1182,41 +1178,82 @@ ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Tra
     x = y;
     // FalconModel.forward's `outputs` holds the previous layer's tuple until
     // the next layer returns, the last one until the model returns.
-    if (layer_outputs.t != kNoTensor) tape.Drop(layer_outputs);
-    layer_outputs = returned;
+    if (layer_outputs->t != kNoTensor) tape.Drop(*layer_outputs);
+    *layer_outputs = returned;
   }
-  if (sh.cos.t != kNoTensor) {
-    tape.Drop(sh.cos);
-    tape.Drop(sh.sin);
-  }
-  if (mask.t != kNoTensor) tape.Drop(mask);
-  if (second_mask.t != kNoTensor) tape.Drop(second_mask);
-  if (!span.head) {
-    if (layer_outputs.t != kNoTensor) tape.Drop(layer_outputs);
-    DropCache(tape);
-    if (ids.t != kNoTensor) tape.Drop(ids);
-    return ForwardOut{x};  // Megatron p2p send; kept for this micro-batch's backward
-  }
-  tape.Unit(head_unit, true);
+  return x;
+}
+
+// The last stage's final norm, OPT's project_out, lm_head and the loss. OPT's
+// post-norm layout has no final norm; project_out narrows to the embeddings'
+// width, which the (tied) lm_head reads.
+Var HeadAndLoss(Tape& tape, const ModelSpec& spec, ModelParams& mp, const TrainingSetup& setup, const Dims& d,
+                Var x, Var* layer_outputs) {
   tape.SetModule("model.norm");
   Dims dn = d.Residual();
-  // OPT's post-norm layout has no final norm; project_out narrows to the
-  // embeddings' width, which the (tied) lm_head reads.
   Var hfin = mp.final_norm ? Norm(tape, spec, x, mp.final_norm, mp.final_norm_b, dn) : tape.Share(x);
   tape.Drop(x);
-  if (layer_outputs.t != kNoTensor) tape.Drop(layer_outputs);  // the base model returns
+  if (layer_outputs->t != kNoTensor) tape.Drop(*layer_outputs);  // the base model returns
   uint64_t head_in = d.h;
   if (mp.proj_out) {
     head_in = mp.proj_out->numel / d.h;
-    Var narrow = Linear(tape, hfin, *mp.proj_out, nullptr, d.t, head_in);
-    tape.Drop(hfin);
-    hfin = narrow;
+    Rebind(tape, hfin, Linear(tape, hfin, *mp.proj_out, nullptr, d.t, head_in));
   }
   tape.SetModule("lm_head");
   Param* head = mp.lm_head ? mp.lm_head : mp.embed;  // tied embeddings
   Var loss = CausalLmLoss(tape, setup, hfin, *head, mp.lm_head_b, d.t, head_in, d.vocab,
                           spec.final_logit_softcapping);
   tape.Drop(hfin);
+  return loss;
+}
+
+}  // namespace
+
+ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const TrainingSetup& setup,
+                   const StageSpan& span) {
+  const Dims d = ForwardDims(spec, setup);
+  tape.SetModule("model");
+  // input_ids and labels: int64 [b, s], made by the data loader (Megatron's
+  // pipeline gives tokens to the first stage and labels to the last).
+  Var ids, labels;
+  if (span.embed) ids = tape.New(d.t, kI64, Category::kOther, "input_ids");
+  if (span.head) labels = tape.New(d.t, kI64, Category::kOther, "labels");
+  Var x;
+  if (span.embed) {
+    x = EmbedTokens(tape, spec, mp, setup, d, ids);
+  } else {
+    // Megatron p2p recv: the previous stage's hidden states, a leaf whose
+    // gradient is sent back (the residual stream's dtype).
+    tape.SetModule("pipeline");
+    x = tape.New(d.Residual().t * d.h, tape.autocast ? kF32 : tape.compute_bytes, Category::kActivations, "pp::recv");
+  }
+  EnsureSequenceGatherBuffer(tape, d, x.elem_bytes);
+  // GradientCheckpointingLayer sets use_cache=False under checkpointing; the
+  // cache is then never made (transformers 4.57 / 5.x modeling_layers.py).
+  // Megatron-style layouts run Megatron's model, which has no such cache.
+  const bool cache = MakesTrainingCache(spec, setup, setup.grad_ckpt != GradCkpt::kNone);
+  ForwardMasks masks;
+  LayerShared sh = PrepareLayers(tape, spec, setup, d, x, cache, &masks);
+  std::vector<Var> kv_cache;
+  if (cache) {
+    tape.kv_cache = &kv_cache;
+    tape.kv_cache_copies = setup.transformers_version >= 454;
+    tape.kv_values_take_key_dtype = setup.transformers_version < 500;
+  }
+  Var layer_outputs;
+  x = RunLayers(tape, spec, mp, setup, span, d, sh, masks, x, &layer_outputs);
+  for (Var* v : {&sh.cos, &sh.sin, &masks.mask, &masks.second_mask}) {
+    if (v->t != kNoTensor) tape.Drop(*v);
+  }
+  if (!span.head) {
+    if (layer_outputs.t != kNoTensor) tape.Drop(layer_outputs);
+    DropCache(tape);
+    if (ids.t != kNoTensor) tape.Drop(ids);
+    return ForwardOut{x};  // Megatron p2p send; kept for this micro-batch's backward
+  }
+  const int head_unit = static_cast<int>(spec.num_layers) + 1;
+  tape.Unit(head_unit, true);
+  Var loss = HeadAndLoss(tape, spec, mp, setup, d, x, &layer_outputs);
   tape.Unit(head_unit, false);
   DropCache(tape);  // outputs.past_key_values goes with the model's output
   if (ids.t != kNoTensor) tape.Drop(ids);
