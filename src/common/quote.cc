@@ -8,10 +8,10 @@ std::string QuoteForMessage(std::string_view text, size_t max_bytes, char quote)
   if (cut) text = text.substr(0, max_bytes);
   std::string out;
   out.reserve(text.size() + 5);
-  out.push_back(quote);
+  if (quote != '\0') out.push_back(quote);
   for (const char c : text) {
     const auto byte = static_cast<unsigned char>(c);
-    if (c == '\\' || c == quote) {
+    if (c == '\\' || (c == quote && quote != '\0')) {
       out.push_back('\\');
       out.push_back(c);
     } else if (byte >= 0x20 && byte < 0x7f) {
@@ -22,7 +22,7 @@ std::string QuoteForMessage(std::string_view text, size_t max_bytes, char quote)
       out.push_back(kHex[byte & 0xf]);
     }
   }
-  out.push_back(quote);
+  if (quote != '\0') out.push_back(quote);
   if (cut) out += "...";
   return out;
 }

@@ -45,6 +45,12 @@ TEST(QuoteForMessage, NonAsciiAndInvalidUtf8AreHexEscapes) {
   EXPECT_EQ(QuoteForMessage("\xE2\x80\xAE"), "\"\\xe2\\x80\\xae\"");               // U+202E RLO
 }
 
+TEST(QuoteForMessage, WithoutQuoteCharacters) {
+  EXPECT_EQ(QuoteForMessage("knobs.batch", 100, '\0'), "knobs.batch");
+  EXPECT_EQ(QuoteForMessage(std::string("a\0b\"'\\", 6), 100, '\0'), "a\\x00b\"'\\\\");
+  EXPECT_EQ(QuoteForMessage("evil\x1b[2J\nkkk", 7, '\0'), "evil\\x1b[2...");
+}
+
 TEST(QuoteForMessage, LengthIsBounded) {
   const std::string forty(40, 'x');
   EXPECT_EQ(QuoteForMessage(forty), "\"" + forty + "\"");

@@ -26,7 +26,9 @@ inline constexpr size_t kQuotedBytes = 40;
 //   escape, bidirectional override or invalid UTF-8 reaches the message;
 // - at most `max_bytes` bytes of input are shown; when more were given, "..."
 //   follows the closing quote.
-// The result is therefore at most 4 * max_bytes + 5 bytes long.
+// The result is therefore at most 4 * max_bytes + 5 bytes long. With quote
+// '\0' no quote characters are written (for text that the message already
+// sets apart, such as a key path before a colon); the rest is the same.
 // Examples: QuoteForMessage("gelu_x") == "\"gelu_x\"";
 //           QuoteForMessage("a\x1b[2J", 40, '\'') == "'a\\x1b[2J'".
 std::string QuoteForMessage(std::string_view text, size_t max_bytes = kQuotedBytes,
