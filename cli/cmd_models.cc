@@ -11,6 +11,7 @@
 
 #include "command.h"
 #include "output.h"
+#include "vramscope/common/quote.h"
 #include "vramscope/model.h"
 
 namespace vramscope::cli {
@@ -90,7 +91,8 @@ int RunModels(const ModelsArgs& args) {
       std::string list;
       for (const std::string& t : types) list += (list.empty() ? "" : ", ") + t;
       return FailBadInput(MakeError(fmt::format(
-          "--arch: \"{}\" is not a supported architecture (supported: {})", args.arch, list)));
+          "--arch: {} is not a supported architecture (supported: {})",
+          common::QuoteForMessage(args.arch), list)));
     }
   }
   std::vector<Row> rows;

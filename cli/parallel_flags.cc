@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "vramscope/common/quote.h"
+
 namespace vramscope::cli {
 namespace {
 
@@ -105,7 +107,8 @@ Result<ParallelLayout> ParallelArgs::ToLayout() const {
   if (zero_buckets == "hf-auto") {
     l.zero.hf_auto = true;
   } else if (zero_buckets != "deepspeed") {
-    return MakeError(fmt::format("--zero-buckets: '{}' is not one of deepspeed, hf-auto", zero_buckets));
+    return MakeError(fmt::format("--zero-buckets: {} is not one of deepspeed, hf-auto",
+                                 common::QuoteForMessage(zero_buckets, common::kQuotedBytes, '\'')));
   }
   if (Status st = Elems(zero_sub_group_size, "--zero-sub-group-size", &l.zero.sub_group_size); !st.ok()) return st.error();
   if (Status st = Elems(zero_reduce_bucket_size, "--zero-reduce-bucket-size", &l.zero.reduce_bucket_elems); !st.ok()) return st.error();

@@ -17,6 +17,7 @@
 
 #include "sizing.h"
 #include "vramscope/alloc_config.h"
+#include "vramscope/common/quote.h"
 
 namespace vramscope {
 namespace {
@@ -63,7 +64,7 @@ class Parser {
       if (i_ + 1 < tokens_.size()) {
         ++i_;
         if (tokens_[i_] != ",") {
-          return Fail(key, fmt::format("expected ',' after its value, found \"{}\"", tokens_[i_]));
+          return Fail(key, fmt::format("expected ',' after its value, found {}", Quote()));
         }
       }
     }
@@ -141,7 +142,7 @@ class Parser {
       if (v == 0) return Fail(key, Quote() + " must be > 0");
       return Ok{};
     }
-    return MakeError(fmt::format("{}: unknown key \"{}\"", kWhat, key));
+    return MakeError(fmt::format("{}: unknown key {}", kWhat, Quote(key)));
   }
 
   // ---- values -------------------------------------------------------------
@@ -216,7 +217,7 @@ class Parser {
     while (++i_ < tokens_.size() && tokens_[i_] != "]") {
       const std::string interval = tokens_[i_];
       if (i_ + 2 >= tokens_.size() || tokens_[i_ + 1] != ":" || IsPunct(tokens_[i_ + 2])) {
-        return Fail(key, fmt::format("expected MB:divisions in the list at \"{}\"", interval));
+        return Fail(key, fmt::format("expected MB:divisions in the list at {}", Quote(interval)));
       }
       i_ += 2;
       VS_TRY(value, ToInteger(key, tokens_[i_]));
@@ -259,7 +260,7 @@ class Parser {
     return t == "," || t == ":" || t == "]";
   }
   std::string Quote() const { return Quote(tokens_[i_]); }
-  static std::string Quote(const std::string& v) { return "\"" + v + "\""; }
+  static std::string Quote(std::string_view v) { return common::QuoteForMessage(v); }
   static Error Fail(const std::string& key, const std::string& what) {
     return MakeError(fmt::format("{}: {}: {}", kWhat, key, what));
   }

@@ -11,10 +11,7 @@ namespace vramscope {
 namespace alloc {
 
 uint64_t RoundUpSaturating(uint64_t x, uint64_t multiple) {
-  const uint64_t rem = x % multiple;
-  if (rem == 0) return x;
-  const uint64_t add = multiple - rem;
-  return x > kUnlimited - add ? kUnlimited : x + add;
+  return common::CheckedRoundUp(x, multiple).value_or(kUnlimited);
 }
 
 uint32_t DivisionsFor(uint64_t size_bytes, const AllocatorConfig& config) {

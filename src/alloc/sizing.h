@@ -9,6 +9,7 @@
 #include <string>
 
 #include "vramscope/alloc_config.h"
+#include "vramscope/common/checked.h"
 
 namespace vramscope::alloc {
 
@@ -32,9 +33,7 @@ inline constexpr uint64_t kOneExaBytes = uint64_t{1} << 60;
 uint64_t RoundUpSaturating(uint64_t x, uint64_t multiple);
 
 // a + b, saturating at kUnlimited.
-inline uint64_t AddSaturating(uint64_t a, uint64_t b) {
-  return a > kUnlimited - b ? kUnlimited : a + b;
-}
+inline uint64_t AddSaturating(uint64_t a, uint64_t b) { return common::SaturatingAdd(a, b); }
 
 // True when `need` more bytes fit under `limit` given `used` (no overflow).
 inline bool FitsUnder(uint64_t used, uint64_t need, uint64_t limit) {

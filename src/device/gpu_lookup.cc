@@ -4,10 +4,14 @@
 
 #include <fmt/format.h>
 
+#include "vramscope/common/quote.h"
 #include "vramscope/gpu.h"
 
 namespace vramscope {
 namespace {
+
+// Bytes of an unknown name shown in the error (GPU names run to 40 or so).
+constexpr size_t kMaxShownNameBytes = 64;
 
 // Lower-case, with runs of spaces, underscores and dashes as one dash and no
 // dash at either end: "NVIDIA  H100_80GB" -> "nvidia-h100-80gb". People type
@@ -36,16 +40,6 @@ bool Matches(const GpuSpec& spec, std::string_view key) {
   return false;
 }
 
-// The user's text in an error message: printable ASCII only, at most 64
-// bytes, so a hostile name cannot break the one-line message.
-std::string Printable(std::string_view text) {
-  constexpr size_t kMaxShownBytes = 64;
-  std::string out;
-  for (char c : text.substr(0, kMaxShownBytes)) out.push_back(c >= 0x20 && c < 0x7f ? c : '?');
-  if (text.size() > kMaxShownBytes) out += "...";
-  return out;
-}
-
 std::string KnownNames() {
   std::string names;
   for (const GpuSpec& spec : GpuCatalog()) {
@@ -69,7 +63,9 @@ Result<GpuSpec> FindGpu(std::string_view name) {
   for (const GpuSpec& spec : GpuCatalog()) {
     if (Matches(spec, key) || Matches(spec, without_vendor)) return spec;
   }
-  return MakeError(fmt::format("gpu: unknown GPU '{}' (known: {})", Printable(name), KnownNames()));
+  return MakeError(fmt::format("gpu: unknown GPU {} (known: {})",
+                               common::QuoteForMessage(name, kMaxShownNameBytes, '\''),
+                               KnownNames()));
 }
 
 }  // namespace vramscope

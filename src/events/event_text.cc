@@ -72,22 +72,6 @@ std::string Sanitize(std::string_view text, size_t max_bytes, bool token) {
 
 }  // namespace
 
-std::string Quote(std::string_view text) {
-  constexpr size_t kMaxShownBytes = 40;
-  std::string out = "'";
-  const size_t shown = std::min(text.size(), kMaxShownBytes);
-  for (size_t i = 0; i < shown; ++i) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    if (c >= 0x20 && c < 0x7f) {
-      out.push_back(static_cast<char>(c));
-    } else {
-      out += fmt::format("\\x{:02x}", c);
-    }
-  }
-  out += shown < text.size() ? "'..." : "'";
-  return out;
-}
-
 std::optional<std::string> FindTextProblem(std::string_view text) {
   for (size_t i = 0; i < text.size();) {
     const auto c = static_cast<unsigned char>(text[i]);

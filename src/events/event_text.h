@@ -9,6 +9,8 @@
 #include <string>
 #include <string_view>
 
+#include "vramscope/common/quote.h"
+
 namespace vramscope::events_internal {
 
 inline bool IsBlank(char c) { return c == ' ' || c == '\t'; }
@@ -41,9 +43,11 @@ class Tokenizer {
 };
 
 // `text` shown in an error message: in single quotes, at most 40 bytes, bytes
-// outside printable ASCII as \xNN, so that one bad line gives one short,
-// printable message line whatever it contains.
-std::string Quote(std::string_view text);
+// outside printable ASCII as \xNN (common::QuoteForMessage), so that one bad
+// line gives one short, printable message line whatever it contains.
+inline std::string Quote(std::string_view text) {
+  return common::QuoteForMessage(text, common::kQuotedBytes, '\'');
+}
 
 // Why `text` is not acceptable free text (invalid UTF-8, or a control
 // character other than tab), or nullopt. Free text flows into JSON and HTML

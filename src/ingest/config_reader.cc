@@ -12,7 +12,8 @@ std::string DescribeJson(const json& value) {
   switch (value.type()) {
     case json::value_t::null: return "null";
     case json::value_t::boolean: return value.get<bool>() ? "true" : "false";
-    case json::value_t::string: return "string " + QuoteForMessage(value.get_ref<const std::string&>());
+    case json::value_t::string:
+      return "string " + common::QuoteForMessage(value.get_ref<const std::string&>());
     case json::value_t::number_integer:
     case json::value_t::number_unsigned:
     case json::value_t::number_float: return fmt::format("number {}", value.dump());
@@ -20,45 +21,6 @@ std::string DescribeJson(const json& value) {
     case json::value_t::object: return "an object";
     default: return "a non-JSON value";
   }
-}
-
-std::string QuoteForMessage(std::string_view text, size_t max_bytes) {
-  bool cut = false;
-  if (text.size() > max_bytes) {
-    size_t end = max_bytes;
-    // Back up over UTF-8 continuation bytes so no character is split.
-    while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
-    text = text.substr(0, end);
-    cut = true;
-  }
-  // replace: bytes that are not UTF-8 (text from elsewhere than a JSON
-  // parser) become U+FFFD instead of throwing.
-  std::string quoted = json(std::string(text)).dump(-1, ' ', false, json::error_handler_t::replace);
-  if (cut) quoted.insert(quoted.size() - 1, "...");
-  return quoted;
-}
-
-bool JsonNestsDeeperThan(std::string_view text, size_t max_depth) {
-  size_t depth = 0;
-  bool in_string = false, escaped = false;
-  for (char c : text) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > max_depth) return true;
-    } else if ((c == ']' || c == '}') && depth > 0) {
-      --depth;
-    }
-  }
-  return false;
 }
 
 ConfigReader::ConfigReader(const json& object, std::string context)

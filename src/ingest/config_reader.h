@@ -17,6 +17,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "vramscope/common/json_depth.h"
+#include "vramscope/common/quote.h"
 #include "vramscope/result.h"
 
 namespace vramscope::ingest {
@@ -62,13 +64,9 @@ class ConfigReader {
 };
 
 // "string \"4096\"", "number 4096.5", "true", "array", ... for messages.
-// Strings are quoted and escaped (control characters as \uXXXX) and cut
-// after 40 bytes, so a message stays one printable line.
+// Strings are quoted, escaped and cut after 40 bytes by
+// common::QuoteForMessage, so a message stays one printable line.
 std::string DescribeJson(const nlohmann::json& value);
-
-// `text` as a quoted, escaped JSON string cut after `max_bytes` bytes (at a
-// UTF-8 boundary, "..." appended): safe to put in a one-line message.
-std::string QuoteForMessage(std::string_view text, size_t max_bytes = 40);
 
 // Arrays and objects nested deeper than this are rejected before parsing
 // (docs/hardening.md): nlohmann::json builds every level, about 100 bytes
@@ -76,9 +74,6 @@ std::string QuoteForMessage(std::string_view text, size_t max_bytes = 40);
 // safetensors headers nest 3 or 4 levels.
 inline constexpr size_t kMaxJsonDepth = 64;
 
-// True when `text` nests arrays and objects more than `max_depth` deep
-// (brackets inside strings do not count). One pass, no allocation; meant to
-// run before nlohmann::json::parse, which reports any other problem.
-bool JsonNestsDeeperThan(std::string_view text, size_t max_depth);
+// The check itself: common::JsonNestsDeeperThan (vramscope/common/json_depth.h).
 
 }  // namespace vramscope::ingest

@@ -305,8 +305,8 @@ void ReadBert(ConfigReader& r, ModelSpec& s, ArchDetails& a) {
     a.relative_position = true;
   } else if (position != "absolute") {
     r.Fail("position_embedding_type",
-           fmt::format("\"{}\" is not one of absolute, relative_key, relative_key_query",
-                       position));
+           fmt::format("{} is not one of absolute, relative_key, relative_key_query",
+                       common::QuoteForMessage(position)));
   }
   s.tie_word_embeddings = r.Bool("tie_word_embeddings", true);
   s.attention_dropout = r.Number("attention_probs_dropout_prob", 0.1, 0.0, 1.0);

@@ -67,8 +67,9 @@ MlpKind ReadActivation(ConfigReader& r, std::string_view key, std::string_view d
   if (name == "gelu_new") return MlpKind::kGeluNew;
   if (name == "gelu_fast") return MlpKind::kGeluFast;
   if (name == "quick_gelu") return MlpKind::kQuickGelu;
-  r.Fail(key, fmt::format("\"{}\" is not a supported activation (relu, gelu, gelu_pytorch_tanh, "
-                          "gelu_new, gelu_fast, quick_gelu)", name));
+  r.Fail(key, fmt::format("{} is not a supported activation (relu, gelu, gelu_pytorch_tanh, "
+                          "gelu_new, gelu_fast, quick_gelu)",
+                          common::QuoteForMessage(name)));
   return MlpKind::kGelu;
 }
 

@@ -1,14 +1,10 @@
 // Hub ids, settings, URLs, the config cache and the mapping of Hub answers to
-// one-line errors. The HTTP client itself is in hub_curl.cc.
+// one-line errors. The HTTP client and the files are the caller's (ModelIo);
+// the real ones are hub_curl.cc and disk_file_system.cc, outside vs_ingest.
 #include "hub.h"
 
-#include <unistd.h>
-
 #include <cctype>
-#include <fstream>
 #include <optional>
-#include <random>
-#include <sstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -40,8 +36,8 @@ std::string RepoPartProblem(std::string_view part, std::string_view what) {
   }
   for (char c : part) {
     if (!IsRepoChar(c)) {
-      return fmt::format("the {} has the character '{}' (allowed: letters, digits, '.', '_', '-')",
-                         what, c);
+      return fmt::format("the {} has the character {} (allowed: letters, digits, '.', '_', '-')",
+                         what, common::QuoteForMessage(std::string_view(&c, 1), 1, '\''));
     }
   }
   if (!IsWordChar(part.front()) || !IsWordChar(part.back())) {
@@ -58,7 +54,8 @@ std::string RevisionProblem(std::string_view rev) {
   for (char c : rev) {
     if (!IsRepoChar(c) && c != '/') {
       return fmt::format(
-          "the revision has the character '{}' (allowed: letters, digits, '.', '_', '-', '/')", c);
+          "the revision has the character {} (allowed: letters, digits, '.', '_', '-', '/')",
+          common::QuoteForMessage(std::string_view(&c, 1), 1, '\''));
     }
   }
   if (rev.front() == '.' || rev.front() == '/' || rev.back() == '/' ||
@@ -102,15 +99,11 @@ std::string CleanToken(std::string_view raw) {
   return out.substr(begin, end - begin + 1);
 }
 
-std::string ReadTokenFile(const fs::path& path) {
-  std::error_code ec;
-  if (!fs::is_regular_file(path, ec) || fs::file_size(path, ec) > kMaxTokenFileBytes || ec) {
-    return "";
-  }
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return CleanToken(text.str());
+std::string ReadTokenFile(const FileSystem& files, const fs::path& path) {
+  if (files.Stat(path) != FileSystem::Kind::kRegularFile) return "";
+  const Result<uint64_t> size = files.FileSize(path);
+  if (!size.ok() || *size > kMaxTokenFileBytes) return "";
+  return CleanToken(files.Read(path, 0, *size).value_or(""));
 }
 
 bool IsTrue(const char* value) {
@@ -130,7 +123,7 @@ fs::path ExpandHome(std::string_view path, const char* home) {
 
 // The config text when `text` is a JSON object, else what is wrong with it.
 Result<std::string> CheckConfigJson(std::string text, std::string_view what) {
-  if (JsonNestsDeeperThan(text, kMaxJsonDepth)) {
+  if (common::JsonNestsDeeperThan(text, kMaxJsonDepth)) {
     return MakeError(fmt::format("{} is JSON nested deeper than {} levels", what, kMaxJsonDepth));
   }
   nlohmann::json root = nlohmann::json::parse(text, nullptr, false);
@@ -147,45 +140,16 @@ Result<std::string> CheckConfigJson(std::string text, std::string_view what) {
 
 // The cached config of `path` when it is a readable JSON object, else nothing
 // (a damaged cache entry is refetched rather than reported).
-std::optional<std::string> ReadCache(const fs::path& path, uint64_t max_bytes) {
-  std::error_code ec;
-  if (path.empty() || !fs::is_regular_file(path, ec)) return std::nullopt;
-  uint64_t size = fs::file_size(path, ec);
-  if (ec || size > max_bytes) return std::nullopt;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::ostringstream text;
-  text << in.rdbuf();
-  Result<std::string> checked = CheckConfigJson(text.str(), "cache");
+std::optional<std::string> ReadCache(const FileSystem& files, const fs::path& path,
+                                     uint64_t max_bytes) {
+  if (path.empty() || files.Stat(path) != FileSystem::Kind::kRegularFile) return std::nullopt;
+  const Result<uint64_t> size = files.FileSize(path);
+  if (!size.ok() || *size > max_bytes) return std::nullopt;
+  std::optional<std::string> text = files.Read(path, 0, *size);
+  if (!text) return std::nullopt;
+  Result<std::string> checked = CheckConfigJson(std::move(*text), "cache");
   if (!checked.ok()) return std::nullopt;
   return std::move(checked).value();
-}
-
-// Writes `text` to a temporary file beside `path` and renames it into place:
-// rename() is atomic within a directory, so a concurrent vramscope reads the
-// old file or the new one, never a partial one. Returns "" or the problem.
-std::string WriteCacheAtomically(const fs::path& path, const std::string& text) {
-  std::error_code ec;
-  fs::create_directories(path.parent_path(), ec);
-  if (ec) return fmt::format("cannot create {}: {}", path.parent_path().string(), ec.message());
-  std::random_device entropy;
-  const fs::path tmp = path.string() + fmt::format(".tmp-{}-{:08x}", getpid(), entropy());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    out.close();
-    if (!out) {
-      fs::remove(tmp, ec);
-      return fmt::format("cannot write {}", tmp.string());
-    }
-  }
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    std::string problem = fmt::format("cannot rename into {}: {}", path.string(), ec.message());
-    fs::remove(tmp, ec);
-    return problem;
-  }
-  return "";
 }
 
 }  // namespace
@@ -230,9 +194,9 @@ Result<HubRef> ParseHubRef(std::string_view name) {
   return ref;
 }
 
-HubSettings ReadHubSettings(const EnvLookup& env) {
+HubSettings ReadHubSettings(const EnvLookup& env, const FileSystem& files) {
   auto get = [&](const char* var) -> const char* {
-    const char* v = env(var);
+    const char* v = env ? env(var) : nullptr;
     return v != nullptr && *v != '\0' ? v : nullptr;
   };
   HubSettings s;
@@ -267,7 +231,7 @@ HubSettings ReadHubSettings(const EnvLookup& env) {
     } else if (home != nullptr) {
       token_path = fs::path(home) / ".cache" / "huggingface" / "token";
     }
-    if (!token_path.empty()) s.token = ReadTokenFile(token_path);
+    if (!token_path.empty()) s.token = ReadTokenFile(files, token_path);
   }
   return s;
 }
@@ -370,9 +334,9 @@ Result<std::string> MapHubResponse(const HubRef& ref, std::string_view endpoint,
 }
 
 Result<HubConfig> FetchHubConfig(const HubRef& ref, const HubSettings& settings,
-                                 HttpFetcher& fetcher) {
+                                 const FileSystem& files, HttpFetcher& fetcher) {
   const fs::path cache = HubCachePath(ref, settings);
-  if (std::optional<std::string> cached = ReadCache(cache, settings.max_config_bytes)) {
+  if (std::optional<std::string> cached = ReadCache(files, cache, settings.max_config_bytes)) {
     return HubConfig{std::move(*cached), cache.string(), true, ""};
   }
   if (settings.offline) {
@@ -393,15 +357,15 @@ Result<HubConfig> FetchHubConfig(const HubRef& ref, const HubSettings& settings,
   if (!text.ok()) return text.error();
   HubConfig out{std::move(text).value(), request.url, false, ""};
   out.cache_problem = cache.empty() ? "no cache directory (set VRAMSCOPE_CACHE or HOME)"
-                                    : WriteCacheAtomically(cache, out.text);
+                                    : files.WriteAtomically(cache, out.text);
   return out;
 }
 
 Result<ModelSpec> LoadHubModel(std::string_view name, const HubSettings& settings,
-                               HttpFetcher& fetcher) {
+                               const FileSystem& files, HttpFetcher& fetcher) {
   Result<HubRef> ref = ParseHubRef(name);
   if (!ref.ok()) return ref.error();
-  Result<HubConfig> config = FetchHubConfig(*ref, settings, fetcher);
+  Result<HubConfig> config = FetchHubConfig(*ref, settings, files, fetcher);
   if (!config.ok()) return config.error();
   Result<ModelSpec> spec = ParseModelConfig(config->text, fmt::format("{} config.json", name));
   if (!spec.ok()) return spec;

@@ -1,5 +1,7 @@
-// Hugging Face Hub fetch of one file, config.json: the only network I/O of the
-// core library, kept behind this header so ResolveModel stays testable.
+// Hugging Face Hub fetch of one file, config.json. The network, the
+// environment and the cache files are the caller's (ModelIo,
+// vramscope/model_io.h): this code only decides what to ask and what the
+// answers mean.
 //
 // The steps are split so each can be tested alone:
 //   ParseHubRef        "owner/name[@revision]" -> HubRef (pure validation)
@@ -8,8 +10,9 @@
 //   HubCachePath       HubRef + settings -> cache file (pure)
 //   MapHubResponse     HTTP response -> config text or one-line Error (pure)
 //   FetchHubConfig     cache, else HttpFetcher::Get, then write the cache
-// HttpFetcher is an interface: the real one uses libcurl (hub_curl.cc), tests
-// pass a fake that records the requests.
+// HttpFetcher and FileSystem are interfaces: the real ones (libcurl, the
+// disk) live outside the core library (vramscope/local_io.h); tests pass fakes
+// that record what was asked.
 //
 // Behaviour follows huggingface_hub (constants.py, utils/_token.py,
 // utils/_http.py, 0.2x): HF_ENDPOINT without a trailing '/', URL
@@ -29,6 +32,7 @@
 #include <string_view>
 
 #include "vramscope/model.h"
+#include "vramscope/model_io.h"
 #include "vramscope/result.h"
 
 namespace vramscope::ingest {
@@ -63,14 +67,11 @@ struct HubSettings {
   uint64_t max_config_bytes = 4ULL << 20;  // a config.json is a few KiB
 };
 
-// Returns the value of an environment variable, nullptr when unset.
-using EnvLookup = std::function<const char*(const char*)>;
-
 // Settings from the environment (see the top of this file; the cache root is
 // $VRAMSCOPE_CACHE, else $XDG_CACHE_HOME/vramscope, else $HOME/.cache/vramscope).
-// Reads the token file when no token variable is set; an unreadable or absent
-// file means no token. Empty variables count as unset.
-HubSettings ReadHubSettings(const EnvLookup& env);
+// Reads the token file through `files` when no token variable is set; an
+// unreadable or absent file means no token. Empty variables count as unset.
+HubSettings ReadHubSettings(const EnvLookup& env, const FileSystem& files);
 
 // "{endpoint}/{repo_id}/resolve/{revision}/config.json"; a '/' inside the
 // revision is sent as %2F, as huggingface_hub quotes it.
@@ -81,42 +82,6 @@ std::string HubConfigUrl(const HubRef& ref, std::string_view endpoint);
 // with '/' in the revision written %2F. Distinct endpoints, repos and
 // revisions never share a file.
 std::filesystem::path HubCachePath(const HubRef& ref, const HubSettings& settings);
-
-struct HttpRequest {
-  std::string url;
-  std::string bearer_token;  // sent as "Authorization: Bearer ..." when not empty
-  int connect_timeout_s = 10;
-  int total_timeout_s = 30;
-  uint64_t max_body_bytes = 4ULL << 20;
-};
-
-struct HttpResponse {
-  enum class Transport : uint8_t {
-    kOk,           // an HTTP response arrived (any status)
-    kUnreachable,  // DNS, refused connection, TLS failure, bad URL
-    kTimeout,      // connect or total time limit passed
-    kTooLarge,     // the body passed max_body_bytes
-  };
-  Transport transport = Transport::kOk;
-  std::string transport_detail;  // libcurl's words when transport != kOk
-  long status = 0;               // of the last response, after redirects
-  std::string body;
-  std::string error_code;        // X-Error-Code of the last response
-  std::string error_message;     // X-Error-Message of the last response
-};
-
-// Performs one GET, following redirects. Implementations never throw; every
-// failure is described in the response.
-class HttpFetcher {
- public:
-  virtual ~HttpFetcher() = default;
-  virtual HttpResponse Get(const HttpRequest& request) = 0;
-};
-
-// The libcurl fetcher: http and https only (redirects too), at most 10
-// redirects, the request's timeouts and size limit; proxies from the usual
-// http_proxy / https_proxy / no_proxy variables as libcurl reads them.
-std::unique_ptr<HttpFetcher> MakeCurlFetcher();
 
 // The config text of a 200 response, or a one-line Error naming `ref` and
 // saying what to do (gated: accept the license and set HF_TOKEN; unreachable:
@@ -132,25 +97,30 @@ struct HubConfig {
   std::string cache_problem;      // why the fetched config was not cached; empty if it was
 };
 
-// config.json of `ref`: the cached copy when there is one (no network at all),
-// otherwise one GET through `fetcher` and, on success with valid JSON, an
-// atomic write of the cache (a temporary file renamed into place, so a
-// concurrent reader never sees half a file). Offline without a cached copy is
-// an error. A cached file that is not valid JSON is ignored and refetched.
+// config.json of `ref`: the cached copy in `files` when there is one (no
+// network at all), otherwise one GET through `fetcher` and, on success with
+// valid JSON, FileSystem::WriteAtomically of the cache (a concurrent reader
+// never sees half a file). Offline without a cached copy is an error. A
+// cached file that is not valid JSON is ignored and refetched.
 Result<HubConfig> FetchHubConfig(const HubRef& ref, const HubSettings& settings,
-                                 HttpFetcher& fetcher);
+                                 const FileSystem& files, HttpFetcher& fetcher);
 
 // ParseHubRef + FetchHubConfig + ParseModelConfig: the ModelSpec of a Hub id,
 // with name = `name`, hub_id = the repo id, and a note saying where the
 // config came from.
 Result<ModelSpec> LoadHubModel(std::string_view name, const HubSettings& settings,
-                               HttpFetcher& fetcher);
+                               const FileSystem& files, HttpFetcher& fetcher);
 
-// ResolveModel (model.h) with its last step, the Hub, done by `load_hub`:
-// an existing path, then a catalog alias or id, then — for a name that
-// LooksLikeHubId — load_hub(name). ResolveModel passes LoadHubModel with the
-// environment's settings and the libcurl fetcher; tests pass a fake.
+// ResolveModel (model_io.h) with its last step, the Hub, done by `load_hub`:
+// an existing path in `files`, then a catalog alias or id, then — for a name
+// that LooksLikeHubId — load_hub(name). ResolveModel passes LoadHubModel with
+// the settings of its ModelIo; tests pass a fake.
 using HubLoader = std::function<Result<ModelSpec>(std::string_view name)>;
-Result<ModelSpec> ResolveModelWithHub(std::string_view model, const HubLoader& load_hub);
+Result<ModelSpec> ResolveModelWithHub(std::string_view model, const FileSystem& files,
+                                      const HubLoader& load_hub);
+
+// A FileSystem in which no file exists and nothing can be written: what a
+// ModelIo without files means.
+const FileSystem& NoFileSystem();
 
 }  // namespace vramscope::ingest

@@ -1,4 +1,6 @@
 // The libcurl HttpFetcher: one GET per call, no state kept between calls.
+// Library vs_ingest_curl, linked by the CLI only: the core (vs_ingest) builds
+// and links without libcurl.
 #include <curl/curl.h>
 
 #include <cctype>
@@ -7,13 +9,13 @@
 
 #include <fmt/format.h>
 
-#include "hub.h"
+#include "vramscope/local_io.h"
 
 #ifndef VS_VERSION
 #define VS_VERSION "dev"
 #endif
 
-namespace vramscope::ingest {
+namespace vramscope {
 namespace {
 
 // What the callbacks collect while the transfer runs.
@@ -156,4 +158,4 @@ class CurlFetcher final : public HttpFetcher {
 
 std::unique_ptr<HttpFetcher> MakeCurlFetcher() { return std::make_unique<CurlFetcher>(); }
 
-}  // namespace vramscope::ingest
+}  // namespace vramscope

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "test_util.h"
+#include "vramscope/local_io.h"
 #include "vramscope/model.h"
 
 namespace vramscope::ingest {
@@ -143,7 +144,7 @@ EnvLookup Env(std::map<std::string, std::string> vars) {
 TEST(HubSettingsTest, DefaultsFollowHuggingfaceHub) {
   TempDir home;
   WriteFile(home.path() / ".cache/huggingface/token", "hf_fromfile\n");
-  HubSettings s = ReadHubSettings(Env({{"HOME", home.path().string()}}));
+  HubSettings s = ReadHubSettings(Env({{"HOME", home.path().string()}}), DiskFileSystem());
   EXPECT_EQ(s.endpoint, "https://huggingface.co");
   EXPECT_EQ(s.cache_dir, home.path() / ".cache" / "vramscope");
   EXPECT_EQ(s.token, "hf_fromfile");
@@ -162,38 +163,40 @@ TEST(HubSettingsTest, EnvironmentOverrides) {
                                        {"HF_ENDPOINT", "http://mirror.local:9000//"},
                                        {"VRAMSCOPE_CACHE", d + "/vc"},
                                        {"XDG_CACHE_HOME", d + "/xdg"},
-                                       {"HF_HOME", d + "/hf"}}));
+                                       {"HF_HOME", d + "/hf"}}), DiskFileSystem());
   EXPECT_EQ(s.endpoint, "http://mirror.local:9000");
   EXPECT_EQ(s.cache_dir, fs::path(d + "/vc"));
   EXPECT_EQ(s.token, "hf_home_token");
 
   s = ReadHubSettings(Env({{"HOME", d}, {"XDG_CACHE_HOME", d + "/xdg"},
-                           {"HF_TOKEN_PATH", d + "/elsewhere"}, {"HF_HOME", d + "/hf"}}));
+                           {"HF_TOKEN_PATH", d + "/elsewhere"}, {"HF_HOME", d + "/hf"}}),
+                      DiskFileSystem());
   EXPECT_EQ(s.cache_dir, fs::path(d + "/xdg") / "vramscope");
   EXPECT_EQ(s.token, "hf_token_path");
 
   // A relative XDG_CACHE_HOME is ignored (XDG base directory spec).
-  s = ReadHubSettings(Env({{"HOME", d}, {"XDG_CACHE_HOME", "rel"}}));
+  s = ReadHubSettings(Env({{"HOME", d}, {"XDG_CACHE_HOME", "rel"}}), DiskFileSystem());
   EXPECT_EQ(s.cache_dir, fs::path(d) / ".cache" / "vramscope");
 
   s = ReadHubSettings(Env({{"HF_TOKEN", "hf_env"}, {"HUGGING_FACE_HUB_TOKEN", "hf_legacy"},
-                           {"HF_HOME", d + "/hf"}}));
+                           {"HF_HOME", d + "/hf"}}), DiskFileSystem());
   EXPECT_EQ(s.token, "hf_env");
   EXPECT_TRUE(s.cache_dir.empty());  // no HOME, no XDG, no VRAMSCOPE_CACHE
-  s = ReadHubSettings(Env({{"HUGGING_FACE_HUB_TOKEN", "hf_legacy"}, {"HF_HOME", d + "/hf"}}));
+  s = ReadHubSettings(Env({{"HUGGING_FACE_HUB_TOKEN", "hf_legacy"}, {"HF_HOME", d + "/hf"}}),
+                      DiskFileSystem());
   EXPECT_EQ(s.token, "hf_legacy");
-  s = ReadHubSettings(Env({{"HF_TOKEN", ""}, {"HF_HOME", d + "/none"}}));
+  s = ReadHubSettings(Env({{"HF_TOKEN", ""}, {"HF_HOME", d + "/none"}}), DiskFileSystem());
   EXPECT_EQ(s.token, "");
 }
 
 TEST(HubSettingsTest, OfflineTakesHuggingfaceHubTrueValues) {
   for (const char* v : {"1", "ON", "yes", "True"}) {
-    EXPECT_TRUE(ReadHubSettings(Env({{"HF_HUB_OFFLINE", v}})).offline) << v;
+    EXPECT_TRUE(ReadHubSettings(Env({{"HF_HUB_OFFLINE", v}}), DiskFileSystem()).offline) << v;
   }
   for (const char* v : {"0", "off", "no", "false", ""}) {
-    EXPECT_FALSE(ReadHubSettings(Env({{"HF_HUB_OFFLINE", v}})).offline) << v;
+    EXPECT_FALSE(ReadHubSettings(Env({{"HF_HUB_OFFLINE", v}}), DiskFileSystem()).offline) << v;
   }
-  EXPECT_TRUE(ReadHubSettings(Env({{"TRANSFORMERS_OFFLINE", "1"}})).offline);
+  EXPECT_TRUE(ReadHubSettings(Env({{"TRANSFORMERS_OFFLINE", "1"}}), DiskFileSystem()).offline);
 }
 
 TEST(HubCacheTest, KeyedByEndpointRepoAndRevision) {
@@ -307,7 +310,7 @@ TEST(HubFetchTest, FetchesOnceThenReadsTheCacheWithoutTheNetwork) {
   HubSettings s = TempSettings(dir);
   FakeFetcher fetcher;
   fetcher.next = Ok(kTinyLlama);
-  Result<HubConfig> first = FetchHubConfig(Ref("org/tiny"), s, fetcher);
+  Result<HubConfig> first = FetchHubConfig(Ref("org/tiny"), s, DiskFileSystem(), fetcher);
   ASSERT_TRUE(first.ok()) << first.error().message;
   EXPECT_FALSE(first->from_cache);
   EXPECT_EQ(first->cache_problem, "");
@@ -330,7 +333,7 @@ TEST(HubFetchTest, FetchesOnceThenReadsTheCacheWithoutTheNetwork) {
   fetcher.next = Status(500);  // would fail if asked
   for (bool offline : {false, true}) {
     s.offline = offline;
-    Result<HubConfig> again = FetchHubConfig(Ref("org/tiny"), s, fetcher);
+    Result<HubConfig> again = FetchHubConfig(Ref("org/tiny"), s, DiskFileSystem(), fetcher);
     ASSERT_TRUE(again.ok()) << again.error().message;
     EXPECT_TRUE(again->from_cache);
     EXPECT_EQ(again->text, kTinyLlama);
@@ -338,7 +341,7 @@ TEST(HubFetchTest, FetchesOnceThenReadsTheCacheWithoutTheNetwork) {
   EXPECT_EQ(fetcher.requests.size(), 1u);
   // Another revision is another cache entry.
   s.offline = false;
-  EXPECT_FALSE(FetchHubConfig(Ref("org/tiny@v2"), s, fetcher).ok());
+  EXPECT_FALSE(FetchHubConfig(Ref("org/tiny@v2"), s, DiskFileSystem(), fetcher).ok());
   EXPECT_EQ(fetcher.requests.size(), 2u);
 }
 
@@ -347,7 +350,7 @@ TEST(HubFetchTest, OfflineWithoutCacheIsAnErrorAndSendsNothing) {
   HubSettings s = TempSettings(dir);
   s.offline = true;
   FakeFetcher fetcher;
-  Result<HubConfig> r = FetchHubConfig(Ref("org/tiny"), s, fetcher);
+  Result<HubConfig> r = FetchHubConfig(Ref("org/tiny"), s, DiskFileSystem(), fetcher);
   ASSERT_FALSE(r.ok());
   ExpectErrorMentions(r.error(), {"org/tiny", "HF_HUB_OFFLINE is set", "no config.json is cached",
                                   HubCachePath(Ref("org/tiny"), s).string()});
@@ -360,16 +363,16 @@ TEST(HubFetchTest, FailuresAndBadJsonAreNotCachedAndADamagedCacheIsRefetched) {
   s.token.clear();
   FakeFetcher fetcher;
   fetcher.next = Ok("{\"model_type\": ");
-  EXPECT_FALSE(FetchHubConfig(Ref("org/tiny"), s, fetcher).ok());
+  EXPECT_FALSE(FetchHubConfig(Ref("org/tiny"), s, DiskFileSystem(), fetcher).ok());
   EXPECT_EQ(fetcher.requests.back().bearer_token, "");
   fetcher.next = Status(401);
-  EXPECT_FALSE(FetchHubConfig(Ref("org/tiny"), s, fetcher).ok());
+  EXPECT_FALSE(FetchHubConfig(Ref("org/tiny"), s, DiskFileSystem(), fetcher).ok());
   EXPECT_FALSE(fs::exists(HubCachePath(Ref("org/tiny"), s)));
 
   WriteFile(HubCachePath(Ref("org/tiny"), s), "{truncated");
   ASSERT_TRUE(fs::is_regular_file(HubCachePath(Ref("org/tiny"), s)));
   fetcher.next = Ok(kTinyLlama);
-  Result<HubConfig> r = FetchHubConfig(Ref("org/tiny"), s, fetcher);
+  Result<HubConfig> r = FetchHubConfig(Ref("org/tiny"), s, DiskFileSystem(), fetcher);
   ASSERT_TRUE(r.ok()) << r.error().message;
   EXPECT_FALSE(r->from_cache);
   EXPECT_EQ(fetcher.requests.size(), 3u);
@@ -382,11 +385,11 @@ TEST(HubFetchTest, AnUnwritableCacheStillReturnsTheConfig) {
   s.cache_dir = dir.path() / "file";  // a file where a directory should be
   FakeFetcher fetcher;
   fetcher.next = Ok(kTinyLlama);
-  Result<HubConfig> r = FetchHubConfig(Ref("org/tiny"), s, fetcher);
+  Result<HubConfig> r = FetchHubConfig(Ref("org/tiny"), s, DiskFileSystem(), fetcher);
   ASSERT_TRUE(r.ok()) << r.error().message;
   EXPECT_NE(r->cache_problem, "");
   s.cache_dir.clear();
-  r = FetchHubConfig(Ref("org/tiny"), s, fetcher);
+  r = FetchHubConfig(Ref("org/tiny"), s, DiskFileSystem(), fetcher);
   ASSERT_TRUE(r.ok());
   EXPECT_NE(r->cache_problem.find("no cache directory"), std::string::npos);
 }
@@ -396,7 +399,7 @@ TEST(HubModelTest, LoadsTheSpecAndSaysWhereTheConfigCameFrom) {
   HubSettings s = TempSettings(dir);
   FakeFetcher fetcher;
   fetcher.next = Ok(kTinyLlama);
-  Result<ModelSpec> spec = LoadHubModel("org/tiny", s, fetcher);
+  Result<ModelSpec> spec = LoadHubModel("org/tiny", s, DiskFileSystem(), fetcher);
   ASSERT_TRUE(spec.ok()) << spec.error().message;
   EXPECT_EQ(spec->name, "org/tiny");
   EXPECT_EQ(spec->hub_id, "org/tiny");
@@ -404,7 +407,7 @@ TEST(HubModelTest, LoadsTheSpecAndSaysWhereTheConfigCameFrom) {
   EXPECT_EQ(spec->hidden_size, 64u);
   ASSERT_FALSE(spec->notes.empty());
   EXPECT_NE(spec->notes.back().find("fetched from http://hub.test"), std::string::npos);
-  spec = LoadHubModel("org/tiny", s, fetcher);
+  spec = LoadHubModel("org/tiny", s, DiskFileSystem(), fetcher);
   ASSERT_TRUE(spec.ok());
   EXPECT_NE(spec->notes.back().find("read from the cache"), std::string::npos);
 }
@@ -413,7 +416,7 @@ TEST(HubModelTest, UnsupportedArchitectureNamesTheSupportedOnes) {
   TempDir dir;
   FakeFetcher fetcher;
   fetcher.next = Ok(R"({"model_type": "mamba", "hidden_size": 768})");
-  Result<ModelSpec> spec = LoadHubModel("state-spaces/mamba-130m-hf", TempSettings(dir), fetcher);
+  Result<ModelSpec> spec = LoadHubModel("state-spaces/mamba-130m-hf", TempSettings(dir), DiskFileSystem(), fetcher);
   ASSERT_FALSE(spec.ok());
   ExpectErrorMentions(spec.error(), {"state-spaces/mamba-130m-hf config.json", "\"mamba\"",
                                      "not supported"});
@@ -423,7 +426,7 @@ TEST(HubModelTest, UnsupportedArchitectureNamesTheSupportedOnes) {
 TEST(HubModelTest, InvalidIdSendsNothing) {
   TempDir dir;
   FakeFetcher fetcher;
-  Result<ModelSpec> spec = LoadHubModel("org/bad name", TempSettings(dir), fetcher);
+  Result<ModelSpec> spec = LoadHubModel("org/bad name", TempSettings(dir), DiskFileSystem(), fetcher);
   ASSERT_FALSE(spec.ok());
   ExpectErrorMentions(spec.error(), {"not a valid Hugging Face id"});
   EXPECT_TRUE(fetcher.requests.empty());
@@ -436,26 +439,126 @@ TEST(ResolveOrderTest, PathThenCatalogThenHub) {
     return MakeError("fake hub");
   };
   // A catalog alias or Hub id never reaches the Hub.
-  Result<ModelSpec> alias = ResolveModelWithHub("llama-3-8b", loader);
+  Result<ModelSpec> alias = ResolveModelWithHub("llama-3-8b", DiskFileSystem(), loader);
   ASSERT_TRUE(alias.ok()) << alias.error().message;
-  Result<ModelSpec> id = ResolveModelWithHub("META-LLAMA/Meta-Llama-3-8B", loader);
+  Result<ModelSpec> id = ResolveModelWithHub("META-LLAMA/Meta-Llama-3-8B", DiskFileSystem(), loader);
   ASSERT_TRUE(id.ok()) << id.error().message;
   EXPECT_EQ(id->name, "llama-3-8b");
   // An existing path wins.
   TempDir dir;
   WriteFile(dir.path() / "config.json", kTinyLlama);
-  ASSERT_TRUE(ResolveModelWithHub(dir.path().string(), loader).ok());
+  ASSERT_TRUE(ResolveModelWithHub(dir.path().string(), DiskFileSystem(), loader).ok());
   EXPECT_TRUE(asked.empty());
   // Anything else shaped owner/name goes to the Hub, with an @revision too.
-  EXPECT_FALSE(ResolveModelWithHub("org/unknown", loader).ok());
-  EXPECT_FALSE(ResolveModelWithHub("meta-llama/Meta-Llama-3-8B@main", loader).ok());
+  EXPECT_FALSE(ResolveModelWithHub("org/unknown", DiskFileSystem(), loader).ok());
+  EXPECT_FALSE(ResolveModelWithHub("meta-llama/Meta-Llama-3-8B@main", DiskFileSystem(), loader).ok());
   EXPECT_EQ(asked, (std::vector<std::string>{"org/unknown", "meta-llama/Meta-Llama-3-8B@main"}));
   // A name not shaped like a Hub id gets the general error, without the Hub.
-  Result<ModelSpec> none = ResolveModelWithHub("no-such-model", loader);
+  Result<ModelSpec> none = ResolveModelWithHub("no-such-model", DiskFileSystem(), loader);
   ASSERT_FALSE(none.ok());
   ExpectErrorMentions(none.error(), {"no-such-model: neither a config.json", "Hugging Face id"});
-  EXPECT_FALSE(ResolveModelWithHub("missing/config.json", loader).ok());
+  EXPECT_FALSE(ResolveModelWithHub("missing/config.json", DiskFileSystem(), loader).ok());
   EXPECT_EQ(asked.size(), 2u);
+}
+
+}  // namespace
+}  // namespace vramscope::ingest
+
+namespace vramscope::ingest {
+namespace {
+
+// Files in memory that remember every path asked about: ResolveModel must
+// touch nothing but what its ModelIo gives it.
+class MemoryFiles final : public FileSystem {
+ public:
+  std::map<std::string, std::string> files;  // path -> contents
+  mutable std::set<std::string> touched;
+
+  Kind Stat(const fs::path& path) const override {
+    touched.insert(path.string());
+    if (files.count(path.string()) != 0) return Kind::kRegularFile;
+    for (const auto& [name, text] : files) {
+      if (fs::path(name).parent_path() == path) return Kind::kDirectory;
+    }
+    return Kind::kMissing;
+  }
+  Result<uint64_t> FileSize(const fs::path& path) const override {
+    touched.insert(path.string());
+    auto it = files.find(path.string());
+    if (it == files.end()) return MakeError("No such file or directory");
+    return it->second.size();
+  }
+  std::optional<std::string> Read(const fs::path& path, uint64_t offset,
+                                  uint64_t max_bytes) const override {
+    touched.insert(path.string());
+    auto it = files.find(path.string());
+    if (it == files.end()) return std::nullopt;
+    if (offset >= it->second.size()) return "";
+    return it->second.substr(offset, max_bytes);
+  }
+  Result<std::vector<fs::path>> ListFiles(const fs::path& dir) const override {
+    touched.insert(dir.string());
+    std::vector<fs::path> out;
+    for (const auto& [name, text] : files) {
+      if (fs::path(name).parent_path() == dir) out.emplace_back(name);
+    }
+    return out;
+  }
+  std::string WriteAtomically(const fs::path& path, std::string_view text) const override {
+    touched.insert(path.string());
+    written.emplace_back(path.string(), std::string(text));
+    return "";
+  }
+  mutable std::vector<std::pair<std::string, std::string>> written;
+};
+
+TEST(ModelIoTest, WithoutIoOnlyTheCatalogResolves) {
+  TempDir dir;
+  WriteFile(dir.path() / "config.json", kTinyLlama);
+  const ModelIo none;
+  // The file exists on disk, but no file system was given.
+  EXPECT_FALSE(ResolveModel((dir.path() / "config.json").string(), none).ok());
+  EXPECT_TRUE(ResolveModel("llama-3-8b", none).ok());
+  Result<ModelSpec> hub = ResolveModel("org/tiny", none);
+  ASSERT_FALSE(hub.ok());
+  ExpectErrorMentions(hub.error(), {"org/tiny: not in the catalog", "no Hugging Face Hub ids"});
+  // The one-argument ResolveModel uses DefaultModelIo(), empty unless a
+  // program (the CLI) sets it.
+  EXPECT_EQ(DefaultModelIo().files, nullptr);
+  EXPECT_EQ(DefaultModelIo().http, nullptr);
+  EXPECT_TRUE(ResolveModel("llama-3-8b").ok());
+  EXPECT_FALSE(ResolveModel("org/tiny").ok());
+}
+
+TEST(ModelIoTest, FilesEnvironmentAndHubComeFromTheCaller) {
+  MemoryFiles files;
+  files.files["/models/tiny/config.json"] = kTinyLlama;
+  FakeFetcher fetcher;
+  fetcher.next = Ok(kTinyLlama);
+  ModelIo io;
+  io.files = &files;
+  io.env = Env({{"VRAMSCOPE_CACHE", "/cache"}, {"HF_TOKEN", "hf_x"},
+                {"HF_ENDPOINT", "http://hub.test"}});
+  io.http = &fetcher;
+
+  Result<ModelSpec> dir = ResolveModel("/models/tiny", io);
+  ASSERT_TRUE(dir.ok()) << dir.error().message;
+  EXPECT_EQ(dir->hidden_size, 64u);
+  EXPECT_TRUE(files.touched.count("/models/tiny/config.json"));
+  EXPECT_TRUE(fetcher.requests.empty());
+
+  Result<ModelSpec> hub = ResolveModel("org/tiny", io);
+  ASSERT_TRUE(hub.ok()) << hub.error().message;
+  ASSERT_EQ(fetcher.requests.size(), 1u);
+  EXPECT_EQ(fetcher.requests[0].url, "http://hub.test/org/tiny/resolve/main/config.json");
+  EXPECT_EQ(fetcher.requests[0].bearer_token, "hf_x");
+  ASSERT_EQ(files.written.size(), 1u);
+  const std::string cache = files.written[0].first;
+  EXPECT_EQ(cache.rfind("/cache/hub/hub.test-", 0), 0u) << cache;
+  // The cached copy answers the next time, without the network.
+  files.files[cache] = files.written[0].second;
+  ASSERT_TRUE(ResolveModel("org/tiny", io).ok());
+  EXPECT_EQ(fetcher.requests.size(), 1u);
 }
 
 }  // namespace

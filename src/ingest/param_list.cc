@@ -1,5 +1,9 @@
 #include "param_list.h"
 
+#include <optional>
+
+#include "vramscope/common/checked.h"
+
 namespace vramscope::ingest {
 
 void ParamListBuilder::Tensor(const std::string& name, std::vector<uint64_t> shape,
@@ -8,16 +12,19 @@ void ParamListBuilder::Tensor(const std::string& name, std::vector<uint64_t> sha
   if (overflowed_) return;
   uint64_t numel = 1;
   for (uint64_t d : shape) {
-    if (__builtin_mul_overflow(numel, d, &numel)) {
+    const std::optional<uint64_t> product = common::CheckedMul(numel, d);
+    if (!product) {
       overflowed_ = true;
       return;
     }
+    numel = *product;
   }
-  if (__builtin_add_overflow(total_, numel, &total_) || total_ > kMaxParameters ||
-      out_->size() >= kMaxTensors) {
+  const std::optional<uint64_t> total = common::CheckedAdd(total_, numel);
+  if (!total || *total > kMaxParameters || out_->size() >= kMaxTensors) {
     overflowed_ = true;
     return;
   }
+  total_ = *total;
   ParamTensor t;
   t.name = name;
   t.shape = std::move(shape);

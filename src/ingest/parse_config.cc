@@ -119,7 +119,7 @@ const std::vector<std::string>& SupportedModelTypes() {
 }
 
 Result<ModelSpec> ParseModelConfig(std::string_view json_text, std::string_view name) {
-  if (ingest::JsonNestsDeeperThan(json_text, ingest::kMaxJsonDepth)) {
+  if (common::JsonNestsDeeperThan(json_text, ingest::kMaxJsonDepth)) {
     return MakeError(fmt::format("{}: JSON nested deeper than {} levels", name,
                                  ingest::kMaxJsonDepth));
   }
@@ -152,7 +152,7 @@ Result<ModelSpec> ParseModelConfig(std::string_view json_text, std::string_view 
   const ingest::Family* family = FindFamily(model_type);
   if (family == nullptr) {
     return MakeError(fmt::format("{}: model_type: {} is not supported (supported: {})", name,
-                                 ingest::QuoteForMessage(model_type), SupportedList()));
+                                 common::QuoteForMessage(model_type), SupportedList()));
   }
 
   ModelSpec spec;

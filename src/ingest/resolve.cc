@@ -1,12 +1,10 @@
 // ResolveModel: a config.json path, a model directory (config.json plus
 // safetensors headers), a catalog alias / Hugging Face id, or a Hub id whose
-// config.json is fetched (hub.h).
+// config.json is fetched (hub.h). Files, variables and the network are the
+// caller's (ModelIo, vramscope/model_io.h).
 #include <algorithm>
-#include <cstdlib>
-#include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -17,6 +15,7 @@
 #include "param_list.h"
 #include "safetensors.h"
 #include "vramscope/model.h"
+#include "vramscope/model_io.h"
 
 namespace vramscope {
 namespace {
@@ -26,19 +25,18 @@ namespace fs = std::filesystem;
 constexpr uint64_t kMaxConfigBytes = 16ULL << 20;   // config.json, index.json
 constexpr size_t kMaxShards = 10'000;
 
-Result<std::string> ReadSmallFile(const fs::path& path) {
-  std::error_code ec;
-  uint64_t size = fs::file_size(path, ec);
-  if (ec) return MakeError(fmt::format("{}: cannot read: {}", path.string(), ec.message()));
-  if (size > kMaxConfigBytes) {
-    return MakeError(fmt::format("{}: {} bytes is too large for a JSON config (limit {})",
-                                 path.string(), size, kMaxConfigBytes));
+Result<std::string> ReadSmallFile(const FileSystem& files, const fs::path& path) {
+  const Result<uint64_t> size = files.FileSize(path);
+  if (!size.ok()) {
+    return MakeError(fmt::format("{}: cannot read: {}", path.string(), size.error().message));
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return MakeError(fmt::format("{}: cannot open", path.string()));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  if (*size > kMaxConfigBytes) {
+    return MakeError(fmt::format("{}: {} bytes is too large for a JSON config (limit {})",
+                                 path.string(), *size, kMaxConfigBytes));
+  }
+  std::optional<std::string> text = files.Read(path, 0, *size);
+  if (!text) return MakeError(fmt::format("{}: cannot open", path.string()));
+  return std::move(*text);
 }
 
 // The parameter name without the wrapper prefixes that differ between a model
@@ -98,14 +96,13 @@ int LayerOf(std::string_view name) {
 
 // Shard files of a model directory: those named by model.safetensors.index.json
 // when present, else every *.safetensors file, sorted by name.
-Result<std::vector<fs::path>> FindShards(const fs::path& dir) {
+Result<std::vector<fs::path>> FindShards(const FileSystem& files, const fs::path& dir) {
   std::vector<fs::path> shards;
   const fs::path index = dir / "model.safetensors.index.json";
-  std::error_code ec;
-  if (fs::is_regular_file(index, ec)) {
-    Result<std::string> text = ReadSmallFile(index);
+  if (files.Stat(index) == FileSystem::Kind::kRegularFile) {
+    Result<std::string> text = ReadSmallFile(files, index);
     if (!text.ok()) return text.error();
-    if (ingest::JsonNestsDeeperThan(*text, ingest::kMaxJsonDepth)) {
+    if (common::JsonNestsDeeperThan(*text, ingest::kMaxJsonDepth)) {
       return MakeError(fmt::format("{}: JSON nested deeper than {} levels", index.string(),
                                    ingest::kMaxJsonDepth));
     }
@@ -117,11 +114,11 @@ Result<std::vector<fs::path>> FindShards(const fs::path& dir) {
     if (map == root.end() || !map->is_object()) {
       return MakeError(fmt::format("{}: weight_map: missing or not an object", index.string()));
     }
-    std::set<std::string> files;
+    std::set<std::string> names;
     for (const auto& [tensor, file] : map->items()) {
       if (!file.is_string()) {
         return MakeError(fmt::format("{}: weight_map: {}: expected a file name", index.string(),
-                                     ingest::QuoteForMessage(tensor, 120)));
+                                     common::QuoteForMessage(tensor, 120)));
       }
       std::string f = file.get<std::string>();
       // Only plain file names inside the directory: never follow a path out of it.
@@ -129,30 +126,31 @@ Result<std::vector<fs::path>> FindShards(const fs::path& dir) {
           f.find('\\') != std::string::npos) {
         return MakeError(fmt::format("{}: weight_map: {}: {} is not a file name in "
                                      "the model directory",
-                                     index.string(), ingest::QuoteForMessage(tensor, 120),
-                                     ingest::QuoteForMessage(f, 120)));
+                                     index.string(), common::QuoteForMessage(tensor, 120),
+                                     common::QuoteForMessage(f, 120)));
       }
-      files.insert(f);
+      names.insert(f);
     }
-    if (files.size() > kMaxShards) {
+    if (names.size() > kMaxShards) {
       return MakeError(fmt::format("{}: weight_map: {} shard files exceed the limit of {}",
-                                   index.string(), files.size(), kMaxShards));
+                                   index.string(), names.size(), kMaxShards));
     }
-    for (const std::string& f : files) {
-      if (!fs::is_regular_file(dir / f, ec)) {
+    for (const std::string& f : names) {
+      if (files.Stat(dir / f) != FileSystem::Kind::kRegularFile) {
         return MakeError(fmt::format("{}: weight_map: shard {} is not in {}", index.string(),
-                                     ingest::QuoteForMessage(f, 120), dir.string()));
+                                     common::QuoteForMessage(f, 120), dir.string()));
       }
       shards.push_back(dir / f);
     }
     return shards;
   }
-  for (const fs::directory_entry& entry : fs::directory_iterator(dir, ec)) {
-    if (entry.is_regular_file(ec) && entry.path().extension() == ".safetensors") {
-      shards.push_back(entry.path());
-    }
+  Result<std::vector<fs::path>> listed = files.ListFiles(dir);
+  if (!listed.ok()) {
+    return MakeError(fmt::format("{}: cannot list: {}", dir.string(), listed.error().message));
   }
-  if (ec) return MakeError(fmt::format("{}: cannot list: {}", dir.string(), ec.message()));
+  for (fs::path& file : *listed) {
+    if (file.extension() == ".safetensors") shards.push_back(std::move(file));
+  }
   if (shards.size() > kMaxShards) {
     return MakeError(fmt::format("{}: {} safetensors files exceed the limit of {}",
                                  dir.string(), shards.size(), kMaxShards));
@@ -161,24 +159,19 @@ Result<std::vector<fs::path>> FindShards(const fs::path& dir) {
   return shards;
 }
 
-// Replaces the config-derived parameter list by the tensors the checkpoint
-// stores, keeping the config's module/role/layer annotations where names match.
-Status MergeCheckpoint(ModelSpec& spec, const std::vector<fs::path>& shards) {
-  std::map<std::string, size_t> by_name;  // canonical config name -> index
-  for (size_t i = 0; i < spec.params.size(); ++i) {
-    by_name.emplace(CanonicalName(spec.params[i].name), i);
-  }
-  std::vector<const ingest::SafetensorsTensor*> matched(spec.params.size(), nullptr);
+// Every tensor of the shards, each name once, at most kMaxTensors.
+Result<std::vector<ingest::SafetensorsTensor>> ReadCheckpoint(const FileSystem& files,
+                                                              const std::vector<fs::path>& shards) {
   std::vector<ingest::SafetensorsTensor> all;
-  std::vector<size_t> extras;
   std::set<std::string> seen;
   for (const fs::path& shard : shards) {
-    Result<std::vector<ingest::SafetensorsTensor>> tensors = ingest::ReadSafetensorsHeader(shard);
+    Result<std::vector<ingest::SafetensorsTensor>> tensors =
+        ingest::ReadSafetensorsHeader(files, shard);
     if (!tensors.ok()) return tensors.error();
     for (ingest::SafetensorsTensor& t : *tensors) {
       if (!seen.insert(t.name).second) {
         return MakeError(fmt::format("{}: tensor {} is stored in more than one shard",
-                                     shard.string(), ingest::QuoteForMessage(t.name, 120)));
+                                     shard.string(), common::QuoteForMessage(t.name, 120)));
       }
       if (all.size() >= ingest::kMaxTensors) {
         return MakeError(fmt::format("{}: the checkpoint stores more than {} tensors",
@@ -187,56 +180,64 @@ Status MergeCheckpoint(ModelSpec& spec, const std::vector<fs::path>& shards) {
       all.push_back(std::move(t));
     }
   }
-  size_t buffers = 0, reshaped = 0;
+  return all;
+}
+
+// How the stored tensors relate to the config's parameters.
+struct CheckpointMatch {
+  // Per config parameter, the stored tensor of the same canonical name.
+  std::vector<const ingest::SafetensorsTensor*> matched;
+  std::vector<size_t> extras;  // stored tensors the config does not create
+  size_t buffers = 0;          // stored non-parameter buffers, skipped
+};
+
+CheckpointMatch MatchCheckpoint(const std::vector<ParamTensor>& params,
+                                const std::vector<ingest::SafetensorsTensor>& all) {
+  std::map<std::string, size_t> by_name;  // canonical config name -> index
+  for (size_t i = 0; i < params.size(); ++i) by_name.emplace(CanonicalName(params[i].name), i);
+  CheckpointMatch m;
+  m.matched.assign(params.size(), nullptr);
   for (size_t k = 0; k < all.size(); ++k) {
     auto it = by_name.find(CanonicalName(all[k].name));
-    if (it != by_name.end() && matched[it->second] == nullptr) {
-      matched[it->second] = &all[k];
+    if (it != by_name.end() && m.matched[it->second] == nullptr) {
+      m.matched[it->second] = &all[k];
     } else if (IsBufferName(all[k].name)) {
-      ++buffers;
+      ++m.buffers;
     } else {
-      extras.push_back(k);
+      m.extras.push_back(k);
     }
   }
-  std::vector<ParamTensor> params;
-  size_t missing = 0;
-  for (size_t i = 0; i < spec.params.size(); ++i) {
-    ParamTensor p = spec.params[i];
-    if (const ingest::SafetensorsTensor* t = matched[i]) {
-      if (t->shape != p.shape) ++reshaped;
-      p.shape = t->shape;
-      p.numel = t->numel;
-      p.stored_dtype = t->dtype;
-    } else {
-      ++missing;
-    }
-    params.push_back(std::move(p));
-  }
-  for (size_t k : extras) {
-    const ingest::SafetensorsTensor& t = all[k];
-    ParamTensor p;
-    p.name = t.name;
-    p.shape = t.shape;
-    p.numel = t.numel;
-    p.stored_dtype = t.dtype;
-    p.layer = LayerOf(t.name);
-    size_t dot = t.name.rfind('.');
-    p.module = dot == std::string::npos ? t.name : t.name.substr(0, dot);
-    p.role = ParamRole::kUnknown;
-    params.push_back(std::move(p));
-  }
-  spec.params = std::move(params);
-  spec.params_from_safetensors = true;
-  if (buffers > 0) {
+  return m;
+}
+
+// A stored tensor that the config does not create, kept as a parameter.
+ParamTensor ExtraParam(const ingest::SafetensorsTensor& t) {
+  ParamTensor p;
+  p.name = t.name;
+  p.shape = t.shape;
+  p.numel = t.numel;
+  p.stored_dtype = t.dtype;
+  p.layer = LayerOf(t.name);
+  size_t dot = t.name.rfind('.');
+  p.module = dot == std::string::npos ? t.name : t.name.substr(0, dot);
+  p.role = ParamRole::kUnknown;
+  return p;
+}
+
+// The notes telling how far the checkpoint and the config disagree.
+void AddCheckpointNotes(ModelSpec& spec, const CheckpointMatch& m,
+                        const std::vector<ingest::SafetensorsTensor>& all, size_t missing,
+                        size_t reshaped) {
+  if (m.buffers > 0) {
     spec.notes.push_back(fmt::format(
         "safetensors: skipped {} non-parameter buffers (attention masks, inv_freq, position_ids)",
-        buffers));
+        m.buffers));
   }
-  if (!extras.empty()) {
+  if (!m.extras.empty()) {
     spec.notes.push_back(fmt::format(
         "safetensors: {} stored tensors are not created by the {} config (kept, role \"unknown\"; "
         "first: {})",
-        extras.size(), spec.model_type, all[extras.front()].name));
+        m.extras.size(), spec.model_type, all[m.extras.front()].name));
   }
   if (missing > 0) {
     spec.notes.push_back(fmt::format(
@@ -250,46 +251,102 @@ Status MergeCheckpoint(ModelSpec& spec, const std::vector<fs::path>& shards) {
         "(quantized or packed?); the stored shapes are used",
         reshaped));
   }
+}
+
+// Replaces the config-derived parameter list by the tensors the checkpoint
+// stores, keeping the config's module/role/layer annotations where names match.
+Status MergeCheckpoint(const FileSystem& files, ModelSpec& spec,
+                       const std::vector<fs::path>& shards) {
+  Result<std::vector<ingest::SafetensorsTensor>> all = ReadCheckpoint(files, shards);
+  if (!all.ok()) return all.error();
+  const CheckpointMatch m = MatchCheckpoint(spec.params, *all);
+  std::vector<ParamTensor> params;
+  size_t missing = 0, reshaped = 0;
+  for (size_t i = 0; i < spec.params.size(); ++i) {
+    ParamTensor p = spec.params[i];
+    if (const ingest::SafetensorsTensor* t = m.matched[i]) {
+      if (t->shape != p.shape) ++reshaped;
+      p.shape = t->shape;
+      p.numel = t->numel;
+      p.stored_dtype = t->dtype;
+    } else {
+      ++missing;
+    }
+    params.push_back(std::move(p));
+  }
+  for (size_t k : m.extras) params.push_back(ExtraParam((*all)[k]));
+  spec.params = std::move(params);
+  spec.params_from_safetensors = true;
+  AddCheckpointNotes(spec, m, *all, missing, reshaped);
   return Ok{};
 }
 
-Result<ModelSpec> LoadModelDirectory(const fs::path& dir, std::string_view name) {
+Result<ModelSpec> LoadModelDirectory(const FileSystem& files, const fs::path& dir,
+                                     std::string_view name) {
   const fs::path config = dir / "config.json";
-  std::error_code ec;
-  if (!fs::is_regular_file(config, ec)) {
+  if (files.Stat(config) != FileSystem::Kind::kRegularFile) {
     return MakeError(fmt::format("{}: no config.json in this directory", name));
   }
-  Result<std::string> text = ReadSmallFile(config);
+  Result<std::string> text = ReadSmallFile(files, config);
   if (!text.ok()) return text.error();
   Result<ModelSpec> spec = ParseModelConfig(*text, config.string());
   if (!spec.ok()) return spec;
   spec->name = std::string(name);
-  Result<std::vector<fs::path>> shards = FindShards(dir);
+  Result<std::vector<fs::path>> shards = FindShards(files, dir);
   if (!shards.ok()) return shards.error();
   if (!shards->empty()) {
-    Status merged = MergeCheckpoint(*spec, *shards);
+    Status merged = MergeCheckpoint(files, *spec, *shards);
     if (!merged.ok()) return merged.error();
   }
   return spec;
+}
+
+// No file exists, nothing can be written: a ModelIo without files.
+class NoFiles final : public FileSystem {
+ public:
+  Kind Stat(const fs::path&) const override { return Kind::kMissing; }
+  Result<uint64_t> FileSize(const fs::path&) const override {
+    return MakeError("no file system was given");
+  }
+  std::optional<std::string> Read(const fs::path&, uint64_t, uint64_t) const override {
+    return std::nullopt;
+  }
+  Result<std::vector<fs::path>> ListFiles(const fs::path&) const override {
+    return MakeError("no file system was given");
+  }
+  std::string WriteAtomically(const fs::path& path, std::string_view) const override {
+    return fmt::format("cannot write {}: no file system was given", path.string());
+  }
+};
+
+ModelIo& DefaultIo() {
+  static ModelIo io;
+  return io;
 }
 
 }  // namespace
 
 namespace ingest {
 
-Result<ModelSpec> ResolveModelWithHub(std::string_view model, const HubLoader& load_hub) {
+const FileSystem& NoFileSystem() {
+  static const NoFiles none;
+  return none;
+}
+
+Result<ModelSpec> ResolveModelWithHub(std::string_view model, const FileSystem& files,
+                                      const HubLoader& load_hub) {
   if (model.empty()) return MakeError("model: empty name");
   const fs::path path{std::string(model)};
-  std::error_code ec;
-  fs::file_status status = fs::status(path, ec);
-  if (fs::exists(status)) {
-    if (fs::is_directory(status)) return LoadModelDirectory(path, model);
-    if (fs::is_regular_file(status)) {
-      Result<std::string> text = ReadSmallFile(path);
+  switch (files.Stat(path)) {
+    case FileSystem::Kind::kDirectory: return LoadModelDirectory(files, path, model);
+    case FileSystem::Kind::kRegularFile: {
+      Result<std::string> text = ReadSmallFile(files, path);
       if (!text.ok()) return text.error();
       return ParseModelConfig(*text, model);
     }
-    return MakeError(fmt::format("{}: not a regular file or directory", model));
+    case FileSystem::Kind::kOther:
+      return MakeError(fmt::format("{}: not a regular file or directory", model));
+    case FileSystem::Kind::kMissing: break;
   }
   if (FindCatalogEntry(model) != nullptr) return LoadCatalogModel(model);
   if (LooksLikeHubId(model)) return load_hub(model);
@@ -301,14 +358,24 @@ Result<ModelSpec> ResolveModelWithHub(std::string_view model, const HubLoader& l
 
 }  // namespace ingest
 
-Result<ModelSpec> ResolveModel(std::string_view model) {
-  return ingest::ResolveModelWithHub(model, [](std::string_view name) {
-    // The library's only network access: see src/ingest/hub.h.
-    std::unique_ptr<ingest::HttpFetcher> fetcher = ingest::MakeCurlFetcher();
-    const ingest::HubSettings settings =
-        ingest::ReadHubSettings([](const char* var) { return std::getenv(var); });
-    return ingest::LoadHubModel(name, settings, *fetcher);
+Result<ModelSpec> ResolveModel(std::string_view model, const ModelIo& io) {
+  const FileSystem& files = io.files != nullptr ? *io.files : ingest::NoFileSystem();
+  return ingest::ResolveModelWithHub(model, files, [&](std::string_view name) -> Result<ModelSpec> {
+    if (io.http == nullptr) {
+      return MakeError(fmt::format(
+          "{}: not in the catalog, and this program reads no Hugging Face Hub ids (pass a "
+          "config.json path)",
+          name));
+    }
+    const ingest::HubSettings settings = ingest::ReadHubSettings(io.env, files);
+    return ingest::LoadHubModel(name, settings, files, *io.http);
   });
 }
+
+Result<ModelSpec> ResolveModel(std::string_view model) { return ResolveModel(model, DefaultIo()); }
+
+void SetDefaultModelIo(ModelIo io) { DefaultIo() = std::move(io); }
+
+const ModelIo& DefaultModelIo() { return DefaultIo(); }
 
 }  // namespace vramscope

@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include "test_util.h"
+#include "vramscope/local_io.h"
 #include "vramscope/model.h"
+#include "vramscope/model_io.h"
 
 namespace vramscope {
 namespace {
@@ -14,6 +16,13 @@ using ingest::testing::FakeTensor;
 using ingest::testing::IsOneLine;
 using ingest::testing::MakeSafetensors;
 using ingest::testing::TempDir;
+
+// ResolveModel with the disk and without the Hub.
+Result<ModelSpec> Resolve(std::string_view model) {
+  ModelIo io;
+  io.files = &DiskFileSystem();
+  return ResolveModel(model, io);
+}
 using ingest::testing::WriteFile;
 
 // A two-layer llama small enough to write out in full.
@@ -33,7 +42,7 @@ std::vector<FakeTensor> TinyLlamaTensors(const char* dtype) {
 TEST(ResolveModelTest, ConfigJsonPath) {
   TempDir dir;
   WriteFile(dir.path() / "config.json", kTinyLlama);
-  Result<ModelSpec> spec = ResolveModel((dir.path() / "config.json").string());
+  Result<ModelSpec> spec = Resolve((dir.path() / "config.json").string());
   ASSERT_TRUE(spec.ok()) << spec.error().message;
   EXPECT_FALSE(spec->params_from_safetensors);
   EXPECT_EQ(spec->hidden_size, 64u);
@@ -42,7 +51,7 @@ TEST(ResolveModelTest, ConfigJsonPath) {
 TEST(ResolveModelTest, DirectoryWithConfigOnly) {
   TempDir dir;
   WriteFile(dir.path() / "config.json", kTinyLlama);
-  Result<ModelSpec> spec = ResolveModel(dir.path().string());
+  Result<ModelSpec> spec = Resolve(dir.path().string());
   ASSERT_TRUE(spec.ok()) << spec.error().message;
   EXPECT_EQ(spec->name, dir.path().string());
   EXPECT_FALSE(spec->params_from_safetensors);
@@ -59,7 +68,7 @@ TEST(ResolveModelTest, DirectoryWithSafetensorsTakesStoredNamesShapesAndDtypes) 
   // A digit run too long to be a layer index must not break layer parsing.
   tensors.push_back({"model.layers.99999999999999999999999.extra", "F32", {1}});
   WriteFile(dir.path() / "model.safetensors", MakeSafetensors(tensors));
-  Result<ModelSpec> spec = ResolveModel(dir.path().string());
+  Result<ModelSpec> spec = Resolve(dir.path().string());
   ASSERT_TRUE(spec.ok()) << spec.error().message;
   EXPECT_TRUE(spec->params_from_safetensors);
   EXPECT_EQ(spec->ParameterCount(), expected + 3 + 1);
@@ -93,7 +102,7 @@ TEST(ResolveModelTest, ShardedCheckpointWithIndex) {
                          i < 5 ? 1 : 2);
   }
   WriteFile(dir.path() / "model.safetensors.index.json", index + "}}");
-  Result<ModelSpec> spec = ResolveModel(dir.path().string());
+  Result<ModelSpec> spec = Resolve(dir.path().string());
   ASSERT_TRUE(spec.ok()) << spec.error().message;
   EXPECT_EQ(spec->ParameterCount(), ParseModelConfig(kTinyLlama, "t")->ParameterCount());
   EXPECT_EQ(spec->params.back().stored_dtype, "F32");
@@ -113,7 +122,7 @@ TEST(ResolveModelTest, Gpt2StyleCheckpointWithoutPrefixAndWithMaskBuffers) {
   }
   tensors.push_back({"h.0.attn.bias", "F32", {1, 1, 8, 8}});  // causal mask buffer
   WriteFile(dir.path() / "model.safetensors", MakeSafetensors(tensors));
-  Result<ModelSpec> spec = ResolveModel(dir.path().string());
+  Result<ModelSpec> spec = Resolve(dir.path().string());
   ASSERT_TRUE(spec.ok()) << spec.error().message;
   EXPECT_EQ(spec->ParameterCount(), from_config.ParameterCount());
   EXPECT_EQ(spec->params.front().name, "transformer.wte.weight");
@@ -121,10 +130,10 @@ TEST(ResolveModelTest, Gpt2StyleCheckpointWithoutPrefixAndWithMaskBuffers) {
 }
 
 TEST(ResolveModelTest, CatalogAliasAndHubId) {
-  Result<ModelSpec> alias = ResolveModel("qwen2.5-0.5b");
+  Result<ModelSpec> alias = Resolve("qwen2.5-0.5b");
   ASSERT_TRUE(alias.ok()) << alias.error().message;
   EXPECT_EQ(alias->hub_id, "Qwen/Qwen2.5-0.5B");
-  Result<ModelSpec> id = ResolveModel("Qwen/Qwen2.5-0.5B");
+  Result<ModelSpec> id = Resolve("Qwen/Qwen2.5-0.5B");
   ASSERT_TRUE(id.ok());
   EXPECT_EQ(id->name, "qwen2.5-0.5b");
 }
@@ -137,22 +146,22 @@ void ExpectError(const Result<ModelSpec>& r, const std::string& part) {
 
 TEST(ResolveModelErrorsTest, UnknownNameIsNeitherPathNorCatalog) {
   // No '/': not a Hub id either, so no network (hub_test.cc covers Hub ids).
-  Result<ModelSpec> r = ResolveModel("Meta-Llama-3-8");
+  Result<ModelSpec> r = Resolve("Meta-Llama-3-8");
   ExpectError(r, "neither a config.json, a model directory, a catalog model");
   ExpectError(r, "llama-3-8b");
-  ExpectError(ResolveModel(""), "empty");
+  ExpectError(Resolve(""), "empty");
 }
 
 TEST(ResolveModelErrorsTest, DirectoryWithoutConfig) {
   TempDir dir;
   WriteFile(dir.path() / "model.safetensors", MakeSafetensors({{"w", "F32", {1}}}));
-  ExpectError(ResolveModel(dir.path().string()), "no config.json in this directory");
+  ExpectError(Resolve(dir.path().string()), "no config.json in this directory");
 }
 
 TEST(ResolveModelErrorsTest, BadConfigInDirectoryNamesTheFile) {
   TempDir dir;
   WriteFile(dir.path() / "config.json", R"({"model_type": "llama", "hidden_size": "big"})");
-  ExpectError(ResolveModel(dir.path().string()), (dir.path() / "config.json").string() + ": hidden_size");
+  ExpectError(Resolve(dir.path().string()), (dir.path() / "config.json").string() + ": hidden_size");
 }
 
 TEST(ResolveModelErrorsTest, LyingSafetensorsHeaderInDirectory) {
@@ -161,7 +170,7 @@ TEST(ResolveModelErrorsTest, LyingSafetensorsHeaderInDirectory) {
   std::string bytes = MakeSafetensors(TinyLlamaTensors("BF16"));
   ingest::testing::SetHeaderLength(bytes, bytes.size() * 2);
   WriteFile(dir.path() / "model.safetensors", bytes);
-  ExpectError(ResolveModel(dir.path().string()), "model.safetensors: header length");
+  ExpectError(Resolve(dir.path().string()), "model.safetensors: header length");
 }
 
 // Limits of docs/hardening.md: index nesting, tensors in a checkpoint.
@@ -169,10 +178,10 @@ TEST(ResolveModelErrorsTest, HostileIndexAndTooManyTensors) {
   TempDir dir;
   WriteFile(dir.path() / "config.json", kTinyLlama);
   WriteFile(dir.path() / "model.safetensors.index.json", std::string(100000, '['));
-  ExpectError(ResolveModel(dir.path().string()), "nested deeper than 64 levels");
+  ExpectError(Resolve(dir.path().string()), "nested deeper than 64 levels");
   WriteFile(dir.path() / "model.safetensors.index.json",
             R"({"weight_map": {"w\u001b[2J\n": "../x"}})");
-  ExpectError(ResolveModel(dir.path().string()), R"(weight_map: "w\u001b[2J\n": "../x" is not)");
+  ExpectError(Resolve(dir.path().string()), R"(weight_map: "w\x1b[2J\x0a": "../x" is not)");
 
   TempDir many;
   WriteFile(many.path() / "config.json", kTinyLlama);
@@ -184,7 +193,7 @@ TEST(ResolveModelErrorsTest, HostileIndexAndTooManyTensors) {
     }
     WriteFile(many.path() / fmt::format("model-{}.safetensors", shard), MakeSafetensors(tensors));
   }
-  ExpectError(ResolveModel(many.path().string()), "stores more than 200000 tensors");
+  ExpectError(Resolve(many.path().string()), "stores more than 200000 tensors");
 }
 
 TEST(ResolveModelErrorsTest, IndexMustNotPointOutsideTheDirectory) {
@@ -192,12 +201,12 @@ TEST(ResolveModelErrorsTest, IndexMustNotPointOutsideTheDirectory) {
   WriteFile(dir.path() / "config.json", kTinyLlama);
   WriteFile(dir.path() / "model.safetensors.index.json",
             R"({"weight_map": {"model.embed_tokens.weight": "../elsewhere.safetensors"}})");
-  ExpectError(ResolveModel(dir.path().string()), "is not a file name in the model directory");
+  ExpectError(Resolve(dir.path().string()), "is not a file name in the model directory");
   WriteFile(dir.path() / "model.safetensors.index.json",
             R"({"weight_map": {"model.embed_tokens.weight": "missing.safetensors"}})");
-  ExpectError(ResolveModel(dir.path().string()), "shard \"missing.safetensors\" is not in");
+  ExpectError(Resolve(dir.path().string()), "shard \"missing.safetensors\" is not in");
   WriteFile(dir.path() / "model.safetensors.index.json", R"({"weight_map": [1]})");
-  ExpectError(ResolveModel(dir.path().string()), "weight_map: missing or not an object");
+  ExpectError(Resolve(dir.path().string()), "weight_map: missing or not an object");
 }
 
 TEST(ResolveModelErrorsTest, TensorInTwoShards) {
@@ -205,7 +214,7 @@ TEST(ResolveModelErrorsTest, TensorInTwoShards) {
   WriteFile(dir.path() / "config.json", kTinyLlama);
   WriteFile(dir.path() / "a.safetensors", MakeSafetensors({{"model.norm.weight", "F32", {64}}}));
   WriteFile(dir.path() / "b.safetensors", MakeSafetensors({{"model.norm.weight", "F32", {64}}}));
-  ExpectError(ResolveModel(dir.path().string()), "stored in more than one shard");
+  ExpectError(Resolve(dir.path().string()), "stored in more than one shard");
 }
 
 }  // namespace

@@ -1,12 +1,13 @@
 #include "safetensors.h"
 
 #include <algorithm>
-#include <fstream>
+#include <optional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "config_reader.h"
+#include "vramscope/common/checked.h"
 
 namespace vramscope::ingest {
 
@@ -33,7 +34,8 @@ namespace {
 Result<SafetensorsTensor> ParseEntry(const std::string& key, const nlohmann::json& entry,
                                      std::string_view name) {
   auto fail = [&](std::string problem) {
-    return MakeError(fmt::format("{}: tensor {}: {}", name, QuoteForMessage(key, 120), problem));
+    return MakeError(
+        fmt::format("{}: tensor {}: {}", name, common::QuoteForMessage(key, 120), problem));
   };
   if (!entry.is_object()) return fail("expected an object, got " + DescribeJson(entry));
   SafetensorsTensor t;
@@ -42,7 +44,7 @@ Result<SafetensorsTensor> ParseEntry(const std::string& key, const nlohmann::jso
   if (dtype == entry.end() || !dtype->is_string()) return fail("dtype: missing or not a string");
   t.dtype = dtype->get<std::string>();
   uint64_t bits = SafetensorsDTypeBits(t.dtype);
-  if (bits == 0) return fail(fmt::format("dtype: unknown {}", QuoteForMessage(t.dtype)));
+  if (bits == 0) return fail(fmt::format("dtype: unknown {}", common::QuoteForMessage(t.dtype)));
   auto shape = entry.find("shape");
   if (shape == entry.end() || !shape->is_array()) return fail("shape: missing or not an array");
   t.numel = 1;
@@ -50,7 +52,9 @@ Result<SafetensorsTensor> ParseEntry(const std::string& key, const nlohmann::jso
     if (!d.is_number_unsigned()) return fail("shape: expected non-negative integers");
     uint64_t dim = d.get<uint64_t>();
     t.shape.push_back(dim);
-    if (__builtin_mul_overflow(t.numel, dim, &t.numel)) return fail("shape: too large");
+    const std::optional<uint64_t> numel = common::CheckedMul(t.numel, dim);
+    if (!numel) return fail("shape: too large");
+    t.numel = *numel;
   }
   auto offsets = entry.find("data_offsets");
   if (offsets == entry.end() || !offsets->is_array() || offsets->size() != 2 ||
@@ -60,9 +64,12 @@ Result<SafetensorsTensor> ParseEntry(const std::string& key, const nlohmann::jso
   t.data_begin = (*offsets)[0].get<uint64_t>();
   t.data_end = (*offsets)[1].get<uint64_t>();
   if (t.data_end < t.data_begin) return fail("data_offsets: end before begin");
-  uint64_t bits_total = 0;
-  if (__builtin_mul_overflow(t.numel, bits, &bits_total)) return fail("shape: too large");
-  uint64_t expected_bytes = (bits_total + 7) / 8;
+  // Rounded up to whole bytes (F4, F6 pack several elements per byte).
+  const std::optional<uint64_t> bits_total = common::CheckedMul(t.numel, bits);
+  const std::optional<uint64_t> bits_padded = bits_total ? common::CheckedAdd(*bits_total, 7)
+                                                         : std::nullopt;
+  if (!bits_padded) return fail("shape: too large");
+  const uint64_t expected_bytes = *bits_padded / 8;
   if (t.data_end - t.data_begin != expected_bytes) {
     return fail(fmt::format("data_offsets: {} bytes for {} x {} needs {}",
                             t.data_end - t.data_begin, t.numel, t.dtype, expected_bytes));
@@ -96,7 +103,7 @@ Result<std::vector<SafetensorsTensor>> ParseSafetensorsHeader(std::string_view p
                                  prefix.size() - 8, header_bytes));
   }
   std::string_view text = prefix.substr(8, header_bytes);
-  if (JsonNestsDeeperThan(text, kMaxJsonDepth)) {
+  if (common::JsonNestsDeeperThan(text, kMaxJsonDepth)) {
     return MakeError(fmt::format("{}: header: JSON nested deeper than {} levels", name,
                                  kMaxJsonDepth));
   }
@@ -113,7 +120,8 @@ Result<std::vector<SafetensorsTensor>> ParseSafetensorsHeader(std::string_view p
     if (t->data_end > data_bytes) {
       return MakeError(fmt::format("{}: tensor {}: data_offsets end {} is past the {} data "
                                    "bytes in the file",
-                                   name, QuoteForMessage(key, 120), t->data_end, data_bytes));
+                                   name, common::QuoteForMessage(key, 120), t->data_end,
+                                   data_bytes));
     }
     tensors.push_back(std::move(t.value()));
   }
@@ -123,36 +131,32 @@ Result<std::vector<SafetensorsTensor>> ParseSafetensorsHeader(std::string_view p
   for (size_t i = 1; i < tensors.size(); ++i) {
     if (tensors[i].data_begin < tensors[i - 1].data_end) {
       return MakeError(fmt::format("{}: tensors {} and {} overlap", name,
-                                   QuoteForMessage(tensors[i - 1].name, 120),
-                                   QuoteForMessage(tensors[i].name, 120)));
+                                   common::QuoteForMessage(tensors[i - 1].name, 120),
+                                   common::QuoteForMessage(tensors[i].name, 120)));
     }
   }
   return tensors;
 }
 
-Result<std::vector<SafetensorsTensor>> ReadSafetensorsHeader(const std::filesystem::path& path) {
+Result<std::vector<SafetensorsTensor>> ReadSafetensorsHeader(const FileSystem& files,
+                                                             const std::filesystem::path& path) {
   const std::string name = path.string();
-  std::error_code ec;
-  uint64_t size = std::filesystem::file_size(path, ec);
-  if (ec) return MakeError(fmt::format("{}: cannot read: {}", name, ec.message()));
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return MakeError(fmt::format("{}: cannot open", name));
-  std::string prefix(8, '\0');
-  if (size < 8 || !in.read(prefix.data(), 8)) {
-    return MakeError(fmt::format("{}: too short for a safetensors file ({} bytes)", name, size));
+  const Result<uint64_t> size = files.FileSize(path);
+  if (!size.ok()) return MakeError(fmt::format("{}: cannot read: {}", name, size.error().message));
+  std::optional<std::string> prefix = files.Read(path, 0, 8);
+  if (!prefix) return MakeError(fmt::format("{}: cannot open", name));
+  if (*size < 8 || prefix->size() < 8) {
+    return MakeError(fmt::format("{}: too short for a safetensors file ({} bytes)", name, *size));
   }
   uint64_t header_bytes = 0;
   for (int i = 7; i >= 0; --i) {
-    header_bytes = (header_bytes << 8) | static_cast<unsigned char>(prefix[i]);
+    header_bytes = (header_bytes << 8) | static_cast<unsigned char>((*prefix)[i]);
   }
   // Validate the length before allocating for it: only the header is read.
-  if (header_bytes <= kMaxSafetensorsHeaderBytes && header_bytes <= size - 8) {
-    prefix.resize(8 + header_bytes);
-    if (!in.read(prefix.data() + 8, static_cast<std::streamsize>(header_bytes))) {
-      prefix.resize(8 + static_cast<size_t>(in.gcount()));
-    }
+  if (header_bytes <= kMaxSafetensorsHeaderBytes && header_bytes <= *size - 8) {
+    *prefix += files.Read(path, 8, header_bytes).value_or("");
   }
-  return ParseSafetensorsHeader(prefix, size, name);
+  return ParseSafetensorsHeader(*prefix, *size, name);
 }
 
 }  // namespace vramscope::ingest

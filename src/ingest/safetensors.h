@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "vramscope/model_io.h"
 #include "vramscope/result.h"
 
 namespace vramscope::ingest {
@@ -37,8 +38,10 @@ Result<std::vector<SafetensorsTensor>> ParseSafetensorsHeader(std::string_view p
                                                               uint64_t file_size_bytes,
                                                               std::string_view name);
 
-// Reads just the length and header of `path` (never the data) and parses it.
-Result<std::vector<SafetensorsTensor>> ReadSafetensorsHeader(const std::filesystem::path& path);
+// Reads just the length and header of `path` from `files` (never the data)
+// and parses it.
+Result<std::vector<SafetensorsTensor>> ReadSafetensorsHeader(const FileSystem& files,
+                                                             const std::filesystem::path& path);
 
 // Bytes per element for a safetensors dtype; 0 when unknown.
 uint64_t SafetensorsDTypeBits(std::string_view dtype);
