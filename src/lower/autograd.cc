@@ -280,51 +280,44 @@ void Graph::Deliver(NodeId target, uint32_t slot, TensorId grad, uint32_t from_r
   }
 }
 
-void Graph::Run(NodeId n) {
-  Node& node = nodes_[n];
-  node.ran = true;
-  if (node.is_accumulate) {
-    const TensorId g = node.slots[0];
-    node.slots[0] = kNoTensor;
-    if (g == kNoTensor) return;
-    if (*node.grad_slot == kNoTensor) {
-      if (tensors_[g].refs == 1) {
-        *node.grad_slot = g;  // stolen: becomes .grad
-      } else {
-        *node.grad_slot = Alloc(node.accumulate_bytes, Category::kGradients, "aten::clone",
-                                node.module);
-        Drop(g);
-      }
+void Graph::RunAccumulateGrad(Node& node) {
+  const TensorId g = node.slots[0];
+  node.slots[0] = kNoTensor;
+  if (g == kNoTensor) return;
+  if (*node.grad_slot == kNoTensor) {
+    if (tensors_[g].refs == 1) {
+      *node.grad_slot = g;  // stolen: becomes .grad
     } else {
-      Drop(g);  // .grad += g, in place
+      *node.grad_slot = Alloc(node.accumulate_bytes, Category::kGradients, "aten::clone",
+                              node.module);
+      Drop(g);
     }
-    if (post_accumulate_hook) post_accumulate_hook(node.grad_slot);
-    return;
+  } else {
+    Drop(g);  // .grad += g, in place
   }
-  if (pre_node_hook) pre_node_hook(node.module);
-  if (node.region != kNoRegion && !regions_[node.region].recomputed) {
-    bool has_saves = false;
-    for (const auto& [saver, local] : regions_[node.region].saves) {
-      if (saver == n) {
-        has_saves = true;
-        break;
-      }
-    }
-    if (has_saves) Recompute(node.region);
+  if (post_accumulate_hook) post_accumulate_hook(node.grad_slot);
+}
+
+bool Graph::UnpacksInRegion(NodeId n) const {
+  for (const auto& [saver, local] : regions_[nodes_[n].region].saves) {
+    if (saver == n) return true;
   }
-  if (node.region != kNoRegion && regions_[node.region].reentrant) {
-    // CheckpointFunction.backward(ctx, *args): the gradients of the region's
-    // outputs are its arguments, held until its inner
-    // torch.autograd.backward returns (torch/utils/checkpoint.py, 2.x).
-    Region& r = regions_[node.region];
-    for (size_t i = 0; i < node.slots.size(); ++i) {
-      if (!node.from_outside[i] || node.slots[i] == kNoTensor) continue;
-      Ref(node.slots[i]);
-      r.kept.push_back(node.slots[i]);
-    }
+  return false;
+}
+
+void Graph::KeepOutputGrads(Node& node) {
+  // CheckpointFunction.backward(ctx, *args): the gradients of the region's
+  // outputs are its arguments, held until its inner
+  // torch.autograd.backward returns (torch/utils/checkpoint.py, 2.x).
+  Region& r = regions_[node.region];
+  for (size_t i = 0; i < node.slots.size(); ++i) {
+    if (!node.from_outside[i] || node.slots[i] == kNoTensor) continue;
+    Ref(node.slots[i]);
+    r.kept.push_back(node.slots[i]);
   }
-  module_ = node.module;
-  const std::string_view op = out_->String(node.op);
+}
+
+std::vector<TensorId> Graph::UnpackOffloaded(const Node& node) {
   // unpack_hook: packed.to(device, non_blocking=True), alive while the node runs.
   std::vector<TensorId> unpacked;
   for (const auto& [bytes, category] : node.offloaded) {
@@ -332,11 +325,20 @@ void Graph::Run(NodeId n) {
                                                                        : Category::kActivations,
                              "aten::_to_copy", node.module));
   }
+  return unpacked;
+}
+
+std::vector<TensorId> Graph::AllocWorkspace(const Node& node, std::string_view op) {
   std::vector<TensorId> workspace;
   workspace.reserve(node.workspace.size());
   for (uint64_t bytes : node.workspace) {
     workspace.push_back(Alloc(bytes, Category::kTemporaries, op, node.module));
   }
+  return workspace;
+}
+
+std::vector<std::pair<const GradOut*, TensorId>> Graph::ProduceGrads(const Node& node,
+                                                                     std::string_view op) {
   std::vector<std::pair<const GradOut*, TensorId>> produced;
   produced.reserve(node.outs.size());
   for (const GradOut& g : node.outs) {
@@ -351,6 +353,11 @@ void Graph::Run(NodeId n) {
       produced.emplace_back(&g, incoming);
     }
   }
+  return produced;
+}
+
+void Graph::ReleaseAfterRun(Node& node, const std::vector<TensorId>& workspace,
+                            const std::vector<TensorId>& unpacked) {
   for (TensorId t : workspace) Drop(t);
   for (TensorId t : node.saved) Drop(t);
   node.saved.clear();
@@ -361,14 +368,39 @@ void Graph::Run(NodeId n) {
     Drop(t);
     t = kNoTensor;
   }
-  for (const auto& [g, t] : produced) Deliver(g->target, g->target_slot, t, node.region);
-  if (node.region != kNoRegion) {
-    Region& r = regions_[node.region];
-    if (--r.pending_nodes == 0) {
-      for (TensorId t : r.kept) Drop(t);
-      r.kept.clear();
-    }
+}
+
+void Graph::FinishRegionNode(uint32_t region) {
+  Region& r = regions_[region];
+  if (--r.pending_nodes == 0) {
+    for (TensorId t : r.kept) Drop(t);
+    r.kept.clear();
   }
+}
+
+void Graph::Run(NodeId n) {
+  Node& node = nodes_[n];
+  node.ran = true;
+  if (node.is_accumulate) {
+    RunAccumulateGrad(node);
+    return;
+  }
+  if (pre_node_hook) pre_node_hook(node.module);
+  if (node.region != kNoRegion && !regions_[node.region].recomputed && UnpacksInRegion(n)) {
+    Recompute(node.region);
+  }
+  if (node.region != kNoRegion && regions_[node.region].reentrant) KeepOutputGrads(node);
+  module_ = node.module;
+  const std::string_view op = out_->String(node.op);
+  // Allocation order while the node runs: unpacked saves, workspace, the
+  // gradients it produces; then everything it held goes before the
+  // gradients move on.
+  const std::vector<TensorId> unpacked = UnpackOffloaded(node);
+  const std::vector<TensorId> workspace = AllocWorkspace(node, op);
+  const std::vector<std::pair<const GradOut*, TensorId>> produced = ProduceGrads(node, op);
+  ReleaseAfterRun(node, workspace, unpacked);
+  for (const auto& [g, t] : produced) Deliver(g->target, g->target_slot, t, node.region);
+  if (node.region != kNoRegion) FinishRegionNode(node.region);
 }
 
 void Graph::Backward(const Var& root, std::string_view seed_op, Category seed_category) {

@@ -181,7 +181,34 @@ class Graph {
   static constexpr uint32_t kNoRegion = 0;
 
   void Deliver(NodeId target, uint32_t slot, TensorId grad, uint32_t from_region);
+  // Runs one node in backward (engine.cpp evaluate_function): an
+  // AccumulateGrad stores its gradient; any other node recomputes its
+  // checkpoint region if needed, computes its gradients, releases what it
+  // held and delivers the gradients to their targets.
   void Run(NodeId n);
+  // AccumulateGrad: the incoming gradient becomes .grad, or is added to it.
+  void RunAccumulateGrad(Node& node);
+  // Whether node `n` saved tensors in its (checkpoint) region: running it
+  // unpacks them, which triggers the region's recompute.
+  bool UnpacksInRegion(NodeId n) const;
+  // Reentrant checkpointing: the gradients arriving from outside the region
+  // stay alive until the region's backward is done.
+  void KeepOutputGrads(Node& node);
+  // The node's tensors saved on the host, copied back to the device.
+  std::vector<TensorId> UnpackOffloaded(const Node& node);
+  // The node's transient workspace, tagged with its op.
+  std::vector<TensorId> AllocWorkspace(const Node& node, std::string_view op);
+  // The gradients the node produces, paired with the edge each goes along:
+  // new tensors, or its incoming gradient passed on (one more reference).
+  std::vector<std::pair<const GradOut*, TensorId>> ProduceGrads(const Node& node,
+                                                                std::string_view op);
+  // After the node's gradients exist: its workspace, saved tensors, unpacked
+  // copies and incoming gradients go, in that order.
+  void ReleaseAfterRun(Node& node, const std::vector<TensorId>& workspace,
+                       const std::vector<TensorId>& unpacked);
+  // One more node of `region` has run: after the last, the tensors the
+  // checkpoint kept go.
+  void FinishRegionNode(uint32_t region);
   void Recompute(uint32_t region);
   int32_t LocalOf(uint32_t region, TensorId t) const;
 

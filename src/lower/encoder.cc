@@ -80,17 +80,14 @@ Result<EncoderParams> IndexEncoderParams(const ModelSpec& spec, std::vector<Para
   return ep;
 }
 
-ForwardOut EncoderForward(Tape& tape, const ModelSpec& spec, EncoderParams& ep,
-                          const TrainingSetup& setup) {
-  const uint64_t b = setup.batch, s = setup.seq, t = b * s, h = spec.hidden_size;
-  const uint64_t heads = spec.num_heads, dh = spec.head_dim ? spec.head_dim : h / heads;
-  tape.SetModule("bert");
-  Var ids = tape.New(t, kI64, Category::kOther, "input_ids");
-  Var labels = tape.New(t, kI64, Category::kOther, "labels");
+namespace {
 
-  // BertEmbeddings.forward: word + token_type (the registered all-zero
-  // token_type_ids buffer, expanded) ; `embeddings += position_embeddings`
-  // in place; LayerNorm; dropout.
+// BertEmbeddings.forward: word + token_type (the registered all-zero
+// token_type_ids buffer, expanded) ; `embeddings += position_embeddings`
+// in place; LayerNorm; dropout. Returns the embeddings' output [t, h].
+Var EmbeddingsForward(Tape& tape, const ModelSpec& spec, const EncoderParams& ep,
+                      const TrainingSetup& setup, const Var& ids) {
+  const uint64_t s = setup.seq, t = setup.batch * s, h = spec.hidden_size;
   tape.SetModule("bert.embeddings");
   Var x = Embedding(tape, ids, *ep.word, t, h);
   if (InputsRequireGrad(setup)) x = RequireInputGrad(tape, x);
@@ -119,50 +116,113 @@ ForwardOut EncoderForward(Tape& tape, const ModelSpec& spec, EncoderParams& ep,
   tape.Drop(x);
   x = Dropout(tape, normed, spec.hidden_dropout);
   tape.Drop(normed);
-  // BertModel.forward's local `embedding_output` holds the embeddings' output
-  // until it returns, past the encoder (4.57.6 / 5.24.0 models/bert/
-  // modeling_bert.py): under autocast (nothing saves the fp32 tensor itself)
-  // it outlives layer 0.
-  Var embedding_output = tape.Share(x);
+  return x;
+}
 
-  // BertModel with attn_implementation="sdpa" and no attention mask:
-  // _prepare_4d_attention_mask_for_sdpa returns None for an all-ones mask, so
-  // SDPA runs without a mask (flash or memory-efficient kernel); eager
-  // materialises the scores. Not causal.
-  AttnPlan plan = PlanAttention(setup, tape.autocast ? tape.compute_bytes : x.elem_bytes,
-                                      heads, heads, /*sliding_window_mask=*/false, spec.attention_dropout);
+// BertModel with attn_implementation="sdpa" and no attention mask:
+// _prepare_4d_attention_mask_for_sdpa returns None for an all-ones mask, so
+// SDPA runs without a mask (flash or memory-efficient kernel); eager
+// materialises the scores. Not causal.
+AttnPlan PlanBertAttention(const Tape& tape, const ModelSpec& spec, const TrainingSetup& setup,
+                           uint8_t elem_bytes) {
+  const uint64_t heads = spec.num_heads;
+  AttnPlan plan = PlanAttention(setup, tape.autocast ? tape.compute_bytes : elem_bytes, heads,
+                                heads, /*sliding_window_mask=*/false, spec.attention_dropout);
   plan.fp32_softmax = false;  // BertSelfAttention: softmax(attention_scores, dim=-1), no dtype
-  // transformers 4.x BertModel.forward (read in 4.57.6): `attention_mask =
-  // torch.ones((batch_size, seq_length), device=device)` (fp32) when the batch
-  // has none, a local until it returns; SDPA's _prepare_4d_attention_mask_for_sdpa
-  // checks torch.all(mask == 1) and returns None; eager's
-  // get_extended_attention_mask (modeling_utils.py) makes
-  // (1.0 - mask[:, None, None, :].to(self.dtype)) * finfo.min, [b, 1, 1, s],
-  // added to every layer's scores by BertSelfAttention's own eager code
-  // (legacy_bert). transformers 5.x builds no mask for an unpadded batch.
-  const bool legacy = setup.transformers_version < 500;
-  Var ones, ext_mask;
-  if (legacy) {
-    tape.SetModule("bert");
-    const uint8_t dtype = x.elem_bytes;  // BertModel.dtype: the parameters' dtype
-    if (!setup.attention_mask) ones = tape.New(b * s, kF32, Category::kTemporaries, "aten::ones");
-    const uint8_t mask_bytes = setup.attention_mask ? kI64 : kF32;
-    if (plan.kernel == AttnKernel::kMath) {
-      plan.legacy_bert = true;
-      Var cast;
-      if (dtype != mask_bytes) cast = tape.New(b * s, dtype, Category::kTemporaries, "aten::_to_copy");
-      Var rsub = tape.New(b * s, dtype, Category::kTemporaries, "aten::rsub");
-      if (cast.t != kNoTensor) tape.Drop(cast);
-      ext_mask = tape.New(b * s, dtype, Category::kActivations, "aten::mul");
-      tape.Drop(rsub);
-    } else {
-      Var eq = tape.New(b * s, kBool, Category::kTemporaries, "aten::eq");
-      Var all = tape.New(1, kBool, Category::kTemporaries, "aten::all");
-      tape.Drop(eq);
-      tape.Drop(all);
-    }
+  return plan;
+}
+
+// The masks BertModel.forward (transformers 4.x) keeps as locals until it
+// returns; kNoTensor where it makes none.
+struct BertMasks {
+  Var ones;      // the default all-ones attention_mask
+  Var ext_mask;  // eager's extended mask, added to every layer's scores
+};
+
+// transformers 4.x BertModel.forward (read in 4.57.6): `attention_mask =
+// torch.ones((batch_size, seq_length), device=device)` (fp32) when the batch
+// has none, a local until it returns; SDPA's _prepare_4d_attention_mask_for_sdpa
+// checks torch.all(mask == 1) and returns None; eager's
+// get_extended_attention_mask (modeling_utils.py) makes
+// (1.0 - mask[:, None, None, :].to(self.dtype)) * finfo.min, [b, 1, 1, s],
+// added to every layer's scores by BertSelfAttention's own eager code
+// (legacy_bert). transformers 5.x builds no mask for an unpadded batch.
+// `dtype` is BertModel.dtype: the parameters' dtype. Sets plan.legacy_bert
+// for eager attention.
+BertMasks LegacyBertMasks(Tape& tape, const TrainingSetup& setup, uint8_t dtype, AttnPlan& plan) {
+  const uint64_t b = setup.batch, s = setup.seq;
+  BertMasks masks;
+  tape.SetModule("bert");
+  if (!setup.attention_mask) masks.ones = tape.New(b * s, kF32, Category::kTemporaries, "aten::ones");
+  const uint8_t mask_bytes = setup.attention_mask ? kI64 : kF32;
+  if (plan.kernel == AttnKernel::kMath) {
+    plan.legacy_bert = true;
+    Var cast;
+    if (dtype != mask_bytes) cast = tape.New(b * s, dtype, Category::kTemporaries, "aten::_to_copy");
+    Var rsub = tape.New(b * s, dtype, Category::kTemporaries, "aten::rsub");
+    if (cast.t != kNoTensor) tape.Drop(cast);
+    masks.ext_mask = tape.New(b * s, dtype, Category::kActivations, "aten::mul");
+    tape.Drop(rsub);
+  } else {
+    Var eq = tape.New(b * s, kBool, Category::kTemporaries, "aten::eq");
+    Var all = tape.New(1, kBool, Category::kTemporaries, "aten::all");
+    tape.Drop(eq);
+    tape.Drop(all);
   }
+  return masks;
+}
+
+// One BertLayer: self-attention, then the MLP, each closing with
+// dense -> dropout -> LayerNorm(x + residual); in a checkpoint region when
+// gradient checkpointing is on. `x` stays the caller's; `ext_mask` is null
+// without one. `probs`, when given, receives eager attention's returned
+// probabilities. Returns the layer's output.
+Var BertLayerForward(Tape& tape, const ModelSpec& spec, const EncoderParams::Layer& l,
+                     const TrainingSetup& setup, const AttnPlan& plan, const Var* ext_mask,
+                     const Var& x, Var* probs) {
+  const uint64_t t = setup.batch * setup.seq, h = spec.hidden_size;
+  const uint64_t heads = spec.num_heads, dh = spec.head_dim ? spec.head_dim : h / heads;
   const bool ckpt = setup.grad_ckpt != GradCkpt::kNone;
+  if (ckpt) {
+    tape.graph.BeginCheckpoint(setup.grad_ckpt == GradCkpt::kReentrant);
+    tape.graph.Keep(x.t);
+    // The extended mask is an argument of the checkpointed call: reentrant
+    // CheckpointFunction saves it, non-reentrant's recompute closure holds it.
+    if (ext_mask) tape.graph.Keep(ext_mask->t);
+  }
+  Var q = Linear(tape, x, *l.q, l.q_b, t, h);
+  Var k = Linear(tape, x, *l.k, l.k_b, t, h);
+  Var v = Linear(tape, x, *l.v, l.v_b, t, h);
+  AttnShape shape{setup.batch, setup.seq, heads, heads, dh};
+  shape.causal = false;
+  Var ctx = Attend(tape, plan, shape, q, k, v, ext_mask, spec.attention_dropout, probs);
+  tape.Drop(q);
+  tape.Drop(k);
+  tape.Drop(v);
+  Var attn = DenseDropoutAddNorm(tape, ctx, l.o, l.o_b, x, l.attn_norm, l.attn_norm_b, t, h,
+                                 spec.hidden_dropout);
+  tape.Drop(ctx);
+  Var up = Linear(tape, attn, *l.up, l.up_b, t, spec.intermediate_size);
+  Var act = MlpActivation(tape, spec.mlp, up);  // BertIntermediate: ACT2FN[hidden_act]
+  tape.Drop(up);
+  Var y = DenseDropoutAddNorm(tape, act, l.down, l.down_b, attn, l.out_norm, l.out_norm_b, t, h,
+                              spec.hidden_dropout);
+  tape.Drop(act);
+  tape.Drop(attn);
+  // Reentrant CheckpointFunction.backward gets zeros for the returned
+  // probabilities no gradient reaches (materialize_grads, torch 2.x).
+  if (ckpt && setup.grad_ckpt == GradCkpt::kReentrant && probs && probs->t != kNoTensor) {
+    tape.graph.UngradedOutput(probs->bytes());
+  }
+  if (ckpt) tape.graph.EndCheckpoint();
+  return y;
+}
+
+// BertEncoder.forward over every layer; takes over `x` (the embeddings'
+// output) and returns the last hidden state.
+Var BertEncoderForward(Tape& tape, const ModelSpec& spec, const EncoderParams& ep,
+                       const TrainingSetup& setup, const AttnPlan& plan, const Var* ext_mask,
+                       bool legacy, Var x) {
   // BertEncoder.forward (4.x): `layer_outputs = layer_module(...)` is
   // (layer_output, attention_probs) - BertLayer returns the self-attention's
   // outputs[1:], and eager BertSelfAttention always returns attention_probs
@@ -172,58 +232,26 @@ ForwardOut EncoderForward(Tape& tape, const ModelSpec& spec, EncoderParams& ep,
   // checkpointing the second matmul saves them anyway.
   Var layer_outputs;
   for (uint64_t i = 0; i < spec.num_layers; ++i) {
-    const EncoderParams::Layer& l = ep.layers[i];
     tape.SetModule("bert.encoder.layer." + std::to_string(i));
-    if (ckpt) {
-      tape.graph.BeginCheckpoint(setup.grad_ckpt == GradCkpt::kReentrant);
-      tape.graph.Keep(x.t);
-      // The extended mask is an argument of the checkpointed call: reentrant
-      // CheckpointFunction saves it, non-reentrant's recompute closure holds it.
-      if (ext_mask.t != kNoTensor) tape.graph.Keep(ext_mask.t);
-    }
-    Var q = Linear(tape, x, *l.q, l.q_b, t, h);
-    Var k = Linear(tape, x, *l.k, l.k_b, t, h);
-    Var v = Linear(tape, x, *l.v, l.v_b, t, h);
-    AttnShape shape{b, s, heads, heads, dh};
-    shape.causal = false;
     Var probs;
-    Var ctx = Attend(tape, plan, shape, q, k, v, ext_mask.t != kNoTensor ? &ext_mask : nullptr,
-                     spec.attention_dropout, legacy ? &probs : nullptr);
-    tape.Drop(q);
-    tape.Drop(k);
-    tape.Drop(v);
-    Var attn = DenseDropoutAddNorm(tape, ctx, l.o, l.o_b, x, l.attn_norm, l.attn_norm_b, t, h,
-                                   spec.hidden_dropout);
-    tape.Drop(ctx);
-    Var up = Linear(tape, attn, *l.up, l.up_b, t, spec.intermediate_size);
-    Var act = MlpActivation(tape, spec.mlp, up);  // BertIntermediate: ACT2FN[hidden_act]
-    tape.Drop(up);
-    Var y = DenseDropoutAddNorm(tape, act, l.down, l.down_b, attn, l.out_norm, l.out_norm_b, t, h,
-                                spec.hidden_dropout);
-    tape.Drop(act);
-    tape.Drop(attn);
-    // Reentrant CheckpointFunction.backward gets zeros for the returned
-    // probabilities no gradient reaches (materialize_grads, torch 2.x).
-    if (ckpt && setup.grad_ckpt == GradCkpt::kReentrant && probs.t != kNoTensor) {
-      tape.graph.UngradedOutput(probs.bytes());
-    }
-    if (ckpt) tape.graph.EndCheckpoint();
+    Var y = BertLayerForward(tape, spec, ep.layers[i], setup, plan, ext_mask, x,
+                             legacy ? &probs : nullptr);
     tape.Drop(x);
     x = y;
     if (layer_outputs.t != kNoTensor) tape.Drop(layer_outputs);
     layer_outputs = probs;
   }
   if (layer_outputs.t != kNoTensor) tape.Drop(layer_outputs);  // BertEncoder returns
-  // BertModel.forward returns: its locals go.
-  tape.Drop(embedding_output);
-  if (ones.t != kNoTensor) tape.Drop(ones);
-  if (ext_mask.t != kNoTensor) tape.Drop(ext_mask);
+  return x;
+}
 
-  // BertLMPredictionHead: transform (dense, gelu, LayerNorm), then the
-  // decoder (tied word embeddings) with its bias -> [t, vocab] scores.
+// BertLMPredictionHead: transform (dense, gelu, LayerNorm), then the
+// decoder (tied word embeddings) with its bias -> [t, vocab] scores, and the
+// masked-LM loss over them. `x` (the last hidden state) stays the caller's.
+Var MlmHeadLoss(Tape& tape, const ModelSpec& spec, const EncoderParams& ep,
+                const TrainingSetup& setup, const Var& x) {
+  const uint64_t t = setup.batch * setup.seq, h = spec.hidden_size;
   tape.SetModule("cls.predictions");
-  // BertForMaskedLM.forward: `outputs = self.bert(...)` holds the last hidden
-  // state (sequence_output) until it returns, past the loss (4.57.6 / 5.24.0).
   Var dense = Linear(tape, x, *ep.head_dense, ep.head_dense_b, t, h);
   Var act = MlpActivation(tape, spec.mlp, dense);  // BertPredictionHeadTransform: ACT2FN[hidden_act]
   tape.Drop(dense);
@@ -240,6 +268,37 @@ ForwardOut EncoderForward(Tape& tape, const ModelSpec& spec, EncoderParams& ep,
   Var loss = CrossEntropyLoss(tape, logits);
   tape.Drop(logits);
   tape.Drop(scores);
+  return loss;
+}
+
+}  // namespace
+
+ForwardOut EncoderForward(Tape& tape, const ModelSpec& spec, EncoderParams& ep,
+                          const TrainingSetup& setup) {
+  const uint64_t t = setup.batch * setup.seq;
+  tape.SetModule("bert");
+  Var ids = tape.New(t, kI64, Category::kOther, "input_ids");
+  Var labels = tape.New(t, kI64, Category::kOther, "labels");
+  Var x = EmbeddingsForward(tape, spec, ep, setup, ids);
+  // BertModel.forward's local `embedding_output` holds the embeddings' output
+  // until it returns, past the encoder (4.57.6 / 5.24.0 models/bert/
+  // modeling_bert.py): under autocast (nothing saves the fp32 tensor itself)
+  // it outlives layer 0.
+  Var embedding_output = tape.Share(x);
+  AttnPlan plan = PlanBertAttention(tape, spec, setup, x.elem_bytes);
+  const bool legacy = setup.transformers_version < 500;
+  BertMasks masks;
+  if (legacy) masks = LegacyBertMasks(tape, setup, x.elem_bytes, plan);
+  const Var* ext_mask = masks.ext_mask.t != kNoTensor ? &masks.ext_mask : nullptr;
+  x = BertEncoderForward(tape, spec, ep, setup, plan, ext_mask, legacy, x);
+  // BertModel.forward returns: its locals go.
+  tape.Drop(embedding_output);
+  if (masks.ones.t != kNoTensor) tape.Drop(masks.ones);
+  if (masks.ext_mask.t != kNoTensor) tape.Drop(masks.ext_mask);
+
+  Var loss = MlmHeadLoss(tape, spec, ep, setup, x);
+  // BertForMaskedLM.forward: `outputs = self.bert(...)` holds the last hidden
+  // state (sequence_output) until it returns, past the loss (4.57.6 / 5.24.0).
   tape.Drop(x);
   tape.Drop(ids);
   tape.Drop(labels);

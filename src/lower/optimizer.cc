@@ -84,6 +84,82 @@ void AdamForLoop(Tape& tape, const std::vector<Param*>& params) {
   if (denom != kNoTensor) tape.graph.Drop(denom);
 }
 
+// _multi_tensor_sgd: while some momentum_buffer is missing, each is
+// torch.clone(grad).detach() (first step); later steps update the
+// buffers in place (_foreach_mul_, _foreach_add_).
+void SgdMomentumStep(Tape& tape, const std::vector<Param*>& params, bool first_step) {
+  if (first_step) {
+    for (Param* p : params) AddState(tape, *p, Bytes(*p), "aten::clone");
+  }
+}
+
+// torch.optim Adam._init_group (torch 2.x, AdamW shares it from 2.7):
+// per parameter in order, state["step"], then exp_avg and exp_avg_sq
+// (zeros_like). `step` is a CPU tensor unless fused or capturable;
+// fused keeps it on the device as a float32 scalar (_get_scalar_dtype
+// (is_fused=True)): 4 bytes, one 512-byte small-pool block each.
+// _fused_adamw then bumps the steps with _foreach_add_ and runs
+// torch._fused_adamw_ in place: no temporaries.
+void AdamWStep(Tape& tape, OptimizerKind kind, const std::vector<Param*>& params,
+               bool first_step) {
+  if (first_step) {
+    for (Param* p : params) {
+      // CPU rules: the "CPU tensor" step is on the device, float32 (4 bytes).
+      if (kind == OptimizerKind::kAdamWFused || tape.cpu_rules) {
+        AddState(tape, *p, 4, "aten::zeros");  // step
+      }
+      AddState(tape, *p, Bytes(*p), "aten::zeros_like");  // exp_avg
+      AddState(tape, *p, Bytes(*p), "aten::zeros_like");  // exp_avg_sq
+    }
+  }
+  if (kind == OptimizerKind::kAdamW) AdamForeach(tape, params);
+  if (kind == OptimizerKind::kAdamWForLoop) AdamForLoop(tape, params);
+}
+
+// bitsandbytes Optimizer2State: uint8 states with one fp32 absmax per
+// 256-value block for tensors of >= 4096 elements (min_8bit_size), fp32
+// states otherwise. Paged variants use CUDA managed memory, outside
+// PyTorch's allocator.
+void BitsAndBytesStep(Tape& tape, OptimizerKind kind, const std::vector<Param*>& params,
+                      bool first_step, OptimizerExtras* extras) {
+  const bool paged = kind != OptimizerKind::kAdamW8bit;
+  const bool eight_bit = kind != OptimizerKind::kPagedAdamW;
+  if (!first_step) return;
+  for (Param* p : params) {
+    const bool small = p->numel < 4096 || !eight_bit;
+    const uint64_t per_state = small ? p->numel * 4 : p->numel + (p->numel + 255) / 256 * 4;
+    if (paged) {
+      extras->managed_state_bytes += 2 * per_state;  // both states, whatever their size
+    } else {
+      AddState(tape, *p, per_state, "bnb::state1");
+      AddState(tape, *p, per_state, "bnb::state2");
+    }
+  }
+}
+
+// transformers.optimization.Adafactor: factored second moment for 2-D
+// params (row + column vectors), full for 1-D; no first moment by
+// default. Per param: update = grad**2 + eps and the approximated
+// update: two full-size fp32 temporaries.
+void AdafactorStep(Tape& tape, const std::vector<Param*>& params, bool first_step) {
+  for (Param* p : params) {
+    if (first_step) AddState(tape, *p, std::max<uint64_t>(4, p->numel / 256 * 4), "adafactor::exp_avg_sq");
+    TensorId a = tape.graph.Alloc(p->numel * 4, Category::kTemporaries, "aten::pow", p->module);
+    TensorId b = tape.graph.Alloc(p->numel * 4, Category::kTemporaries, "aten::mul", p->module);
+    tape.graph.Drop(a);
+    tape.graph.Drop(b);
+  }
+}
+
+// lion-pytorch: exp_avg state; update = exp_avg.clone().lerp_(grad).sign_()
+void LionStep(Tape& tape, const std::vector<Param*>& params, bool first_step) {
+  for (Param* p : params) {
+    if (first_step) AddState(tape, *p, Bytes(*p), "aten::zeros_like");
+    TensorId u = tape.graph.Alloc(Bytes(*p), Category::kTemporaries, "aten::clone", p->module);
+    tape.graph.Drop(u);
+  }
+}
+
 }  // namespace
 
 void OptimizerStep(Tape& tape, const TrainingSetup& setup, bool first_step,
@@ -109,81 +185,23 @@ void OptimizerStepParams(Tape& tape, const TrainingSetup& setup, const std::vect
       // _foreach_add_(params, grads, alpha=-lr), in place.
       return;
     case OptimizerKind::kSgdMomentum:
-      // _multi_tensor_sgd: while some momentum_buffer is missing, each is
-      // torch.clone(grad).detach() (first step); later steps update the
-      // buffers in place (_foreach_mul_, _foreach_add_).
-      if (first_step) {
-        for (Param* p : params) AddState(tape, *p, Bytes(*p), "aten::clone");
-      }
+      SgdMomentumStep(tape, params, first_step);
       return;
     case OptimizerKind::kAdamW:
     case OptimizerKind::kAdamWFused:
     case OptimizerKind::kAdamWForLoop:
-      // torch.optim Adam._init_group (torch 2.x, AdamW shares it from 2.7):
-      // per parameter in order, state["step"], then exp_avg and exp_avg_sq
-      // (zeros_like). `step` is a CPU tensor unless fused or capturable;
-      // fused keeps it on the device as a float32 scalar (_get_scalar_dtype
-      // (is_fused=True)): 4 bytes, one 512-byte small-pool block each.
-      // _fused_adamw then bumps the steps with _foreach_add_ and runs
-      // torch._fused_adamw_ in place: no temporaries.
-      if (first_step) {
-        for (Param* p : params) {
-          // CPU rules: the "CPU tensor" step is on the device, float32 (4 bytes).
-          if (setup.optimizer == OptimizerKind::kAdamWFused || tape.cpu_rules) {
-            AddState(tape, *p, 4, "aten::zeros");  // step
-          }
-          AddState(tape, *p, Bytes(*p), "aten::zeros_like");  // exp_avg
-          AddState(tape, *p, Bytes(*p), "aten::zeros_like");  // exp_avg_sq
-        }
-      }
-      if (setup.optimizer == OptimizerKind::kAdamW) AdamForeach(tape, params);
-      if (setup.optimizer == OptimizerKind::kAdamWForLoop) AdamForLoop(tape, params);
+      AdamWStep(tape, setup.optimizer, params, first_step);
       return;
     case OptimizerKind::kAdamW8bit:
     case OptimizerKind::kPagedAdamW8bit:
-    case OptimizerKind::kPagedAdamW: {
-      // bitsandbytes Optimizer2State: uint8 states with one fp32 absmax per
-      // 256-value block for tensors of >= 4096 elements (min_8bit_size), fp32
-      // states otherwise. Paged variants use CUDA managed memory, outside
-      // PyTorch's allocator.
-      const bool paged = setup.optimizer != OptimizerKind::kAdamW8bit;
-      const bool eight_bit = setup.optimizer != OptimizerKind::kPagedAdamW;
-      if (!first_step) return;
-      for (Param* p : params) {
-        const bool small = p->numel < 4096 || !eight_bit;
-        const uint64_t per_state = small ? p->numel * 4 : p->numel + (p->numel + 255) / 256 * 4;
-        if (paged && !small) {
-          extras->managed_state_bytes += 2 * per_state;
-        } else if (paged) {
-          extras->managed_state_bytes += 2 * per_state;
-        } else {
-          AddState(tape, *p, per_state, "bnb::state1");
-          AddState(tape, *p, per_state, "bnb::state2");
-        }
-      }
+    case OptimizerKind::kPagedAdamW:
+      BitsAndBytesStep(tape, setup.optimizer, params, first_step, extras);
       return;
-    }
-    case OptimizerKind::kAdafactor: {
-      // transformers.optimization.Adafactor: factored second moment for 2-D
-      // params (row + column vectors), full for 1-D; no first moment by
-      // default. Per param: update = grad**2 + eps and the approximated
-      // update: two full-size fp32 temporaries.
-      for (Param* p : params) {
-        if (first_step) AddState(tape, *p, std::max<uint64_t>(4, p->numel / 256 * 4), "adafactor::exp_avg_sq");
-        TensorId a = tape.graph.Alloc(p->numel * 4, Category::kTemporaries, "aten::pow", p->module);
-        TensorId b = tape.graph.Alloc(p->numel * 4, Category::kTemporaries, "aten::mul", p->module);
-        tape.graph.Drop(a);
-        tape.graph.Drop(b);
-      }
+    case OptimizerKind::kAdafactor:
+      AdafactorStep(tape, params, first_step);
       return;
-    }
     case OptimizerKind::kLion:
-      // lion-pytorch: exp_avg state; update = exp_avg.clone().lerp_(grad).sign_()
-      for (Param* p : params) {
-        if (first_step) AddState(tape, *p, Bytes(*p), "aten::zeros_like");
-        TensorId u = tape.graph.Alloc(Bytes(*p), Category::kTemporaries, "aten::clone", p->module);
-        tape.graph.Drop(u);
-      }
+      LionStep(tape, params, first_step);
       return;
   }
 }
