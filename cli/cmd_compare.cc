@@ -67,7 +67,7 @@ int RunCompare(const CompareArgs& args) {
   options.device = args.device;
   auto measured = ExplainSnapshotFile(args.snapshot_path, *gpu, options);
   if (!measured.ok()) return FailBadInput(measured.error());
-  auto model = ResolveModel(estimate_args->model);
+  auto model = ResolveModel(estimate_args->model, LocalModelIo());
   if (!model.ok()) return FailBadInput(model.error());
   estimate_args->knobs.Warn(*model, *setup);
   auto predicted = Estimate(*model, *setup);

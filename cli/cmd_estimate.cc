@@ -26,7 +26,7 @@ struct EstimateArgs {
 int RunEstimate(const EstimateArgs& args) {
   auto setup = args.knobs.ToSetup();
   if (!setup.ok()) return FailBadInput(setup.error());
-  auto model = ResolveModel(args.model);
+  auto model = ResolveModel(args.model, LocalModelIo());
   if (!model.ok()) return FailBadInput(model.error());
   args.knobs.Warn(*model, *setup);
   EstimateOptions options;

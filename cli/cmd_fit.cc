@@ -33,7 +33,7 @@ int RunFit(const FitArgs& args) {
   if (!gpu.ok()) return FailBadInput(gpu.error());
   auto margin = ParseMargin(args.margin, gpu->usable_bytes);
   if (!margin.ok()) return FailBadInput(margin.error());
-  auto model = ResolveModel(args.model);
+  auto model = ResolveModel(args.model, LocalModelIo());
   if (!model.ok()) return FailBadInput(model.error());
   args.knobs.Warn(*model, *setup);
   FitOptions options;

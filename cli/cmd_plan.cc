@@ -27,7 +27,7 @@ struct PlanArgs {
 int RunPlan(const PlanArgs& args) {
   auto setup = args.knobs.ToSetup();
   if (!setup.ok()) return FailBadInput(setup.error());
-  auto model = ResolveModel(args.model);
+  auto model = ResolveModel(args.model, LocalModelIo());
   if (!model.ok()) return FailBadInput(model.error());
   args.knobs.Warn(*model, *setup);
   PlanOptions options;

@@ -60,7 +60,7 @@ int RunSweep(const SweepArgs& args) {
   if (!setup.ok()) return FailBadInput(setup.error());
   auto axes = ParseAxes(args, &*setup);
   if (!axes.ok()) return FailBadInput(axes.error());
-  auto model = ResolveModel(args.model);
+  auto model = ResolveModel(args.model, LocalModelIo());
   if (!model.ok()) return FailBadInput(model.error());
   args.knobs.Warn(*model, *setup);
   ProgressLine progress("sweep: points");

@@ -60,7 +60,7 @@ int RunValidate(const ValidateArgs& args) {
     if (!t.ok()) return FailBadInput(t.error());
     thresholds = *t;
   }
-  const Validation v = Validate(std::move(files));
+  const Validation v = Validate(std::move(files), LocalModelIo());
   std::vector<std::string> failures;
   if (thresholds) failures = CheckThresholds(v, *thresholds);
   if (args.json) {

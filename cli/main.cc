@@ -7,8 +7,6 @@
 
 #include "command.h"
 #include "output.h"
-#include "vramscope/local_io.h"
-#include "vramscope/model_io.h"
 
 namespace vramscope::cli {
 
@@ -30,25 +28,8 @@ void BuildApp(CLI::App& app, RunFn* chosen) {
 
 // The fuzz target brings libFuzzer's main instead.
 #ifndef VRAMSCOPE_CLI_NO_MAIN
-namespace {
-
-// The library touches no file, variable or network of its own
-// (vramscope/model_io.h): the CLI gives it the disk, the environment and
-// libcurl, before anything resolves a model.
-void GiveTheLibraryTheOutsideWorld() {
-  static const std::unique_ptr<vramscope::HttpFetcher> hub = vramscope::MakeCurlFetcher();
-  vramscope::ModelIo io;
-  io.files = &vramscope::DiskFileSystem();
-  io.env = [](const char* var) -> const char* { return std::getenv(var); };
-  io.http = hub.get();
-  vramscope::SetDefaultModelIo(std::move(io));
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
   using namespace vramscope::cli;
-  GiveTheLibraryTheOutsideWorld();
   CLI::App app{"vramscope: predict and explain GPU memory of neural-network training"};
   RunFn chosen;
   BuildApp(app, &chosen);

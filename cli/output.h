@@ -11,10 +11,15 @@
 
 #include <CLI/CLI.hpp>
 
+#include "vramscope/model_io.h"
 #include "vramscope/report.h"
 #include "vramscope/result.h"
 
 namespace vramscope::cli {
+
+// The disk, the environment and the Hub (libcurl), for ResolveModel: made on
+// first use, then shared (cli/model_io.cc).
+const ModelIo& LocalModelIo();
 
 struct OutputOptions {
   bool json = false;

@@ -174,14 +174,8 @@ const std::vector<std::string>& SupportedModelTypes();
 // Parses config.json text. `name` is used in error messages.
 Result<ModelSpec> ParseModelConfig(std::string_view json_text, std::string_view name);
 
-// Resolves MODEL as DESIGN.md says: a catalog alias or Hugging Face id, a
-// config.json path, or a model directory (config.json + safetensors headers).
-// Order: an existing path, then the catalog (alias or id, no network), then
-// any other "owner/name[@revision]": its config.json is fetched from the
-// Hugging Face Hub (HF_ENDPOINT, HF_TOKEN, HF_HUB_OFFLINE) or read from
-// vramscope's cache — the library's only network access (src/ingest/hub.h,
-// docs/models.md). Every failure is a one-line Error.
-Result<ModelSpec> ResolveModel(std::string_view model);
+// Resolving a model name (a path, the catalog, the Hugging Face Hub) takes the
+// outside world as an argument: ResolveModel(name, ModelIo) in vramscope/model_io.h.
 
 struct CatalogEntry {
   std::string alias;           // "llama-3-8b"

@@ -93,17 +93,10 @@ struct ModelIo {
   HttpFetcher* http = nullptr;        // none: a Hub id that is not cached is an error
 };
 
-// ResolveModel (model.h) with the outside world given explicitly: an existing
+// A model by name, with the outside world given explicitly: an existing
 // path (config.json or a model directory, read through io.files), then a
 // catalog alias or id (no I/O), then a Hub id (HF_* variables through io.env,
 // the cache through io.files, the request through io.http).
 Result<ModelSpec> ResolveModel(std::string_view model, const ModelIo& io);
-
-// The ModelIo that the one-argument ResolveModel (model.h) uses; by default
-// empty (catalog models only). A program sets it once, before it resolves any
-// model and before it starts threads; the CLI sets the real one in main().
-// The objects it points to must outlive every later ResolveModel call.
-void SetDefaultModelIo(ModelIo io);
-const ModelIo& DefaultModelIo();
 
 }  // namespace vramscope

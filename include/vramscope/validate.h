@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "vramscope/model_io.h"
 #include "vramscope/result.h"
 #include "vramscope/setup.h"
 
@@ -80,8 +81,9 @@ struct Validation {
   size_t fits_mispredicted = 0;   // measured ok but predicted not to fit
 };
 
-// Estimates every run (one Estimate() each) and computes the statistics.
-Validation Validate(std::vector<MeasuredFile> files);
+// Estimates every run (one Estimate() each, its model resolved through `io`:
+// a path, the catalog, the Hub) and computes the statistics.
+Validation Validate(std::vector<MeasuredFile> files, const ModelIo& io);
 
 // Nearest-rank percentile of unsorted values (p in (0, 1]); 0 when empty.
 double Percentile(std::vector<double> values, double p);

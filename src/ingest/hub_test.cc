@@ -522,12 +522,6 @@ TEST(ModelIoTest, WithoutIoOnlyTheCatalogResolves) {
   Result<ModelSpec> hub = ResolveModel("org/tiny", none);
   ASSERT_FALSE(hub.ok());
   ExpectErrorMentions(hub.error(), {"org/tiny: not in the catalog", "no Hugging Face Hub ids"});
-  // The one-argument ResolveModel uses DefaultModelIo(), empty unless a
-  // program (the CLI) sets it.
-  EXPECT_EQ(DefaultModelIo().files, nullptr);
-  EXPECT_EQ(DefaultModelIo().http, nullptr);
-  EXPECT_TRUE(ResolveModel("llama-3-8b").ok());
-  EXPECT_FALSE(ResolveModel("org/tiny").ok());
 }
 
 TEST(ModelIoTest, FilesEnvironmentAndHubComeFromTheCaller) {

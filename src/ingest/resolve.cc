@@ -319,11 +319,6 @@ class NoFiles final : public FileSystem {
   }
 };
 
-ModelIo& DefaultIo() {
-  static ModelIo io;
-  return io;
-}
-
 }  // namespace
 
 namespace ingest {
@@ -372,10 +367,5 @@ Result<ModelSpec> ResolveModel(std::string_view model, const ModelIo& io) {
   });
 }
 
-Result<ModelSpec> ResolveModel(std::string_view model) { return ResolveModel(model, DefaultIo()); }
-
-void SetDefaultModelIo(ModelIo io) { DefaultIo() = std::move(io); }
-
-const ModelIo& DefaultModelIo() { return DefaultIo(); }
 
 }  // namespace vramscope

@@ -352,7 +352,7 @@ double Percentile(std::vector<double> values, double p) {
   return values[rank - 1];
 }
 
-Validation Validate(std::vector<MeasuredFile> files) {
+Validation Validate(std::vector<MeasuredFile> files, const ModelIo& io) {
   Validation v;
   std::vector<double> err_alloc, err_reserved, err_device;
   EstimateOptions options;
@@ -365,7 +365,7 @@ Validation Validate(std::vector<MeasuredFile> files) {
       row.run = std::move(run);
       row.knobs = {{"model", row.run.model}};
       for (auto& kv : DescribeSetup(row.run.setup)) row.knobs.push_back(std::move(kv));
-      auto model = ResolveModel(row.run.model);
+      auto model = ResolveModel(row.run.model, io);
       if (!model.ok()) {
         row.problem = model.error().message;
       } else if (auto est = Estimate(*model, row.run.setup, options); !est.ok()) {

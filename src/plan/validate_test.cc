@@ -134,7 +134,7 @@ TEST(ValidateParse, HostileRecords) {
 // The prediction of a record's knobs, computed here through Estimate() so the
 // test can check validate's arithmetic around it.
 uint64_t PredictedAllocated(const MeasuredRun& run) {
-  auto model = ResolveModel(run.model);
+  auto model = ResolveModel(run.model, ModelIo{});
   EXPECT_TRUE(model.ok());
   auto est = Estimate(*model, run.setup, {});
   EXPECT_TRUE(est.ok());
@@ -152,7 +152,7 @@ TEST(Validate, ErrorsAreRelativeToTheMeasurement) {
   ASSERT_TRUE(f.ok());
   std::vector<MeasuredFile> files;
   files.push_back(*f);
-  Validation v = Validate(std::move(files));
+  Validation v = Validate(std::move(files), ModelIo{});
   ASSERT_EQ(v.rows.size(), 2u);
   EXPECT_TRUE(v.rows[0].estimated) << v.rows[0].problem;
   EXPECT_EQ(v.rows[0].predicted_allocated_bytes, predicted);
@@ -181,7 +181,7 @@ TEST(Validate, MeasuredOomIsComparedWithTheFitVerdict) {
   auto f = ParseGroundTruth(rec.dump(), "r.jsonl");
   ASSERT_TRUE(f.ok()) << f.error().message;
   std::vector<MeasuredFile> files = {*f};
-  Validation v = Validate(std::move(files));
+  Validation v = Validate(std::move(files), ModelIo{});
   EXPECT_EQ(v.oom_runs, 1u);
   EXPECT_EQ(v.oom_predicted, 1u);
   EXPECT_EQ(v.allocated.count, 0u);
@@ -193,7 +193,7 @@ TEST(Validate, UnknownModelIsAGateFailure) {
   auto f = ParseGroundTruth(rec.dump(), "r.jsonl");
   ASSERT_TRUE(f.ok());
   std::vector<MeasuredFile> files = {*f};
-  Validation v = Validate(std::move(files));
+  Validation v = Validate(std::move(files), ModelIo{});
   ASSERT_EQ(v.rows.size(), 1u);
   EXPECT_FALSE(v.rows[0].estimated);
   EXPECT_EQ(CheckThresholds(v, Thresholds{}).size(), 1u);
