@@ -22,7 +22,7 @@ struct KnobArgs {
   std::string lora_targets = "q,v";
   double lora_dropout = 0.05;
   std::string grad_ckpt = "none", attn = "sdpa", loss = "hf";
-  std::string transformers_version = "5.23", torch_version = "2.11";
+  std::string transformers_version = "5.24", torch_version = "2.13";
   std::string gpu = "h100-80g", alloc_conf, device_rules = "cuda";
   bool optimizer_in_backward = false;
   bool no_attention_mask = false;

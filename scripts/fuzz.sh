@@ -55,7 +55,7 @@ max_len() {
 if ! grep -qs '^VRAMSCOPE_FUZZ:BOOL=ON$' "$build/CMakeCache.txt"; then
   CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g" -DVRAMSCOPE_FUZZ=ON \
-    -DVRAMSCOPE_TESTS=OFF -DVRAMSCOPE_BENCH=OFF >/dev/null
+    -DVRAMSCOPE_TESTS=OFF -DVRAMSCOPE_BENCH=OFF -DVRAMSCOPE_UNITY=ON >/dev/null
 fi
 mapfile -t all_targets < <(ninja -C "$build" -t targets all |
   sed -n 's/^\(fuzz_[A-Za-z0-9_]*\): phony$/\1/p' | sort -u)

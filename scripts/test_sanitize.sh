@@ -22,7 +22,7 @@ cd "$(dirname "$0")/.."
 start=$SECONDS
 CC=clang CXX=clang++ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only" -DCMAKE_EXE_LINKER_FLAGS=-no-pie \
-  -DVRAMSCOPE_SANITIZE=ON -DVRAMSCOPE_FUZZ=ON -DVRAMSCOPE_BENCH=OFF >/dev/null
+  -DVRAMSCOPE_SANITIZE=ON -DVRAMSCOPE_FUZZ=ON -DVRAMSCOPE_BENCH=OFF -DVRAMSCOPE_UNITY=ON >/dev/null
 cmake --build build-asan -j "$(nproc)"
 echo "test_sanitize.sh: build: $((SECONDS - start)) s"
 # Leaks fail like any other finding; UBSan stops at the first report (the

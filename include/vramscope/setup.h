@@ -52,10 +52,10 @@ struct TrainingSetup {
   // (4.57 -> 457). Matters for the loss path (<= 4.45, 4.46-4.48, >= 4.49)
   // and for mixture-of-experts layers (>= 5.0: stacked experts, grouped_mm).
   // Default: 5.23, the newest stable release on PyPI when this was set.
-  int transformers_version = 523;
+  int transformers_version = 524;
   // torch release, major*100 + minor (2.11 -> 211). Matters for SDPA's
   // enable_gqa (>= 2.5) and cuBLAS workspace sizes.
-  int torch_version = 211;
+  int torch_version = 213;
   // Mixture-of-experts routing: 0 = dropless (transformers, Megatron's
   // default); F > 0: every expert processes ceil(F * tokens * k / E) tokens
   // (capacity, padded). Imbalance R >= 1: the busiest expert gets R times its
