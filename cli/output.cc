@@ -17,6 +17,8 @@
 
 #include <fmt/format.h>
 
+#include "vramscope/common/quote.h"
+
 namespace vramscope::cli {
 
 std::string CheckWritableFile(const std::string& path) {
@@ -152,9 +154,10 @@ std::string_view Trimmed(const std::string& text) {
   return std::string_view(text).substr(begin, end - begin + 1);
 }
 
-// A value as quoted in a message: at most 40 bytes of it.
+// A value as quoted in a message (common::QuoteForMessage): at most 40 bytes
+// of it, escaped, without quote marks.
 std::string Quoted(std::string_view value) {
-  return value.size() <= 40 ? std::string(value) : fmt::format("{}...", value.substr(0, 40));
+  return common::QuoteForMessage(value, common::kQuotedBytes, '\0');
 }
 
 // CLI11 validator of every integer option: "" when the value is acceptable,

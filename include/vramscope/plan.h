@@ -30,12 +30,11 @@ namespace vramscope {
 // Fit
 // ---------------------------------------------------------------------------
 
-// Search limits. Lowering accepts batch <= 65536, seq <= 2^22 and
-// batch x seq <= 2^26 tokens; a search never asks for more.
-inline constexpr uint64_t kFitMaxBatch = 65536;
+// Search limits. A search never asks for more than lowering accepts
+// (kMaxBatch, kMaxSeq, kMaxTokensPerMicroBatch in setup.h).
+inline constexpr uint64_t kFitMaxBatch = kMaxBatch;
 // Longest sequence searched when the model states no max_position_embeddings.
 inline constexpr uint64_t kFitDefaultMaxSeq = uint64_t{1} << 20;
-inline constexpr uint64_t kMaxTokensPerMicroBatch = uint64_t{1} << 26;
 
 struct FitOptions {
   // Memory kept free on the device: a setup fits when it fits the GPU and its

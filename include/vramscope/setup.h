@@ -76,6 +76,14 @@ struct TrainingSetup {
   ParallelLayout parallel;
 };
 
+// What the lowering accepts (Lower rejects a setup outside these, with the
+// flag's name); the planners (fit, plan) search within them.
+inline constexpr uint64_t kMaxBatch = 65536;
+inline constexpr uint64_t kMaxSeq = uint64_t{1} << 22;
+inline constexpr uint64_t kMaxTokensPerMicroBatch = uint64_t{1} << 26;  // batch x seq
+inline constexpr uint64_t kMaxGradAccum = 4096;
+inline constexpr uint32_t kMaxSteps = 16;
+
 std::string_view PrecisionName(Precision p);
 std::string_view OptimizerName(OptimizerKind o);
 std::string_view FinetuneName(Finetune f);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "int_math.h"
 #include "ops.h"
 
 namespace vramscope::lower {
@@ -106,9 +107,9 @@ Var ChunkedLoss(Tape& tape, const Var& hidden, Param& head, uint64_t tokens, uin
 // by chunk, and saved; no [tokens, vocab] tensor is ever whole.
 Var FusedLinearLoss(Tape& tape, const Var& hidden, Param& head, uint64_t tokens,
                     uint64_t hidden_size, uint64_t vocab) {
-  const uint64_t inc = (vocab + hidden_size - 1) / hidden_size;
+  const uint64_t inc = CeilDiv(vocab, hidden_size);
   uint64_t chunk = 1;
-  while (chunk < (tokens + inc - 1) / inc) chunk <<= 1;
+  while (chunk < CeilDiv(tokens, inc)) chunk <<= 1;
   chunk = std::min(chunk, tokens);
   Var grad_input = tape.New(tokens * hidden_size, hidden.elem_bytes, Category::kLoss, "liger::grad_input");
   Var grad_weight = tape.New(head.numel, head.elem_bytes, Category::kLoss, "liger::grad_weight");

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "vramscope/common/quote.h"
 #include "ops.h"
 #include "rank_classes.h"
 #include "optimizer.h"
@@ -41,11 +42,14 @@ std::string VersionText(int v) { return fmt::format("{}.{}", v / 100, v % 100); 
 
 Status Validate(const ModelSpec& m, const TrainingSetup& s) {
   auto bad = [](std::string msg) { return Status(MakeError(std::move(msg))); };
-  if (s.batch == 0 || s.batch > 65536) return bad(fmt::format("--batch: {} is outside 1..65536", s.batch));
-  if (s.seq == 0 || s.seq > (uint64_t{1} << 22)) return bad(fmt::format("--seq: {} is outside 1..4194304", s.seq));
-  if (s.batch * s.seq > (uint64_t{1} << 26)) return bad(fmt::format("--batch x --seq: {} tokens per micro-batch is above the 67108864 limit", s.batch * s.seq));
-  if (s.grad_accum == 0 || s.grad_accum > 4096) return bad(fmt::format("--grad-accum: {} is outside 1..4096", s.grad_accum));
-  if (s.steps == 0 || s.steps > 16) return bad(fmt::format("--steps: {} is outside 1..16", s.steps));
+  if (s.batch == 0 || s.batch > kMaxBatch) return bad(fmt::format("--batch: {} is outside 1..{}", s.batch, kMaxBatch));
+  if (s.seq == 0 || s.seq > kMaxSeq) return bad(fmt::format("--seq: {} is outside 1..{}", s.seq, kMaxSeq));
+  if (s.batch * s.seq > kMaxTokensPerMicroBatch)
+    return bad(fmt::format("--batch x --seq: {} tokens per micro-batch is above the {} limit", s.batch * s.seq,
+                           kMaxTokensPerMicroBatch));
+  if (s.grad_accum == 0 || s.grad_accum > kMaxGradAccum)
+    return bad(fmt::format("--grad-accum: {} is outside 1..{}", s.grad_accum, kMaxGradAccum));
+  if (s.steps == 0 || s.steps > kMaxSteps) return bad(fmt::format("--steps: {} is outside 1..{}", s.steps, kMaxSteps));
   if (s.finetune != Finetune::kFull) {
     if (s.lora_rank == 0 || s.lora_rank > m.hidden_size)
       return bad(fmt::format("--lora-rank: {} must be between 1 and the hidden size {}", s.lora_rank, m.hidden_size));
@@ -63,7 +67,8 @@ Status Validate(const ModelSpec& m, const TrainingSetup& s) {
   if (s.activation_offload && s.grad_ckpt != GradCkpt::kNone)
     return bad("--activation-offload: not modelled together with --grad-ckpt (use one or the other)");
   if (m.is_encoder && m.model_type != "bert")
-    return bad(fmt::format("{}: encoder models other than bert (model_type '{}') are not lowered yet", m.name, m.model_type));
+    return bad(fmt::format("{}: encoder models other than bert (model_type {}) are not lowered yet", m.name,
+                           common::QuoteForMessage(m.model_type, common::kQuotedBytes, '\'')));
   if (m.is_encoder && s.loss != LossKind::kHf)
     return bad("--loss: chunked and fused-linear losses are modelled for causal LMs only, not for bert");
   if (!(s.moe_capacity_factor == 0 || (s.moe_capacity_factor >= 0.01 && s.moe_capacity_factor <= 64)))

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "int_math.h"
 #include "test_models.h"
 
 #include "vramscope/simulate.h"
@@ -128,6 +129,50 @@ TEST(Lower, BadKnobsAreOneLineErrors) {
   s.finetune = Finetune::kQLora;
   s.precision = Precision::kFp32;
   EXPECT_FALSE(LowerTraining(m, s, TestGpu()).ok());
+}
+
+// The knob parsers quote what they reject with common::QuoteForMessage:
+// plain text as before, control characters and non-ASCII bytes escaped.
+TEST(Lower, KnobParsersQuoteRejectedText) {
+  EXPECT_EQ(ParsePrecision("bf17").error().message,
+            "--precision: 'bf17' is not one of fp32, fp16-mixed, bf16-mixed, fp16, bf16");
+  EXPECT_EQ(ParseZeroStage("4").error().message, "--zero: '4' is not one of 1, 2, 3");
+  EXPECT_EQ(ParseLoraTargets("q,x").error().message,
+            "--lora-targets: 'x' is not one of q, k, v, o, gate, up, down, lm_head, all-linear");
+  EXPECT_EQ(ParseFsdpSharding("f\x1b[2J\n").error().message,
+            "--fsdp: 'f\\x1b[2J\\x0a' is not one of full, grad-op, hybrid");
+  EXPECT_EQ(ParseOffload("caf\xC3\xA9").error().message,
+            "--offload: 'caf\\xc3\\xa9' is not one of none, optimizer, params");
+  EXPECT_LT(ParseAttention(std::string(100000, 'x')).error().message.size(), 200u);
+}
+
+// ParseVersion (common::ParseMajorMinor): MAJOR.MINOR, then nothing or
+// ".anything"; MAJOR from 1, both at most 99.
+TEST(Lower, ParseVersionAcceptsWhatItAcceptedBefore) {
+  EXPECT_EQ(*ParseVersion("4.46", "--transformers-version"), 446);
+  EXPECT_EQ(*ParseVersion("4.46.1", "--transformers-version"), 446);
+  EXPECT_EQ(*ParseVersion("2.11.0+cu128", "--torch-version"), 211);
+  EXPECT_EQ(*ParseVersion("5.0", "--transformers-version"), 500);
+  EXPECT_EQ(*ParseVersion("04.05", "--transformers-version"), 405);
+  EXPECT_EQ(*ParseVersion("99.99", "--transformers-version"), 9999);
+  for (const char* bad : {"", "4", "4.", ".46", "0.9", "4.46rc1", "100.1", "4.100", "-4.46", "+4.46", " 4.46",
+                          "4.-0", "99999999999999999999.1"}) {
+    EXPECT_FALSE(ParseVersion(bad, "--torch-version").ok()) << bad;
+  }
+  EXPECT_EQ(ParseVersion("4.x", "--transformers-version").error().message,
+            "--transformers-version: '4.x' is not a version like 4.46");
+  EXPECT_EQ(ParseVersion("4\x1b.46", "--torch-version").error().message,
+            "--torch-version: '4\\x1b.46' is not a version like 4.46");
+}
+
+TEST(Lower, CeilDivDoesNotWrap) {
+  constexpr uint64_t kMax = ~uint64_t{0};
+  EXPECT_EQ(lower::CeilDiv(0, 7), 0u);
+  EXPECT_EQ(lower::CeilDiv(7, 7), 1u);
+  EXPECT_EQ(lower::CeilDiv(8, 7), 2u);
+  EXPECT_EQ(lower::CeilDiv(kMax, 1), kMax);
+  EXPECT_EQ(lower::CeilDiv(kMax, 2), uint64_t{1} << 63);  // (a + b - 1) / b gave 0
+  EXPECT_EQ(lower::CeilDiv(kMax - 1, kMax), 1u);
 }
 
 TEST(Lower, LoraTrainsOnlyAdapters) {

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "vramscope/common/quote.h"
+
 namespace vramscope {
 
 uint32_t ParallelLayout::dp() const {
@@ -59,21 +61,21 @@ Result<FsdpSharding> ParseFsdpSharding(std::string_view t) {
   if (t == "full") return FsdpSharding::kFull;
   if (t == "grad-op") return FsdpSharding::kGradOp;
   if (t == "hybrid") return FsdpSharding::kHybrid;
-  return MakeError(fmt::format("--fsdp: '{}' is not one of full, grad-op, hybrid", t));
+  return MakeError(fmt::format("--fsdp: {} is not one of full, grad-op, hybrid", common::QuoteForMessage(t, common::kQuotedBytes, '\'')));
 }
 
 Result<Offload> ParseOffload(std::string_view t) {
   if (t == "none") return Offload::kNone;
   if (t == "optimizer") return Offload::kOptimizer;
   if (t == "params") return Offload::kParams;
-  return MakeError(fmt::format("--offload: '{}' is not one of none, optimizer, params", t));
+  return MakeError(fmt::format("--offload: {} is not one of none, optimizer, params", common::QuoteForMessage(t, common::kQuotedBytes, '\'')));
 }
 
 Result<DataParallel> ParseZeroStage(std::string_view t) {
   if (t == "1") return DataParallel::kZero1;
   if (t == "2") return DataParallel::kZero2;
   if (t == "3") return DataParallel::kZero3;
-  return MakeError(fmt::format("--zero: '{}' is not one of 1, 2, 3", t));
+  return MakeError(fmt::format("--zero: {} is not one of 1, 2, 3", common::QuoteForMessage(t, common::kQuotedBytes, '\'')));
 }
 
 Status ValidateLayout(const ParallelLayout& l) {

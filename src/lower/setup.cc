@@ -1,8 +1,9 @@
 #include "vramscope/setup.h"
 
-#include <charconv>
-
 #include <fmt/format.h>
+
+#include "vramscope/common/quote.h"
+#include "vramscope/common/version.h"
 
 namespace vramscope {
 namespace {
@@ -43,7 +44,8 @@ Result<E> Parse(const Named<E> (&table)[N], std::string_view text, std::string_v
     if (!choices.empty()) choices += ", ";
     choices += entry.name;
   }
-  return MakeError(fmt::format("{}: '{}' is not one of {}", flag, text, choices));
+  return MakeError(fmt::format("{}: {} is not one of {}", flag, common::QuoteForMessage(text, common::kQuotedBytes, '\''),
+                               choices));
 }
 
 template <typename E, size_t N>
@@ -72,21 +74,16 @@ Result<Attention> ParseAttention(std::string_view t) { return Parse(kAttns, t, "
 Result<LossKind> ParseLoss(std::string_view t) { return Parse(kLosses, t, "--loss"); }
 Result<DeviceRules> ParseDeviceRules(std::string_view t) { return Parse(kDeviceRules, t, "--device-rules"); }
 
+// MAJOR.MINOR (common::ParseMajorMinor), optionally followed by ".PATCH..."
+// (ignored); MAJOR at least 1.
 Result<int> ParseVersion(std::string_view text, std::string_view field) {
-  const size_t dot = text.find('.');
-  int major = 0, minor = 0;
-  auto bad = [&] { return MakeError(fmt::format("{}: '{}' is not a version like 4.46", field, text)); };
-  if (dot == std::string_view::npos) return bad();
-  auto r1 = std::from_chars(text.data(), text.data() + dot, major);
-  std::string_view rest = text.substr(dot + 1);
-  const size_t dot2 = rest.find('.');
-  if (dot2 != std::string_view::npos) rest = rest.substr(0, dot2);
-  auto r2 = std::from_chars(rest.data(), rest.data() + rest.size(), minor);
-  if (r1.ec != std::errc() || r1.ptr != text.data() + dot || r2.ec != std::errc() ||
-      r2.ptr != rest.data() + rest.size() || major < 1 || major > 99 || minor < 0 || minor > 99) {
-    return bad();
+  std::string_view rest;
+  const std::optional<common::MajorMinor> version = common::ParseMajorMinor(text, &rest);
+  if (!version || version->major < 1 || (!rest.empty() && rest.front() != '.')) {
+    return MakeError(fmt::format("{}: {} is not a version like 4.46", field,
+                                 common::QuoteForMessage(text, common::kQuotedBytes, '\'')));
   }
-  return major * 100 + minor;
+  return version->Packed();
 }
 
 Result<std::vector<std::string>> ParseLoraTargets(std::string_view text) {
@@ -100,7 +97,8 @@ Result<std::vector<std::string>> ParseLoraTargets(std::string_view text) {
     bool known = false;
     for (std::string_view k : kKnown) known = known || k == item;
     if (!known) {
-      return MakeError(fmt::format("--lora-targets: '{}' is not one of q, k, v, o, gate, up, down, lm_head, all-linear", item));
+      return MakeError(fmt::format("--lora-targets: {} is not one of q, k, v, o, gate, up, down, lm_head, all-linear",
+                                   common::QuoteForMessage(item, common::kQuotedBytes, '\'')));
     }
     out.emplace_back(item);
     start = comma + 1;

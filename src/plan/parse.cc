@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "vramscope/common/quote.h"
 #include "vramscope/plan.h"
 
 namespace vramscope {
@@ -17,6 +18,16 @@ namespace {
 // Grid values above this are no knob's business (lowering caps seq at 2^22).
 constexpr uint64_t kMaxGridValue = uint64_t{1} << 32;
 constexpr double kGiBDouble = static_cast<double>(uint64_t{1} << 30);
+// A whole grid is quoted up to this many bytes (a list of many values is
+// longer than common::kQuotedBytes).
+constexpr size_t kGridShownBytes = 200;
+
+// Text from the command line in a message: common::QuoteForMessage, in
+// single quotes.
+std::string Quote(std::string_view text, size_t max_bytes = common::kQuotedBytes) {
+  return common::QuoteForMessage(text, max_bytes, '\'');
+}
+std::string QuoteGrid(std::string_view text) { return Quote(text, kGridShownBytes); }
 
 std::string_view Trim(std::string_view text) {
   const auto space = [](char c) { return c == ' ' || c == '\t'; };
@@ -38,7 +49,7 @@ Result<uint64_t> ParseCount(std::string_view item, std::string_view flag, std::s
   uint64_t value = 0;
   const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
   if (item.empty() || ec != std::errc() || end != item.data() + item.size()) {
-    return MakeError(fmt::format("{}: '{}': {} '{}' is not a whole number", flag, whole, what, item));
+    return MakeError(fmt::format("{}: {}: {} {} is not a whole number", flag, QuoteGrid(whole), what, Quote(item)));
   }
   return value;
 }
@@ -47,7 +58,7 @@ Result<uint64_t> ParseValue(std::string_view item, std::string_view flag, std::s
                             std::string_view what) {
   VS_TRY(value, ParseCount(item, flag, whole, what));
   if (value == 0 || value > kMaxGridValue) {
-    return MakeError(fmt::format("{}: '{}': {} {} is outside 1..{}", flag, whole, what, value, kMaxGridValue));
+    return MakeError(fmt::format("{}: {}: {} {} is outside 1..{}", flag, QuoteGrid(whole), what, value, kMaxGridValue));
   }
   return value;
 }
@@ -56,19 +67,19 @@ Result<std::vector<uint64_t>> ParseRange(std::string_view text, std::string_view
   const size_t a = text.find(':');
   const size_t b = text.find(':', a + 1);
   if (b == std::string_view::npos || text.find(':', b + 1) != std::string_view::npos) {
-    return MakeError(fmt::format("{}: '{}' is not START:STOP:COUNT", flag, text));
+    return MakeError(fmt::format("{}: {} is not START:STOP:COUNT", flag, QuoteGrid(text)));
   }
   VS_TRY(start, ParseValue(text.substr(0, a), flag, text, "START"));
   VS_TRY(stop, ParseCount(text.substr(a + 1, b - a - 1), flag, text, "STOP"));
   VS_TRY(count, ParseCount(text.substr(b + 1), flag, text, "COUNT"));
   if (stop < start) {
-    return MakeError(fmt::format("{}: '{}': STOP {} is below START {}", flag, text, stop, start));
+    return MakeError(fmt::format("{}: {}: STOP {} is below START {}", flag, QuoteGrid(text), stop, start));
   }
   if (stop > kMaxGridValue) {
-    return MakeError(fmt::format("{}: '{}': STOP {} is above {}", flag, text, stop, kMaxGridValue));
+    return MakeError(fmt::format("{}: {}: STOP {} is above {}", flag, QuoteGrid(text), stop, kMaxGridValue));
   }
   if (count == 0 || count > kMaxSweepPoints) {
-    return MakeError(fmt::format("{}: '{}': COUNT {} is outside 1..{}", flag, text, count, kMaxSweepPoints));
+    return MakeError(fmt::format("{}: {}: COUNT {} is outside 1..{}", flag, QuoteGrid(text), count, kMaxSweepPoints));
   }
   std::vector<uint64_t> values;
   values.reserve(count);
@@ -120,14 +131,14 @@ Result<uint64_t> ParseMargin(std::string_view text, uint64_t usable_bytes) {
   double value = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (text.empty() || ec != std::errc() || end != text.data() + text.size() || !std::isfinite(value)) {
-    return MakeError(fmt::format("--margin: '{}' is not GiB (e.g. 2 or 1.5GiB) or a percentage (e.g. 5%)",
-                                 original));
+    return MakeError(fmt::format("--margin: {} is not GiB (e.g. 2 or 1.5GiB) or a percentage (e.g. 5%)",
+                                 Quote(original)));
   }
-  if (value < 0 || std::signbit(value)) return MakeError(fmt::format("--margin: '{}' is negative", original));
+  if (value < 0 || std::signbit(value)) return MakeError(fmt::format("--margin: {} is negative", Quote(original)));
   const double usable = static_cast<double>(usable_bytes);
   const double bytes = percent ? value / 100.0 * usable : value * kGiBDouble;
   if (bytes >= usable) {
-    return MakeError(fmt::format("--margin: '{}' is not below the GPU's {} usable", original,
+    return MakeError(fmt::format("--margin: {} is not below the GPU's {} usable", Quote(original),
                                  FormatBytes(usable_bytes)));
   }
   return static_cast<uint64_t>(std::llround(bytes));

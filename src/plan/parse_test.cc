@@ -44,6 +44,18 @@ TEST(ParseGrid, BadGridsNameTheFlag) {
   EXPECT_NE(ParseGrid("1:9:20000", "--seq").error().message.find("COUNT 20000"), std::string::npos);
 }
 
+// The grid is quoted whole up to 200 bytes, each item up to 40
+// (common::QuoteForMessage); control characters are escaped.
+TEST(ParseGrid, MessagesQuoteTheText) {
+  const std::string list = "128,256,512,1024,2048,4096,8192,16384,32768,65536,x";
+  EXPECT_EQ(ParseGrid(list, "--seq").error().message,
+            "--seq: '" + list + "': value 'x' is not a whole number");
+  EXPECT_EQ(ParseGrid("1:2", "--batch").error().message, "--batch: '1:2' is not START:STOP:COUNT");
+  EXPECT_EQ(ParseGrid("1,\x1b[2J", "--batch").error().message,
+            "--batch: '1,\\x1b[2J': value '\\x1b[2J' is not a whole number");
+  EXPECT_LT(ParseGrid(std::string(100000, '7') + ",x", "--batch").error().message.size(), 400u);
+}
+
 TEST(ParseGrid, ListsLongerThanThePointLimitFail) {
   std::string text = "1";
   for (int i = 2; i <= 10001; ++i) text += "," + std::to_string(i);

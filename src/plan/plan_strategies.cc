@@ -22,7 +22,6 @@ namespace {
 using plan_internal::StrategyLabel;
 
 constexpr uint64_t kDefaultSequencesPerStep = 16;
-constexpr uint64_t kMaxGradAccum = 4096;  // what lowering accepts
 
 constexpr std::string_view kExpandable = "expandable_segments:True";
 

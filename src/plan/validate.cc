@@ -2,13 +2,15 @@
 #include "vramscope/validate.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <string>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "vramscope/common/json_depth.h"
+#include "vramscope/common/quote.h"
+#include "vramscope/common/version.h"
 #include "vramscope/estimate.h"
 #include "vramscope/model.h"
 
@@ -29,59 +31,20 @@ constexpr size_t kMaxJsonDepth = 64;
 constexpr size_t kMaxRecordsPerFile = 100'000;
 constexpr size_t kMaxFieldBytesShown = 100;
 
-// True when `text` nests arrays and objects more than `max_depth` deep
-// (brackets inside strings do not count). One pass, no allocation; the same
-// check as src/ingest's JsonNestsDeeperThan, which vs_plan cannot include.
-bool JsonNestsDeeperThan(std::string_view text, size_t max_depth) {
-  size_t depth = 0;
-  bool in_string = false, escaped = false;
-  for (char c : text) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > max_depth) return true;
-    } else if ((c == ']' || c == '}') && depth > 0) {
-      --depth;
-    }
-  }
-  return false;
-}
-
-// Text from the file (keys, values quoted in problems) made fit for a
-// one-line message: control characters as \xNN, cut at `max_bytes`.
+// Text from the file (keys, ids, reasons) made fit for a one-line message:
+// escaped and cut at `max_bytes` (common::QuoteForMessage), without quote
+// marks, as the message already sets it apart.
 std::string Printable(std::string_view text, size_t max_bytes) {
-  std::string out;
-  for (size_t i = 0; i < text.size(); ++i) {
-    if (out.size() >= max_bytes) {
-      // Do not end inside a UTF-8 sequence.
-      while (!out.empty() && (static_cast<unsigned char>(out.back()) & 0xC0) == 0x80) out.pop_back();
-      if (!out.empty() && (static_cast<unsigned char>(out.back()) & 0xC0) == 0xC0) out.pop_back();
-      out += "...";
-      break;
-    }
-    const auto byte = static_cast<unsigned char>(text[i]);
-    if (byte < 0x20 || byte == 0x7f) {
-      out += fmt::format("\\x{:02x}", byte);
-    } else {
-      out += text[i];
-    }
-  }
-  return out;
+  return common::QuoteForMessage(text, max_bytes, '\0');
 }
 
 struct Ctx {
   std::string where;
+  // `problem` is this program's text: what it quotes from the input (the
+  // knob parsers' messages) is already quoted with common::QuoteForMessage,
+  // so it is not escaped a second time.
   Error Fail(std::string_view field, std::string_view problem) const {
-    return MakeError(fmt::format("{}: {}: {}", where, Printable(field, kMaxFieldBytesShown),
-                                 Printable(problem, 4 * kMaxFieldBytesShown)));
+    return MakeError(fmt::format("{}: {}: {}", where, Printable(field, kMaxFieldBytesShown), problem));
   }
 };
 
@@ -115,18 +78,8 @@ int PackageVersion(const json& env, const char* package, int fallback) {
   if (pk == env.end() || !pk->is_object()) return fallback;
   auto v = pk->find(package);
   if (v == pk->end() || !v->is_string()) return fallback;
-  // from_chars, not sscanf: "%d" on a number out of int's range is undefined.
-  const std::string& s = v->get_ref<const std::string&>();
-  const char* const end = s.data() + s.size();
-  int major = 0, minor = 0;
-  auto [dot, major_error] = std::from_chars(s.data(), end, major);
-  if (major_error != std::errc{} || dot == end || *dot != '.') return fallback;
-  auto [rest, minor_error] = std::from_chars(dot + 1, end, minor);
-  (void)rest;
-  if (minor_error != std::errc{} || major < 0 || minor < 0 || minor > 99 || major > 99) {
-    return fallback;
-  }
-  return major * 100 + minor;
+  const std::optional<common::MajorMinor> version = common::ParseMajorMinor(v->get_ref<const std::string&>());
+  return version ? version->Packed() : fallback;
 }
 
 Status ParseKnobs(const Ctx& c, const json& knobs, MeasuredRun* run) {
@@ -284,7 +237,7 @@ void ForEachRecordLine(std::string_view text, Visit visit) {
 // One non-blank line of a results file: a record, compared or listed.
 Status ParseRecordLine(const Ctx& c, std::string_view line, std::string_view gpu_override,
                        MeasuredFile* file) {
-  if (JsonNestsDeeperThan(line, kMaxJsonDepth)) {
+  if (common::JsonNestsDeeperThan(line, kMaxJsonDepth)) {
     return c.Fail("line", fmt::format("JSON nested deeper than {} levels", kMaxJsonDepth));
   }
   json rec = json::parse(line, nullptr, /*allow_exceptions=*/false);
@@ -399,7 +352,7 @@ Validation Validate(std::vector<MeasuredFile> files, const ModelIo& io) {
 
 Result<Thresholds> ParseThresholds(std::string_view text, std::string_view label) {
   Ctx c{std::string(label)};
-  if (JsonNestsDeeperThan(text, kMaxJsonDepth)) {
+  if (common::JsonNestsDeeperThan(text, kMaxJsonDepth)) {
     return c.Fail("file", fmt::format("JSON nested deeper than {} levels", kMaxJsonDepth));
   }
   json j = json::parse(text, nullptr, false);

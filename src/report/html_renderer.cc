@@ -17,10 +17,6 @@
 namespace vramscope::report_internal {
 namespace {
 
-std::string Cell(std::string_view html, const char* cls = nullptr) {
-  return cls ? fmt::format("<td class=\"{}\">{}</td>", cls, html) : fmt::format("<td>{}</td>", html);
-}
-
 // Timeline values for the hover script. Only numbers and fixed vocabulary go
 // in; '<' is still escaped so that no text can close the script element.
 std::string TimelineData(const SimResult& sim) {
@@ -130,11 +126,11 @@ class PageWriter {
             "<th class=\"num\">peak allocated</th><th class=\"num\">peak reserved</th>"
             "<th class=\"num\">device total</th><th>fits</th></tr>\n";
     for (const RankReport& rank : report_.ranks) {
-      out_ += "<tr>" + Cell(EscapeMarkup(rank.rank_class)) + Cell(FormatRanks(rank.ranks)) +
-              Cell(FormatBytes(rank.sim.peak_allocated_bytes), "num") +
-              Cell(FormatBytes(rank.sim.peak_reserved_bytes), "num") +
-              Cell(FormatBytes(DeviceTotalBytes(rank)), "num") +
-              Cell(RankFits(report_, rank) ? "yes" : "no") + "</tr>\n";
+      out_ += "<tr>" + TableCell(EscapeMarkup(rank.rank_class)) + TableCell(FormatRanks(rank.ranks)) +
+              TableCell(FormatBytes(rank.sim.peak_allocated_bytes), "num") +
+              TableCell(FormatBytes(rank.sim.peak_reserved_bytes), "num") +
+              TableCell(FormatBytes(DeviceTotalBytes(rank)), "num") +
+              TableCell(RankFits(report_, rank) ? "yes" : "no") + "</tr>\n";
     }
     out_ += "</table>\n";
   }
@@ -178,8 +174,8 @@ class PageWriter {
       out_ += fmt::format(
           "<tr><td><span class=\"swatch\" style=\"background:{0}\"></span>{1}</td>{2}{3}"
           "<td><span class=\"bar\" style=\"width:{4:.1f}em;background:{0}\"></span></td></tr>\n",
-          CategoryColour(c), CategoryLabel(c), Cell(FormatBytes(bytes), "num"),
-          Cell(FormatPercent(bytes, whole), "num"), share * 20);
+          CategoryColour(c), CategoryLabel(c), TableCell(FormatBytes(bytes), "num"),
+          TableCell(FormatPercent(bytes, whole), "num"), share * 20);
     }
     out_ += "</table>\n";
   }
@@ -193,9 +189,9 @@ class PageWriter {
         GroupThousands(sim.top_at_peak.size()),
         GroupThousands(std::max<uint64_t>(sim.live_at_peak_count, sim.top_at_peak.size())));
     for (const LiveAllocation& a : sim.top_at_peak) {
-      out_ += "<tr>" + Cell(FormatBytes(a.block_bytes), "num") + Cell(CategoryLabel(a.category)) +
-              Cell(StepPhaseLabel(a.step, a.phase)) + Cell(EscapeMarkup(a.op), "name") +
-              Cell(EscapeMarkup(a.module), "name") + "</tr>\n";
+      out_ += "<tr>" + TableCell(FormatBytes(a.block_bytes), "num") + TableCell(CategoryLabel(a.category)) +
+              TableCell(StepPhaseLabel(a.step, a.phase)) + TableCell(EscapeMarkup(a.op), "name") +
+              TableCell(EscapeMarkup(a.module), "name") + "</tr>\n";
     }
     out_ += "</table>\n";
   }
@@ -207,11 +203,11 @@ class PageWriter {
             "<th class=\"num\">allocated at end</th></tr>\n";
     for (const PhasePeak& p : sim.phases) {
       const bool is_peak = p.step == sim.peak_step && p.phase == sim.peak_phase;
-      out_ += (is_peak ? "<tr class=\"peak\">" : "<tr>") + Cell(std::to_string(p.step), "num") +
-              Cell(PhaseLabel(p.phase)) +
-              Cell(FormatBytes(p.peak_allocated_bytes), "num") +
-              Cell(FormatBytes(p.peak_reserved_bytes), "num") +
-              Cell(FormatBytes(p.allocated_at_end_bytes), "num") + "</tr>\n";
+      out_ += (is_peak ? "<tr class=\"peak\">" : "<tr>") + TableCell(std::to_string(p.step), "num") +
+              TableCell(PhaseLabel(p.phase)) +
+              TableCell(FormatBytes(p.peak_allocated_bytes), "num") +
+              TableCell(FormatBytes(p.peak_reserved_bytes), "num") +
+              TableCell(FormatBytes(p.allocated_at_end_bytes), "num") + "</tr>\n";
     }
     out_ += "</table>\n";
   }
@@ -254,8 +250,8 @@ class PageWriter {
     if (report_.assumptions.empty()) return;
     out_ += "<h2>Assumed</h2>\n<table>\n";
     for (const Assumption& a : report_.assumptions) {
-      out_ += "<tr>" + Cell(EscapeMarkup(a.what)) + Cell(EscapeMarkup(a.assumed), "name") +
-              Cell(EscapeMarkup(a.flag), "name") + "</tr>\n";
+      out_ += "<tr>" + TableCell(EscapeMarkup(a.what)) + TableCell(EscapeMarkup(a.assumed), "name") +
+              TableCell(EscapeMarkup(a.flag), "name") + "</tr>\n";
     }
     out_ += "</table>\n";
   }
@@ -264,7 +260,7 @@ class PageWriter {
     if (report_.knobs.empty()) return;
     out_ += "<h2>Knobs used</h2>\n<table>\n";
     for (const auto& [key, value] : report_.knobs) {
-      out_ += "<tr>" + Cell(EscapeMarkup(key)) + Cell(EscapeMarkup(value), "name") + "</tr>\n";
+      out_ += "<tr>" + TableCell(EscapeMarkup(key)) + TableCell(EscapeMarkup(value), "name") + "</tr>\n";
     }
     out_ += "</table>\n";
   }

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "report_format.h"
 #include "vramscope/plan.h"
 #include "vramscope/report.h"
 
@@ -28,18 +29,10 @@ td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-sp
 tr.nofit td { color: #8e1f1f; }
 )CSS";
 
-// 1234567 -> "1,234,567".
-std::string Grouped(uint64_t value) {
-  std::string digits = std::to_string(value), out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return out;
-}
+using report_internal::GroupThousands;
 
 std::string PlanCell(std::string_view html, bool num = false) {
-  return num ? fmt::format("<td class=\"num\">{}</td>", html) : fmt::format("<td>{}</td>", html);
+  return report_internal::TableCell(html, num ? "num" : nullptr);
 }
 
 void StrategyTable(const PlanResult& plan, std::string* out) {
@@ -73,7 +66,7 @@ std::string RenderPlanHtml(const PlanResult& plan, std::string_view source) {
   if (plan.model) {
     out += fmt::format("<p class=\"meta\">Model: <b>{}</b>{}, {} parameters</p>\n", EscapeHtml(plan.model->name),
                        plan.model->architecture.empty() ? "" : " (" + EscapeHtml(plan.model->architecture) + ")",
-                       Grouped(plan.model->parameters));
+                       GroupThousands(plan.model->parameters));
   }
   const std::string gpu = plan.gpu.display_name.empty() ? plan.gpu.name : plan.gpu.display_name;
   out += fmt::format("<p class=\"meta\">GPU: <b>{}</b>, {} usable, one GPU</p>\n", EscapeHtml(gpu),

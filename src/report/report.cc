@@ -11,7 +11,7 @@ namespace vramscope {
 
 using report_internal::RankFits;
 using report_internal::RankNeededBytes;
-using report_internal::SaturatingAdd;
+using common::SaturatingAdd;
 
 uint64_t DeviceTotalBytes(const SimResult& sim, const DeviceExtras& extras) {
   // Saturating: each term may be up to 2^62 (kMaxSizeBytes) in hostile input.

@@ -116,11 +116,6 @@ std::string PadRight(std::string_view utf8, size_t width) {
   return out;
 }
 
-uint64_t SaturatingAdd(uint64_t a, uint64_t b) {
-  return a > std::numeric_limits<uint64_t>::max() - b ? std::numeric_limits<uint64_t>::max()
-                                                      : a + b;
-}
-
 int64_t SignedDifference(uint64_t a, uint64_t b) {
   constexpr auto kMax = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
   if (a >= b) return a - b > kMax ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(a - b);
@@ -135,6 +130,10 @@ std::string GroupThousands(uint64_t value) {
     out += digits[i];
   }
   return out;
+}
+
+std::string TableCell(std::string_view html, const char* cls) {
+  return cls ? fmt::format("<td class=\"{}\">{}</td>", cls, html) : fmt::format("<td>{}</td>", html);
 }
 
 std::string FormatPercent(uint64_t part, uint64_t whole) {
@@ -202,10 +201,10 @@ uint64_t RankNeededBytes(const RankReport& rank) {
   // At the failure the allocator needed the failed block on top of what was
   // allocated; caching can only add to that, so this is a lower bound.
   const OomInfo& oom = *rank.sim.oom;
-  uint64_t needed = SaturatingAdd(oom.allocated_bytes, oom.alloc_size_bytes);
-  needed = SaturatingAdd(needed, rank.extras.cuda_context_bytes);
-  needed = SaturatingAdd(needed, rank.extras.nccl_bytes);
-  needed = SaturatingAdd(needed, rank.extras.other_bytes);
+  uint64_t needed = common::SaturatingAdd(oom.allocated_bytes, oom.alloc_size_bytes);
+  needed = common::SaturatingAdd(needed, rank.extras.cuda_context_bytes);
+  needed = common::SaturatingAdd(needed, rank.extras.nccl_bytes);
+  needed = common::SaturatingAdd(needed, rank.extras.other_bytes);
   return std::max(total, needed);
 }
 

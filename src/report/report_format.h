@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "vramscope/category.h"
+#include "vramscope/common/checked.h"
 #include "vramscope/report.h"
 
 namespace vramscope::report_internal {
@@ -31,7 +32,7 @@ std::string PadRight(std::string_view utf8, size_t width);
 
 // --- Numbers ---------------------------------------------------------------
 
-uint64_t SaturatingAdd(uint64_t a, uint64_t b);
+// Sums of byte counts saturate: common::SaturatingAdd (vramscope/common/checked.h).
 // a - b as a signed value, clamped to the int64 range.
 int64_t SignedDifference(uint64_t a, uint64_t b);
 // 1234567 -> "1,234,567" (locale-independent).
@@ -42,6 +43,12 @@ std::string FormatPercent(uint64_t part, uint64_t whole);
 std::string GiBNumber(uint64_t bytes);
 // {0,1,2,3,8} -> "0-3, 8"; empty -> "-".
 std::string FormatRanks(const std::vector<int>& ranks);
+
+// --- HTML ------------------------------------------------------------------
+
+// A table cell around `html` (markup, already escaped), with a class when
+// `cls` is not null: <td class="num">12</td>.
+std::string TableCell(std::string_view html, const char* cls = nullptr);
 
 // --- Vocabulary --------------------------------------------------------------
 

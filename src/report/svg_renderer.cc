@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "chart_axes.h"
 #include "chart_scale.h"
 #include "report_format.h"
 #include "svg_chart.h"
@@ -34,6 +35,8 @@ std::string Coord(int64_t tenths) {
   return fmt::format("{}{}.{}", tenths < 0 ? "-" : "", std::llabs(tenths) / 10, std::llabs(tenths) % 10);
 }
 std::string Coord(double v) { return Coord(Tenths(v)); }
+// Coord(double) for the shared chart parts (chart_axes.h).
+std::string CoordOf(double v) { return Coord(v); }
 
 class ChartWriter {
  public:
@@ -65,11 +68,11 @@ class ChartWriter {
   }
   // Allocated at the OOM plus the block that could not be had.
   uint64_t FailedRequestTopBytes() const {
-    return SaturatingAdd(sim_.oom->allocated_bytes, sim_.oom->alloc_size_bytes);
+    return common::SaturatingAdd(sim_.oom->allocated_bytes, sim_.oom->alloc_size_bytes);
   }
   uint64_t CumulativeBytes(const TimelinePoint& p, size_t last_category) const {
     uint64_t sum = 0;
-    for (size_t c = 0; c <= last_category; ++c) sum = SaturatingAdd(sum, p.by_category[c]);
+    for (size_t c = 0; c <= last_category; ++c) sum = common::SaturatingAdd(sum, p.by_category[c]);
     return sum;
   }
 
@@ -85,7 +88,7 @@ class ChartWriter {
       // After an OOM the run is over: the space right of the failed event
       // shows the request that did not fit instead.
       const uint64_t end = sim_.oom ? std::max(last, sim_.oom_event_index) : last;
-      x_max_ = SaturatingAdd(end, std::max<uint64_t>(mean_width, 1));
+      x_max_ = common::SaturatingAdd(end, std::max<uint64_t>(mean_width, 1));
     }
     if (x_max_ <= x_min_) x_min_ = x_max_ - 1;  // saturated at 2^64: keep a non-empty range
     uint64_t max_bytes = std::max({sim_.peak_allocated_bytes, sim_.peak_reserved_bytes,
@@ -127,29 +130,10 @@ class ChartWriter {
         "</clipPath></defs>\n",
         id_, ChartLayout::kPlotLeft, ChartLayout::kPlotTop - 1, ChartLayout::kPlotRight - ChartLayout::kPlotLeft,
         ChartLayout::kPlotBottom - ChartLayout::kPlotTop + 2);
-    out_ += fmt::format("<rect width=\"{}\" height=\"{}\" fill=\"#ffffff\"/>\n", ChartLayout::kWidth, ChartLayout::kHeight);
-    out_ += fmt::format(
-        "<text x=\"{}\" y=\"20\" text-anchor=\"middle\" font-size=\"15\" font-weight=\"bold\">{}</text>\n",
-        ChartLayout::kWidth / 2, EscapeMarkup(title));
-    out_ += fmt::format("<text x=\"{}\" y=\"38\" text-anchor=\"middle\" fill=\"#444444\">{}</text>\n",
-                        ChartLayout::kWidth / 2, EscapeMarkup(VerdictLine(report_)));
+    AppendHeadings(&out_, EscapeMarkup(title), EscapeMarkup(VerdictLine(report_)));
   }
 
-  void YAxis() {
-    out_ += "<g class=\"vs-yaxis\">\n";
-    for (double gib : y_.values) {
-      const double y = ChartLayout::kPlotBottom - gib / y_.top * (ChartLayout::kPlotBottom - ChartLayout::kPlotTop);
-      out_ += fmt::format(
-          "<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"#e4e4e4\"/>"
-          "<text x=\"{3}\" y=\"{4}\" text-anchor=\"end\">{5:.{6}f}</text>\n",
-          Coord(ChartLayout::kPlotLeft), Coord(y), Coord(ChartLayout::kPlotRight), Coord(ChartLayout::kPlotLeft - 6),
-          Coord(y + 4), gib, y_.decimals);
-    }
-    out_ += fmt::format(
-        "<text transform=\"translate(18,{}) rotate(-90)\" text-anchor=\"middle\">memory (GiB)</text>\n",
-        Coord((ChartLayout::kPlotTop + ChartLayout::kPlotBottom) / 2));
-    out_ += "</g>\n";
-  }
+  void YAxis() { AppendYAxis(&out_, y_, CoordOf); }
 
   // One step path through per-point y values; closed down to the x axis for
   // areas.
@@ -296,34 +280,14 @@ class ChartWriter {
   }
 
   void XAxis() {
-    out_ += fmt::format(
-        "<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"#333333\"/>"
-        "<line x1=\"{0}\" y1=\"{3}\" x2=\"{0}\" y2=\"{1}\" stroke=\"#333333\"/>\n",
-        Coord(ChartLayout::kPlotLeft), Coord(ChartLayout::kPlotBottom), Coord(ChartLayout::kPlotRight), Coord(ChartLayout::kPlotTop));
-    out_ += "<g class=\"vs-xticks\">\n";
-    for (uint64_t tick : IndexTicks(x_min_, x_max_, 6)) {
-      const double x = Px(tick);
-      out_ += fmt::format(
-          "<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" stroke=\"#333333\"/>"
-          "<text x=\"{0}\" y=\"{3}\" text-anchor=\"middle\">{4}</text>\n",
-          Coord(x), Coord(ChartLayout::kPlotBottom), Coord(ChartLayout::kPlotBottom + 5), Coord(ChartLayout::kPlotBottom + 18),
-          GroupThousands(tick));
-    }
-    out_ += "</g>\n";
-    out_ += fmt::format(
-        "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">events (allocations and frees, in order)</text>\n",
-        Coord((ChartLayout::kPlotLeft + ChartLayout::kPlotRight) / 2), Coord(ChartLayout::kPlotBottom + 40));
+    AppendXAxis(&out_, IndexTicks(x_min_, x_max_, 6), [this](uint64_t tick) { return Px(tick); },
+                "events (allocations and frees, in order)", CoordOf);
   }
 
   // A line sample with its label, and an optional second line in grey.
   void LegendLine(double y, const char* colour, const char* dash, double width, std::string_view label,
                   std::string_view detail = {}) {
-    out_ += fmt::format(
-        "<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"{3}\" stroke-width=\"{4}\"{5}/>"
-        "<text x=\"{6}\" y=\"{7}\">{8}</text>\n",
-        Coord(ChartLayout::kLegendLeft), Coord(y), Coord(ChartLayout::kLegendLeft + 18), colour, width,
-        *dash ? fmt::format(" stroke-dasharray=\"{}\"", dash) : std::string(), Coord(ChartLayout::kLegendLeft + 24),
-        Coord(y + 4), label);
+    AppendLegendLine(&out_, y, colour, dash, width, label, CoordOf);
     if (!detail.empty()) {
       out_ += fmt::format("<text x=\"{}\" y=\"{}\" fill=\"#555555\">{}</text>\n",
                           Coord(ChartLayout::kLegendLeft + 24), Coord(y + 19), detail);

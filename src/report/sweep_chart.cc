@@ -15,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include "chart_axes.h"
 #include "chart_scale.h"
 #include "report_format.h"
 #include "svg_chart.h"
@@ -105,49 +106,16 @@ class SweepChartWriter {
         ChartLayout::kWidth, ChartLayout::kHeight, id_);
     out_ += fmt::format("<title>{}</title>\n<desc>{}</desc>\n", EscapeMarkup(title),
                         EscapeMarkup(SweepSummaryLine(sweep_)));
-    out_ += fmt::format("<rect width=\"{}\" height=\"{}\" fill=\"#ffffff\"/>\n", ChartLayout::kWidth, ChartLayout::kHeight);
-    out_ += fmt::format(
-        "<text x=\"{}\" y=\"20\" text-anchor=\"middle\" font-size=\"15\" font-weight=\"bold\">{}</text>\n",
-        ChartLayout::kWidth / 2, EscapeMarkup(title));
-    out_ += fmt::format("<text x=\"{}\" y=\"38\" text-anchor=\"middle\" fill=\"#444444\">{}</text>\n",
-                        ChartLayout::kWidth / 2, EscapeMarkup(ClipText(SweepSummaryLine(sweep_), 140)));
+    AppendHeadings(&out_, EscapeMarkup(title), EscapeMarkup(ClipText(SweepSummaryLine(sweep_), 140)));
   }
 
-  void YAxis() {
-    out_ += "<g class=\"vs-yaxis\">\n";
-    for (double gib : y_.values) {
-      const double y = ChartLayout::kPlotBottom - gib / y_.top * (ChartLayout::kPlotBottom - ChartLayout::kPlotTop);
-      out_ += fmt::format(
-          "<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"#e4e4e4\"/>"
-          "<text x=\"{3}\" y=\"{4}\" text-anchor=\"end\">{5:.{6}f}</text>\n",
-          SweepCoord(ChartLayout::kPlotLeft), SweepCoord(y), SweepCoord(ChartLayout::kPlotRight), SweepCoord(ChartLayout::kPlotLeft - 6), SweepCoord(y + 4), gib,
-          y_.decimals);
-    }
-    out_ += fmt::format(
-        "<text transform=\"translate(18,{}) rotate(-90)\" text-anchor=\"middle\">memory (GiB)</text>\n",
-        SweepCoord((ChartLayout::kPlotTop + ChartLayout::kPlotBottom) / 2));
-    out_ += "</g>\n";
-  }
+  void YAxis() { AppendYAxis(&out_, y_, SweepCoord); }
 
   void XAxis() {
-    out_ += fmt::format(
-        "<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"#333333\"/>"
-        "<line x1=\"{0}\" y1=\"{3}\" x2=\"{0}\" y2=\"{1}\" stroke=\"#333333\"/>\n",
-        SweepCoord(ChartLayout::kPlotLeft), SweepCoord(ChartLayout::kPlotBottom), SweepCoord(ChartLayout::kPlotRight), SweepCoord(ChartLayout::kPlotTop));
-    out_ += "<g class=\"vs-xticks\">\n";
-    for (uint64_t tick : IndexTicks(x_lo_, x_hi_, 6)) {
-      out_ += fmt::format(
-          "<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" stroke=\"#333333\"/>"
-          "<text x=\"{0}\" y=\"{3}\" text-anchor=\"middle\">{4}</text>\n",
-          SweepCoord(Px(tick)), SweepCoord(ChartLayout::kPlotBottom), SweepCoord(ChartLayout::kPlotBottom + 5), SweepCoord(ChartLayout::kPlotBottom + 18),
-          GroupThousands(tick));
-    }
-    out_ += "</g>\n";
     const std::string label =
         sweep_.axes.empty() ? std::string() : fmt::format("{} ({})", SweepVariableKey(sweep_.axes[0].variable),
                                                           SweepVariableFlag(sweep_.axes[0].variable));
-    out_ += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n",
-                        SweepCoord((ChartLayout::kPlotLeft + ChartLayout::kPlotRight) / 2), SweepCoord(ChartLayout::kPlotBottom + 40), label);
+    AppendXAxis(&out_, IndexTicks(x_lo_, x_hi_, 6), [this](uint64_t x) { return Px(x); }, label, SweepCoord);
   }
 
   // A polyline through the points of one group; `skip_oom` breaks it at points
@@ -214,12 +182,7 @@ class SweepChartWriter {
   }
 
   void LegendLine(double y, const char* colour, const char* dash, double width, std::string_view label) {
-    out_ += fmt::format(
-        "<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"{3}\" stroke-width=\"{4}\"{5}/>"
-        "<text x=\"{6}\" y=\"{7}\">{8}</text>\n",
-        SweepCoord(ChartLayout::kLegendLeft), SweepCoord(y), SweepCoord(ChartLayout::kLegendLeft + 18), colour, width,
-        *dash ? fmt::format(" stroke-dasharray=\"{}\"", dash) : std::string(), SweepCoord(ChartLayout::kLegendLeft + 24),
-        SweepCoord(y + 4), EscapeMarkup(label));
+    AppendLegendLine(&out_, y, colour, dash, width, EscapeMarkup(label), SweepCoord);
   }
 
   void Legend() {

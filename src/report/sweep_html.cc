@@ -17,10 +17,6 @@ using namespace report_internal;
 
 namespace {
 
-std::string Cell(std::string_view html, const char* cls = nullptr) {
-  return cls ? fmt::format("<td class=\"{}\">{}</td>", cls, html) : fmt::format("<td>{}</td>", html);
-}
-
 void Table(const SweepResult& sweep, std::string* out) {
   *out += "<h2>Points</h2>\n<table>\n<tr>";
   for (const SweepAxis& axis : sweep.axes) {
@@ -30,15 +26,15 @@ void Table(const SweepResult& sweep, std::string* out) {
           "<th class=\"num\">device total</th><th>fits</th></tr>\n";
   for (const SweepPoint& p : sweep.points) {
     *out += p.fits ? "<tr>" : "<tr class=\"peak\">";
-    for (uint64_t v : p.at) *out += Cell(std::to_string(v), "num");
-    *out += Cell(FormatBytes(p.peak_allocated_bytes), "num") + Cell(FormatBytes(p.peak_reserved_bytes), "num") +
-            Cell(FormatBytes(p.device_total_bytes), "num");
+    for (uint64_t v : p.at) *out += TableCell(std::to_string(v), "num");
+    *out += TableCell(FormatBytes(p.peak_allocated_bytes), "num") + TableCell(FormatBytes(p.peak_reserved_bytes), "num") +
+            TableCell(FormatBytes(p.device_total_bytes), "num");
     if (p.fits) {
-      *out += Cell("yes");
+      *out += TableCell("yes");
     } else if (p.oom) {
-      *out += Cell("no: simulated OOM");
+      *out += TableCell("no: simulated OOM");
     } else {
-      *out += Cell("no");
+      *out += TableCell("no");
     }
     *out += "</tr>\n";
   }
@@ -78,7 +74,7 @@ std::string RenderSweepHtml(const SweepResult& sweep) {
   if (!sweep.knobs.empty()) {
     out += "<h2>Knobs used</h2>\n<table>\n";
     for (const auto& [key, value] : sweep.knobs) {
-      out += "<tr>" + Cell(EscapeMarkup(key)) + Cell(EscapeMarkup(value), "name") + "</tr>\n";
+      out += "<tr>" + TableCell(EscapeMarkup(key)) + TableCell(EscapeMarkup(value), "name") + "</tr>\n";
     }
     out += "</table>\n";
   }

@@ -150,7 +150,7 @@ void RenderBreakdown(const SimResult& sim, bool state_only, std::string* out) {
                    [&](Category a, Category b) { return bytes(a) > bytes(b); });
   uint64_t sum = 0;
   for (Category c : order) {
-    sum = SaturatingAdd(sum, bytes(c));
+    sum = common::SaturatingAdd(sum, bytes(c));
     if (bytes(c) == 0) continue;
     Line(out, fmt::format("  {}{}  {:>6}  {}", PadRight(CategoryLabel(c), 17), GiBColumn(bytes(c)),
                           FormatPercent(bytes(c), sim.peak_allocated_bytes),

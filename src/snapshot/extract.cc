@@ -17,22 +17,11 @@
 #include "frame_table.h"
 #include "readers.h"
 #include "vramscope/alloc_config.h"
+#include "vramscope/common/quote.h"
 
 namespace vramscope {
 namespace snapshot {
 namespace {
-
-// Input text quoted in an error: printable ASCII only, at most 40 bytes, so
-// the one-line error stays one printable line whatever the file holds.
-std::string Quoted(std::string_view text) {
-  std::string out = "\"";
-  for (char c : text.substr(0, 40)) {
-    const auto byte = static_cast<unsigned char>(c);
-    out += (byte >= 0x20 && byte < 0x7f && c != '"' && c != '\\') ? c : '?';
-  }
-  if (text.size() > 40) out += "...";
-  return out + "\"";
-}
 
 // A path into the document, built on the call stack and turned into text
 // only for an error message: "device_traces[0][12].size".
@@ -242,7 +231,7 @@ Status Extractor::Segment(Value dict, const Path& path) {
     VS_TRY(type, Str(v, path.Key("segment_type")));
     if (type != "small" && type != "large") {
       return Fail(path.Key("segment_type"),
-                  fmt::format("{} is neither \"small\" nor \"large\"", Quoted(type)));
+                  fmt::format("{} is neither \"small\" nor \"large\"", common::QuoteForMessage(type)));
     }
     seg.small_pool = type == "small";
   }
@@ -302,7 +291,7 @@ Status Extractor::Block(Value dict, uint64_t computed_address, const Path& path,
   } else if (state == "inactive") {
     block->state = BlockState::kInactive;
   } else {
-    return Fail(path.Key("state"), fmt::format("unknown block state {}", Quoted(state)));
+    return Fail(path.Key("state"), fmt::format("unknown block state {}", common::QuoteForMessage(state)));
   }
   block->requested_bytes = block->state == BlockState::kInactive ? 0 : block->size_bytes;
   if (doc_.Find(dict, "requested_size", &v)) {

@@ -11,9 +11,14 @@
 
 #include "entry_decoder.h"
 #include "readers.h"
+#include "vramscope/common/quote.h"
 
 namespace vramscope::snapshot {
 namespace {
+
+// nlohmann::json's parse error quotes the token it read, which can be the
+// whole of a long string: show this much of the message.
+constexpr size_t kMaxParseErrorBytesShown = 200;
 
 class Builder final : public nlohmann::json_sax<nlohmann::json> {
  public:
@@ -44,12 +49,10 @@ class Builder final : public nlohmann::json_sax<nlohmann::json> {
         what.rfind("[json.exception", 0) == 0 && close != std::string::npos) {
       what = what.substr(close + 2);
     }
-    // The message quotes the offending token: keep the error printable.
-    for (char& c : what) {
-      const auto byte = static_cast<unsigned char>(c);
-      if (byte < 0x20 || byte >= 0x7f) c = '?';
-    }
-    error_ = fmt::format("{}: JSON: {} (byte {})", name_, what, position);
+    // The message quotes the offending token: keep the error one printable
+    // line of bounded length.
+    error_ = fmt::format("{}: JSON: {} (byte {})", name_,
+                         common::QuoteForMessage(what, kMaxParseErrorBytesShown, '\0'), position);
     return false;
   }
 
