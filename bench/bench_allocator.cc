@@ -56,9 +56,15 @@ std::vector<Event> TrainingStream(uint32_t* slots) {
   constexpr int kLayers = 32;
   constexpr uint64_t kAct = 2048ull * 4096 * 2;   // 16 MiB
   constexpr uint64_t kMlp = 2048ull * 11008 * 2;  // 43 MiB
-  const uint64_t weight_sizes[] = {4096ull * 4096 * 2, 4096ull * 4096 * 2, 4096ull * 4096 * 2,
-                                   4096ull * 4096 * 2, 4096ull * 11008 * 2, 4096ull * 11008 * 2,
-                                   4096ull * 11008 * 2, 8 * 1024, 8 * 1024};
+  const uint64_t weight_sizes[] = {4096ull * 4096 * 2,
+                                   4096ull * 4096 * 2,
+                                   4096ull * 4096 * 2,
+                                   4096ull * 4096 * 2,
+                                   4096ull * 11008 * 2,
+                                   4096ull * 11008 * 2,
+                                   4096ull * 11008 * 2,
+                                   8 * 1024,
+                                   8 * 1024};
   StreamBuilder s;
   std::vector<uint32_t> weights, grads, saved;
   weights.push_back(s.Alloc(128256ull * 4096 * 2));  // embedding, ~1 GiB

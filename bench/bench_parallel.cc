@@ -44,7 +44,10 @@ void BM_Llama405B_Tp8Pp8Dp8(benchmark::State& state) {
   l.microbatches = 16;
   EstimateLayout(state, "llama-3.1-405b", l, 8192, GradCkpt::kFull);
 }
-BENCHMARK(BM_Llama405B_Tp8Pp8Dp8)->Unit(benchmark::kMillisecond)->MeasureProcessCPUTime()->UseRealTime();
+BENCHMARK(BM_Llama405B_Tp8Pp8Dp8)
+    ->Unit(benchmark::kMillisecond)
+    ->MeasureProcessCPUTime()
+    ->UseRealTime();
 
 void BM_Llama8B_Zero3_8Gpus(benchmark::State& state) {
   ParallelLayout l;
@@ -52,7 +55,10 @@ void BM_Llama8B_Zero3_8Gpus(benchmark::State& state) {
   l.dp_mode = DataParallel::kZero3;
   EstimateLayout(state, "llama-3-8b", l, 2048, GradCkpt::kNone);
 }
-BENCHMARK(BM_Llama8B_Zero3_8Gpus)->Unit(benchmark::kMillisecond)->MeasureProcessCPUTime()->UseRealTime();
+BENCHMARK(BM_Llama8B_Zero3_8Gpus)
+    ->Unit(benchmark::kMillisecond)
+    ->MeasureProcessCPUTime()
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace vramscope

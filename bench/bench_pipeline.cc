@@ -80,14 +80,17 @@ void Estimate(benchmark::State& state, const char* model, uint64_t batch, uint64
   }
   state.counters["events"] = static_cast<double>(events);
 }
-BENCHMARK_CAPTURE(Estimate, llama_3_8b_seq2048, "llama-3-8b", 1, 2048)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(Estimate, llama_3_70b_seq8192_b8, "llama-3-70b", 8, 8192)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(Estimate, llama_3_8b_seq2048, "llama-3-8b", 1, 2048)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(Estimate, llama_3_70b_seq8192_b8, "llama-3-70b", 8, 8192)
+    ->Unit(benchmark::kMillisecond);
 
 // The whole process, startup included: `vramscope estimate llama-3-8b` with
 // its default knobs (issue 3's "≤ 100 ms" target), output to /dev/null.
 #ifdef VS_CLI_BINARY
 void ProcessEstimate(benchmark::State& state) {
-  const std::string command = std::string(VS_CLI_BINARY) + " estimate llama-3-8b --json > /dev/null";
+  const std::string command =
+      std::string(VS_CLI_BINARY) + " estimate llama-3-8b --json > /dev/null";
   for (auto _ : state) {
     if (std::system(command.c_str()) != 0) {
       state.SkipWithError("vramscope estimate failed");

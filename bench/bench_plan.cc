@@ -1,6 +1,6 @@
 // Speed of the planner (issue 7 targets): fit for an 8B model <= 100 ms; a
-// 200-point sweep <= 1 s; plan over >= 100 strategies <= 2 s. Every figure is whole Estimate() calls (lower +
-// simulate), no timeline, no top-allocation list.
+// 200-point sweep <= 1 s; plan over >= 100 strategies <= 2 s. Every figure is whole Estimate()
+// calls (lower + simulate), no timeline, no top-allocation list.
 #include <benchmark/benchmark.h>
 
 #include "vramscope/model.h"
@@ -41,8 +41,10 @@ void BM_Fit(benchmark::State& state, const char* model_name, TrainingSetup (*mak
   state.counters["max_batch"] = static_cast<double>(max_batch);
   state.counters["max_seq"] = static_cast<double>(max_seq);
 }
-BENCHMARK_CAPTURE(BM_Fit, llama_3_8b_defaults, "llama-3-8b", &Defaults)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_Fit, llama_3_8b_lora_ckpt, "llama-3-8b", &LoraCkpt)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Fit, llama_3_8b_defaults, "llama-3-8b", &Defaults)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Fit, llama_3_8b_lora_ckpt, "llama-3-8b", &LoraCkpt)
+    ->Unit(benchmark::kMillisecond);
 
 void BM_Sweep(benchmark::State& state, const char* model_name, TrainingSetup (*make)()) {
   auto model = LoadCatalogModel(model_name);
@@ -63,7 +65,8 @@ void BM_Sweep(benchmark::State& state, const char* model_name, TrainingSetup (*m
   }
   state.counters["points"] = static_cast<double>(seqs->size());
   state.counters["ms_per_point"] = benchmark::Counter(
-      static_cast<double>(seqs->size()), benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+      static_cast<double>(seqs->size()),
+      benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
 // Sweep() runs its points on several threads: the figure that counts is wall
 // time (the CPU column is then only the calling thread's share).

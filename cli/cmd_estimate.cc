@@ -35,7 +35,8 @@ int RunEstimate(const EstimateArgs& args) {
   options.explain = args.explain;
   auto est = Estimate(*model, *setup, options);
   if (!est.ok()) return FailBadInput(est.error());
-  const int events = WriteOutputFiles({{args.events_path, [&] { return WriteEventText(est->events); }}});
+  const int events =
+      WriteOutputFiles({{args.events_path, [&] { return WriteEventText(est->events); }}});
   if (events != kExitOk) return events;
   est->report.source = args.model;
   return EmitReport(est->report, args.out);
@@ -49,7 +50,8 @@ RunFn SetupEstimate(CLI::App* sub) {
   AddKnobFlags(sub, &args->knobs);
   sub->add_option("--top", args->top, "How many allocations alive at the peak to list");
   sub->add_flag("--explain", args->explain, "Say in plain words what is alive at the peak and why");
-  AddOutputFileOption(sub, "--events", &args->events_path, "Also write the lowered event stream to FILE");
+  AddOutputFileOption(sub, "--events", &args->events_path,
+                      "Also write the lowered event stream to FILE");
   AddOutputFlags(sub, &args->out);
   return [args] { return RunEstimate(*args); };
 }

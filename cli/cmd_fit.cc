@@ -41,14 +41,17 @@ int RunFit(const FitArgs& args) {
   options.max_batch = args.max_batch;
   options.max_seq = args.max_seq;
   // A parallel mode on the command line asks for the fewest GPUs too.
-  options.search_gpus = setup->parallel.dp_mode != DataParallel::kNone || setup->parallel.model_parallel();
+  options.search_gpus =
+      setup->parallel.dp_mode != DataParallel::kNone || setup->parallel.model_parallel();
   if (args.max_gpus < 1 || args.max_gpus > 65536) {
-    return FailBadInput(MakeError(fmt::format("--max-gpus: {} is outside 1..65536", args.max_gpus)));
+    return FailBadInput(
+        MakeError(fmt::format("--max-gpus: {} is outside 1..65536", args.max_gpus)));
   }
   options.max_gpus = static_cast<uint32_t>(args.max_gpus);
   auto fit = Fit(*model, *setup, options);
   if (!fit.ok()) return FailBadInput(fit.error());
-  const std::string text = args.json ? RenderFitJson(*fit, args.model) + "\n" : RenderFitText(*fit, args.model);
+  const std::string text =
+      args.json ? RenderFitJson(*fit, args.model) + "\n" : RenderFitText(*fit, args.model);
   std::fwrite(text.data(), 1, text.size(), stdout);
   return kExitOk;
 }
@@ -59,13 +62,16 @@ RunFn SetupFit(CLI::App* sub) {
                   "Catalog alias, Hugging Face id, config.json path or model directory")
       ->required();
   AddKnobFlags(sub, &args->knobs);
-  sub->add_option("--margin", args->margin,
-                  "Memory to keep free: GiB (2, 1.5GiB) or a share of usable memory (5%); default 0");
+  sub->add_option(
+      "--margin", args->margin,
+      "Memory to keep free: GiB (2, 1.5GiB) or a share of usable memory (5%); default 0");
   sub->add_option("--max-batch", args->max_batch, "Largest micro-batch to search (default 65536)");
-  sub->add_option("--max-seq", args->max_seq,
-                  "Longest sequence to search (default: the model's max_position_embeddings, else 1048576)");
+  sub->add_option(
+      "--max-seq", args->max_seq,
+      "Longest sequence to search (default: the model's max_position_embeddings, else 1048576)");
   sub->add_option("--max-gpus", args->max_gpus,
-                  "With --ddp/--zero/--fsdp/--tp/--pp: the most GPUs the fewest-GPU search tries (default 4096)");
+                  "With --ddp/--zero/--fsdp/--tp/--pp: the most GPUs the fewest-GPU search tries "
+                  "(default 4096)");
   sub->add_flag("--json", args->json, "Print the result as JSON (integer bytes)");
   return [args] { return RunFit(*args); };
 }

@@ -32,8 +32,8 @@ int RunGpus(bool json) {
     std::puts(list.dump(2).c_str());
     return kExitOk;
   }
-  std::puts(fmt::format("{:<12} {:<28} {:>12} {:>12} {:>12}", "name", "GPU", "usable",
-                        "CUDA ctx", "bf16 TFLOPs")
+  std::puts(fmt::format("{:<12} {:<28} {:>12} {:>12} {:>12}", "name", "GPU", "usable", "CUDA ctx",
+                        "bf16 TFLOPs")
                 .c_str());
   for (const GpuSpec& g : catalog) {
     std::puts(fmt::format("{:<12} {:<28} {:>12} {:>12} {:>12.0f}", g.name, g.display_name,

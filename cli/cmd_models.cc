@@ -67,8 +67,8 @@ bool Matches(const Row& row, const ModelsArgs& args) {
   if (!args.filter.empty()) {
     const std::string needle = Lower(args.filter);
     bool any = false;
-    for (const std::string& hay : {row.entry->alias, row.entry->hub_id, row.entry->family,
-                                   row.spec.model_type}) {
+    for (const std::string& hay :
+         {row.entry->alias, row.entry->hub_id, row.entry->family, row.spec.model_type}) {
       any = any || Lower(hay).find(needle) != std::string::npos;
     }
     if (!any) return false;
@@ -90,9 +90,9 @@ int RunModels(const ModelsArgs& args) {
     if (!known) {
       std::string list;
       for (const std::string& t : types) list += (list.empty() ? "" : ", ") + t;
-      return FailBadInput(MakeError(fmt::format(
-          "--arch: {} is not a supported architecture (supported: {})",
-          common::QuoteForMessage(args.arch), list)));
+      return FailBadInput(
+          MakeError(fmt::format("--arch: {} is not a supported architecture (supported: {})",
+                                common::QuoteForMessage(args.arch), list)));
     }
   }
   std::vector<Row> rows;
@@ -132,9 +132,9 @@ int RunModels(const ModelsArgs& args) {
                         "params", "note")
                 .c_str());
   for (const Row& r : rows) {
-    std::string line = fmt::format("{:<20} {:<36} {:<12} {:>9}  {}", r.entry->alias,
-                                   r.entry->hub_id, r.spec.model_type,
-                                   ShortCount(r.spec.ParameterCount()), r.note);
+    std::string line =
+        fmt::format("{:<20} {:<36} {:<12} {:>9}  {}", r.entry->alias, r.entry->hub_id,
+                    r.spec.model_type, ShortCount(r.spec.ParameterCount()), r.note);
     while (!line.empty() && line.back() == ' ') line.pop_back();
     std::puts(line.c_str());
   }

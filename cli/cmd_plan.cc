@@ -36,14 +36,15 @@ int RunPlan(const PlanArgs& args) {
   options.keep_finetune = args.app->count("--finetune") > 0;
   options.keep_optimizer = args.app->count("--optimizer") > 0;
   options.keep_precision = args.app->count("--precision") > 0;
-  options.keep_parallel = args.app->count("--zero") + args.app->count("--fsdp") + args.app->count("--ddp") > 0;
+  options.keep_parallel =
+      args.app->count("--zero") + args.app->count("--fsdp") + args.app->count("--ddp") > 0;
   ProgressLine progress("plan: knob sets");
   options.progress = [&](size_t done, size_t total) { progress.Update(done, total); };
   auto plan = Plan(*model, *setup, options);
   progress.Done();
   if (!plan.ok()) return FailBadInput(plan.error());
-  const std::string text =
-      args.json ? RenderPlanJson(*plan, args.model) + "\n" : RenderPlanText(*plan, args.model, args.top);
+  const std::string text = args.json ? RenderPlanJson(*plan, args.model) + "\n"
+                                     : RenderPlanText(*plan, args.model, args.top);
   std::fwrite(text.data(), 1, text.size(), stdout);
   return WriteOutputFiles({{args.html_path, [&] { return RenderPlanHtml(*plan, args.model); }}});
 }
@@ -59,13 +60,15 @@ RunFn SetupPlan(CLI::App* sub) {
                   "Tokens per optimizer step, a multiple of --seq (default 16 x --seq)");
   sub->add_option("--top", args->top, "How many fitting strategies to list (default 10)");
   sub->add_flag("--json", args->json, "Print every strategy as JSON (integer bytes)");
-  AddOutputFileOption(sub, "--html", &args->html_path, "Also write a self-contained HTML page (every strategy) to FILE");
+  AddOutputFileOption(sub, "--html", &args->html_path,
+                      "Also write a self-contained HTML page (every strategy) to FILE");
   return [args] { return RunPlan(*args); };
 }
 
 }  // namespace
 
 extern const CommandSpec kPlanCommand = {
-    "plan", "Rank single-GPU training strategies for MODEL by tokens/s among those that fit", &SetupPlan};
+    "plan", "Rank single-GPU training strategies for MODEL by tokens/s among those that fit",
+    &SetupPlan};
 
 }  // namespace vramscope::cli

@@ -35,9 +35,8 @@ int RunSimulate(const SimulateArgs& args) {
   options.alloc = *conf;
   options.top_allocations = args.top;
   // The allocator may reserve what the GPU has left after the CUDA context.
-  options.device_limit_bytes = gpu->usable_bytes > gpu->cuda_context_bytes
-                                   ? gpu->usable_bytes - gpu->cuda_context_bytes
-                                   : 0;
+  options.device_limit_bytes =
+      gpu->usable_bytes > gpu->cuda_context_bytes ? gpu->usable_bytes - gpu->cuda_context_bytes : 0;
   auto run = [&](const EventStream& events, const char* rank_class) -> Result<RankReport> {
     auto sim = Simulate(events, options);
     if (!sim.ok()) return MakeError(args.trace_path + ": " + sim.error().message);

@@ -64,7 +64,8 @@ int RunSweep(const SweepArgs& args) {
   if (!model.ok()) return FailBadInput(model.error());
   args.knobs.Warn(*model, *setup);
   ProgressLine progress("sweep: points");
-  auto sweep = Sweep(*model, *setup, *axes, [&](size_t done, size_t total) { progress.Update(done, total); });
+  auto sweep = Sweep(*model, *setup, *axes,
+                     [&](size_t done, size_t total) { progress.Update(done, total); });
   progress.Done();
   if (!sweep.ok()) return FailBadInput(sweep.error());
   sweep->source = args.model;
@@ -86,14 +87,17 @@ RunFn SetupSweep(CLI::App* sub) {
   for (GridFlag& g : args->grids) {
     const std::string flag(SweepVariableFlag(g.variable));
     sub->remove_option(sub->get_option(flag));
-    g.option = sub->add_option(flag, g.text,
-                               "One value, or a grid to sweep: START:STOP:COUNT (COUNT evenly spaced "
-                               "integers) or A,B,C");
+    g.option =
+        sub->add_option(flag, g.text,
+                        "One value, or a grid to sweep: START:STOP:COUNT (COUNT evenly spaced "
+                        "integers) or A,B,C");
   }
   sub->add_flag("--json", args->json, "Print the points as JSON (integer bytes)");
   AddOutputFileOption(sub, "--csv", &args->csv_path, "Also write the points as CSV to FILE");
-  AddOutputFileOption(sub, "--svg", &args->svg_path, "Also write a chart of memory against the swept knob (SVG) to FILE");
-  AddOutputFileOption(sub, "--html", &args->html_path, "Also write a self-contained HTML page (chart, table, knobs) to FILE");
+  AddOutputFileOption(sub, "--svg", &args->svg_path,
+                      "Also write a chart of memory against the swept knob (SVG) to FILE");
+  AddOutputFileOption(sub, "--html", &args->html_path,
+                      "Also write a self-contained HTML page (chart, table, knobs) to FILE");
   return [args] { return RunSweep(*args); };
 }
 

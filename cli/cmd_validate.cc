@@ -72,7 +72,8 @@ int RunValidate(const ValidateArgs& args) {
     if (thresholds && v.rows.empty()) {
       std::fputs("\nAccuracy gate: nothing to check (no measurements)\n", stdout);
     } else if (thresholds) {
-      std::fputs(failures.empty() ? "\nAccuracy gate: passed\n" : "\nAccuracy gate: FAILED\n", stdout);
+      std::fputs(failures.empty() ? "\nAccuracy gate: passed\n" : "\nAccuracy gate: FAILED\n",
+                 stdout);
       for (const std::string& f : failures) std::fprintf(stdout, "  %s\n", f.c_str());
     }
   }
@@ -81,19 +82,25 @@ int RunValidate(const ValidateArgs& args) {
 
 RunFn SetupValidate(CLI::App* sub) {
   auto args = std::make_shared<ValidateArgs>();
-  sub->add_option("RESULTS", args->files, "Result files written by tools/groundtruth/measure.py (JSON Lines), or folders of *.jsonl")
+  sub->add_option(
+         "RESULTS", args->files,
+         "Result files written by tools/groundtruth/measure.py (JSON Lines), or folders of *.jsonl")
       ->required();
-  sub->add_option("--gpu", args->gpu, "GPU catalog name to assume instead of each record's env.gpu.name");
+  sub->add_option("--gpu", args->gpu,
+                  "GPU catalog name to assume instead of each record's env.gpu.name");
   sub->add_option("--thresholds", args->thresholds_path,
-                  "Accuracy gate (JSON, e.g. data/groundtruth/thresholds.json): exit 3 when a limit is exceeded");
+                  "Accuracy gate (JSON, e.g. data/groundtruth/thresholds.json): exit 3 when a "
+                  "limit is exceeded");
   sub->add_flag("--json", args->json, "Machine-readable output (integer bytes, error fractions)");
-  sub->add_flag("--markdown", args->markdown, "The summary table as Markdown (README's accuracy section)");
+  sub->add_flag("--markdown", args->markdown,
+                "The summary table as Markdown (README's accuracy section)");
   return [args] { return RunValidate(*args); };
 }
 
 }  // namespace
 
 extern const CommandSpec kValidateCommand = {
-    "validate", "Compare real measurements (tools/groundtruth results) with predictions", &SetupValidate};
+    "validate", "Compare real measurements (tools/groundtruth results) with predictions",
+    &SetupValidate};
 
 }  // namespace vramscope::cli

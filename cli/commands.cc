@@ -16,17 +16,9 @@ extern const CommandSpec kValidateCommand;
 
 const std::vector<CommandSpec>& Commands() {
   static const std::vector<CommandSpec> table = {
-      kEstimateCommand,
-      kSimulateCommand,
-      kGpusCommand,
-      kExplainCommand,
-      kReplayCommand,
-      kCompareCommand,
-      kFitCommand,
-      kSweepCommand,
-      kPlanCommand,
-      kModelsCommand,
-      kValidateCommand,
+      kEstimateCommand, kSimulateCommand, kGpusCommand,     kExplainCommand,
+      kReplayCommand,   kCompareCommand,  kFitCommand,      kSweepCommand,
+      kPlanCommand,     kModelsCommand,   kValidateCommand,
   };
   return table;
 }

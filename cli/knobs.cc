@@ -27,8 +27,10 @@ void AddKnobFlags(CLI::App* sub, KnobArgs* k) {
   sub->add_option("--grad-ckpt", k->grad_ckpt, "none, full (non-reentrant), reentrant");
   sub->add_option("--attn", k->attn, "eager, sdpa, flash");
   sub->add_option("--loss", k->loss, "hf, chunked, fused-linear");
-  sub->add_option("--transformers-version", k->transformers_version, "Behaviour of that release (e.g. 4.45)");
-  sub->add_option("--torch-version", k->torch_version, "Behaviour of that PyTorch release (e.g. 2.4)");
+  sub->add_option("--transformers-version", k->transformers_version,
+                  "Behaviour of that release (e.g. 4.45)");
+  sub->add_option("--torch-version", k->torch_version,
+                  "Behaviour of that PyTorch release (e.g. 2.4)");
   sub->add_option("--gpu", k->gpu, "GPU catalog entry (see `vramscope gpus`)");
   sub->add_option("--alloc-conf", k->alloc_conf, "PYTORCH_CUDA_ALLOC_CONF syntax");
   sub->add_flag("--optimizer-in-backward", k->optimizer_in_backward,
@@ -36,12 +38,15 @@ void AddKnobFlags(CLI::App* sub, KnobArgs* k) {
   sub->add_flag("--no-attention-mask", k->no_attention_mask,
                 "The batch has no attention_mask (model(input_ids=..., labels=...) alone)");
   sub->add_flag("--activation-offload", k->activation_offload,
-                "Forward under torch.autograd.graph.save_on_cpu(pin_memory=True): saved tensors live in host memory");
+                "Forward under torch.autograd.graph.save_on_cpu(pin_memory=True): saved tensors "
+                "live in host memory");
   sub->add_option("--moe-capacity-factor", k->moe_capacity_factor,
                   "MoE expert capacity factor (0: dropless, the default; >0: padded to capacity)");
-  sub->add_option("--moe-imbalance", k->moe_imbalance, "MoE: busiest expert's load over an even share (default 1)");
+  sub->add_option("--moe-imbalance", k->moe_imbalance,
+                  "MoE: busiest expert's load over an even share (default 1)");
   sub->add_option("--device-rules", k->device_rules,
-                  "cuda (default) or cpu: PyTorch's CPU kernels, only to compare with CPU reference traces (docs/fidelity.md)");
+                  "cuda (default) or cpu: PyTorch's CPU kernels, only to compare with CPU "
+                  "reference traces (docs/fidelity.md)");
   AddParallelFlags(sub, &k->parallel);
 }
 

@@ -31,11 +31,13 @@ std::string CheckWritableFile(const std::string& path) {
   }
   if (errno != ENOENT) return fmt::format("{}: {}", path, std::strerror(errno));
   const size_t slash = path.find_last_of('/');
-  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  const std::string dir =
+      slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
   if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     return fmt::format("{}: no such directory {}", path, dir);
   }
-  if (::access(dir.c_str(), W_OK | X_OK) != 0) return fmt::format("{}: cannot create a file in {}", path, dir);
+  if (::access(dir.c_str(), W_OK | X_OK) != 0)
+    return fmt::format("{}: cannot create a file in {}", path, dir);
   return {};
 }
 
@@ -46,8 +48,10 @@ CLI::Option* AddOutputFileOption(CLI::App* sub, const std::string& flag, std::st
 
 void AddOutputFlags(CLI::App* sub, OutputOptions* out) {
   sub->add_flag("--json", out->json, "Print the report as JSON (integer bytes)");
-  AddOutputFileOption(sub, "--html", &out->html_path, "Also write a self-contained HTML report to FILE");
-  AddOutputFileOption(sub, "--svg", &out->svg_path, "Also write the memory timeline chart (SVG) to FILE");
+  AddOutputFileOption(sub, "--html", &out->html_path,
+                      "Also write a self-contained HTML report to FILE");
+  AddOutputFileOption(sub, "--svg", &out->svg_path,
+                      "Also write the memory timeline chart (SVG) to FILE");
   AddOutputFileOption(sub, "--csv", &out->csv_path, "Also write the timeline as CSV to FILE");
 }
 
@@ -114,8 +118,7 @@ Result<std::string> ReadTextFile(const std::string& path, uint64_t max_bytes) {
   }
   const bool regular = S_ISREG(st.st_mode);
   if (!regular && !IsOwnDescriptorPath(path)) {
-    return MakeError(
-        fmt::format("{}: is {}, expected a regular file", path, FileKind(st.st_mode)));
+    return MakeError(fmt::format("{}: is {}, expected a regular file", path, FileKind(st.st_mode)));
   }
   // Checked before reading a byte; a stream is checked as it is read.
   if (regular && static_cast<uint64_t>(st.st_size) > max_bytes) {
@@ -213,13 +216,16 @@ std::vector<std::string>& PendingWarnings() {
 }  // namespace
 
 ProgressLine::ProgressLine(std::string what)
-    : what_(std::move(what)), terminal_(::isatty(::fileno(stderr)) == 1),
-      start_(std::chrono::steady_clock::now()), last_(start_) {
+    : what_(std::move(what)),
+      terminal_(::isatty(::fileno(stderr)) == 1),
+      start_(std::chrono::steady_clock::now()),
+      last_(start_) {
   // VRAMSCOPE_PROGRESS_AFTER_MS moves the one-second threshold (tests set 0).
   if (const char* after = std::getenv("VRAMSCOPE_PROGRESS_AFTER_MS")) {
     char* end = nullptr;
     const long ms = std::strtol(after, &end, 10);
-    if (end != after && *end == '\0' && ms >= 0 && ms <= 3600000) delay_ = std::chrono::milliseconds(ms);
+    if (end != after && *end == '\0' && ms >= 0 && ms <= 3600000)
+      delay_ = std::chrono::milliseconds(ms);
   }
 }
 
@@ -258,8 +264,10 @@ std::string OneLine(std::string text) {
   if (text.size() > kMaxBytes) text = text.substr(0, kMaxBytes) + "...";
   for (char& c : text) {
     const auto u = static_cast<unsigned char>(c);
-    if (c == '\n' || c == '\r' || c == '\t') c = ' ';
-    else if (u < 0x20 || u == 0x7f) c = '?';
+    if (c == '\n' || c == '\r' || c == '\t')
+      c = ' ';
+    else if (u < 0x20 || u == 0x7f)
+      c = '?';
   }
   return text;
 }

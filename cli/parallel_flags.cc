@@ -28,33 +28,88 @@ Status Elems(int64_t v, std::string_view flag, T* out) {
 }  // namespace
 
 void AddParallelFlags(CLI::App* sub, ParallelArgs* a) {
-  sub->add_option("--gpus", a->gpus, "GPUs in the run (default 1, or tp x pp x cp; alone: DDP over them)");
-  sub->add_option("--gpus-per-node", a->gpus_per_node, "GPUs per node (default 8): FSDP hybrid, NCCL");
+  sub->add_option("--gpus", a->gpus,
+                  "GPUs in the run (default 1, or tp x pp x cp; alone: DDP over them)");
+  sub->add_option("--gpus-per-node", a->gpus_per_node,
+                  "GPUs per node (default 8): FSDP hybrid, NCCL");
   sub->add_flag("--ddp", a->ddp, "torch DistributedDataParallel");
-  sub->add_option("--zero", a->zero, "DeepSpeed ZeRO stage 1, 2 or 3 (with --tp/--pp: 1 = Megatron distributed optimizer)");
+  sub->add_option(
+      "--zero", a->zero,
+      "DeepSpeed ZeRO stage 1, 2 or 3 (with --tp/--pp: 1 = Megatron distributed optimizer)");
   sub->add_option("--fsdp", a->fsdp, "PyTorch FSDP sharding: full, grad-op, hybrid");
-  sub->add_option("--fsdp-version", a->fsdp_version, "FSDP 1 (FullyShardedDataParallel) or 2 (fully_shard; default)");
+  sub->add_option("--fsdp-version", a->fsdp_version,
+                  "FSDP 1 (FullyShardedDataParallel) or 2 (fully_shard; default)");
   sub->add_option("--offload", a->offload, "none, optimizer, params (ZeRO / FSDP CPU offload)");
   sub->add_option("--tp", a->tp, "Tensor-parallel size (Megatron)");
   sub->add_option("--pp", a->pp, "Pipeline-parallel stages (1F1B)");
   sub->add_flag("--sp", a->sp, "Megatron sequence parallelism (with --tp)");
   sub->add_option("--cp", a->cp, "Context-parallel size");
   sub->add_option("--ep", a->ep, "Expert-parallel size (MoE)");
-  sub->add_option("--microbatches", a->microbatches, "Pipeline micro-batches per step (default: --grad-accum)");
-  sub->add_option("--virtual-stages", a->virtual_stages, "Interleaved 1F1B: model chunks per pipeline stage");
+  sub->add_option("--microbatches", a->microbatches,
+                  "Pipeline micro-batches per step (default: --grad-accum)");
+  sub->add_option("--virtual-stages", a->virtual_stages,
+                  "Interleaved 1F1B: model chunks per pipeline stage");
   sub->add_option("--ddp-bucket-cap-mb", a->ddp_bucket_cap_mb, "DDP bucket_cap_mb (default 25)");
-  sub->add_flag("--gradient-as-bucket-view", a->gradient_as_bucket_view, "DDP gradient_as_bucket_view=True");
+  sub->add_flag("--gradient-as-bucket-view", a->gradient_as_bucket_view,
+                "DDP gradient_as_bucket_view=True");
   sub->add_option("--zero-buckets", a->zero_buckets,
-                  "deepspeed (defaults of deepspeed/runtime/zero/config.py) or hf-auto (HF Trainer's \"auto\" values)");
-  sub->add_flag("--no-zero-init", a->no_zero_init,
-                "ZeRO-3: the model was loaded before DeepSpeed's config existed (no deepspeed.zero.Init)");
-  sub->add_option("--zero-sub-group-size", a->zero_sub_group_size, "ZeRO sub_group_size (elements)");
-  sub->add_option("--zero-reduce-bucket-size", a->zero_reduce_bucket_size, "ZeRO reduce_bucket_size (elements)");
-  sub->add_option("--zero-prefetch-bucket-size", a->zero_prefetch_bucket_size, "ZeRO-3 stage3_prefetch_bucket_size");
-  sub->add_option("--zero-max-live-parameters", a->zero_max_live_parameters, "ZeRO-3 stage3_max_live_parameters");
-  sub->add_option("--zero-max-reuse-distance", a->zero_max_reuse_distance, "ZeRO-3 stage3_max_reuse_distance");
+                  "deepspeed (defaults of deepspeed/runtime/zero/config.py) or hf-auto (HF "
+                  "Trainer's \"auto\" values)");
+  sub->add_flag(
+      "--no-zero-init", a->no_zero_init,
+      "ZeRO-3: the model was loaded before DeepSpeed's config existed (no deepspeed.zero.Init)");
+  sub->add_option("--zero-sub-group-size", a->zero_sub_group_size,
+                  "ZeRO sub_group_size (elements)");
+  sub->add_option("--zero-reduce-bucket-size", a->zero_reduce_bucket_size,
+                  "ZeRO reduce_bucket_size (elements)");
+  sub->add_option("--zero-prefetch-bucket-size", a->zero_prefetch_bucket_size,
+                  "ZeRO-3 stage3_prefetch_bucket_size");
+  sub->add_option("--zero-max-live-parameters", a->zero_max_live_parameters,
+                  "ZeRO-3 stage3_max_live_parameters");
+  sub->add_option("--zero-max-reuse-distance", a->zero_max_reuse_distance,
+                  "ZeRO-3 stage3_max_reuse_distance");
   sub->add_option("--zero-persistence-threshold", a->zero_persistence_threshold,
                   "ZeRO-3 stage3_param_persistence_threshold");
+}
+
+// DeepSpeed's ZeRO knobs: zero.Init, the bucket defaults and each size.
+Status ParallelArgs::ReadZeroKnobs(ParallelLayout* l) const {
+  l->zero.zero_init = !no_zero_init;
+  if (no_zero_init && l->dp_mode != DataParallel::kZero3)
+    return MakeError("--no-zero-init: only meaningful with --zero 3");
+  if (zero_buckets == "hf-auto") {
+    l->zero.hf_auto = true;
+  } else if (zero_buckets != "deepspeed") {
+    return MakeError(
+        fmt::format("--zero-buckets: {} is not one of deepspeed, hf-auto",
+                    common::QuoteForMessage(zero_buckets, common::kQuotedBytes, '\'')));
+  }
+  if (Status st = Elems(zero_sub_group_size, "--zero-sub-group-size", &l->zero.sub_group_size);
+      !st.ok())
+    return st;
+  if (Status st =
+          Elems(zero_reduce_bucket_size, "--zero-reduce-bucket-size", &l->zero.reduce_bucket_elems);
+      !st.ok())
+    return st;
+  if (Status st = Elems(zero_prefetch_bucket_size, "--zero-prefetch-bucket-size",
+                        &l->zero.prefetch_bucket_elems);
+      !st.ok())
+    return st;
+  if (Status st = Elems(zero_max_live_parameters, "--zero-max-live-parameters",
+                        &l->zero.max_live_parameters);
+      !st.ok())
+    return st;
+  if (Status st =
+          Elems(zero_max_reuse_distance, "--zero-max-reuse-distance", &l->zero.max_reuse_distance);
+      !st.ok())
+    return st;
+  if (Status st = Elems(zero_persistence_threshold, "--zero-persistence-threshold",
+                        &l->zero.param_persistence_threshold);
+      !st.ok())
+    return st;
+  if (l->zero.sub_group_size == 0)
+    return MakeError("--zero-sub-group-size: must be at least 1 element");
+  return Ok{};
 }
 
 Result<ParallelLayout> ParallelArgs::ToLayout() const {
@@ -100,23 +155,10 @@ Result<ParallelLayout> ParallelArgs::ToLayout() const {
   l.offload = o;
   // Several GPUs and no mode named: plain data parallelism with DDP, the
   // torchrun default (Megatron's own DDP under --tp/--pp/--cp/--ep).
-  if (l.dp_mode == DataParallel::kNone && l.gpus > 1 && !l.model_parallel()) l.dp_mode = DataParallel::kDdp;
+  if (l.dp_mode == DataParallel::kNone && l.gpus > 1 && !l.model_parallel())
+    l.dp_mode = DataParallel::kDdp;
 
-  l.zero.zero_init = !no_zero_init;
-  if (no_zero_init && l.dp_mode != DataParallel::kZero3) return MakeError("--no-zero-init: only meaningful with --zero 3");
-  if (zero_buckets == "hf-auto") {
-    l.zero.hf_auto = true;
-  } else if (zero_buckets != "deepspeed") {
-    return MakeError(fmt::format("--zero-buckets: {} is not one of deepspeed, hf-auto",
-                                 common::QuoteForMessage(zero_buckets, common::kQuotedBytes, '\'')));
-  }
-  if (Status st = Elems(zero_sub_group_size, "--zero-sub-group-size", &l.zero.sub_group_size); !st.ok()) return st.error();
-  if (Status st = Elems(zero_reduce_bucket_size, "--zero-reduce-bucket-size", &l.zero.reduce_bucket_elems); !st.ok()) return st.error();
-  if (Status st = Elems(zero_prefetch_bucket_size, "--zero-prefetch-bucket-size", &l.zero.prefetch_bucket_elems); !st.ok()) return st.error();
-  if (Status st = Elems(zero_max_live_parameters, "--zero-max-live-parameters", &l.zero.max_live_parameters); !st.ok()) return st.error();
-  if (Status st = Elems(zero_max_reuse_distance, "--zero-max-reuse-distance", &l.zero.max_reuse_distance); !st.ok()) return st.error();
-  if (Status st = Elems(zero_persistence_threshold, "--zero-persistence-threshold", &l.zero.param_persistence_threshold); !st.ok()) return st.error();
-  if (l.zero.sub_group_size == 0) return MakeError("--zero-sub-group-size: must be at least 1 element");
+  if (Status st = ReadZeroKnobs(&l); !st.ok()) return st.error();
   if (Status s = ValidateLayout(l); !s.ok()) return s.error();
   return l;
 }

@@ -27,8 +27,12 @@ struct ParallelArgs {
   std::string zero_buckets = "deepspeed";
   bool no_zero_init = false;
   int64_t zero_sub_group_size = -1, zero_reduce_bucket_size = -1, zero_prefetch_bucket_size = -1;
-  int64_t zero_max_live_parameters = -1, zero_max_reuse_distance = -1, zero_persistence_threshold = -1;
+  int64_t zero_max_live_parameters = -1, zero_max_reuse_distance = -1,
+          zero_persistence_threshold = -1;
   Result<ParallelLayout> ToLayout() const;
+
+ private:
+  Status ReadZeroKnobs(ParallelLayout* l) const;
 };
 
 void AddParallelFlags(CLI::App* sub, ParallelArgs* args);

@@ -39,10 +39,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto grid = vramscope::ParseGrid(text, "--seq");
   if (grid.ok()) {
     const std::vector<uint64_t>& values = *grid;
-    if (values.empty() || values.size() > vramscope::kMaxSweepPoints) Die("grid size out of range", std::string(text));
+    if (values.empty() || values.size() > vramscope::kMaxSweepPoints)
+      Die("grid size out of range", std::string(text));
     for (size_t i = 0; i < values.size(); ++i) {
-      if (values[i] < 1 || values[i] > (uint64_t{1} << 32)) Die("grid value out of 1..2^32", std::string(text));
-      if (i > 0 && values[i] <= values[i - 1]) Die("grid not ascending and distinct", std::string(text));
+      if (values[i] < 1 || values[i] > (uint64_t{1} << 32))
+        Die("grid value out of 1..2^32", std::string(text));
+      if (i > 0 && values[i] <= values[i - 1])
+        Die("grid not ascending and distinct", std::string(text));
     }
   } else {
     CheckError(grid.error(), "--seq");

@@ -38,9 +38,9 @@ void CheckError(const vramscope::Error& error, std::string_view label) {
 void CheckRun(const vramscope::MeasuredRun& run) {
   const vramscope::TrainingSetup& s = run.setup;
   if (run.model.empty()) Die("run without a model", run.where);
-  if (s.batch < 1 || s.batch > (1u << 20) || s.seq < 1 || s.seq > (1u << 24) ||
-      s.grad_accum < 1 || s.grad_accum > (1u << 16) || s.steps < 1 || s.steps > 100 ||
-      s.lora_rank < 1 || s.lora_rank > (1u << 20) || !(s.lora_dropout >= 0 && s.lora_dropout < 1)) {
+  if (s.batch < 1 || s.batch > (1u << 20) || s.seq < 1 || s.seq > (1u << 24) || s.grad_accum < 1 ||
+      s.grad_accum > (1u << 16) || s.steps < 1 || s.steps > 100 || s.lora_rank < 1 ||
+      s.lora_rank > (1u << 20) || !(s.lora_dropout >= 0 && s.lora_dropout < 1)) {
     Die("knob out of the reader's range", run.where);
   }
   if (run.status == "ok") {
@@ -53,7 +53,8 @@ void CheckRun(const vramscope::MeasuredRun& run) {
 }
 
 void CheckFraction(const std::optional<double>& limit) {
-  if (limit && !(*limit >= 0 && *limit <= 10)) Die("threshold outside [0, 10]", std::to_string(*limit));
+  if (limit && !(*limit >= 0 && *limit <= 10))
+    Die("threshold outside [0, 10]", std::to_string(*limit));
 }
 
 }  // namespace

@@ -5,6 +5,7 @@ set -euo pipefail
 packages=(
   cmake ninja-build g++ pkg-config
   clang libclang-rt-14-dev  # libFuzzer and the sanitizer runtimes (a Recommends of clang)
+  clang-format-14  # scripts/format.sh: the C++ sources follow .clang-format
   nlohmann-json3-dev libcli11-dev libfmt-dev libcurl4-openssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-pytest python3-torch python3-torchvision

@@ -17,6 +17,7 @@ step() {
 }
 
 step deps scripts/deps.sh
+step format scripts/format.sh --check  # .clang-format
 step python-env scripts/python_env.sh  # .venv/tf5, .venv/tf4: torch 2.13 (CPU), transformers, PEFT
 step build scripts/build.sh
 scripts/seed_ctest_costs.sh build  # the end-to-end tests first

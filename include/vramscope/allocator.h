@@ -23,29 +23,29 @@ namespace vramscope {
 using BlockHandle = uint32_t;
 
 struct AllocatorStats {
-  uint64_t allocated_bytes = 0;   // memory_allocated(): sizes of allocated blocks
-  uint64_t reserved_bytes = 0;    // memory_reserved(): segments / mapped pages
-  uint64_t active_bytes = 0;      // allocated + pending-free blocks
-  uint64_t requested_bytes = 0;   // caller sizes before rounding
+  uint64_t allocated_bytes = 0;  // memory_allocated(): sizes of allocated blocks
+  uint64_t reserved_bytes = 0;   // memory_reserved(): segments / mapped pages
+  uint64_t active_bytes = 0;     // allocated + pending-free blocks
+  uint64_t requested_bytes = 0;  // caller sizes before rounding
   uint64_t peak_allocated_bytes = 0;
   uint64_t peak_reserved_bytes = 0;
   uint64_t peak_active_bytes = 0;
   uint64_t peak_requested_bytes = 0;
-  uint64_t num_segments = 0;      // live cudaMalloc segments (expandable: live ranges)
-  uint64_t num_device_alloc = 0;  // cudaMalloc / cuMemMap calls
-  uint64_t num_device_free = 0;   // cudaFree / cuMemUnmap calls
-  uint64_t num_alloc_retries = 0; // mallocs that freed the cache and retried
+  uint64_t num_segments = 0;       // live cudaMalloc segments (expandable: live ranges)
+  uint64_t num_device_alloc = 0;   // cudaMalloc / cuMemMap calls
+  uint64_t num_device_free = 0;    // cudaFree / cuMemUnmap calls
+  uint64_t num_alloc_retries = 0;  // mallocs that freed the cache and retried
   uint64_t num_ooms = 0;
 };
 
 // What an out-of-memory looked like, with a message in PyTorch's wording.
 struct OomInfo {
-  uint64_t requested_bytes = 0;      // the caller's size
-  uint64_t alloc_size_bytes = 0;     // what PyTorch tried to get from the device
+  uint64_t requested_bytes = 0;   // the caller's size
+  uint64_t alloc_size_bytes = 0;  // what PyTorch tried to get from the device
   uint64_t device_limit_bytes = 0;
   uint64_t allocated_bytes = 0;
   uint64_t reserved_bytes = 0;
-  uint64_t free_device_bytes = 0;    // limit - reserved
+  uint64_t free_device_bytes = 0;  // limit - reserved
   std::string message;
 };
 
@@ -60,7 +60,7 @@ struct SegmentView {
   uint64_t address = 0;
   uint64_t total_bytes = 0;
   uint32_t stream = 0;
-  bool small_pool = false;     // segment_type "small"
+  bool small_pool = false;  // segment_type "small"
   bool expandable = false;
   std::vector<BlockView> blocks;  // address order; sizes sum to total_bytes
 };

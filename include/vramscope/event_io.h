@@ -30,14 +30,13 @@ Result<EventStream> ParseEventText(std::string_view text, std::string_view name,
 // the file itself is never held in memory. Errors name the path: missing
 // file, directory, unopenable, over limits.max_file_bytes, read failure, or
 // "PATH:LINE: problem" as ParseEventText.
-Result<EventStream> ReadEventFile(const std::string& path,
-                                  const EventReadLimits& limits = {});
+Result<EventStream> ReadEventFile(const std::string& path, const EventReadLimits& limits = {});
 
 // Serializes a stream in the documented text format (docs/event-stream.md,
 // "Writing"): strings renumbered in first-use order, each `s` record before
 // its first use. ParseEventText(WriteEventText(s)) succeeds for any stream
-// that passes s.Validate(), within the default limits. Aborts (VS_CHECK) on an event naming a string
-// index the stream does not have.
+// that passes s.Validate(), within the default limits. Aborts (VS_CHECK) on an event naming a
+// string index the stream does not have.
 std::string WriteEventText(const EventStream& stream);
 
 }  // namespace vramscope

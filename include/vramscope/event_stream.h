@@ -54,12 +54,12 @@ struct Event {
   Category category = Category::kOther;
   Phase phase = Phase::kSetup;  // kPhase only
   uint8_t reserved_ = 0;
-  uint32_t stream = 0;          // kAlloc: CUDA stream index, 0 = default stream
-  uint32_t op = 0;              // kAlloc: producing op (string index)
-  uint32_t module = 0;          // kAlloc: module path (string index)
-  uint32_t step = 0;            // kPhase: step number (1-based by convention)
-  uint64_t id = 0;              // kAlloc / kFree: allocation id, unique while live
-  uint64_t size_bytes = 0;      // kAlloc: requested bytes (before any rounding)
+  uint32_t stream = 0;      // kAlloc: CUDA stream index, 0 = default stream
+  uint32_t op = 0;          // kAlloc: producing op (string index)
+  uint32_t module = 0;      // kAlloc: module path (string index)
+  uint32_t step = 0;        // kPhase: step number (1-based by convention)
+  uint64_t id = 0;          // kAlloc / kFree: allocation id, unique while live
+  uint64_t size_bytes = 0;  // kAlloc: requested bytes (before any rounding)
 
   friend bool operator==(const Event&, const Event&) = default;
 };
@@ -75,11 +75,10 @@ class EventStream {
   // Builders. They do not validate lifetimes (see Validate()). Alloc interns
   // `op` and `module`; AllocInterned takes indices into strings(), which must
   // exist (checked by Validate(), not here).
-  void Alloc(uint64_t id, uint64_t size_bytes, Category category,
-             std::string_view op = {}, std::string_view module = {},
-             uint32_t stream = 0);
-  void AllocInterned(uint64_t id, uint64_t size_bytes, Category category,
-                     uint32_t op, uint32_t module, uint32_t stream = 0);
+  void Alloc(uint64_t id, uint64_t size_bytes, Category category, std::string_view op = {},
+             std::string_view module = {}, uint32_t stream = 0);
+  void AllocInterned(uint64_t id, uint64_t size_bytes, Category category, uint32_t op,
+                     uint32_t module, uint32_t stream = 0);
   void Free(uint64_t id);
   void BeginPhase(uint32_t step, Phase phase);
   void EmptyCache();

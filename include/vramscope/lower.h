@@ -19,20 +19,20 @@ namespace vramscope {
 
 struct Lowered {
   EventStream stream;
-  uint64_t parameters = 0;            // all parameters (LoRA adapters included)
+  uint64_t parameters = 0;  // all parameters (LoRA adapters included)
   uint64_t trainable_parameters = 0;
-  uint64_t managed_bytes = 0;         // device memory outside the allocator (paged optimizer state)
-  uint64_t host_peak_bytes = 0;       // pinned host memory (activation offloading)
-  std::vector<std::string> notes;     // assumptions worth telling the user
+  uint64_t managed_bytes = 0;      // device memory outside the allocator (paged optimizer state)
+  uint64_t host_peak_bytes = 0;    // pinned host memory (activation offloading)
+  std::vector<std::string> notes;  // assumptions worth telling the user
 };
 
 // One class of GPU ranks whose memory is the same (all ranks on one GPU or
 // under pure data parallelism; first / middle / last pipeline stages).
 struct LoweredRank {
-  std::string rank_class;         // "all ranks", "first stage", ...
-  std::vector<int> ranks;         // global ranks in the class
-  uint64_t nccl_bytes = 0;        // NCCL communicator buffers (outside the allocator)
-  Lowered lowered;                // the class's event stream (the worst rank of it)
+  std::string rank_class;   // "all ranks", "first stage", ...
+  std::vector<int> ranks;   // global ranks in the class
+  uint64_t nccl_bytes = 0;  // NCCL communicator buffers (outside the allocator)
+  Lowered lowered;          // the class's event stream (the worst rank of it)
 };
 
 // Validates the setup and its parallel layout against the model (one-line
@@ -42,8 +42,9 @@ struct LoweredRank {
 // thread that lowered it (classes are lowered concurrently; it must not touch
 // another class); an error it returns fails the whole call.
 using RankClassCallback = std::function<Status(size_t index, LoweredRank& lowered)>;
-Result<std::vector<LoweredRank>> LowerRankClasses(const ModelSpec& model, const TrainingSetup& setup,
-                                                  const GpuSpec& gpu, const RankClassCallback& each = {});
+Result<std::vector<LoweredRank>> LowerRankClasses(const ModelSpec& model,
+                                                  const TrainingSetup& setup, const GpuSpec& gpu,
+                                                  const RankClassCallback& each = {});
 
 // Knobs that are allowed but probably not what the user meant (a sequence
 // beyond the model's positions, library versions outside those the rules were

@@ -17,10 +17,10 @@ uint64_t DTypeBytes(DType d);
 std::string_view DTypeName(DType d);
 
 enum class NormKind : uint8_t {
-  kRmsNorm,        // LlamaRMSNorm: fp32 upcast, weight * normed.to(dtype)
-  kRmsNormGemma,   // GemmaRMSNorm: (1 + weight) multiplied in fp32
-  kLayerNorm,      // nn.LayerNorm with bias
-  kLayerNormNoBias // LayerNorm without bias (e.g. OLMo-style); rare
+  kRmsNorm,         // LlamaRMSNorm: fp32 upcast, weight * normed.to(dtype)
+  kRmsNormGemma,    // GemmaRMSNorm: (1 + weight) multiplied in fp32
+  kLayerNorm,       // nn.LayerNorm with bias
+  kLayerNormNoBias  // LayerNorm without bias (e.g. OLMo-style); rare
 };
 
 enum class MlpKind : uint8_t {
@@ -30,10 +30,10 @@ enum class MlpKind : uint8_t {
   kRelu,           // opt
   // transformers' activations.py writes these in Python, one eager op per term,
   // so autograd saves several intermediate-size tensors (ops.h GeluNew):
-  kGeluNew,        // "gelu_new" (NewGELUActivation) — gpt2, phi
-  kGeluFast,       // "gelu_fast" (FastGELUActivation)
-  kQuickGelu,      // "quick_gelu" (QuickGELUActivation)
-  kFusedGateUp,    // phi3: gate_up_proj fused, silu
+  kGeluNew,      // "gelu_new" (NewGELUActivation) — gpt2, phi
+  kGeluFast,     // "gelu_fast" (FastGELUActivation)
+  kQuickGelu,    // "quick_gelu" (QuickGELUActivation)
+  kFusedGateUp,  // phi3: gate_up_proj fused, silu
 };
 
 enum class PositionKind : uint8_t { kRope, kLearned, kAlibi, kNone };
@@ -51,25 +51,35 @@ enum class KvSharing : uint8_t {
 // What a parameter tensor is for: the lowering places, shards, quantizes and
 // attaches adapters by role (docs/models.md lists which tensors get which).
 enum class ParamRole : uint8_t {
-  kUnknown,          // stored in a checkpoint but not created by the config
-  kEmbed,            // token embeddings (also a tied lm_head)
-  kPosEmbed,         // learned positions (BERT: also relative distances)
-  kTypeEmbed,        // BERT token-type embeddings
-  kQ, kK, kV, kO,    // attention projections
-  kQkv,              // fused q/k/v projection
-  kGate, kUp, kDown, // dense MLP (up/down also name non-gated fc1/fc2)
-  kGateUp,           // fused gate/up projection (phi3)
-  kRouter,           // MoE router (`gate` Linear)
-  kExpertGate, kExpertUp, kExpertDown,  // routed experts
-  kSharedGate, kSharedUp, kSharedDown,  // qwen2_moe shared expert
-  kSharedExpertGate, // qwen2_moe shared expert's sigmoid gate
-  kNorm,             // every norm weight and norm bias
-  kBias,             // a Linear's bias (the lowering reads it with its weight's role)
-  kLmHead,           // untied output projection (and its bias, through kBias)
-  kHeadDense,        // BERT MLM head transform
-  kProjIn, kProjOut, // OPT embedding projections
-  kVision,           // Gemma 3 vision tower
-  kProjector,        // Gemma 3 multimodal projector
+  kUnknown,    // stored in a checkpoint but not created by the config
+  kEmbed,      // token embeddings (also a tied lm_head)
+  kPosEmbed,   // learned positions (BERT: also relative distances)
+  kTypeEmbed,  // BERT token-type embeddings
+  kQ,
+  kK,
+  kV,
+  kO,    // attention projections
+  kQkv,  // fused q/k/v projection
+  kGate,
+  kUp,
+  kDown,    // dense MLP (up/down also name non-gated fc1/fc2)
+  kGateUp,  // fused gate/up projection (phi3)
+  kRouter,  // MoE router (`gate` Linear)
+  kExpertGate,
+  kExpertUp,
+  kExpertDown,  // routed experts
+  kSharedGate,
+  kSharedUp,
+  kSharedDown,        // qwen2_moe shared expert
+  kSharedExpertGate,  // qwen2_moe shared expert's sigmoid gate
+  kNorm,              // every norm weight and norm bias
+  kBias,              // a Linear's bias (the lowering reads it with its weight's role)
+  kLmHead,            // untied output projection (and its bias, through kBias)
+  kHeadDense,         // BERT MLM head transform
+  kProjIn,
+  kProjOut,    // OPT embedding projections
+  kVision,     // Gemma 3 vision tower
+  kProjector,  // Gemma 3 multimodal projector
 };
 // The role's name as docs/models.md and --lora-targets spell it ("q", "gate_up",
 // "expert_down", ...).
@@ -81,14 +91,14 @@ bool IsInputSide(ParamRole r);
 
 // One parameter tensor with its Hugging Face name.
 struct ParamTensor {
-  std::string name;            // "model.layers.0.self_attn.q_proj.weight"
+  std::string name;  // "model.layers.0.self_attn.q_proj.weight"
   std::vector<uint64_t> shape;
   uint64_t numel = 0;
-  int layer = -1;              // decoder layer index, -1 outside layers
+  int layer = -1;                 // decoder layer index, -1 outside layers
   bool is_linear_weight = false;  // nn.Linear weight (candidate for LoRA/quantization)
   // transformers' Conv1D (GPT-2): the weight is stored [in, out], not [out, in].
   bool conv1d = false;
-  std::string module;          // "model.layers.0.self_attn.q_proj"
+  std::string module;  // "model.layers.0.self_attn.q_proj"
   ParamRole role = ParamRole::kUnknown;
   // Added by ingest: the dtype stored in the checkpoint as safetensors spells it
   // ("BF16", "F32", "U8", ...). Empty when the list was derived from config.json.
@@ -96,18 +106,18 @@ struct ParamTensor {
 };
 
 struct ModelSpec {
-  std::string name;            // catalog alias or path as given
-  std::string hub_id;          // "meta-llama/Meta-Llama-3-8B" when known
-  std::string model_type;      // config.json "model_type": "llama", "qwen2", ...
-  std::string architecture;    // "LlamaForCausalLM"
-  bool is_encoder = false;     // bert (masked LM)
+  std::string name;          // catalog alias or path as given
+  std::string hub_id;        // "meta-llama/Meta-Llama-3-8B" when known
+  std::string model_type;    // config.json "model_type": "llama", "qwen2", ...
+  std::string architecture;  // "LlamaForCausalLM"
+  bool is_encoder = false;   // bert (masked LM)
 
   uint64_t hidden_size = 0;
   uint64_t intermediate_size = 0;
   uint64_t num_layers = 0;
   uint64_t num_heads = 0;
   uint64_t num_kv_heads = 0;
-  uint64_t head_dim = 0;       // may differ from hidden/heads (gemma)
+  uint64_t head_dim = 0;  // may differ from hidden/heads (gemma)
   uint64_t vocab_size = 0;
   uint64_t max_position_embeddings = 0;
   bool tie_word_embeddings = false;
@@ -116,19 +126,20 @@ struct ModelSpec {
   MlpKind mlp = MlpKind::kGatedSilu;
   PositionKind position = PositionKind::kRope;
   double partial_rotary_factor = 1.0;
-  bool qkv_bias = false;       // qwen2
+  bool qkv_bias = false;  // qwen2
   bool o_bias = false;
   bool mlp_bias = false;
-  bool fused_qkv = false;      // phi3, falcon, gpt_neox, gpt2 (c_attn)
+  bool fused_qkv = false;  // phi3, falcon, gpt_neox, gpt2 (c_attn)
   KvSharing kv_sharing = KvSharing::kAttentionInterface;
-  bool parallel_attn = false;  // falcon-7b, phi-2, gpt_neox(use_parallel_residual)
-  bool qk_norm = false;        // qwen3, gemma3
-  bool sandwich_norm = false;  // gemma2/3: four norms per layer
-  uint64_t sliding_window = 0; // 0 = none
+  bool parallel_attn = false;          // falcon-7b, phi-2, gpt_neox(use_parallel_residual)
+  bool qk_norm = false;                // qwen3, gemma3
+  bool sandwich_norm = false;          // gemma2/3: four norms per layer
+  uint64_t sliding_window = 0;         // 0 = none
   double final_logit_softcapping = 0;  // gemma2
   double attn_logit_softcapping = 0;   // gemma2
   double attention_dropout = 0;
-  double hidden_dropout = 0;   // on the embeddings: gpt2/phi embd_pdrop, gpt_neox, bert hidden_dropout_prob
+  double hidden_dropout =
+      0;  // on the embeddings: gpt2/phi embd_pdrop, gpt_neox, bert hidden_dropout_prob
   // On the attention and the MLP output before each residual add (gpt2 resid_pdrop,
   // opt dropout, phi/phi3 resid_pdrop, gpt_neox hidden_dropout).
   double residual_dropout = 0;
@@ -148,9 +159,9 @@ struct ModelSpec {
   // always for mixtral, config "norm_topk_prob" for qwen2_moe / qwen3_moe.
   bool norm_topk_prob = false;
   uint64_t decoder_sparse_step = 1;
-  std::vector<uint64_t> mlp_only_layers;          // dense layers in a MoE model
+  std::vector<uint64_t> mlp_only_layers;  // dense layers in a MoE model
 
-  std::string torch_dtype;     // as in config.json ("bfloat16"), may be empty
+  std::string torch_dtype;  // as in config.json ("bfloat16"), may be empty
 
   // Every parameter tensor, in module order (embeddings, layers, final norm,
   // lm_head). A tied lm_head is not listed twice.
@@ -178,9 +189,9 @@ Result<ModelSpec> ParseModelConfig(std::string_view json_text, std::string_view 
 // outside world as an argument: ResolveModel(name, ModelIo) in vramscope/model_io.h.
 
 struct CatalogEntry {
-  std::string alias;           // "llama-3-8b"
-  std::string hub_id;          // "meta-llama/Meta-Llama-3-8B"
-  std::string family;          // "Llama 3"
+  std::string alias;                  // "llama-3-8b"
+  std::string hub_id;                 // "meta-llama/Meta-Llama-3-8B"
+  std::string family;                 // "Llama 3"
   uint64_t reference_parameters = 0;  // published count (see source)
   std::string reference_source;
 };

@@ -18,12 +18,12 @@ namespace vramscope {
 
 // How data-parallel replicas hold the model states.
 enum class DataParallel : uint8_t {
-  kNone,    // one GPU, or Megatron's own DDP under --tp/--pp
-  kDdp,     // torch.nn.parallel.DistributedDataParallel
-  kZero1,   // DeepSpeed ZeRO stage 1 (Megatron: distributed optimizer)
-  kZero2,   // DeepSpeed ZeRO stage 2
-  kZero3,   // DeepSpeed ZeRO stage 3
-  kFsdp,    // PyTorch FSDP (version and sharding below)
+  kNone,   // one GPU, or Megatron's own DDP under --tp/--pp
+  kDdp,    // torch.nn.parallel.DistributedDataParallel
+  kZero1,  // DeepSpeed ZeRO stage 1 (Megatron: distributed optimizer)
+  kZero2,  // DeepSpeed ZeRO stage 2
+  kZero3,  // DeepSpeed ZeRO stage 3
+  kFsdp,   // PyTorch FSDP (version and sharding below)
 };
 
 enum class FsdpSharding : uint8_t { kFull, kGradOp, kHybrid };
@@ -68,9 +68,9 @@ struct ParallelLayout {
   int fsdp_version = 2;
   Offload offload = Offload::kNone;
   uint32_t tp = 1, pp = 1, cp = 1, ep = 1;
-  bool sp = false;                 // Megatron sequence parallelism (needs tp > 1)
-  uint32_t microbatches = 0;       // pipeline micro-batches per step; 0: --grad-accum
-  uint32_t virtual_stages = 1;     // interleaved 1F1B: model chunks per stage
+  bool sp = false;              // Megatron sequence parallelism (needs tp > 1)
+  uint32_t microbatches = 0;    // pipeline micro-batches per step; 0: --grad-accum
+  uint32_t virtual_stages = 1;  // interleaved 1F1B: model chunks per stage
   // torch DDP(bucket_cap_mb=25, gradient_as_bucket_view=False) defaults.
   uint64_t ddp_bucket_cap_mb = 25;
   bool gradient_as_bucket_view = false;

@@ -52,9 +52,9 @@ struct FitOptions {
 // One search: the largest value of one knob that fits, the others held.
 struct FitSearch {
   SweepVariable variable = SweepVariable::kBatch;  // kBatch or kSeq
-  uint64_t held_value = 0;    // the other knob (seq for a batch search, ...)
-  uint64_t cap = 0;           // the largest value searched
-  std::string cap_reason;     // why: "the model's max_position_embeddings", ...
+  uint64_t held_value = 0;                         // the other knob (seq for a batch search, ...)
+  uint64_t cap = 0;                                // the largest value searched
+  std::string cap_reason;  // why: "the model's max_position_embeddings", ...
   // Largest value whose estimate fits; 0 when even 1 does not.
   uint64_t max_value = 0;
   bool fits() const { return max_value > 0; }
@@ -67,7 +67,7 @@ struct FitSearch {
   // when nothing fits. Its needed_bytes() is a lower bound when it ran out of
   // memory (a fragmented cache can fail below the limit).
   std::optional<Report> at_next;
-  uint64_t estimates = 0;     // Estimate() calls this search made
+  uint64_t estimates = 0;  // Estimate() calls this search made
   // A larger value was seen to need fewer bytes than a smaller one that fits:
   // memory was not monotone, so a larger value beyond the first failing one
   // might fit too. Expected never; reported rather than hidden.
@@ -79,10 +79,10 @@ struct FitSearch {
 // tp x pp x cp). Memory per GPU falls as sharding spreads the model states,
 // so the search is exponential then binary over the GPU count.
 struct FitGpusSearch {
-  uint32_t step = 1;          // GPU counts searched are multiples of this
-  uint32_t cap = 0;           // the largest count searched
-  uint32_t min_gpus = 0;      // 0: no count up to cap fits
-  Report at_min;              // the estimate at min_gpus (at cap when none fits)
+  uint32_t step = 1;            // GPU counts searched are multiples of this
+  uint32_t cap = 0;             // the largest count searched
+  uint32_t min_gpus = 0;        // 0: no count up to cap fits
+  Report at_min;                // the estimate at min_gpus (at cap when none fits)
   std::optional<Report> below;  // at min_gpus - step, which does not fit
   uint64_t estimates = 0;
 };
@@ -90,12 +90,12 @@ struct FitGpusSearch {
 struct FitResult {
   GpuSpec gpu;
   uint64_t margin_bytes = 0;
-  uint64_t limit_bytes = 0;   // gpu.usable_bytes - margin_bytes
-  FitSearch batch;            // at the setup's seq
-  FitSearch seq;              // at the setup's batch
+  uint64_t limit_bytes = 0;           // gpu.usable_bytes - margin_bytes
+  FitSearch batch;                    // at the setup's seq
+  FitSearch seq;                      // at the setup's batch
   std::optional<FitGpusSearch> gpus;  // with FitOptions::search_gpus
   bool fits() const { return batch.fits() || seq.fits(); }
-  uint64_t estimates = 0;     // distinct Estimate() calls in all
+  uint64_t estimates = 0;  // distinct Estimate() calls in all
 };
 
 // Both searches, each by exponential then binary search (with a linear
@@ -107,8 +107,8 @@ Result<FitResult> Fit(const ModelSpec& model, const TrainingSetup& setup,
                       const FitOptions& options = {});
 
 // The GPU-count search alone (Fit calls it with search_gpus).
-Result<FitGpusSearch> FitGpus(const ModelSpec& model, const TrainingSetup& setup, uint64_t limit_bytes,
-                              uint32_t max_gpus);
+Result<FitGpusSearch> FitGpus(const ModelSpec& model, const TrainingSetup& setup,
+                              uint64_t limit_bytes, uint32_t max_gpus);
 
 // --margin text: "2" or "2GiB" (GiB, fractions allowed: "1.5") or "5%" (of
 // usable_bytes). Errors: not a number, negative, or not below usable_bytes.
@@ -175,12 +175,12 @@ inline constexpr double kInterNodeGBps = 50;
 inline constexpr double kHostOptimizerBytesPerSecond = 25e9;
 
 struct StepTime {
-  double forward_flops = 0;     // per optimizer step (all micro-batches)
+  double forward_flops = 0;  // per optimizer step (all micro-batches)
   double backward_flops = 0;
-  double recompute_flops = 0;   // activation checkpointing reruns the forward
-  double compute_seconds = 0;   // the FLOPs at the achievable rate
-  double dequant_seconds = 0;   // QLoRA: NF4 weights dequantised per matmul pass
-  double optimizer_seconds = 0; // optimizer (and accumulation) memory traffic
+  double recompute_flops = 0;    // activation checkpointing reruns the forward
+  double compute_seconds = 0;    // the FLOPs at the achievable rate
+  double dequant_seconds = 0;    // QLoRA: NF4 weights dequantised per matmul pass
+  double optimizer_seconds = 0;  // optimizer (and accumulation) memory traffic
   // Several GPUs: gradient / parameter collectives per step (overlapped with
   // compute: only what exceeds it adds to the step), and offload traffic
   // (PCIe both ways plus the CPU optimizer).
@@ -247,7 +247,7 @@ struct Strategy {
 
 struct PlanResult {
   GpuSpec gpu;
-  std::optional<ModelSummary> model;   // of the base setup
+  std::optional<ModelSummary> model;  // of the base setup
   uint64_t seq = 0;
   uint64_t tokens_per_step = 0;
   // Combinations considered (knob sets x micro-batch splits) and estimated:

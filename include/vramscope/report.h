@@ -30,8 +30,8 @@ struct ModelSummary {
 // Memory outside PyTorch's allocator, as nvidia-smi sees it.
 struct DeviceExtras {
   uint64_t cuda_context_bytes = 0;
-  uint64_t nccl_bytes = 0;         // communicator buffers (multi-GPU)
-  uint64_t other_bytes = 0;        // anything else outside the allocator
+  uint64_t nccl_bytes = 0;   // communicator buffers (multi-GPU)
+  uint64_t other_bytes = 0;  // anything else outside the allocator
 };
 
 // The whole run replayed without the GPU's limit, for a rank class whose
@@ -45,15 +45,15 @@ struct FullRequirement {
 };
 
 struct RankReport {
-  std::string rank_class;          // "all", "first stage", ...
-  std::vector<int> ranks;          // which ranks share this report
+  std::string rank_class;  // "all", "first stage", ...
+  std::vector<int> ranks;  // which ranks share this report
   SimResult sim;
   std::optional<FullRequirement> full;  // set when sim.oom (see AddFullRequirement)
   // The numbers are a state, not peaks: a memory snapshot without a trace
   // (segments only) says what was held when it was taken.
   bool state_only = false;
   DeviceExtras extras;
-  uint64_t device_total_bytes = 0; // peak reserved + extras
+  uint64_t device_total_bytes = 0;  // peak reserved + extras
   uint64_t host_peak_bytes = 0;
 };
 
@@ -63,21 +63,21 @@ inline constexpr int kReportSchemaVersion = 1;
 
 // A default the estimate rests on, in words, with the flag that changes it.
 struct Assumption {
-  std::string what;                // "weights", "optimizer", ...
-  std::string assumed;             // what the lowering models
-  std::string flag;                // the flag that changes it ("" for none)
+  std::string what;     // "weights", "optimizer", ...
+  std::string assumed;  // what the lowering models
+  std::string flag;     // the flag that changes it ("" for none)
 };
 
 struct Report {
-  std::string command;             // "estimate", "simulate", ...
-  std::string source;              // trace path or model name
+  std::string command;  // "estimate", "simulate", ...
+  std::string source;   // trace path or model name
   GpuSpec gpu;
   std::optional<ModelSummary> model;
   std::vector<std::pair<std::string, std::string>> knobs;  // as used
-  std::vector<RankReport> ranks;   // at least one
+  std::vector<RankReport> ranks;                           // at least one
   // Plain-words lines: what is alive at the peak, why, what knobs would save.
   std::vector<std::string> explanation;
-  std::vector<std::string> notes;  // assumptions, modelled library versions
+  std::vector<std::string> notes;       // assumptions, modelled library versions
   std::vector<Assumption> assumptions;  // the defaults an estimate rests on
 
   // The rank class with the largest device total (the reported maximum); a

@@ -24,8 +24,8 @@ struct Error {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}          // NOLINT: implicit by design
-  Result(Error error) : v_(std::move(error)) {}      // NOLINT: implicit by design
+  Result(T value) : v_(std::move(value)) {}      // NOLINT: implicit by design
+  Result(Error error) : v_(std::move(error)) {}  // NOLINT: implicit by design
 
   bool ok() const { return v_.index() == 0; }
   explicit operator bool() const { return ok(); }
@@ -54,17 +54,16 @@ inline Error MakeError(std::string message) { return Error{std::move(message)}; 
 
 // Aborts with file:line when an internal invariant is violated. Never reachable
 // from user input: inputs are validated and rejected with an Error first.
-#define VS_CHECK(cond)                                                        \
-  do {                                                                        \
-    if (!(cond)) {                                                            \
-      std::fprintf(stderr, "%s:%d: internal check failed: %s\n", __FILE__,   \
-                   __LINE__, #cond);                                          \
-      std::abort();                                                           \
-    }                                                                         \
+#define VS_CHECK(cond)                                                                       \
+  do {                                                                                       \
+    if (!(cond)) {                                                                           \
+      std::fprintf(stderr, "%s:%d: internal check failed: %s\n", __FILE__, __LINE__, #cond); \
+      std::abort();                                                                          \
+    }                                                                                        \
   } while (0)
 
 // Propagates an error from an expression of type Result<...>.
-#define VS_TRY(var, expr)                      \
-  auto var##_result_ = (expr);                 \
+#define VS_TRY(var, expr)                                \
+  auto var##_result_ = (expr);                           \
   if (!var##_result_.ok()) return var##_result_.error(); \
   auto& var = var##_result_.value()

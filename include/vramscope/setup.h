@@ -12,16 +12,25 @@
 namespace vramscope {
 
 enum class Precision : uint8_t {
-  kFp32,        // fp32 weights, no autocast
-  kFp16Mixed,   // fp32 weights + autocast(fp16) + GradScaler
-  kBf16Mixed,   // fp32 weights + autocast(bf16)
-  kFp16,        // weights, grads and optimizer state in fp16
-  kBf16,        // weights, grads and optimizer state in bf16
+  kFp32,       // fp32 weights, no autocast
+  kFp16Mixed,  // fp32 weights + autocast(fp16) + GradScaler
+  kBf16Mixed,  // fp32 weights + autocast(bf16)
+  kFp16,       // weights, grads and optimizer state in fp16
+  kBf16,       // weights, grads and optimizer state in bf16
 };
 
 enum class OptimizerKind : uint8_t {
-  kNone, kSgd, kSgdMomentum, kAdamW /* foreach */, kAdamWFused, kAdamWForLoop,
-  kAdamW8bit, kPagedAdamW8bit, kPagedAdamW, kAdafactor, kLion,
+  kNone,
+  kSgd,
+  kSgdMomentum,
+  kAdamW /* foreach */,
+  kAdamWFused,
+  kAdamWForLoop,
+  kAdamW8bit,
+  kPagedAdamW8bit,
+  kPagedAdamW,
+  kAdafactor,
+  kLion,
 };
 
 enum class Finetune : uint8_t { kFull, kLora, kQLora };
@@ -38,7 +47,7 @@ struct TrainingSetup {
   uint64_t batch = 1;
   uint64_t seq = 2048;
   uint64_t grad_accum = 1;
-  uint32_t steps = 3;                 // optimizer steps simulated
+  uint32_t steps = 3;  // optimizer steps simulated
   Precision precision = Precision::kBf16Mixed;
   OptimizerKind optimizer = OptimizerKind::kAdamW;
   Finetune finetune = Finetune::kFull;

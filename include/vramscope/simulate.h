@@ -56,7 +56,7 @@ struct LiveAllocation {
   Category category = Category::kOther;
   std::string op;
   std::string module;
-  uint32_t step = 0;         // when it was allocated
+  uint32_t step = 0;  // when it was allocated
   Phase phase = Phase::kSetup;
 };
 
@@ -68,13 +68,13 @@ struct SimResult {
   uint64_t peak_event_index = 0;
   uint32_t peak_step = 0;
   Phase peak_phase = Phase::kSetup;
-  uint64_t reserved_at_peak_bytes = 0;   // reserved when allocated peaked
-  CategoryBytes breakdown_at_peak{};     // allocated bytes per category
-  std::vector<PhasePeak> phases;         // in stream order
-  std::vector<TimelinePoint> timeline;   // downsampled, peaks preserved
+  uint64_t reserved_at_peak_bytes = 0;      // reserved when allocated peaked
+  CategoryBytes breakdown_at_peak{};        // allocated bytes per category
+  std::vector<PhasePeak> phases;            // in stream order
+  std::vector<TimelinePoint> timeline;      // downsampled, peaks preserved
   std::vector<LiveAllocation> top_at_peak;  // largest first
   uint64_t live_at_peak_count = 0;
-  std::optional<OomInfo> oom;            // set if an allocation failed
+  std::optional<OomInfo> oom;  // set if an allocation failed
   uint64_t oom_event_index = 0;
   uint32_t oom_step = 0;
   Phase oom_phase = Phase::kSetup;

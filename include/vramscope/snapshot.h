@@ -109,7 +109,8 @@ class TraceStore {
   void Set(uint64_t i, const TraceEntry& e);
   void Append(const TraceEntry& e);
   uint64_t MemoryBytes() const {
-    return pages_.size() * (kPageMask + 1) * sizeof(Packed) + overflow_.capacity() * sizeof(TraceEntry);
+    return pages_.size() * (kPageMask + 1) * sizeof(Packed) +
+           overflow_.capacity() * sizeof(TraceEntry);
   }
 
  private:
@@ -210,12 +211,12 @@ struct SnapshotSettings {
 };
 
 struct Snapshot {
-  std::string format;                                  // "pickle protocol 4", "json", ...
-  std::vector<SnapshotSegment> segments;               // every device
-  std::vector<Trace> device_traces;                    // index = device ordinal
-  std::vector<uint64_t> streams;                       // stream ids; [0] = 0
-  std::vector<SnapshotFrame> frames;                   // distinct frames
-  std::vector<std::vector<uint32_t>> stacks;           // [0] = {}; innermost first
+  std::string format;                         // "pickle protocol 4", "json", ...
+  std::vector<SnapshotSegment> segments;      // every device
+  std::vector<Trace> device_traces;           // index = device ordinal
+  std::vector<uint64_t> streams;              // stream ids; [0] = 0
+  std::vector<SnapshotFrame> frames;          // distinct frames
+  std::vector<std::vector<uint32_t>> stacks;  // [0] = {}; innermost first
   std::optional<SnapshotSettings> settings;
   uint64_t external_annotations = 0;
   uint64_t unknown_actions = 0;  // entries with an action this reader skips
@@ -390,8 +391,8 @@ Result<MeasuredSnapshot> ExplainSnapshotFile(const std::string& path, const GpuS
 std::string RenderExplainJson(const MeasuredSnapshot& measured);
 
 struct ReplayOptions {
-  int device = -1;                // -1: the device with the most trace entries
-  size_t top_allocations = 20;    // largest allocations alive at the peak to list
+  int device = -1;              // -1: the device with the most trace entries
+  size_t top_allocations = 20;  // largest allocations alive at the peak to list
   // The catalog entry of the GPU: its usable memory minus its CUDA context is
   // the device limit of the replay, unless the snapshot ran out of memory
   // (then its own: reserved + free at the OOM).

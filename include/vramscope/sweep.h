@@ -38,22 +38,22 @@ struct SweepAxis {
 // then; needed_bytes is the lower bound of what the run needs
 // (Report::needed_bytes()).
 struct SweepPoint {
-  std::vector<uint64_t> at;            // one value per axis, in axis order
-  uint64_t peak_allocated_bytes = 0;   // torch.cuda.max_memory_allocated()
-  uint64_t peak_reserved_bytes = 0;    // torch.cuda.max_memory_reserved()
-  uint64_t device_total_bytes = 0;     // what nvidia-smi shows
-  uint64_t needed_bytes = 0;           // Report::needed_bytes()
-  bool oom = false;                    // the simulation ran out of memory
-  bool fits = false;                   // Report::fits()
+  std::vector<uint64_t> at;           // one value per axis, in axis order
+  uint64_t peak_allocated_bytes = 0;  // torch.cuda.max_memory_allocated()
+  uint64_t peak_reserved_bytes = 0;   // torch.cuda.max_memory_reserved()
+  uint64_t device_total_bytes = 0;    // what nvidia-smi shows
+  uint64_t needed_bytes = 0;          // Report::needed_bytes()
+  bool oom = false;                   // the simulation ran out of memory
+  bool fits = false;                  // Report::fits()
 };
 
 struct SweepResult {
-  std::string source;                  // MODEL as given
+  std::string source;  // MODEL as given
   GpuSpec gpu;
-  std::optional<ModelSummary> model;   // at the first point
+  std::optional<ModelSummary> model;  // at the first point
   // The fixed knobs (DESIGN.md flag names); swept ones show their grid.
   std::vector<std::pair<std::string, std::string>> knobs;
-  std::vector<SweepAxis> axes;         // one or two
+  std::vector<SweepAxis> axes;  // one or two
   // Every combination, first axis outermost: with axes {seq: s1,s2} and
   // {batch: b1,b2} the order is (s1,b1), (s1,b2), (s2,b1), (s2,b2).
   std::vector<SweepPoint> points;

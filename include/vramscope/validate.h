@@ -20,14 +20,14 @@ namespace vramscope {
 
 // One measured configuration, as the harness recorded it.
 struct MeasuredRun {
-  std::string where;               // "file.jsonl:12" for messages
-  std::string id, name;            // the record's id (knob hash) and name
-  std::string status;              // "ok" or "oom" (others are not compared)
-  std::string model;               // knobs.model: alias, Hub id or path
-  TrainingSetup setup;             // knobs + versions + GPU from env
-  uint64_t peak_allocated_bytes = 0;   // max over step phases (0 for oom)
+  std::string where;                  // "file.jsonl:12" for messages
+  std::string id, name;               // the record's id (knob hash) and name
+  std::string status;                 // "ok" or "oom" (others are not compared)
+  std::string model;                  // knobs.model: alias, Hub id or path
+  TrainingSetup setup;                // knobs + versions + GPU from env
+  uint64_t peak_allocated_bytes = 0;  // max over step phases (0 for oom)
   uint64_t peak_reserved_bytes = 0;
-  uint64_t device_bytes = 0;           // peak_device_used_bytes, else reserved + context
+  uint64_t device_bytes = 0;  // peak_device_used_bytes, else reserved + context
 };
 
 // A results file: the runs that can be compared, and how many records were
@@ -48,7 +48,8 @@ Result<MeasuredFile> ParseGroundTruth(std::string_view text, std::string_view la
 // stage) and Validate (plan stage) share it.
 inline double RelativeError(uint64_t predicted, uint64_t measured) {
   if (measured == 0) return predicted == 0 ? 0.0 : 1.0;
-  return (static_cast<double>(predicted) - static_cast<double>(measured)) / static_cast<double>(measured);
+  return (static_cast<double>(predicted) - static_cast<double>(measured)) /
+         static_cast<double>(measured);
 }
 
 struct ValidationRow {
@@ -56,7 +57,7 @@ struct ValidationRow {
   // ("model", run.model), then DescribeSetup(run.setup): what the renderers
   // (src/report) label and group rows by. Validate() sets it.
   std::vector<std::pair<std::string, std::string>> knobs;
-  bool estimated = false;          // false: the estimate failed, see problem
+  bool estimated = false;  // false: the estimate failed, see problem
   std::string problem;
   uint64_t predicted_allocated_bytes = 0;
   uint64_t predicted_reserved_bytes = 0;
@@ -68,17 +69,17 @@ struct ValidationRow {
 struct ErrorStats {
   size_t count = 0;
   double median_abs = 0, p90_abs = 0, max_abs = 0;  // fractions (0.03 = 3%)
-  size_t under_2pct = 0;          // predictions below the measurement by > 2%
-  double worst_under = 0;         // largest under-estimate as a positive fraction
+  size_t under_2pct = 0;                            // predictions below the measurement by > 2%
+  double worst_under = 0;                           // largest under-estimate as a positive fraction
 };
 
 struct Validation {
   std::vector<ValidationRow> rows;
   std::vector<std::string> not_compared;
   ErrorStats allocated, reserved, device;
-  size_t oom_runs = 0;            // measured out of memory
-  size_t oom_predicted = 0;       // ... of which the estimate says "does not fit"
-  size_t fits_mispredicted = 0;   // measured ok but predicted not to fit
+  size_t oom_runs = 0;           // measured out of memory
+  size_t oom_predicted = 0;      // ... of which the estimate says "does not fit"
+  size_t fits_mispredicted = 0;  // measured ok but predicted not to fit
 };
 
 // Estimates every run (one Estimate() each, its model resolved through `io`:

@@ -35,8 +35,8 @@ class AddressSpace {
   void Insert(uint64_t address, uint64_t size_bytes);
 
   uint64_t granule_bytes_;
-  std::map<uint64_t, uint64_t> free_by_address_;            // start -> size
-  std::set<std::pair<uint64_t, uint64_t>> free_by_size_;    // (size, start)
+  std::map<uint64_t, uint64_t> free_by_address_;          // start -> size
+  std::set<std::pair<uint64_t, uint64_t>> free_by_size_;  // (size, start)
 };
 
 }  // namespace vramscope::alloc

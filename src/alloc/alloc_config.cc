@@ -114,8 +114,9 @@ class Parser {
       VS_TRY(v, Word(key));
       if (v == "native") return Ok{};
       if (v == "cudaMallocAsync") {
-        return Fail(key, "\"cudaMallocAsync\" is a valid torch backend but is not modelled "
-                         "(only the native caching allocator is)");
+        return Fail(key,
+                    "\"cudaMallocAsync\" is a valid torch backend but is not modelled "
+                    "(only the native caching allocator is)");
       }
       return Fail(key, Quote() + " is not a backend (options are native and cudaMallocAsync)");
     }
@@ -256,9 +257,7 @@ class Parser {
 
   // ---- errors -------------------------------------------------------------
 
-  static bool IsPunct(const std::string& t) {
-    return t == "," || t == ":" || t == "]";
-  }
+  static bool IsPunct(const std::string& t) { return t == "," || t == ":" || t == "]"; }
   std::string Quote() const { return Quote(tokens_[i_]); }
   static std::string Quote(std::string_view v) { return common::QuoteForMessage(v); }
   static Error Fail(const std::string& key, const std::string& what) {
@@ -271,9 +270,7 @@ class Parser {
 
 }  // namespace
 
-Result<AllocatorConfig> ParseAllocConf(std::string_view text) {
-  return Parser(text).Run(text);
-}
+Result<AllocatorConfig> ParseAllocConf(std::string_view text) { return Parser(text).Run(text); }
 
 Status ValidateAllocConfig(const AllocatorConfig& c) {
   auto fail = [](std::string what) { return MakeError(fmt::format("{}: {}", kWhat, what)); };
@@ -290,7 +287,8 @@ Status ValidateAllocConfig(const AllocatorConfig& c) {
     return fail("per_process_memory_fraction must be in [0, 1]");
   }
   for (uint32_t d : c.roundup_power2_divisions) {
-    if (d != 0 && !IsPowerOfTwo(d)) return fail("roundup_power2_divisions must be 0 or powers of 2");
+    if (d != 0 && !IsPowerOfTwo(d))
+      return fail("roundup_power2_divisions must be 0 or powers of 2");
   }
   return Ok{};
 }

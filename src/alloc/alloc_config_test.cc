@@ -76,8 +76,7 @@ TEST(ParseAllocConf, RoundupListMatchesTorchAllocatorConfigTest) {
   // [64:8,128:2,256:4,512:2,1024:4,>:1] gives 8 for 32 and 64 MB, 2 for 128,
   // 4 for 256, 2 for 512, 4 for 1024 and 1 from 2048 MB on. Interval index
   // = log2(MB), so 32 MB is interval 5.
-  const AllocatorConfig c =
-      Parse("roundup_power2_divisions:[64:8,128:2,256:4,512:2,1024:4,>:1]");
+  const AllocatorConfig c = Parse("roundup_power2_divisions:[64:8,128:2,256:4,512:2,1024:4,>:1]");
   const auto& d = c.roundup_power2_divisions;
   const uint32_t expected[16] = {8, 8, 8, 8, 8, 8, 8, 2, 4, 2, 4, 1, 1, 1, 1, 1};
   for (int i = 0; i < 16; ++i) EXPECT_EQ(d[i], expected[i]) << i;
@@ -102,9 +101,10 @@ TEST(ParseAllocConf, RoundupListWithoutGreaterThanKeepsLaterIntervalsOff) {
 }
 
 TEST(ParseAllocConf, AcceptedKeysWithoutEffect) {
-  Parse("backend:native,release_lock_on_cudamalloc:True,pinned_use_cuda_host_register:True,"
-        "pinned_num_register_threads:8,pinned_use_background_threads:False,"
-        "pinned_reserve_segment_size_mb:16,graph_capture_record_stream_reuse:False");
+  Parse(
+      "backend:native,release_lock_on_cudamalloc:True,pinned_use_cuda_host_register:True,"
+      "pinned_num_register_threads:8,pinned_use_background_threads:False,"
+      "pinned_reserve_segment_size_mb:16,graph_capture_record_stream_reuse:False");
 }
 
 TEST(ParseAllocConf, CudaMallocAsyncBackendIsRejectedAsNotModelled) {

@@ -121,8 +121,8 @@ struct Pool {
       : stream(stream_id), is_small(small), blocks(nodes), unmapped(nodes) {}
   uint32_t stream;
   bool is_small;
-  FreeSet blocks;         // free, mapped blocks
-  UnmappedSet unmapped;   // expandable segments: unmapped ranges
+  FreeSet blocks;        // free, mapped blocks
+  UnmappedSet unmapped;  // expandable segments: unmapped ranges
 };
 
 }  // namespace vramscope::alloc

@@ -178,7 +178,8 @@ bool CachingAllocator::Impl::AllocBlock(Request& r, bool is_retry) {
   if (is_retry) ++stats.num_alloc_retries;
   // The fraction check uses alloc_size (the segment size) even for
   // expandable segments, which map only the pages they need.
-  if (allowed_max_bytes && !alloc::FitsUnder(stats.reserved_bytes, r.alloc_bytes, *allowed_max_bytes)) {
+  if (allowed_max_bytes &&
+      !alloc::FitsUnder(stats.reserved_bytes, r.alloc_bytes, *allowed_max_bytes)) {
     return false;
   }
   if (config.expandable_segments) {

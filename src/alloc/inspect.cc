@@ -65,13 +65,14 @@ struct BlockTotals {
   uint64_t segment_blocks = 0;  // live blocks that should be in some segment's list
   uint64_t visited = 0;         // blocks reached through the lists
   uint64_t allocated = 0, requested = 0, reserved = 0;
-  uint64_t ranges = 0;          // contiguous mapped ranges (torch counts each as a segment)
+  uint64_t ranges = 0;  // contiguous mapped ranges (torch counts each as a segment)
   uint64_t free_mapped = 0, unmapped = 0;
 };
 
 // 1a. Every live block belongs to a live segment of its own pool, and each
 // segment has exactly one first block: head_of[segment] is that block.
-Status FindSegmentHeads(const AllocatorState& a, std::vector<uint32_t>* head_of, BlockTotals* totals) {
+Status FindSegmentHeads(const AllocatorState& a, std::vector<uint32_t>* head_of,
+                        BlockTotals* totals) {
   head_of->assign(a.segments.capacity(), kNil);
   for (uint32_t b = 0; b < a.blocks.capacity(); ++b) {
     const Block& block = a.blocks[b];
@@ -108,8 +109,9 @@ Status CheckFreeBlock(const AllocatorState& a, uint32_t b, uint32_t prev, BlockT
   if (!indexed) return Violation(fmt::format("free block {} is missing from its pool", b));
   // The remembered position must be the block's own entry.
   if (block.mapped != block.in_free_set ||
-      (block.mapped && (block.free_pos->block != b || block.free_pos->size_bytes != block.size_bytes ||
-                        block.free_pos->address != block.address))) {
+      (block.mapped &&
+       (block.free_pos->block != b || block.free_pos->size_bytes != block.size_bytes ||
+        block.free_pos->address != block.address))) {
     return Violation(fmt::format("free block {} has a stale position in its pool", b));
   }
   if (block.gc_count_base > a.free_block_calls[pool.is_small]) {
@@ -122,8 +124,8 @@ Status CheckFreeBlock(const AllocatorState& a, uint32_t b, uint32_t prev, BlockT
 // `address`: its links, its place (no gap, no overlap), its mapping (only
 // expandable segments unmap, page by page), then the allocated or free
 // block's own rules. Counts it in `totals`.
-Status CheckListedBlock(const AllocatorState& a, uint32_t s, uint32_t b, uint32_t prev, uint64_t address,
-                        BlockTotals* totals) {
+Status CheckListedBlock(const AllocatorState& a, uint32_t s, uint32_t b, uint32_t prev,
+                        uint64_t address, BlockTotals* totals) {
   const alloc::Segment& segment = a.segments[s];
   const Block& block = a.blocks[b];
   if (++totals->visited > totals->segment_blocks) return Violation("a block list has a cycle");
@@ -140,7 +142,8 @@ Status CheckListedBlock(const AllocatorState& a, uint32_t s, uint32_t b, uint32_
                         block.size_bytes % segment.page_bytes != 0)) {
     return Violation(fmt::format("unmapped block {} is not page aligned", b));
   }
-  if (block.allocated && !block.mapped) return Violation(fmt::format("block {} allocated but unmapped", b));
+  if (block.allocated && !block.mapped)
+    return Violation(fmt::format("block {} allocated but unmapped", b));
   if (block.mapped && (prev == kNil || !a.blocks[prev].mapped)) ++totals->ranges;
   if (block.mapped) totals->reserved += block.size_bytes;
   if (!block.allocated) return CheckFreeBlock(a, b, prev, totals);
@@ -155,7 +158,8 @@ Status CheckListedBlock(const AllocatorState& a, uint32_t s, uint32_t b, uint32_
 
 // 1b. Each live segment's list, from its first block, tiles the segment
 // exactly, and the lists together hold every live block once.
-Status WalkSegments(const AllocatorState& a, const std::vector<uint32_t>& head_of, BlockTotals* totals) {
+Status WalkSegments(const AllocatorState& a, const std::vector<uint32_t>& head_of,
+                    BlockTotals* totals) {
   for (uint32_t s = 0; s < a.segments.capacity(); ++s) {
     if (!a.segments.IsLive(s)) continue;
     const alloc::Segment& segment = a.segments[s];
@@ -172,7 +176,8 @@ Status WalkSegments(const AllocatorState& a, const std::vector<uint32_t>& head_o
     }
   }
   if (totals->visited != totals->segment_blocks) {
-    return Violation(fmt::format("{} blocks are in no segment's list", totals->segment_blocks - totals->visited));
+    return Violation(fmt::format("{} blocks are in no segment's list",
+                                 totals->segment_blocks - totals->visited));
   }
   return Ok{};
 }
@@ -201,8 +206,8 @@ Status CheckPoolIndexes(const AllocatorState& a, const BlockTotals& totals) {
     indexed_free += pool.blocks.size();
     indexed_unmapped += pool.unmapped.size();
     for (const alloc::FreeKey& key : pool.blocks) {
-      if (!a.blocks.IsLive(key.block) || a.blocks[key.block].allocated || !a.blocks[key.block].mapped ||
-          &a.pools[a.blocks[key.block].pool] != &pool) {
+      if (!a.blocks.IsLive(key.block) || a.blocks[key.block].allocated ||
+          !a.blocks[key.block].mapped || &a.pools[a.blocks[key.block].pool] != &pool) {
         return Violation(fmt::format("pool entry {} is not a free block of this pool", key.block));
       }
     }
@@ -220,17 +225,23 @@ Status CheckStats(const AllocatorState& a, const BlockTotals& totals) {
   auto mismatch = [](const char* name, uint64_t stat, uint64_t sum) {
     return Violation(fmt::format("{} is {} but the blocks sum to {}", name, stat, sum));
   };
-  if (st.allocated_bytes != totals.allocated) return mismatch("allocated_bytes", st.allocated_bytes, totals.allocated);
+  if (st.allocated_bytes != totals.allocated)
+    return mismatch("allocated_bytes", st.allocated_bytes, totals.allocated);
   // No record_stream events are modelled, so active == allocated.
-  if (st.active_bytes != totals.allocated) return mismatch("active_bytes", st.active_bytes, totals.allocated);
-  if (st.requested_bytes != totals.requested) return mismatch("requested_bytes", st.requested_bytes, totals.requested);
-  if (st.reserved_bytes != totals.reserved) return mismatch("reserved_bytes", st.reserved_bytes, totals.reserved);
-  if (st.num_segments != totals.ranges) return mismatch("num_segments", st.num_segments, totals.ranges);
+  if (st.active_bytes != totals.allocated)
+    return mismatch("active_bytes", st.active_bytes, totals.allocated);
+  if (st.requested_bytes != totals.requested)
+    return mismatch("requested_bytes", st.requested_bytes, totals.requested);
+  if (st.reserved_bytes != totals.reserved)
+    return mismatch("reserved_bytes", st.reserved_bytes, totals.reserved);
+  if (st.num_segments != totals.ranges)
+    return mismatch("num_segments", st.num_segments, totals.ranges);
   if (st.peak_allocated_bytes < st.allocated_bytes || st.peak_reserved_bytes < st.reserved_bytes ||
       st.peak_active_bytes < st.active_bytes || st.peak_requested_bytes < st.requested_bytes) {
     return Violation("a peak is below its current value");
   }
-  if (st.reserved_bytes > a.device_limit_bytes) return Violation("reserved exceeds the device limit");
+  if (st.reserved_bytes > a.device_limit_bytes)
+    return Violation("reserved exceeds the device limit");
   if (a.config.ideal && st.reserved_bytes != st.allocated_bytes) {
     return Violation("ideal mode: reserved != allocated");
   }
@@ -242,7 +253,8 @@ Status CheckStats(const AllocatorState& a, const BlockTotals& totals) {
 // The checks run in this order and the first violation is the answer, so a
 // broken list is reported as such before the totals built on it disagree.
 Status CachingAllocator::Impl::CheckInvariants() const {
-  const AllocatorState state{blocks, segments, pools, free_block_calls, config, stats, device_limit_bytes};
+  const AllocatorState state{blocks, segments,          pools, free_block_calls, config,
+                             stats,  device_limit_bytes};
   std::vector<uint32_t> head_of;
   BlockTotals totals;
   if (Status ok = FindSegmentHeads(state, &head_of, &totals); !ok.ok()) return ok;

@@ -34,7 +34,7 @@ uint64_t DrawSize(std::mt19937_64& rng) {
     static constexpr uint64_t kRepeated[] = {512, 4 * KiB, 3 * MiB, 24 * MiB, 96 * MiB};
     return kRepeated[rng() % 5];
   }
-  double lo = 0, hi = 20;  // 1 B .. 1 MiB
+  double lo = 0, hi = 20;             // 1 B .. 1 MiB
   if (band > 0.55) lo = 20, hi = 26;  // 1 MiB .. 64 MiB
   if (band > 0.93) lo = 26, hi = 30;  // 64 MiB .. 1 GiB
   return std::max<uint64_t>(1, static_cast<uint64_t>(std::exp2(lo + (hi - lo) * unit(rng))));
@@ -130,10 +130,13 @@ std::vector<StreamCase> Cases() {
       {"expandable_unlimited", "expandable_segments:True", kUnlimited, 3, 0},
       {"expandable_limited", "expandable_segments:True", kLimit, 3, 0},
       {"max_split_limited", "max_split_size_mb:256", kLimit, 2, 0},
-      {"gc_fraction_max_split", "garbage_collection_threshold:0.5,per_process_memory_fraction:0.8,"
-                                "max_split_size_mb:128", kLimit, 2, 0},
-      {"expandable_max_split_gc", "expandable_segments:True,max_split_size_mb:64,"
-                                  "garbage_collection_threshold:0.6,per_process_memory_fraction:0.9",
+      {"gc_fraction_max_split",
+       "garbage_collection_threshold:0.5,per_process_memory_fraction:0.8,"
+       "max_split_size_mb:128",
+       kLimit, 2, 0},
+      {"expandable_max_split_gc",
+       "expandable_segments:True,max_split_size_mb:64,"
+       "garbage_collection_threshold:0.6,per_process_memory_fraction:0.9",
        kLimit, 2, 0},
       {"roundup_list", "roundup_power2_divisions:[1:4,64:8,>:2]", kLimit, 2, 0},
       {"ideal", "ideal:True", kLimit, 2, 0},

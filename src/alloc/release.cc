@@ -92,8 +92,8 @@ bool CachingAllocator::Impl::ReleaseAvailableCachedBlocks(const Request& r) {
 // reserved memory is below threshold * allowed maximum. No synchronization,
 // small pool untouched; torch >= 2.5 skips expandable blocks when freeing.
 void CachingAllocator::Impl::GarbageCollectCachedBlocks() {
-  const auto gc_threshold_bytes = static_cast<uint64_t>(
-      config.garbage_collection_threshold * static_cast<double>(*allowed_max_bytes));
+  const auto gc_threshold_bytes = static_cast<uint64_t>(config.garbage_collection_threshold *
+                                                        static_cast<double>(*allowed_max_bytes));
   if (stats.reserved_bytes <= gc_threshold_bytes) return;
   const uint64_t target_bytes = stats.reserved_bytes - gc_threshold_bytes;
   const uint64_t clock = free_block_calls[0];
@@ -118,7 +118,8 @@ void CachingAllocator::Impl::GarbageCollectCachedBlocks() {
     // The threshold is fixed for one pass; every old-enough block is freed
     // in the pass even after the target is met (torch: "we don't want this
     // GC to be triggered frequently").
-    const double age_threshold = static_cast<double>(total_age) / static_cast<double>(freeable_count);
+    const double age_threshold =
+        static_cast<double>(total_age) / static_cast<double>(freeable_count);
     block_freed = false;
     scratch.clear();
     for (const alloc::Pool& pool : pools) {
@@ -190,9 +191,9 @@ void CachingAllocator::Impl::RecordOversizeRequest(uint64_t orig_bytes) {
 std::optional<BlockHandle> CachingAllocator::Impl::IdealMalloc(uint64_t size_bytes,
                                                                uint32_t stream) {
   const uint32_t pool = PoolFor(stream, size_bytes <= alloc::kSmallSizeBytes);
-  const bool fits =
-      alloc::FitsUnder(stats.reserved_bytes, size_bytes, device_limit_bytes) &&
-      (!allowed_max_bytes || alloc::FitsUnder(stats.reserved_bytes, size_bytes, *allowed_max_bytes));
+  const bool fits = alloc::FitsUnder(stats.reserved_bytes, size_bytes, device_limit_bytes) &&
+                    (!allowed_max_bytes ||
+                     alloc::FitsUnder(stats.reserved_bytes, size_bytes, *allowed_max_bytes));
   const std::optional<uint64_t> address = fits ? address_space.Reserve(size_bytes) : std::nullopt;
   if (!address) {
     RecordOom(size_bytes, size_bytes);

@@ -206,8 +206,8 @@ TEST(AllocatorScenario, FreeBlocksOfDifferentSegmentsNeverMerge) {
 // segments) are cudaFree'd; a partly used segment keeps its free remainder.
 TEST(AllocatorScenario, EmptyCacheReleasesOnlyFullyFreeSegments) {
   CheckedAllocator a("");
-  a.Malloc(512);                // small segment stays in use
-  a.Free(a.Malloc(3 * MiB));    // large segment becomes fully free
+  a.Malloc(512);              // small segment stays in use
+  a.Free(a.Malloc(3 * MiB));  // large segment becomes fully free
   EXPECT_EQ(a.stats().reserved_bytes, 22 * MiB);
   a.EmptyCache();
   EXPECT_EQ(a.Layout(), "s0[A0.5K F2047.5K]");

@@ -143,7 +143,7 @@ TEST(AllocatorScenario, RealOomReportsPyTorchsMessage) {
 // "reserved but unallocated" and cannot be released.
 TEST(AllocatorScenario, OomMessagePrintsTheSegmentSize) {
   CheckedAllocator a("", 30 * MiB);
-  a.Malloc(3 * MiB);  // 20 MiB segment, 17 MiB free remainder
+  a.Malloc(3 * MiB);                                // 20 MiB segment, 17 MiB free remainder
   EXPECT_FALSE(a.TryMalloc(18 * MiB).has_value());  // segment 18 MiB > 10 free
   EXPECT_FALSE(a.TryMalloc(18 * MiB - 1).has_value());
   EXPECT_EQ(a.stats().num_ooms, 2u);
@@ -180,8 +180,7 @@ TEST(AllocatorScenario, MemoryFractionCapsReservedMemory) {
 //   malloc 40 MiB (tick 4, miss) -> GC: reserved 42 > 30, target 12 MiB;
 //   ages A=3, B=1, average 2 -> A freed (12 MiB reclaimed), B kept.
 TEST(AllocatorScenario, GarbageCollectionFreesOldCachedSegments) {
-  CheckedAllocator a("garbage_collection_threshold:0.3,per_process_memory_fraction:1.0",
-                     100 * MiB);
+  CheckedAllocator a("garbage_collection_threshold:0.3,per_process_memory_fraction:1.0", 100 * MiB);
   a.Free(a.Malloc(12 * MiB));
   a.Free(a.Malloc(30 * MiB));
   a.Free(a.Malloc(20 * MiB));

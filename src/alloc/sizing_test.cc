@@ -37,9 +37,9 @@ TEST(RoundSize, PowerOfTwoDivisionsOnlyAbove512TimesDivisions) {
 
 TEST(RoundSize, DivisionIntervalIsLog2MinusTwenty) {
   AllocatorConfig c;
-  c.roundup_power2_divisions[0] = 8;   // < 2 MiB
-  c.roundup_power2_divisions[1] = 2;   // [2, 4) MiB
-  c.roundup_power2_divisions[15] = 2;  // >= 32 GiB
+  c.roundup_power2_divisions[0] = 8;                              // < 2 MiB
+  c.roundup_power2_divisions[1] = 2;                              // [2, 4) MiB
+  c.roundup_power2_divisions[15] = 2;                             // >= 32 GiB
   EXPECT_EQ(RoundSize(kMiB + kMiB / 3, c), kMiB + 3 * kMiB / 8);  // eighths of [1, 2) MiB
   EXPECT_EQ(RoundSize(3 * kMiB - 7, c), 3 * kMiB);                // halves of [2, 4) MiB
   EXPECT_EQ(RoundSize(5 * kMiB, c), 5 * kMiB);                    // interval 2: off

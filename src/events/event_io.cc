@@ -32,8 +32,7 @@ using events_internal::EventParser;
 constexpr uint64_t kMaxReservedEvents = uint64_t{1} << 26;  // 2.5 GiB of events
 
 size_t EventsToReserve(uint64_t event_upper_bound, const EventReadLimits& limits) {
-  return static_cast<size_t>(
-      std::min({event_upper_bound, limits.max_events, kMaxReservedEvents}));
+  return static_cast<size_t>(std::min({event_upper_bound, limits.max_events, kMaxReservedEvents}));
 }
 
 // Every event is one line, so the line count bounds the event count; counting

@@ -29,8 +29,7 @@ constexpr std::string_view kMetaForm = "'meta KEY VALUE'";
 // bytes") as the limit shown to the user. On failure returns the problem text
 // (without the "NAME:LINE: " prefix).
 std::optional<std::string> ParseUnsigned(std::string_view token, std::string_view field,
-                                         uint64_t max, std::string_view max_text,
-                                         uint64_t* out) {
+                                         uint64_t max, std::string_view max_text, uint64_t* out) {
   const char* end = token.data() + token.size();
   const auto [ptr, ec] = std::from_chars(token.data(), end, *out);
   if (ec == std::errc::result_out_of_range && ptr == end) {
@@ -76,8 +75,8 @@ Result<EventStream> EventParser::Finish() {
   if (error_) return *error_;
   if (line_number_ == 0) {
     line_number_ = 1;
-    return Fail(fmt::format("header: missing (the input is empty; expected '{} {}')",
-                            kHeaderMagic, kFormatVersion));
+    return Fail(fmt::format("header: missing (the input is empty; expected '{} {}')", kHeaderMagic,
+                            kFormatVersion));
   }
   return std::move(stream_);
 }
@@ -89,8 +88,8 @@ Status EventParser::ParseHeader(std::string_view line) {
   Tokenizer tokens(line);
   const std::string_view magic = tokens.Next();
   if (magic != kHeaderMagic) {
-    return Fail(fmt::format("header: expected '{} {}', got {}", kHeaderMagic, kFormatVersion,
-                            Quote(line)));
+    return Fail(
+        fmt::format("header: expected '{} {}', got {}", kHeaderMagic, kFormatVersion, Quote(line)));
   }
   const std::string_view version_token = tokens.Next();
   if (version_token.empty()) return Fail("header version: missing");
@@ -103,8 +102,8 @@ Status EventParser::ParseHeader(std::string_view line) {
                             Quote(version_token), kFormatVersion));
   }
   if (const std::string_view extra = tokens.Next(); !extra.empty()) {
-    return Fail(fmt::format("header: extra field {} (expected '{} {}')", Quote(extra),
-                            kHeaderMagic, kFormatVersion));
+    return Fail(fmt::format("header: extra field {} (expected '{} {}')", Quote(extra), kHeaderMagic,
+                            kFormatVersion));
   }
   return Ok{};
 }
@@ -113,9 +112,9 @@ Status EventParser::ParseRecord(std::string_view line) {
   Tokenizer tokens(line);
   const std::string_view record = tokens.Next();
   if (record.empty() || record[0] == '#') return Ok{};  // empty line or comment
-  const std::string_view fields(record.data() + record.size(),
-                                static_cast<size_t>(line.data() + line.size() -
-                                                    (record.data() + record.size())));
+  const std::string_view fields(
+      record.data() + record.size(),
+      static_cast<size_t>(line.data() + line.size() - (record.data() + record.size())));
   if (record.size() == 1) {
     switch (record[0]) {
       case 'a': return ParseAlloc(fields);
@@ -189,8 +188,8 @@ Status EventParser::ParseAlloc(std::string_view fields) {
   }
   if (!live_.Insert(id)) return Fail(fmt::format("alloc id: {} is already live", id));
   if (live_.size() > limits_.max_live_allocations) {
-    return Fail(fmt::format("alloc id: more than {} live allocations",
-                            limits_.max_live_allocations));
+    return Fail(
+        fmt::format("alloc id: more than {} live allocations", limits_.max_live_allocations));
   }
   if (Status status = CheckEventLimit(); !status.ok()) return status;
   stream_.AllocInterned(id, size_bytes, *category, static_cast<uint32_t>(optional_values[0]),
@@ -225,12 +224,13 @@ Status EventParser::ParsePhaseRecord(std::string_view fields) {
     return Fail(*problem);
   }
   const std::string_view phase_token = tokens.Next();
-  if (phase_token.empty()) return Fail(fmt::format("phase name: missing (expected {})", kPhaseForm));
+  if (phase_token.empty())
+    return Fail(fmt::format("phase name: missing (expected {})", kPhaseForm));
   Phase phase = Phase::kSetup;
   if (!ParsePhase(phase_token, &phase)) {
-    return Fail(fmt::format(
-        "phase name: unknown phase {} (expected setup, forward, backward or optimizer)",
-        Quote(phase_token)));
+    return Fail(
+        fmt::format("phase name: unknown phase {} (expected setup, forward, backward or optimizer)",
+                    Quote(phase_token)));
   }
   if (const std::string_view extra = tokens.Next(); !extra.empty()) {
     return Fail(fmt::format("phase: extra field {} (expected {})", Quote(extra), kPhaseForm));
@@ -264,8 +264,8 @@ Status EventParser::ParseString(std::string_view fields) {
   }
   if (index == 0) return Fail("string index: 0 is the empty string and cannot be defined");
   if (index != expected) {
-    return Fail(fmt::format("string index: {} is not the next index (expected {})", index,
-                            expected));
+    return Fail(
+        fmt::format("string index: {} is not the next index (expected {})", index, expected));
   }
   const std::string_view text = tokens.Rest();
   if (text.empty()) return Fail(fmt::format("string text: missing (expected {})", kStringForm));

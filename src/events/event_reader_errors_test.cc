@@ -200,7 +200,8 @@ TEST(EventReaderErrors, StringIndexZero) {
 }
 
 TEST(EventReaderErrors, StringMissingIndexOrText) {
-  EXPECT_EQ(ParseError(WithHeader("s\n")), "t.ev:2: string index: missing (expected 's INDEX TEXT')");
+  EXPECT_EQ(ParseError(WithHeader("s\n")),
+            "t.ev:2: string index: missing (expected 's INDEX TEXT')");
   EXPECT_EQ(ParseError(WithHeader("s 1  \n")),
             "t.ev:2: string text: missing (expected 's INDEX TEXT')");
 }
@@ -223,7 +224,8 @@ TEST(EventReaderErrors, StringTextWithControlCharacter) {
 TEST(EventReaderErrors, MetaMissingKeyOrBadText) {
   EXPECT_EQ(ParseError(WithHeader("meta\n")),
             "t.ev:2: meta key: missing (expected 'meta KEY VALUE')");
-  EXPECT_EQ(ParseError(WithHeader("meta k v\xFF\n")), "t.ev:2: meta value: invalid UTF-8 at byte 2");
+  EXPECT_EQ(ParseError(WithHeader("meta k v\xFF\n")),
+            "t.ev:2: meta value: invalid UTF-8 at byte 2");
   EXPECT_EQ(ParseError(WithHeader("meta \x01 v\n")),
             "t.ev:2: meta key: control character 0x01 at byte 1");
 }

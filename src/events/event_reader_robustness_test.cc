@@ -77,9 +77,25 @@ TEST(EventReaderRobustness, BinaryGarbageAfterHeader) {
 // Garbage made of the format's own tokens reaches deeper rules than random
 // bytes; whatever parses must also pass Validate().
 TEST(EventReaderRobustness, ShuffledTokens) {
-  const char* tokens[] = {"a", "f", "p", "e", "s", "meta", "1", "2", "0", "-1", "act", "param",
-                          "forward", "18446744073709551616", "4611686018427387905", "#", "\t",
-                          "x", "\r"};
+  const char* tokens[] = {"a",
+                          "f",
+                          "p",
+                          "e",
+                          "s",
+                          "meta",
+                          "1",
+                          "2",
+                          "0",
+                          "-1",
+                          "act",
+                          "param",
+                          "forward",
+                          "18446744073709551616",
+                          "4611686018427387905",
+                          "#",
+                          "\t",
+                          "x",
+                          "\r"};
   std::mt19937_64 rng(3);
   for (int round = 0; round < 2000; ++round) {
     std::string text = "vramscope-events 1\n";

@@ -101,8 +101,8 @@ TEST(EventReader, IdsMayBeReusedAfterFreeAndMayStayLive) {
 }
 
 TEST(EventReader, PhasesAndEmptyCache) {
-  const EventStream s = ParseOk(
-      "vramscope-events 1\np 0 setup\np 1 forward\np 1 backward\np 1 optimizer\ne\n");
+  const EventStream s =
+      ParseOk("vramscope-events 1\np 0 setup\np 1 forward\np 1 backward\np 1 optimizer\ne\n");
   ASSERT_EQ(s.size(), 5u);
   EXPECT_EQ(s.events()[0].phase, Phase::kSetup);
   EXPECT_EQ(s.events()[3].phase, Phase::kOptimizer);

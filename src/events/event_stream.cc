@@ -10,19 +10,15 @@
 namespace vramscope {
 namespace {
 
-constexpr std::array<std::string_view, kNumPhases> kPhaseNames = {"setup", "forward",
-                                                                  "backward", "optimizer"};
+constexpr std::array<std::string_view, kNumPhases> kPhaseNames = {"setup", "forward", "backward",
+                                                                  "optimizer"};
 
 std::string DescribeEvent(size_t index, const Event& e) {
   switch (e.kind) {
-    case EventKind::kAlloc:
-      return fmt::format("event {} (alloc id {})", index, e.id);
-    case EventKind::kFree:
-      return fmt::format("event {} (free id {})", index, e.id);
-    case EventKind::kPhase:
-      return fmt::format("event {} (phase)", index);
-    case EventKind::kEmptyCache:
-      return fmt::format("event {} (empty cache)", index);
+    case EventKind::kAlloc: return fmt::format("event {} (alloc id {})", index, e.id);
+    case EventKind::kFree: return fmt::format("event {} (free id {})", index, e.id);
+    case EventKind::kPhase: return fmt::format("event {} (phase)", index);
+    case EventKind::kEmptyCache: return fmt::format("event {} (empty cache)", index);
   }
   return fmt::format("event {}", index);
 }
@@ -46,15 +42,15 @@ bool ParsePhase(std::string_view text, Phase* out) {
 
 EventStream::EventStream() { strings_.emplace_back(); }
 
-void EventStream::Alloc(uint64_t id, uint64_t size_bytes, Category category,
-                        std::string_view op, std::string_view module, uint32_t stream) {
+void EventStream::Alloc(uint64_t id, uint64_t size_bytes, Category category, std::string_view op,
+                        std::string_view module, uint32_t stream) {
   const uint32_t op_index = Intern(op);
   const uint32_t module_index = Intern(module);
   AllocInterned(id, size_bytes, category, op_index, module_index, stream);
 }
 
-void EventStream::AllocInterned(uint64_t id, uint64_t size_bytes, Category category,
-                                uint32_t op, uint32_t module, uint32_t stream) {
+void EventStream::AllocInterned(uint64_t id, uint64_t size_bytes, Category category, uint32_t op,
+                                uint32_t module, uint32_t stream) {
   Event e;
   e.kind = EventKind::kAlloc;
   e.category = category;
@@ -140,8 +136,8 @@ Status EventStream::Validate() const {
                                      static_cast<int>(e.phase)));
       }
     } else if (e.kind != EventKind::kEmptyCache) {
-      return MakeError(fmt::format("event {}: kind {} is out of range", i,
-                                   static_cast<int>(e.kind)));
+      return MakeError(
+          fmt::format("event {}: kind {} is out of range", i, static_cast<int>(e.kind)));
     }
   }
   return Ok{};

@@ -93,9 +93,7 @@ class Writer {
         out_ += PhaseName(e.phase);
         out_ += '\n';
         return;
-      case EventKind::kEmptyCache:
-        out_ += "e\n";
-        return;
+      case EventKind::kEmptyCache: out_ += "e\n"; return;
     }
   }
 
@@ -128,7 +126,7 @@ class Writer {
   }
 
   const EventStream& stream_;
-  std::vector<uint32_t> file_index_;  // stream string index -> file index
+  std::vector<uint32_t> file_index_;                   // stream string index -> file index
   std::unordered_map<std::string, uint32_t> by_text_;  // sanitized text -> file index
   uint32_t next_file_index_ = 1;
   std::string out_;

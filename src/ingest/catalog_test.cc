@@ -45,17 +45,25 @@ TEST(CatalogTest, HasAtLeastFortyEntriesWithMetadata) {
 }
 
 TEST(CatalogTest, CoversTheModelsTheIssueAsksFor) {
-  for (const char* alias :
-       {"llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b", "llama-3-70b", "llama-3.1-8b",
-        "llama-3.1-70b", "llama-3.1-405b", "llama-3.2-1b", "llama-3.2-3b", "llama-3.3-70b",
-        "mistral-7b-v0.1", "mistral-7b-v0.3", "mixtral-8x7b", "qwen1.5-7b", "qwen2-7b",
-        "qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-7b", "qwen2.5-14b", "qwen2.5-32b",
-        "qwen2.5-72b", "qwen1.5-moe-a2.7b", "qwen3-0.6b", "qwen3-8b", "qwen3-30b-a3b",
-        "gemma-2b", "gemma-7b", "gemma-2-2b", "gemma-2-9b", "gemma-2-27b", "gemma-3-1b",
-        "gemma-3-4b", "phi-2", "phi-3-mini-4k", "phi-4", "falcon-7b", "falcon-40b", "gpt2",
-        "gpt2-xl", "pythia-160m", "pythia-1.4b", "pythia-6.9b", "opt-125m", "opt-1.3b",
-        "opt-6.7b", "bert-base-uncased", "bert-large-uncased", "stablelm-2-1.6b",
-        "smollm2-135m", "smollm2-360m", "smollm2-1.7b", "tinyllama-1.1b", "yi-6b", "yi-34b"}) {
+  for (const char* alias : {"llama-2-7b",      "llama-2-13b",       "llama-2-70b",
+                            "llama-3-8b",      "llama-3-70b",       "llama-3.1-8b",
+                            "llama-3.1-70b",   "llama-3.1-405b",    "llama-3.2-1b",
+                            "llama-3.2-3b",    "llama-3.3-70b",     "mistral-7b-v0.1",
+                            "mistral-7b-v0.3", "mixtral-8x7b",      "qwen1.5-7b",
+                            "qwen2-7b",        "qwen2.5-0.5b",      "qwen2.5-1.5b",
+                            "qwen2.5-7b",      "qwen2.5-14b",       "qwen2.5-32b",
+                            "qwen2.5-72b",     "qwen1.5-moe-a2.7b", "qwen3-0.6b",
+                            "qwen3-8b",        "qwen3-30b-a3b",     "gemma-2b",
+                            "gemma-7b",        "gemma-2-2b",        "gemma-2-9b",
+                            "gemma-2-27b",     "gemma-3-1b",        "gemma-3-4b",
+                            "phi-2",           "phi-3-mini-4k",     "phi-4",
+                            "falcon-7b",       "falcon-40b",        "gpt2",
+                            "gpt2-xl",         "pythia-160m",       "pythia-1.4b",
+                            "pythia-6.9b",     "opt-125m",          "opt-1.3b",
+                            "opt-6.7b",        "bert-base-uncased", "bert-large-uncased",
+                            "stablelm-2-1.6b", "smollm2-135m",      "smollm2-360m",
+                            "smollm2-1.7b",    "tinyllama-1.1b",    "yi-6b",
+                            "yi-34b"}) {
     Result<ModelSpec> spec = LoadCatalogModel(alias);
     EXPECT_TRUE(spec.ok()) << alias << ": " << (spec.ok() ? "" : spec.error().message);
   }
@@ -72,7 +80,8 @@ TEST(CatalogTest, EveryEntryMatchesItsReferenceParameterCount) {
       EXPECT_EQ(ours, e.reference_parameters)
           << "difference " << static_cast<int64_t>(ours - e.reference_parameters);
     } else {
-      double diff = std::abs(static_cast<double>(ours) - static_cast<double>(e.reference_parameters));
+      double diff =
+          std::abs(static_cast<double>(ours) - static_cast<double>(e.reference_parameters));
       EXPECT_LE(diff, rounded->second.relative * static_cast<double>(e.reference_parameters))
           << rounded->second.reason;
     }
@@ -92,7 +101,8 @@ TEST(CatalogTest, DataFilesAreNamedAfterTheirAlias) {
     ASSERT_FALSE(root.is_discarded()) << entry.path();
     const nlohmann::json& meta = root["_vramscope"];
     EXPECT_EQ(meta.value("alias", ""), entry.path().stem().string());
-    for (const char* key : {"alias", "hub_id", "family", "reference_parameters", "reference_source"}) {
+    for (const char* key :
+         {"alias", "hub_id", "family", "reference_parameters", "reference_source"}) {
       EXPECT_TRUE(meta.contains(key)) << entry.path() << " lacks _vramscope." << key;
     }
     EXPECT_TRUE(root.contains("model_type")) << entry.path();

@@ -47,8 +47,7 @@ void ConfigReader::Fail(std::string_view field, std::string_view problem) {
   error_ = MakeError(fmt::format("{}: {}: {}", context_, field, problem));
 }
 
-std::optional<uint64_t> ConfigReader::OptUint(std::string_view key, uint64_t min,
-                                              uint64_t max) {
+std::optional<uint64_t> ConfigReader::OptUint(std::string_view key, uint64_t min, uint64_t max) {
   const json* v = Find(key);
   if (v == nullptr || v->is_null()) return std::nullopt;
   if (!v->is_number_integer()) {
@@ -71,13 +70,12 @@ std::optional<uint64_t> ConfigReader::OptUint(std::string_view key, uint64_t min
   return static_cast<uint64_t>(i);
 }
 
-uint64_t ConfigReader::Uint(std::string_view key, uint64_t def, uint64_t min,
-                            uint64_t max) {
+uint64_t ConfigReader::Uint(std::string_view key, uint64_t def, uint64_t min, uint64_t max) {
   return OptUint(key, min, max).value_or(def);
 }
 
-std::optional<uint64_t> ConfigReader::OptUintAny(
-    std::initializer_list<std::string_view> keys, uint64_t min, uint64_t max) {
+std::optional<uint64_t> ConfigReader::OptUintAny(std::initializer_list<std::string_view> keys,
+                                                 uint64_t min, uint64_t max) {
   for (std::string_view key : keys) {
     if (Has(key)) return OptUint(key, min, max);
   }
@@ -128,8 +126,8 @@ std::vector<uint64_t> ConfigReader::UintList(std::string_view key, uint64_t max)
     return out;
   }
   for (const json& item : *v) {
-    if (!item.is_number_integer() || (item.is_number_integer() && !item.is_number_unsigned() &&
-                                      item.get<int64_t>() < 0)) {
+    if (!item.is_number_integer() ||
+        (item.is_number_integer() && !item.is_number_unsigned() && item.get<int64_t>() < 0)) {
       Fail(key, fmt::format("expected non-negative integers, got {}", DescribeJson(item)));
       return {};
     }

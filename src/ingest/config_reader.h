@@ -37,8 +37,8 @@ class ConfigReader {
   // Same, but nullopt when absent or null.
   std::optional<uint64_t> OptUint(std::string_view key, uint64_t min, uint64_t max);
   // First present key of `keys` (aliases such as n_embd / hidden_size).
-  std::optional<uint64_t> OptUintAny(std::initializer_list<std::string_view> keys,
-                                     uint64_t min, uint64_t max);
+  std::optional<uint64_t> OptUintAny(std::initializer_list<std::string_view> keys, uint64_t min,
+                                     uint64_t max);
   bool Bool(std::string_view key, bool def);
   double Number(std::string_view key, double def, double min, double max);
   std::string String(std::string_view key, std::string def);

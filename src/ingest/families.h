@@ -32,8 +32,8 @@ inline constexpr uint64_t kMaxPositions = 1ULL << 34;         // RoPE context le
 // Architecture facts that ModelSpec has no field for but the parameter list
 // depends on. Filled by a family's reader, consumed by its builder.
 struct ArchDetails {
-  std::string prefix = "model.";       // decoder stack prefix
-  std::string lm_head = "lm_head";     // lm_head module name
+  std::string prefix = "model.";    // decoder stack prefix
+  std::string lm_head = "lm_head";  // lm_head module name
   // falcon
   bool new_decoder_architecture = false;
   bool multi_query = false;
@@ -47,8 +47,8 @@ struct ArchDetails {
   bool relative_position = false;
   // gemma3 (multimodal): a SigLIP vision tower and projector before the text model
   bool has_vision = false;
-  uint64_t vision_hidden = 0, vision_intermediate = 0, vision_layers = 0,
-           vision_heads = 0, vision_channels = 0, vision_image = 0, vision_patch = 0;
+  uint64_t vision_hidden = 0, vision_intermediate = 0, vision_layers = 0, vision_heads = 0,
+           vision_channels = 0, vision_image = 0, vision_patch = 0;
   bool vision_use_head = false;
 };
 

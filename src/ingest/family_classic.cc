@@ -111,8 +111,7 @@ void ReadOpt(ConfigReader& r, ModelSpec& s, ArchDetails& a) {
   s.intermediate_size = ReadSize(r, s, {"ffn_dim"}, 3072, kMaxIntermediate);
   s.num_kv_heads = s.num_heads;
   s.head_dim = DerivedHeadDim(r, s, "hidden_size", "num_attention_heads");
-  s.max_position_embeddings =
-      r.Uint("max_position_embeddings", 2048, 1, kMaxLearnedPositions);
+  s.max_position_embeddings = r.Uint("max_position_embeddings", 2048, 1, kMaxLearnedPositions);
   s.tie_word_embeddings = r.Bool("tie_word_embeddings", true);
   s.attention_dropout = r.Number("attention_dropout", 0.0, 0.0, 1.0);
   // OPTDecoderLayer: dropout after self_attn and after fc2, none on the embeddings
@@ -157,7 +156,8 @@ void BuildOpt(const ModelSpec& s, const ArchDetails& a, ParamListBuilder& b) {
     b.Linear(l + "fc2", h, s.intermediate_size, s.mlp_bias, i, ParamRole::kDown);
     layer_norm(l + "final_layer_norm", i);
   }
-  if (!s.tie_word_embeddings) b.Linear("lm_head", s.vocab_size, proj, false, -1, ParamRole::kLmHead);
+  if (!s.tie_word_embeddings)
+    b.Linear("lm_head", s.vocab_size, proj, false, -1, ParamRole::kLmHead);
 }
 
 void ReadFalcon(ConfigReader& r, ModelSpec& s, ArchDetails& a) {
@@ -297,8 +297,7 @@ void ReadBert(ConfigReader& r, ModelSpec& s, ArchDetails& a) {
   s.intermediate_size = ReadSize(r, s, {"intermediate_size"}, 3072, kMaxIntermediate);
   s.num_kv_heads = s.num_heads;
   s.head_dim = DerivedHeadDim(r, s, "hidden_size", "num_attention_heads");
-  s.max_position_embeddings =
-      r.Uint("max_position_embeddings", 512, 1, kMaxLearnedPositions);
+  s.max_position_embeddings = r.Uint("max_position_embeddings", 512, 1, kMaxLearnedPositions);
   a.type_vocab_size = r.Uint("type_vocab_size", 2, 0, kMaxVocab);
   std::string position = r.String("position_embedding_type", "absolute");
   if (position == "relative_key" || position == "relative_key_query") {
@@ -317,8 +316,10 @@ void ReadBert(ConfigReader& r, ModelSpec& s, ArchDetails& a) {
   s.mlp = ReadActivation(r, "hidden_act", "gelu");
   s.position = PositionKind::kLearned;
   if (s.architecture != "BertForMaskedLM") {
-    s.notes.push_back(fmt::format("bert: parameters are those of BertForMaskedLM (no pooler), "
-                                  "not of {}", s.architecture));
+    s.notes.push_back(
+        fmt::format("bert: parameters are those of BertForMaskedLM (no pooler), "
+                    "not of {}",
+                    s.architecture));
   }
 }
 
@@ -326,7 +327,8 @@ void ReadBert(ConfigReader& r, ModelSpec& s, ArchDetails& a) {
 void BuildBert(const ModelSpec& s, const ArchDetails& a, ParamListBuilder& b) {
   const uint64_t h = s.hidden_size;
   b.Embedding("bert.embeddings.word_embeddings", s.vocab_size, h, ParamRole::kEmbed);
-  b.Embedding("bert.embeddings.position_embeddings", s.max_position_embeddings, h, ParamRole::kPosEmbed);
+  b.Embedding("bert.embeddings.position_embeddings", s.max_position_embeddings, h,
+              ParamRole::kPosEmbed);
   b.Embedding("bert.embeddings.token_type_embeddings", a.type_vocab_size, h, ParamRole::kTypeEmbed);
   b.Norm("bert.embeddings.LayerNorm", h, true, -1);
   for (uint64_t layer = 0; layer < s.num_layers && !b.overflowed(); ++layer) {
@@ -361,9 +363,9 @@ void BuildBert(const ModelSpec& s, const ArchDetails& a, ParamListBuilder& b) {
 
 const std::vector<Family>& ClassicFamilies() {
   static const std::vector<Family> kFamilies = {
-      {"gpt2", ReadGpt2, BuildGpt2},    {"gpt_neox", ReadGptNeox, BuildGptNeox},
-      {"opt", ReadOpt, BuildOpt},       {"falcon", ReadFalcon, BuildFalcon},
-      {"phi", ReadPhi, BuildPhi},       {"bert", ReadBert, BuildBert},
+      {"gpt2", ReadGpt2, BuildGpt2}, {"gpt_neox", ReadGptNeox, BuildGptNeox},
+      {"opt", ReadOpt, BuildOpt},    {"falcon", ReadFalcon, BuildFalcon},
+      {"phi", ReadPhi, BuildPhi},    {"bert", ReadBert, BuildBert},
   };
   return kFamilies;
 }

@@ -9,16 +9,16 @@ uint64_t ReadSize(ConfigReader& r, ModelSpec& spec, std::initializer_list<std::s
   for (std::string_view key : keys) {
     if (r.Has(key)) return r.Uint(key, def, 1, max);
   }
-  spec.notes.push_back(fmt::format("{}: {} absent; using the transformers default {}",
-                                   r.context(), *keys.begin(), def));
+  spec.notes.push_back(fmt::format("{}: {} absent; using the transformers default {}", r.context(),
+                                   *keys.begin(), def));
   return def;
 }
 
 uint64_t DerivedHeadDim(ConfigReader& r, const ModelSpec& spec, std::string_view hidden_key,
                         std::string_view heads_key) {
   if (spec.num_heads == 0 || spec.hidden_size % spec.num_heads != 0) {
-    r.Fail(hidden_key, fmt::format("{} is not divisible by {} {}", spec.hidden_size,
-                                   heads_key, spec.num_heads));
+    r.Fail(hidden_key, fmt::format("{} is not divisible by {} {}", spec.hidden_size, heads_key,
+                                   spec.num_heads));
     return 1;
   }
   return spec.hidden_size / spec.num_heads;

@@ -42,8 +42,7 @@ void ReadDecoderCore(ConfigReader& r, ModelSpec& s, const DecoderDefaults& d) {
     s.head_dim = DerivedHeadDim(r, s, "hidden_size", "num_attention_heads");
   }
   if (r.ok()) CheckKvHeads(r, s, "num_key_value_heads");
-  s.max_position_embeddings =
-      r.Uint("max_position_embeddings", d.max_positions, 1, kMaxPositions);
+  s.max_position_embeddings = r.Uint("max_position_embeddings", d.max_positions, 1, kMaxPositions);
   s.tie_word_embeddings = r.Bool("tie_word_embeddings", d.tie_word_embeddings);
   s.attention_dropout = r.Number("attention_dropout", 0.0, 0.0, 1.0);
   s.torch_dtype = ReadTorchDtype(r);
@@ -69,21 +68,20 @@ void ReadMoe(ConfigReader& r, ModelSpec& s, const char* experts_key, uint64_t ex
              uint64_t top_k, uint64_t moe_intermediate) {
   s.num_experts = r.Uint(experts_key, experts, 0, kMaxExperts);
   s.experts_per_token = r.Uint("num_experts_per_tok", top_k, 1, kMaxExperts);
-  s.moe_intermediate_size =
-      moe_intermediate == 0 ? s.intermediate_size
-                            : r.Uint("moe_intermediate_size", moe_intermediate, 1,
-                                     kMaxIntermediate);
+  s.moe_intermediate_size = moe_intermediate == 0 ? s.intermediate_size
+                                                  : r.Uint("moe_intermediate_size",
+                                                           moe_intermediate, 1, kMaxIntermediate);
   s.decoder_sparse_step = r.Uint("decoder_sparse_step", 1, 1, kMaxLayers);
   s.mlp_only_layers = r.UintList("mlp_only_layers", kMaxLayers);
   for (uint64_t layer : s.mlp_only_layers) {
     if (layer >= s.num_layers) {
-      r.Fail("mlp_only_layers", fmt::format("layer {} is not below num_hidden_layers {}",
-                                            layer, s.num_layers));
+      r.Fail("mlp_only_layers",
+             fmt::format("layer {} is not below num_hidden_layers {}", layer, s.num_layers));
     }
   }
   if (s.num_experts > 0 && s.experts_per_token > s.num_experts) {
-    r.Fail("num_experts_per_tok", fmt::format("{} exceeds the {} experts",
-                                              s.experts_per_token, s.num_experts));
+    r.Fail("num_experts_per_tok",
+           fmt::format("{} exceeds the {} experts", s.experts_per_token, s.num_experts));
   }
 }
 
@@ -165,8 +163,7 @@ void ReadGemma2(ConfigReader& r, ModelSpec& s, ArchDetails&) {
 }
 
 void ReadGemma3Text(ConfigReader& r, ModelSpec& s, ArchDetails&) {
-  ReadDecoderCore(r, s,
-                  {"Gemma3ForCausalLM", 262208, 2304, 9216, 26, 8, 4, 256, 131072, true});
+  ReadDecoderCore(r, s, {"Gemma3ForCausalLM", 262208, 2304, 9216, 26, 8, 4, 256, 131072, true});
   ReadGemmaCommon(r, s);
   s.sandwich_norm = true;
   s.qk_norm = true;
@@ -259,8 +256,10 @@ struct GatedMlpRoles {
   ParamRole gate, up, down;
 };
 constexpr GatedMlpRoles kDenseMlp{ParamRole::kGate, ParamRole::kUp, ParamRole::kDown};
-constexpr GatedMlpRoles kExpertMlp{ParamRole::kExpertGate, ParamRole::kExpertUp, ParamRole::kExpertDown};
-constexpr GatedMlpRoles kSharedMlp{ParamRole::kSharedGate, ParamRole::kSharedUp, ParamRole::kSharedDown};
+constexpr GatedMlpRoles kExpertMlp{ParamRole::kExpertGate, ParamRole::kExpertUp,
+                                   ParamRole::kExpertDown};
+constexpr GatedMlpRoles kSharedMlp{ParamRole::kSharedGate, ParamRole::kSharedUp,
+                                   ParamRole::kSharedDown};
 
 void BuildGatedMlp(const std::string& p, uint64_t h, uint64_t inter, bool bias, int i,
                    const GatedMlpRoles& roles, ParamListBuilder& b) {
@@ -327,19 +326,20 @@ void BuildDecoder(const ModelSpec& s, const ArchDetails& a, ParamListBuilder& b)
     }
   }
   b.Norm(a.prefix + "norm", s.hidden_size, ln_bias, -1);
-  if (!s.tie_word_embeddings) b.Linear(a.lm_head, s.vocab_size, s.hidden_size, false, -1, ParamRole::kLmHead);
+  if (!s.tie_word_embeddings)
+    b.Linear(a.lm_head, s.vocab_size, s.hidden_size, false, -1, ParamRole::kLmHead);
 }
 
 }  // namespace
 
 const std::vector<Family>& DecoderFamilies() {
   static const std::vector<Family> kFamilies = {
-      {"llama", ReadLlama, BuildDecoder},       {"mistral", ReadMistral, BuildDecoder},
-      {"mixtral", ReadMixtral, BuildDecoder},   {"qwen2", ReadQwen2, BuildDecoder},
+      {"llama", ReadLlama, BuildDecoder},        {"mistral", ReadMistral, BuildDecoder},
+      {"mixtral", ReadMixtral, BuildDecoder},    {"qwen2", ReadQwen2, BuildDecoder},
       {"qwen2_moe", ReadQwen2Moe, BuildDecoder}, {"qwen3", ReadQwen3, BuildDecoder},
       {"qwen3_moe", ReadQwen3Moe, BuildDecoder}, {"gemma", ReadGemma, BuildDecoder},
-      {"gemma2", ReadGemma2, BuildDecoder},     {"gemma3_text", ReadGemma3Text, BuildDecoder},
-      {"gemma3", ReadGemma3, BuildDecoder},     {"phi3", ReadPhi3, BuildDecoder},
+      {"gemma2", ReadGemma2, BuildDecoder},      {"gemma3_text", ReadGemma3Text, BuildDecoder},
+      {"gemma3", ReadGemma3, BuildDecoder},      {"phi3", ReadPhi3, BuildDecoder},
       {"stablelm", ReadStableLm, BuildDecoder},
   };
   return kFamilies;

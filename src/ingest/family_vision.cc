@@ -25,8 +25,8 @@ void ReadGemma3Vision(ConfigReader& r, ArchDetails& a) {
     v.Fail("hidden_size", fmt::format("{} is not divisible by num_attention_heads {}",
                                       a.vision_hidden, a.vision_heads));
   }
-  if (v.ok() && (a.vision_image < a.vision_patch ||
-                 (a.vision_image / a.vision_patch) > (1 << 12))) {
+  if (v.ok() &&
+      (a.vision_image < a.vision_patch || (a.vision_image / a.vision_patch) > (1 << 12))) {
     v.Fail("image_size", fmt::format("{} with patch_size {} gives no sensible patch grid",
                                      a.vision_image, a.vision_patch));
   }
@@ -70,8 +70,10 @@ void BuildGemma3Vision(const ModelSpec& s, const ArchDetails& a, ParamListBuilde
     // SiglipMultiheadAttentionPoolingHead: probe, nn.MultiheadAttention, LayerNorm, MLP.
     const std::string hp = p + "head.";
     b.Tensor(hp + "probe", {1, 1, h}, -1, p + "head", ParamRole::kVision, false);
-    b.Tensor(hp + "attention.in_proj_weight", {3 * h, h}, -1, hp + "attention", ParamRole::kVision, false);
-    b.Tensor(hp + "attention.in_proj_bias", {3 * h}, -1, hp + "attention", ParamRole::kVision, false);
+    b.Tensor(hp + "attention.in_proj_weight", {3 * h, h}, -1, hp + "attention", ParamRole::kVision,
+             false);
+    b.Tensor(hp + "attention.in_proj_bias", {3 * h}, -1, hp + "attention", ParamRole::kVision,
+             false);
     linear(hp + "attention.out_proj", h, h);
     layer_norm(hp + "layernorm");
     linear(hp + "mlp.fc1", inter, h);
@@ -79,8 +81,8 @@ void BuildGemma3Vision(const ModelSpec& s, const ArchDetails& a, ParamListBuilde
   }
   // Gemma3MultiModalProjector: a raw projection matrix and a Gemma RMSNorm.
   const std::string mp = "multi_modal_projector.";
-  b.Tensor(mp + "mm_input_projection_weight", {h, s.hidden_size}, -1,
-           "multi_modal_projector", ParamRole::kProjector, false);
+  b.Tensor(mp + "mm_input_projection_weight", {h, s.hidden_size}, -1, "multi_modal_projector",
+           ParamRole::kProjector, false);
   b.Tensor(mp + "mm_soft_emb_norm.weight", {h}, -1, mp + "mm_soft_emb_norm", ParamRole::kProjector,
            false);
 }

@@ -17,7 +17,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr size_t kMaxRepoPartChars = 96;   // huggingface_hub REPO_ID_REGEX: {1,96}
+constexpr size_t kMaxRepoPartChars = 96;  // huggingface_hub REPO_ID_REGEX: {1,96}
 constexpr size_t kMaxRevisionChars = 255;
 constexpr uint64_t kMaxTokenFileBytes = 64 << 10;
 
@@ -265,15 +265,13 @@ fs::path HubCachePath(const HubRef& ref, const HubSettings& settings) {
 
 Result<std::string> MapHubResponse(const HubRef& ref, std::string_view endpoint, bool token_sent,
                                    const HttpResponse& r) {
-  const std::string id =
-      ref.explicit_revision ? ref.repo_id + "@" + ref.revision : ref.repo_id;
+  const std::string id = ref.explicit_revision ? ref.repo_id + "@" + ref.revision : ref.repo_id;
   const std::string gated = fmt::format(
       "{}: is gated or private (HTTP {} from {}): accept its license on the Hub and set "
       "HF_TOKEN{}",
       id, r.status, endpoint, token_sent ? " (the token sent has no access to it)" : "");
   switch (r.transport) {
-    case HttpResponse::Transport::kOk:
-      break;
+    case HttpResponse::Transport::kOk: break;
     case HttpResponse::Transport::kUnreachable:
     case HttpResponse::Transport::kTimeout:
       return MakeError(fmt::format(
@@ -281,8 +279,8 @@ Result<std::string> MapHubResponse(const HubRef& ref, std::string_view endpoint,
           id, endpoint, r.transport == HttpResponse::Transport::kTimeout ? "timed out: " : "",
           r.transport_detail));
     case HttpResponse::Transport::kTooLarge:
-      return MakeError(fmt::format("{}: config.json from {} is larger than the size limit ({})",
-                                   id, endpoint, r.transport_detail));
+      return MakeError(fmt::format("{}: config.json from {} is larger than the size limit ({})", id,
+                                   endpoint, r.transport_detail));
   }
   if (r.status == 200) {
     return CheckConfigJson(r.body, fmt::format("{}: config.json from {}", id, endpoint));
@@ -295,8 +293,8 @@ Result<std::string> MapHubResponse(const HubRef& ref, std::string_view endpoint,
         id, endpoint));
   }
   if (r.error_code == "RevisionNotFound") {
-    return MakeError(fmt::format("{}: no revision \"{}\" of {} on the Hub ({})", id,
-                                 ref.revision, ref.repo_id, endpoint));
+    return MakeError(fmt::format("{}: no revision \"{}\" of {} on the Hub ({})", id, ref.revision,
+                                 ref.repo_id, endpoint));
   }
   if (r.error_code == "EntryNotFound") {
     return MakeError(fmt::format(
@@ -315,8 +313,7 @@ Result<std::string> MapHubResponse(const HubRef& ref, std::string_view endpoint,
     // A bare 404 with a revision may mean either; the Hub's code says which.
     const bool either = ref.explicit_revision && r.error_code.empty();
     return MakeError(fmt::format("{}: no such model{} on the Hub ({}): check the id{}", id,
-                                 either ? " or revision" : "", endpoint,
-                                 DidYouMean(ref.repo_id)));
+                                 either ? " or revision" : "", endpoint, DidYouMean(ref.repo_id)));
   }
   if (r.status == 401 || r.status == 403) return MakeError(gated);
   if (r.status == 429) {
@@ -325,12 +322,12 @@ Result<std::string> MapHubResponse(const HubRef& ref, std::string_view endpoint,
         endpoint));
   }
   if (r.status >= 500) {
-    return MakeError(fmt::format(
-        "{}: the Hub failed (HTTP {} from {}); retry later or pass a config.json path", id,
-        r.status, endpoint));
+    return MakeError(
+        fmt::format("{}: the Hub failed (HTTP {} from {}); retry later or pass a config.json path",
+                    id, r.status, endpoint));
   }
-  return MakeError(fmt::format("{}: unexpected HTTP {} for {}", id, r.status,
-                               HubConfigUrl(ref, endpoint)));
+  return MakeError(
+      fmt::format("{}: unexpected HTTP {} for {}", id, r.status, HubConfigUrl(ref, endpoint)));
 }
 
 Result<HubConfig> FetchHubConfig(const HubRef& ref, const HubSettings& settings,
@@ -372,8 +369,8 @@ Result<ModelSpec> LoadHubModel(std::string_view name, const HubSettings& setting
   spec->name = std::string(name);
   spec->hub_id = ref->repo_id;
   if (config->from_cache) {
-    spec->notes.push_back(fmt::format("config.json of {} read from the cache {}", name,
-                                      config->source));
+    spec->notes.push_back(
+        fmt::format("config.json of {} read from the cache {}", name, config->source));
   } else if (config->cache_problem.empty()) {
     spec->notes.push_back(fmt::format("config.json of {} fetched from {} and cached at {}", name,
                                       config->source, HubCachePath(*ref, settings).string()));

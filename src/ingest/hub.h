@@ -39,7 +39,7 @@ namespace vramscope::ingest {
 
 // A model repository on the Hub and the revision (branch, tag or commit) to read.
 struct HubRef {
-  std::string repo_id;           // "meta-llama/Meta-Llama-3-8B"
+  std::string repo_id;  // "meta-llama/Meta-Llama-3-8B"
   std::string revision = "main";
   bool explicit_revision = false;  // "@revision" was given
 };
@@ -59,9 +59,9 @@ Result<HubRef> ParseHubRef(std::string_view name);
 
 struct HubSettings {
   std::string endpoint = "https://huggingface.co";  // HF_ENDPOINT, no trailing '/'
-  std::string token;                 // empty: send no Authorization header
-  std::filesystem::path cache_dir;   // vramscope's cache root; empty: no cache
-  bool offline = false;              // HF_HUB_OFFLINE: cache only, never the network
+  std::string token;                                // empty: send no Authorization header
+  std::filesystem::path cache_dir;                  // vramscope's cache root; empty: no cache
+  bool offline = false;                             // HF_HUB_OFFLINE: cache only, never the network
   int connect_timeout_s = 10;
   int total_timeout_s = 30;
   uint64_t max_config_bytes = 4ULL << 20;  // a config.json is a few KiB
@@ -87,14 +87,14 @@ std::filesystem::path HubCachePath(const HubRef& ref, const HubSettings& setting
 // saying what to do (gated: accept the license and set HF_TOKEN; unreachable:
 // pass a config.json path or set HF_ENDPOINT; ...). `token_sent` tells a
 // rejected token from a missing one.
-Result<std::string> MapHubResponse(const HubRef& ref, std::string_view endpoint,
-                                   bool token_sent, const HttpResponse& response);
+Result<std::string> MapHubResponse(const HubRef& ref, std::string_view endpoint, bool token_sent,
+                                   const HttpResponse& response);
 
 struct HubConfig {
-  std::string text;               // config.json
-  std::string source;             // the URL, or the cache file when read from it
+  std::string text;    // config.json
+  std::string source;  // the URL, or the cache file when read from it
   bool from_cache = false;
-  std::string cache_problem;      // why the fetched config was not cached; empty if it was
+  std::string cache_problem;  // why the fetched config was not cached; empty if it was
 };
 
 // config.json of `ref`: the cached copy in `files` when there is one (no

@@ -121,8 +121,7 @@ class CurlFetcher final : public HttpFetcher {
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, static_cast<long>(request.connect_timeout_s));
     curl_easy_setopt(c, CURLOPT_TIMEOUT, static_cast<long>(request.total_timeout_s));
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);  // no SIGALRM for DNS timeouts
-    curl_easy_setopt(c, CURLOPT_MAXFILESIZE_LARGE,
-                     static_cast<curl_off_t>(request.max_body_bytes));
+    curl_easy_setopt(c, CURLOPT_MAXFILESIZE_LARGE, static_cast<curl_off_t>(request.max_body_bytes));
     curl_easy_setopt(c, CURLOPT_ACCEPT_ENCODING, "");  // whatever libcurl can decode
     curl_easy_setopt(c, CURLOPT_USERAGENT, "vramscope/" VS_VERSION);
     curl_easy_setopt(c, CURLOPT_ERRORBUFFER, error_text);

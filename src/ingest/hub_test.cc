@@ -163,13 +163,16 @@ TEST(HubSettingsTest, EnvironmentOverrides) {
                                        {"HF_ENDPOINT", "http://mirror.local:9000//"},
                                        {"VRAMSCOPE_CACHE", d + "/vc"},
                                        {"XDG_CACHE_HOME", d + "/xdg"},
-                                       {"HF_HOME", d + "/hf"}}), DiskFileSystem());
+                                       {"HF_HOME", d + "/hf"}}),
+                                  DiskFileSystem());
   EXPECT_EQ(s.endpoint, "http://mirror.local:9000");
   EXPECT_EQ(s.cache_dir, fs::path(d + "/vc"));
   EXPECT_EQ(s.token, "hf_home_token");
 
-  s = ReadHubSettings(Env({{"HOME", d}, {"XDG_CACHE_HOME", d + "/xdg"},
-                           {"HF_TOKEN_PATH", d + "/elsewhere"}, {"HF_HOME", d + "/hf"}}),
+  s = ReadHubSettings(Env({{"HOME", d},
+                           {"XDG_CACHE_HOME", d + "/xdg"},
+                           {"HF_TOKEN_PATH", d + "/elsewhere"},
+                           {"HF_HOME", d + "/hf"}}),
                       DiskFileSystem());
   EXPECT_EQ(s.cache_dir, fs::path(d + "/xdg") / "vramscope");
   EXPECT_EQ(s.token, "hf_token_path");
@@ -178,8 +181,10 @@ TEST(HubSettingsTest, EnvironmentOverrides) {
   s = ReadHubSettings(Env({{"HOME", d}, {"XDG_CACHE_HOME", "rel"}}), DiskFileSystem());
   EXPECT_EQ(s.cache_dir, fs::path(d) / ".cache" / "vramscope");
 
-  s = ReadHubSettings(Env({{"HF_TOKEN", "hf_env"}, {"HUGGING_FACE_HUB_TOKEN", "hf_legacy"},
-                           {"HF_HOME", d + "/hf"}}), DiskFileSystem());
+  s = ReadHubSettings(Env({{"HF_TOKEN", "hf_env"},
+                           {"HUGGING_FACE_HUB_TOKEN", "hf_legacy"},
+                           {"HF_HOME", d + "/hf"}}),
+                      DiskFileSystem());
   EXPECT_EQ(s.token, "hf_env");
   EXPECT_TRUE(s.cache_dir.empty());  // no HOME, no XDG, no VRAMSCOPE_CACHE
   s = ReadHubSettings(Env({{"HUGGING_FACE_HUB_TOKEN", "hf_legacy"}, {"HF_HOME", d + "/hf"}}),
@@ -245,31 +250,37 @@ TEST(HubErrorsTest, EachAnswerMapsToOneLineSayingWhatToDo) {
   too_large.transport = HttpResponse::Transport::kTooLarge;
   too_large.transport_detail = "4194304 bytes";
   const std::vector<Case> cases = {
-      {unreachable, false,
+      {unreachable,
+       false,
        {"org/model: could not reach HF_ENDPOINT https://hub.example", "Could not resolve host",
         "pass a config.json path or set HF_ENDPOINT"}},
       {timeout, false, {"could not reach HF_ENDPOINT", "timed out", "set HF_ENDPOINT"}},
       {too_large, false, {"larger than the size limit", "4194304 bytes"}},
-      {Status(401), false,
+      {Status(401),
+       false,
        {"org/model: is gated or private", "HTTP 401",
         "accept its license on the Hub and set HF_TOKEN"}},
       {Status(403), true, {"is gated or private", "HTTP 403", "token sent has no access"}},
       {Status(401, "GatedRepo"), false, {"is gated or private", "set HF_TOKEN"}},
       {Status(403, "GatedRepo"), true, {"is gated or private", "token sent has no access"}},
-      {Status(401, "", "Invalid credentials in Authorization header"), true,
+      {Status(401, "", "Invalid credentials in Authorization header"),
+       true,
        {"rejected the token", "check HF_TOKEN"}},
       {Status(404), false, {"org/model: no such model on the Hub (https://hub.example)"}},
       {Status(404, "RepoNotFound"), true, {"no such model on the Hub"}},
-      {Status(401, "RepoNotFound"), false,
+      {Status(401, "RepoNotFound"),
+       false,
        {"no such model on the Hub", "or it is gated or private", "set HF_TOKEN"}},
       {Status(404, "RevisionNotFound"), false, {"no revision \"main\" of org/model"}},
       {Status(404, "EntryNotFound"), false, {"has no config.json at revision \"main\""}},
       {Status(429), false, {"rate-limiting", "HTTP 429"}},
       {Status(502), false, {"the Hub failed", "HTTP 502", "retry later"}},
-      {Status(418), false, {"unexpected HTTP 418",
-                            "https://hub.example/org/model/resolve/main/config.json"}},
-      {Ok("{not json"), false, {"org/model: config.json from https://hub.example",
-                                "is not valid JSON"}},
+      {Status(418),
+       false,
+       {"unexpected HTTP 418", "https://hub.example/org/model/resolve/main/config.json"}},
+      {Ok("{not json"),
+       false,
+       {"org/model: config.json from https://hub.example", "is not valid JSON"}},
       {Ok("<html>login</html>"), false, {"is not valid JSON", "looks like HTML"}},
       {Ok("[1, 2]"), false, {"is not a JSON object"}},
   };
@@ -416,17 +427,19 @@ TEST(HubModelTest, UnsupportedArchitectureNamesTheSupportedOnes) {
   TempDir dir;
   FakeFetcher fetcher;
   fetcher.next = Ok(R"({"model_type": "mamba", "hidden_size": 768})");
-  Result<ModelSpec> spec = LoadHubModel("state-spaces/mamba-130m-hf", TempSettings(dir), DiskFileSystem(), fetcher);
+  Result<ModelSpec> spec =
+      LoadHubModel("state-spaces/mamba-130m-hf", TempSettings(dir), DiskFileSystem(), fetcher);
   ASSERT_FALSE(spec.ok());
-  ExpectErrorMentions(spec.error(), {"state-spaces/mamba-130m-hf config.json", "\"mamba\"",
-                                     "not supported"});
+  ExpectErrorMentions(spec.error(),
+                      {"state-spaces/mamba-130m-hf config.json", "\"mamba\"", "not supported"});
   for (const std::string& type : SupportedModelTypes()) ExpectErrorMentions(spec.error(), {type});
 }
 
 TEST(HubModelTest, InvalidIdSendsNothing) {
   TempDir dir;
   FakeFetcher fetcher;
-  Result<ModelSpec> spec = LoadHubModel("org/bad name", TempSettings(dir), DiskFileSystem(), fetcher);
+  Result<ModelSpec> spec =
+      LoadHubModel("org/bad name", TempSettings(dir), DiskFileSystem(), fetcher);
   ASSERT_FALSE(spec.ok());
   ExpectErrorMentions(spec.error(), {"not a valid Hugging Face id"});
   EXPECT_TRUE(fetcher.requests.empty());
@@ -441,7 +454,8 @@ TEST(ResolveOrderTest, PathThenCatalogThenHub) {
   // A catalog alias or Hub id never reaches the Hub.
   Result<ModelSpec> alias = ResolveModelWithHub("llama-3-8b", DiskFileSystem(), loader);
   ASSERT_TRUE(alias.ok()) << alias.error().message;
-  Result<ModelSpec> id = ResolveModelWithHub("META-LLAMA/Meta-Llama-3-8B", DiskFileSystem(), loader);
+  Result<ModelSpec> id =
+      ResolveModelWithHub("META-LLAMA/Meta-Llama-3-8B", DiskFileSystem(), loader);
   ASSERT_TRUE(id.ok()) << id.error().message;
   EXPECT_EQ(id->name, "llama-3-8b");
   // An existing path wins.
@@ -451,7 +465,8 @@ TEST(ResolveOrderTest, PathThenCatalogThenHub) {
   EXPECT_TRUE(asked.empty());
   // Anything else shaped owner/name goes to the Hub, with an @revision too.
   EXPECT_FALSE(ResolveModelWithHub("org/unknown", DiskFileSystem(), loader).ok());
-  EXPECT_FALSE(ResolveModelWithHub("meta-llama/Meta-Llama-3-8B@main", DiskFileSystem(), loader).ok());
+  EXPECT_FALSE(
+      ResolveModelWithHub("meta-llama/Meta-Llama-3-8B@main", DiskFileSystem(), loader).ok());
   EXPECT_EQ(asked, (std::vector<std::string>{"org/unknown", "meta-llama/Meta-Llama-3-8B@main"}));
   // A name not shaped like a Hub id gets the general error, without the Hub.
   Result<ModelSpec> none = ResolveModelWithHub("no-such-model", DiskFileSystem(), loader);
@@ -531,8 +546,8 @@ TEST(ModelIoTest, FilesEnvironmentAndHubComeFromTheCaller) {
   fetcher.next = Ok(kTinyLlama);
   ModelIo io;
   io.files = &files;
-  io.env = Env({{"VRAMSCOPE_CACHE", "/cache"}, {"HF_TOKEN", "hf_x"},
-                {"HF_ENDPOINT", "http://hub.test"}});
+  io.env = Env(
+      {{"VRAMSCOPE_CACHE", "/cache"}, {"HF_TOKEN", "hf_x"}, {"HF_ENDPOINT", "http://hub.test"}});
   io.http = &fetcher;
 
   Result<ModelSpec> dir = ResolveModel("/models/tiny", io);

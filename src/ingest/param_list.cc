@@ -6,9 +6,8 @@
 
 namespace vramscope::ingest {
 
-void ParamListBuilder::Tensor(const std::string& name, std::vector<uint64_t> shape,
-                              int layer, const std::string& module,
-                              ParamRole role, bool is_linear_weight) {
+void ParamListBuilder::Tensor(const std::string& name, std::vector<uint64_t> shape, int layer,
+                              const std::string& module, ParamRole role, bool is_linear_weight) {
   if (overflowed_) return;
   uint64_t numel = 1;
   for (uint64_t d : shape) {
@@ -37,8 +36,7 @@ void ParamListBuilder::Tensor(const std::string& name, std::vector<uint64_t> sha
 }
 
 void ParamListBuilder::Linear(const std::string& module, uint64_t out_features,
-                              uint64_t in_features, bool bias, int layer,
-                              ParamRole role) {
+                              uint64_t in_features, bool bias, int layer, ParamRole role) {
   Tensor(module + ".weight", {out_features, in_features}, layer, module, role, true);
   if (bias) Tensor(module + ".bias", {out_features}, layer, module, ParamRole::kBias, false);
 }

@@ -26,16 +26,15 @@ class ParamListBuilder {
   explicit ParamListBuilder(std::vector<ParamTensor>* out) : out_(out) {}
 
   // nn.Linear(in, out, bias): "<module>.weight" [out, in] and "<module>.bias" [out].
-  void Linear(const std::string& module, uint64_t out_features, uint64_t in_features,
-              bool bias, int layer, ParamRole role);
-  // transformers' Conv1D(nf=out, nx=in) (GPT-2): weight is stored [in, out].
-  void Conv1D(const std::string& module, uint64_t out_features, uint64_t in_features,
+  void Linear(const std::string& module, uint64_t out_features, uint64_t in_features, bool bias,
               int layer, ParamRole role);
+  // transformers' Conv1D(nf=out, nx=in) (GPT-2): weight is stored [in, out].
+  void Conv1D(const std::string& module, uint64_t out_features, uint64_t in_features, int layer,
+              ParamRole role);
   // A norm with a weight of `dim` and optionally a bias; role "norm".
   void Norm(const std::string& module, uint64_t dim, bool bias, int layer);
   // nn.Embedding(rows, dim): "<module>.weight".
-  void Embedding(const std::string& module, uint64_t rows, uint64_t dim,
-                 ParamRole role);
+  void Embedding(const std::string& module, uint64_t rows, uint64_t dim, ParamRole role);
   // Any other tensor; `name` is the full parameter name.
   void Tensor(const std::string& name, std::vector<uint64_t> shape, int layer,
               const std::string& module, ParamRole role, bool is_linear_weight);

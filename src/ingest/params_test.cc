@@ -104,7 +104,8 @@ TEST(ParamSpotCheckTest, TiedEmbeddingsAreListedOnce) {
   EXPECT_EQ(s.params.back().name, "model.norm.weight");
   // Phi ties only the weight: its lm_head bias stays a parameter.
   Result<ModelSpec> phi = ParseModelConfig(R"({"model_type": "phi", "tie_word_embeddings": true,
-      "num_hidden_layers": 1})", "phi");
+      "num_hidden_layers": 1})",
+                                           "phi");
   ASSERT_TRUE(phi.ok());
   EXPECT_EQ(phi->params.back().name, "lm_head.bias");
   EXPECT_EQ(Find(*phi, "lm_head.weight"), nullptr);
@@ -122,7 +123,8 @@ TEST(ParamSpotCheckTest, Qwen2MoeSharedExpert) {
   // decoder_sparse_step / mlp_only_layers turn layers back into dense MLPs.
   Result<ModelSpec> mixed = ParseModelConfig(
       R"({"model_type": "qwen3_moe", "num_hidden_layers": 4, "decoder_sparse_step": 2,
-          "mlp_only_layers": [3]})", "mixed");
+          "mlp_only_layers": [3]})",
+      "mixed");
   ASSERT_TRUE(mixed.ok());
   EXPECT_EQ(Find(*mixed, "model.layers.0.mlp.gate_proj.weight")->shape, (Shape{6144, 2048}));
   EXPECT_NE(Find(*mixed, "model.layers.1.mlp.gate.weight"), nullptr);
@@ -138,11 +140,11 @@ TEST(ParamSpotCheckTest, BertMaskedLmHasHeadButNoPooler) {
   EXPECT_EQ(Find(s, "bert.pooler.dense.weight"), nullptr);
   EXPECT_EQ(Find(s, "cls.predictions.decoder.weight"), nullptr);  // tied
   // embeddings (30522 + 512 + 2 rows) + LayerNorm; 12 layers; MLM head.
-  const uint64_t layer = 4 * (768 * 768 + 768) + 2 * 768 + (768 * 3072 + 3072) +
-                         (3072 * 768 + 768) + 2 * 768;
+  const uint64_t layer =
+      4 * (768 * 768 + 768) + 2 * 768 + (768 * 3072 + 3072) + (3072 * 768 + 768) + 2 * 768;
   EXPECT_EQ(LayerCount(s, 0), layer);
-  EXPECT_EQ(s.ParameterCount(),
-            (30522 + 512 + 2) * 768ull + 2 * 768 + 12 * layer + 30522 + (768 * 768 + 768) + 2 * 768);
+  EXPECT_EQ(s.ParameterCount(), (30522 + 512 + 2) * 768ull + 2 * 768 + 12 * layer + 30522 +
+                                    (768 * 768 + 768) + 2 * 768);
 }
 
 TEST(ParamSpotCheckTest, Gemma3FourBTextAndVision) {
@@ -153,8 +155,8 @@ TEST(ParamSpotCheckTest, Gemma3FourBTextAndVision) {
     projector += p.role == ParamRole::kProjector ? p.numel : 0;
   }
   // SigLIP so400m at 896px / patch 14: 27 layers of width 1152, MLP 4304, 4096 positions.
-  const uint64_t v_layer = 4 * (1152 * 1152 + 1152) + 4 * 1152 + (1152 * 4304 + 4304) +
-                           (4304 * 1152 + 1152);
+  const uint64_t v_layer =
+      4 * (1152 * 1152 + 1152) + 4 * 1152 + (1152 * 4304 + 4304) + (4304 * 1152 + 1152);
   EXPECT_EQ(vision, (1152 * 3 * 14 * 14 + 1152) + 4096 * 1152 + 27 * v_layer + 2 * 1152);
   EXPECT_EQ(projector, 1152 * 2560 + 1152u);
   EXPECT_EQ(s.ParameterCount() - vision - projector, 3'880'263'168u);

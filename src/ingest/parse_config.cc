@@ -120,8 +120,8 @@ const std::vector<std::string>& SupportedModelTypes() {
 
 Result<ModelSpec> ParseModelConfig(std::string_view json_text, std::string_view name) {
   if (common::JsonNestsDeeperThan(json_text, ingest::kMaxJsonDepth)) {
-    return MakeError(fmt::format("{}: JSON nested deeper than {} levels", name,
-                                 ingest::kMaxJsonDepth));
+    return MakeError(
+        fmt::format("{}: JSON nested deeper than {} levels", name, ingest::kMaxJsonDepth));
   }
   nlohmann::json root = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded()) {
@@ -139,13 +139,12 @@ Result<ModelSpec> ParseModelConfig(std::string_view json_text, std::string_view 
     return MakeError(fmt::format("{}: not valid JSON{}", name, where));
   }
   if (!root.is_object()) {
-    return MakeError(fmt::format("{}: expected a JSON object, got {}", name,
-                                 ingest::DescribeJson(root)));
+    return MakeError(
+        fmt::format("{}: expected a JSON object, got {}", name, ingest::DescribeJson(root)));
   }
   ingest::ConfigReader r(root, std::string(name));
   if (!r.Has("model_type")) {
-    return MakeError(fmt::format("{}: model_type: missing (supported: {})", name,
-                                 SupportedList()));
+    return MakeError(fmt::format("{}: model_type: missing (supported: {})", name, SupportedList()));
   }
   std::string model_type = r.String("model_type", "");
   if (!r.ok()) return r.error();
@@ -167,9 +166,9 @@ Result<ModelSpec> ParseModelConfig(std::string_view json_text, std::string_view 
   ingest::ParamListBuilder builder(&spec.params);
   family->build(spec, arch, builder);
   if (builder.overflowed()) {
-    return MakeError(fmt::format(
-        "{}: the sizes describe an absurd model (over {} parameters or {} tensors)", name,
-        ingest::kMaxParameters, ingest::kMaxTensors));
+    return MakeError(
+        fmt::format("{}: the sizes describe an absurd model (over {} parameters or {} tensors)",
+                    name, ingest::kMaxParameters, ingest::kMaxTensors));
   }
   return spec;
 }

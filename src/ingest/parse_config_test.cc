@@ -29,7 +29,8 @@ std::string ErrorOf(const std::string& json) {
 }
 
 void ExpectMentions(const std::string& message, const std::string& part) {
-  EXPECT_NE(message.find(part), std::string::npos) << "\"" << message << "\" lacks \"" << part << "\"";
+  EXPECT_NE(message.find(part), std::string::npos)
+      << "\"" << message << "\" lacks \"" << part << "\"";
 }
 
 TEST(ParseConfigDefaultsTest, LlamaDerivesKvHeadsAndHeadDim) {
@@ -95,9 +96,9 @@ TEST(ParseConfigDefaultsTest, GemmaDefaults) {
   EXPECT_TRUE(g2.sandwich_norm);
   EXPECT_EQ(g2.final_logit_softcapping, 30.0);
   EXPECT_EQ(g2.attn_logit_softcapping, 50.0);
-  EXPECT_EQ(Parse(R"({"model_type": "gemma2", "final_logit_softcapping": null})")
-                .final_logit_softcapping,
-            0.0);
+  EXPECT_EQ(
+      Parse(R"({"model_type": "gemma2", "final_logit_softcapping": null})").final_logit_softcapping,
+      0.0);
   ModelSpec g3 = Parse(R"({"model_type": "gemma3_text"})");
   EXPECT_EQ(g3.vocab_size, 262208u);
   EXPECT_TRUE(g3.qk_norm);
@@ -153,8 +154,10 @@ TEST(ParseConfigDefaultsTest, ActivationsPerFamilyKey) {
   EXPECT_EQ(Parse(R"({"model_type": "phi"})").mlp, MlpKind::kGeluNew);
   EXPECT_EQ(Parse(R"({"model_type": "gpt_neox"})").mlp, MlpKind::kGelu);
   EXPECT_EQ(Parse(R"({"model_type": "opt"})").mlp, MlpKind::kRelu);
-  EXPECT_EQ(Parse(R"({"model_type": "falcon", "activation": "gelu_fast"})").mlp, MlpKind::kGeluFast);
-  EXPECT_EQ(Parse(R"({"model_type": "bert", "hidden_act": "quick_gelu"})").mlp, MlpKind::kQuickGelu);
+  EXPECT_EQ(Parse(R"({"model_type": "falcon", "activation": "gelu_fast"})").mlp,
+            MlpKind::kGeluFast);
+  EXPECT_EQ(Parse(R"({"model_type": "bert", "hidden_act": "quick_gelu"})").mlp,
+            MlpKind::kQuickGelu);
 }
 
 TEST(ParseConfigErrorsTest, UnknownActivationIsAnError) {
@@ -192,7 +195,8 @@ TEST(ParseConfigDefaultsTest, FalconVariants) {
 }
 
 TEST(ParseConfigDefaultsTest, FieldsFromConfig) {
-  ModelSpec s = Parse(R"({"model_type": "llama", "architectures": ["LlamaForSequenceClassification"],
+  ModelSpec s =
+      Parse(R"({"model_type": "llama", "architectures": ["LlamaForSequenceClassification"],
       "torch_dtype": "bfloat16", "attention_dropout": 0.1, "attention_bias": true, "mlp_bias": true})");
   EXPECT_EQ(s.architecture, "LlamaForSequenceClassification");
   EXPECT_EQ(s.torch_dtype, "bfloat16");
@@ -250,7 +254,8 @@ TEST(ParseConfigErrorsTest, AbsurdValues) {
                  "num_key_value_heads: 32 does not divide num_attention_heads 16");
   ExpectMentions(ErrorOf(R"({"model_type": "llama", "hidden_size": -4096})"),
                  "hidden_size: -4096 is out of range");
-  ExpectMentions(ErrorOf(R"({"model_type": "llama", "hidden_size": 0})"), "hidden_size: 0 is out of range");
+  ExpectMentions(ErrorOf(R"({"model_type": "llama", "hidden_size": 0})"),
+                 "hidden_size: 0 is out of range");
   ExpectMentions(ErrorOf(R"({"model_type": "llama", "num_hidden_layers": 10001})"),
                  "num_hidden_layers: 10001 is out of range");
   ExpectMentions(ErrorOf(R"({"model_type": "llama", "vocab_size": 100000001})"),
@@ -267,8 +272,7 @@ TEST(ParseConfigErrorsTest, AbsurdValues) {
                  "mlp_only_layers: layer 24 is not below num_hidden_layers 24");
   ExpectMentions(ErrorOf(R"({"model_type": "llama", "attention_dropout": 2})"),
                  "attention_dropout: 2 is out of range");
-  ExpectMentions(ErrorOf(R"({"model_type": "gpt2", "n_positions": 100000000000})"),
-                 "n_positions");
+  ExpectMentions(ErrorOf(R"({"model_type": "gpt2", "n_positions": 100000000000})"), "n_positions");
   // Each value within its own limit, the product absurd.
   ExpectMentions(ErrorOf(R"({"model_type": "qwen3_moe", "num_experts": 16384,
       "moe_intermediate_size": 4000000, "hidden_size": 1000000, "num_attention_heads": 1000,

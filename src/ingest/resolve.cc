@@ -22,7 +22,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr uint64_t kMaxConfigBytes = 16ULL << 20;   // config.json, index.json
+constexpr uint64_t kMaxConfigBytes = 16ULL << 20;  // config.json, index.json
 constexpr size_t kMaxShards = 10'000;
 
 Result<std::string> ReadSmallFile(const FileSystem& files, const fs::path& path) {
@@ -53,7 +53,8 @@ std::string CanonicalName(std::string_view name) {
   }
   std::string out(name);
   auto replace_suffix = [&](std::string_view from, std::string_view to) {
-    if (out.size() >= from.size() && out.compare(out.size() - from.size(), from.size(), from) == 0) {
+    if (out.size() >= from.size() &&
+        out.compare(out.size() - from.size(), from.size(), from) == 0) {
       out.replace(out.size() - from.size(), from.size(), to);
     }
   };
@@ -84,8 +85,8 @@ int LayerOf(std::string_view name) {
       while (end < name.size() && std::isdigit(static_cast<unsigned char>(name[end]))) ++end;
       // At most 6 digits: layer indices are below kMaxLayers, and a longer run
       // of digits is a name, not an index (std::stoi would throw on overflow).
-      if (boundary && end > digits && end - digits <= 6 && end < name.size() &&
-          name[end] == '.' && name.find("vision") == std::string_view::npos) {
+      if (boundary && end > digits && end - digits <= 6 && end < name.size() && name[end] == '.' &&
+          name.find("vision") == std::string_view::npos) {
         return std::stoi(std::string(name.substr(digits, end - digits)));
       }
       at += marker.size();
@@ -124,10 +125,10 @@ Result<std::vector<fs::path>> FindShards(const FileSystem& files, const fs::path
       // Only plain file names inside the directory: never follow a path out of it.
       if (f.empty() || f == "." || f == ".." || f.find('/') != std::string::npos ||
           f.find('\\') != std::string::npos) {
-        return MakeError(fmt::format("{}: weight_map: {}: {} is not a file name in "
-                                     "the model directory",
-                                     index.string(), common::QuoteForMessage(tensor, 120),
-                                     common::QuoteForMessage(f, 120)));
+        return MakeError(fmt::format(
+            "{}: weight_map: {}: {} is not a file name in "
+            "the model directory",
+            index.string(), common::QuoteForMessage(tensor, 120), common::QuoteForMessage(f, 120)));
       }
       names.insert(f);
     }
@@ -152,8 +153,8 @@ Result<std::vector<fs::path>> FindShards(const FileSystem& files, const fs::path
     if (file.extension() == ".safetensors") shards.push_back(std::move(file));
   }
   if (shards.size() > kMaxShards) {
-    return MakeError(fmt::format("{}: {} safetensors files exceed the limit of {}",
-                                 dir.string(), shards.size(), kMaxShards));
+    return MakeError(fmt::format("{}: {} safetensors files exceed the limit of {}", dir.string(),
+                                 shards.size(), kMaxShards));
   }
   std::sort(shards.begin(), shards.end());
   return shards;
@@ -246,10 +247,10 @@ void AddCheckpointNotes(ModelSpec& spec, const CheckpointMatch& m,
         missing));
   }
   if (reshaped > 0) {
-    spec.notes.push_back(fmt::format(
-        "safetensors: {} tensors are stored with another shape than the config implies "
-        "(quantized or packed?); the stored shapes are used",
-        reshaped));
+    spec.notes.push_back(
+        fmt::format("safetensors: {} tensors are stored with another shape than the config implies "
+                    "(quantized or packed?); the stored shapes are used",
+                    reshaped));
   }
 }
 
@@ -366,6 +367,5 @@ Result<ModelSpec> ResolveModel(std::string_view model, const ModelIo& io) {
     return ingest::LoadHubModel(name, settings, files, *io.http);
   });
 }
-
 
 }  // namespace vramscope

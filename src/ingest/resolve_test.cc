@@ -98,8 +98,8 @@ TEST(ResolveModelTest, ShardedCheckpointWithIndex) {
   std::string index = R"({"metadata": {"total_size": 0}, "weight_map": {)";
   for (size_t i = 0; i < all.size(); ++i) {
     if (i > 0) index += ",";
-    index += fmt::format("\"{}\": \"model-0000{}-of-00002.safetensors\"", all[i].name,
-                         i < 5 ? 1 : 2);
+    index +=
+        fmt::format("\"{}\": \"model-0000{}-of-00002.safetensors\"", all[i].name, i < 5 ? 1 : 2);
   }
   WriteFile(dir.path() / "model.safetensors.index.json", index + "}}");
   Result<ModelSpec> spec = Resolve(dir.path().string());
@@ -161,7 +161,8 @@ TEST(ResolveModelErrorsTest, DirectoryWithoutConfig) {
 TEST(ResolveModelErrorsTest, BadConfigInDirectoryNamesTheFile) {
   TempDir dir;
   WriteFile(dir.path() / "config.json", R"({"model_type": "llama", "hidden_size": "big"})");
-  ExpectError(Resolve(dir.path().string()), (dir.path() / "config.json").string() + ": hidden_size");
+  ExpectError(Resolve(dir.path().string()),
+              (dir.path() / "config.json").string() + ": hidden_size");
 }
 
 TEST(ResolveModelErrorsTest, LyingSafetensorsHeaderInDirectory) {

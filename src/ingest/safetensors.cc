@@ -18,10 +18,10 @@ uint64_t SafetensorsDTypeBits(std::string_view dtype) {
   };
   // The dtypes the safetensors format defines (safetensors 0.4).
   static constexpr Entry kDtypes[] = {
-      {"BOOL", 8},    {"U8", 8},      {"I8", 8},       {"F8_E5M2", 8}, {"F8_E4M3", 8},
-      {"F8_E8M0", 8}, {"I16", 16},    {"U16", 16},     {"F16", 16},    {"BF16", 16},
-      {"I32", 32},    {"U32", 32},    {"F32", 32},     {"F64", 64},    {"I64", 64},
-      {"U64", 64},    {"F4", 4},      {"F6_E2M3", 6},  {"F6_E3M2", 6},
+      {"BOOL", 8},    {"U8", 8},   {"I8", 8},      {"F8_E5M2", 8}, {"F8_E4M3", 8},
+      {"F8_E8M0", 8}, {"I16", 16}, {"U16", 16},    {"F16", 16},    {"BF16", 16},
+      {"I32", 32},    {"U32", 32}, {"F32", 32},    {"F64", 64},    {"I64", 64},
+      {"U64", 64},    {"F4", 4},   {"F6_E2M3", 6}, {"F6_E3M2", 6},
   };
   for (const Entry& e : kDtypes) {
     if (e.name == dtype) return e.bits;
@@ -66,8 +66,8 @@ Result<SafetensorsTensor> ParseEntry(const std::string& key, const nlohmann::jso
   if (t.data_end < t.data_begin) return fail("data_offsets: end before begin");
   // Rounded up to whole bytes (F4, F6 pack several elements per byte).
   const std::optional<uint64_t> bits_total = common::CheckedMul(t.numel, bits);
-  const std::optional<uint64_t> bits_padded = bits_total ? common::CheckedAdd(*bits_total, 7)
-                                                         : std::nullopt;
+  const std::optional<uint64_t> bits_padded =
+      bits_total ? common::CheckedAdd(*bits_total, 7) : std::nullopt;
   if (!bits_padded) return fail("shape: too large");
   const uint64_t expected_bytes = *bits_padded / 8;
   if (t.data_end - t.data_begin != expected_bytes) {
@@ -83,8 +83,8 @@ Result<std::vector<SafetensorsTensor>> ParseSafetensorsHeader(std::string_view p
                                                               uint64_t file_size_bytes,
                                                               std::string_view name) {
   if (prefix.size() < 8 || file_size_bytes < 8) {
-    return MakeError(fmt::format("{}: too short for a safetensors file ({} bytes)", name,
-                                 file_size_bytes));
+    return MakeError(
+        fmt::format("{}: too short for a safetensors file ({} bytes)", name, file_size_bytes));
   }
   uint64_t header_bytes = 0;
   for (int i = 7; i >= 0; --i) {
@@ -95,8 +95,8 @@ Result<std::vector<SafetensorsTensor>> ParseSafetensorsHeader(std::string_view p
                                  header_bytes, kMaxSafetensorsHeaderBytes));
   }
   if (header_bytes > file_size_bytes - 8) {
-    return MakeError(fmt::format("{}: header length {} runs past the end of the {} byte file",
-                                 name, header_bytes, file_size_bytes));
+    return MakeError(fmt::format("{}: header length {} runs past the end of the {} byte file", name,
+                                 header_bytes, file_size_bytes));
   }
   if (prefix.size() < 8 + header_bytes) {
     return MakeError(fmt::format("{}: header truncated ({} of {} bytes read)", name,
@@ -104,8 +104,8 @@ Result<std::vector<SafetensorsTensor>> ParseSafetensorsHeader(std::string_view p
   }
   std::string_view text = prefix.substr(8, header_bytes);
   if (common::JsonNestsDeeperThan(text, kMaxJsonDepth)) {
-    return MakeError(fmt::format("{}: header: JSON nested deeper than {} levels", name,
-                                 kMaxJsonDepth));
+    return MakeError(
+        fmt::format("{}: header: JSON nested deeper than {} levels", name, kMaxJsonDepth));
   }
   nlohmann::json header = nlohmann::json::parse(text, nullptr, false);
   if (header.is_discarded() || !header.is_object()) {
@@ -118,10 +118,10 @@ Result<std::vector<SafetensorsTensor>> ParseSafetensorsHeader(std::string_view p
     Result<SafetensorsTensor> t = ParseEntry(key, entry, name);
     if (!t.ok()) return t.error();
     if (t->data_end > data_bytes) {
-      return MakeError(fmt::format("{}: tensor {}: data_offsets end {} is past the {} data "
-                                   "bytes in the file",
-                                   name, common::QuoteForMessage(key, 120), t->data_end,
-                                   data_bytes));
+      return MakeError(
+          fmt::format("{}: tensor {}: data_offsets end {} is past the {} data "
+                      "bytes in the file",
+                      name, common::QuoteForMessage(key, 120), t->data_end, data_bytes));
     }
     tensors.push_back(std::move(t.value()));
   }

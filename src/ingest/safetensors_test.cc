@@ -34,8 +34,10 @@ std::string HeaderErrorOf(const std::string& bytes) {
 }
 
 TEST(SafetensorsTest, ReadsNamesShapesAndDtypes) {
-  std::string bytes = MakeSafetensors({{"a.weight", "BF16", {4, 8}}, {"b.bias", "F32", {8}},
-                                       {"scalar", "F16", {}}, {"empty", "I8", {0, 3}}});
+  std::string bytes = MakeSafetensors({{"a.weight", "BF16", {4, 8}},
+                                       {"b.bias", "F32", {8}},
+                                       {"scalar", "F16", {}},
+                                       {"empty", "I8", {0, 3}}});
   auto r = ParseHeaderBytes(bytes);
   ASSERT_TRUE(r.ok()) << r.error().message;
   ASSERT_EQ(r->size(), 4u);
@@ -73,7 +75,8 @@ TEST(SafetensorsTest, TooShortOrNotJson) {
 TEST(SafetensorsTest, OffsetsMustStayInsideTheDataArea) {
   std::string header = R"({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}})";
   EXPECT_TRUE(ParseHeaderBytes(WithHeader(header, 16)).ok());
-  EXPECT_NE(HeaderErrorOf(WithHeader(header, 15)).find("past the 15 data bytes"), std::string::npos);
+  EXPECT_NE(HeaderErrorOf(WithHeader(header, 15)).find("past the 15 data bytes"),
+            std::string::npos);
 }
 
 TEST(SafetensorsTest, SizeMustMatchDtypeTimesShape) {
@@ -90,28 +93,35 @@ TEST(SafetensorsTest, OverlappingTensors) {
 }
 
 TEST(SafetensorsTest, MalformedEntries) {
-  EXPECT_NE(HeaderErrorOf(WithHeader(R"({"a": {"dtype": "Q4", "shape": [1], "data_offsets": [0, 1]}})", 1))
+  EXPECT_NE(HeaderErrorOf(
+                WithHeader(R"({"a": {"dtype": "Q4", "shape": [1], "data_offsets": [0, 1]}})", 1))
                 .find("unknown \"Q4\""),
             std::string::npos);
-  EXPECT_NE(HeaderErrorOf(WithHeader(R"({"a": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}})", 4))
+  EXPECT_NE(HeaderErrorOf(
+                WithHeader(R"({"a": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}})", 4))
                 .find("shape"),
             std::string::npos);
-  EXPECT_NE(HeaderErrorOf(WithHeader(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0]}})", 4))
-                .find("data_offsets"),
-            std::string::npos);
+  EXPECT_NE(
+      HeaderErrorOf(WithHeader(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0]}})", 4))
+          .find("data_offsets"),
+      std::string::npos);
   EXPECT_NE(HeaderErrorOf(WithHeader(R"({"a": 5})", 0)).find("tensor \"a\""), std::string::npos);
-  EXPECT_NE(HeaderErrorOf(WithHeader(R"({"a": {"dtype": "F32", "shape": [4294967296, 4294967296, 16],
-                                   "data_offsets": [0, 4]}})", 4)).find("too large"),
-            std::string::npos);
+  EXPECT_NE(
+      HeaderErrorOf(WithHeader(R"({"a": {"dtype": "F32", "shape": [4294967296, 4294967296, 16],
+                                   "data_offsets": [0, 4]}})",
+                               4))
+          .find("too large"),
+      std::string::npos);
 }
 
 // Hostile headers (docs/hardening.md): deep nesting is refused before
 // parsing; names quoted in messages are escaped and cut.
 TEST(SafetensorsTest, HostileNestingAndNames) {
-  EXPECT_NE(HeaderErrorOf(WithHeader(std::string(100000, '['), 0)).find("nested deeper than 64 levels"),
-            std::string::npos);
-  const std::string name = HeaderErrorOf(WithHeader(
-      R"({"w\u001b[2J\n)" + std::string(500, 'x') + R"(": 5})", 0));
+  EXPECT_NE(
+      HeaderErrorOf(WithHeader(std::string(100000, '['), 0)).find("nested deeper than 64 levels"),
+      std::string::npos);
+  const std::string name =
+      HeaderErrorOf(WithHeader(R"({"w\u001b[2J\n)" + std::string(500, 'x') + R"(": 5})", 0));
   EXPECT_NE(name.find(R"(tensor "w\x1b[2J\x0axxx)"), std::string::npos) << name;
   EXPECT_LT(name.size(), 250u) << name;
   for (char c : name) EXPECT_GE(static_cast<unsigned char>(c), 0x20) << name;

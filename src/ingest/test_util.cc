@@ -44,7 +44,8 @@ std::string MakeSafetensors(const std::vector<FakeTensor>& tensors) {
     uint64_t numel = 1;
     for (uint64_t d : t.shape) numel *= d;
     uint64_t bytes = (numel * SafetensorsDTypeBits(t.dtype) + 7) / 8;
-    header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    header[t.name] = {
+        {"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   std::string text = header.dump();

@@ -43,8 +43,7 @@ AttnPlan PlanAttention(const TrainingSetup& setup, uint8_t compute_bytes, uint64
       plan.gqa_native = false;
       plan.causal_mask_tensor = true;
       return plan;
-    case Attention::kSdpa:
-      break;
+    case Attention::kSdpa: break;
   }
   // SDPA. With a sliding-window mask transformers passes an explicit mask, and
   // SDPA uses the memory-efficient kernel (still O(s) saved memory, plus the
@@ -155,11 +154,13 @@ Var FlashKernel(Tape& tape, const AttnPlan& plan, const AttnShape& shape, const 
   // logsumexp: fp32 [b, heads, s].
   Var lse = tape.New(shape.batch * shape.heads * shape.seq, kF32, Category::kActivations, op);
   if (tape.grad_enabled && (q.requires_grad() || k.requires_grad() || v.requires_grad())) {
-    NodeId n = tape.Node(plan.kernel == AttnKernel::kFlash ? "ScaledDotProductFlashAttentionBackward0"
-                                                            : "ScaledDotProductFlashAttentionForCpuBackward0",
+    NodeId n = tape.Node(plan.kernel == AttnKernel::kFlash
+                             ? "ScaledDotProductFlashAttentionBackward0"
+                             : "ScaledDotProductFlashAttentionForCpuBackward0",
                          &out);
     if (bias.t != kNoTensor) tape.graph.Save(n, bias.t);
-    for (const Var* t : {&q, &k, &v, static_cast<const Var*>(&out), static_cast<const Var*>(&lse)}) tape.graph.Save(n, t->t);
+    for (const Var* t : {&q, &k, &v, static_cast<const Var*>(&out), static_cast<const Var*>(&lse)})
+      tape.graph.Save(n, t->t);
     // Backward: dq accumulator in fp32 and softmax_d (flash-attn mha_bwd); for
     // GQA the kernel writes dk/dv for every query head, then sums them. The CPU
     // kernel's buffers are internal to one dispatched op: not modelled.
@@ -371,8 +372,12 @@ Var Attend(Tape& tape, const AttnPlan& plan, const AttnShape& shape, const Var& 
   switch (plan.kernel) {
     case AttnKernel::kFlash:
     case AttnKernel::kCpuFlash: out = FlashKernel(tape, plan, seen, q, kk, vv, mask); break;
-    case AttnKernel::kMath: out = MathKernel(tape, plan, seen, q, kk, vv, mask, dropout, weights); break;
-    case AttnKernel::kSdpaMath: out = SdpaMathKernel(tape, plan, seen, q, kk, vv, mask, dropout); break;
+    case AttnKernel::kMath:
+      out = MathKernel(tape, plan, seen, q, kk, vv, mask, dropout, weights);
+      break;
+    case AttnKernel::kSdpaMath:
+      out = SdpaMathKernel(tape, plan, seen, q, kk, vv, mask, dropout);
+      break;
   }
   tape.Drop(kk);
   tape.Drop(vv);

@@ -15,7 +15,7 @@ struct AttnShape {
   // k and v are laid out [b, kv_heads, s, d] in memory (DynamicCache's
   // torch.cat copies); otherwise they are transposed views of a projection.
   bool kv_head_major = false;
-  bool causal = true;          // false for encoders (BERT)
+  bool causal = true;  // false for encoders (BERT)
   // q is laid out [b, heads, s, d] (partial rotary's torch.cat); else it is a
   // transposed view of the projection.
   bool q_head_major = false;
@@ -26,18 +26,18 @@ struct AttnShape {
 
 // Which kernel PyTorch / transformers end up running.
 enum class AttnKernel : uint8_t {
-  kFlash,      // flash-attn 2 package, or SDPA's flash / cuDNN / efficient kernels
-  kMath,       // eager attention, or SDPA's math fallback: materializes b*a*s*s
+  kFlash,  // flash-attn 2 package, or SDPA's flash / cuDNN / efficient kernels
+  kMath,   // eager attention, or SDPA's math fallback: materializes b*a*s*s
   // CPU rules only (DeviceRules::kCpu, the fidelity check):
-  kCpuFlash,   // _scaled_dot_product_flash_attention_for_cpu
-  kSdpaMath,   // _scaled_dot_product_attention_math as SDPA runs it on CPU
+  kCpuFlash,  // _scaled_dot_product_flash_attention_for_cpu
+  kSdpaMath,  // _scaled_dot_product_attention_math as SDPA runs it on CPU
 };
 
 struct AttnPlan {
   AttnKernel kernel = AttnKernel::kFlash;
-  bool repeat_kv = false;     // k/v expanded to all query heads before the kernel
-  bool gqa_native = true;     // kernel reads kv heads directly (no expansion)
-  bool fp32_softmax = true;   // eager: softmax(..., dtype=float32)
+  bool repeat_kv = false;           // k/v expanded to all query heads before the kernel
+  bool gqa_native = true;           // kernel reads kv heads directly (no expansion)
+  bool fp32_softmax = true;         // eager: softmax(..., dtype=float32)
   bool causal_mask_tensor = false;  // a (b,1,s,s) mask tensor is built
   // k/v keep fewer heads than q into the kernel without enable_gqa
   // (KvSharing::kBroadcast): matmul copies them to every head.
@@ -71,7 +71,7 @@ AttnPlan PlanAttention(const TrainingSetup& setup, uint8_t compute_bytes, uint64
 // `weights`, when given, receives a reference to eager attention's returned
 // attention weights (kNoTensor for the fused kernels), which the caller's
 // `hidden_states, _ = self.self_attn(...)` keeps until its layer returns.
-Var Attend(Tape& tape, const AttnPlan& plan, const AttnShape& shape, const Var& q,
-           const Var& k, const Var& v, const Var* mask, double dropout, Var* weights = nullptr);
+Var Attend(Tape& tape, const AttnPlan& plan, const AttnShape& shape, const Var& q, const Var& k,
+           const Var& v, const Var* mask, double dropout, Var* weights = nullptr);
 
 }  // namespace vramscope::lower

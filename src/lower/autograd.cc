@@ -9,8 +9,7 @@ namespace vramscope::lower {
 
 Graph::Graph(EventStream* out) : out_(out) { regions_.emplace_back(); }
 
-TensorId Graph::Alloc(uint64_t bytes, Category category, std::string_view op,
-                      uint32_t module) {
+TensorId Graph::Alloc(uint64_t bytes, Category category, std::string_view op, uint32_t module) {
   const TensorId t = static_cast<TensorId>(tensors_.size());
   Tensor tensor;
   tensor.bytes = bytes;
@@ -137,9 +136,11 @@ void Graph::Save(NodeId n, TensorId t) {
     // holds the arguments) until the region's backward is done.
     Ref(t);
     r.kept.push_back(t);
-    r.saves.emplace_back(n, std::numeric_limits<uint32_t>::max() - static_cast<uint32_t>(r.kept.size() - 1));
+    r.saves.emplace_back(
+        n, std::numeric_limits<uint32_t>::max() - static_cast<uint32_t>(r.kept.size() - 1));
   } else {
-    const auto idx = static_cast<uint32_t>(std::find(r.kept.begin(), r.kept.end(), t) - r.kept.begin());
+    const auto idx =
+        static_cast<uint32_t>(std::find(r.kept.begin(), r.kept.end(), t) - r.kept.begin());
     r.saves.emplace_back(n, std::numeric_limits<uint32_t>::max() - idx);
   }
 }
@@ -272,8 +273,8 @@ void Graph::Deliver(NodeId target, uint32_t slot, TensorId grad, uint32_t from_r
   if (tensors_[buffered].refs == 1 && !node.is_accumulate) {
     Drop(grad);
   } else {
-    const TensorId sum = Alloc(tensors_[buffered].bytes, Category::kTemporaries,
-                               "aten::add", node.module);
+    const TensorId sum =
+        Alloc(tensors_[buffered].bytes, Category::kTemporaries, "aten::add", node.module);
     Drop(buffered);
     Drop(grad);
     buffered = sum;
@@ -288,8 +289,8 @@ void Graph::RunAccumulateGrad(Node& node) {
     if (tensors_[g].refs == 1) {
       *node.grad_slot = g;  // stolen: becomes .grad
     } else {
-      *node.grad_slot = Alloc(node.accumulate_bytes, Category::kGradients, "aten::clone",
-                              node.module);
+      *node.grad_slot =
+          Alloc(node.accumulate_bytes, Category::kGradients, "aten::clone", node.module);
       Drop(g);
     }
   } else {
@@ -321,9 +322,9 @@ std::vector<TensorId> Graph::UnpackOffloaded(const Node& node) {
   // unpack_hook: packed.to(device, non_blocking=True), alive while the node runs.
   std::vector<TensorId> unpacked;
   for (const auto& [bytes, category] : node.offloaded) {
-    unpacked.push_back(Alloc(bytes, category == Category::kParameters ? Category::kTemporaries
-                                                                       : Category::kActivations,
-                             "aten::_to_copy", node.module));
+    unpacked.push_back(Alloc(
+        bytes, category == Category::kParameters ? Category::kTemporaries : Category::kActivations,
+        "aten::_to_copy", node.module));
   }
   return unpacked;
 }
@@ -343,8 +344,7 @@ std::vector<std::pair<const GradOut*, TensorId>> Graph::ProduceGrads(const Node&
   produced.reserve(node.outs.size());
   for (const GradOut& g : node.outs) {
     if (g.mode == GradOut::Mode::kNew) {
-      const Category category =
-          nodes_[g.target].is_accumulate ? Category::kGradients : g.category;
+      const Category category = nodes_[g.target].is_accumulate ? Category::kGradients : g.category;
       produced.emplace_back(&g, Alloc(g.bytes, category, op, node.module));
     } else {
       const TensorId incoming = node.slots[g.pass_slot];

@@ -44,10 +44,10 @@ inline constexpr NodeId kNoNode = std::numeric_limits<uint32_t>::max();
 // the storage (and, for memory purposes, the grad edge of their base).
 struct Var {
   TensorId t = kNoTensor;
-  uint64_t numel = 0;        // elements of this tensor (a view: of the view)
-  uint8_t elem_bytes = 2;    // bytes per element of its dtype
-  NodeId fn = kNoNode;       // grad_fn (or AccumulateGrad for leaves)
-  uint32_t slot = 0;         // which output of fn this is
+  uint64_t numel = 0;      // elements of this tensor (a view: of the view)
+  uint8_t elem_bytes = 2;  // bytes per element of its dtype
+  NodeId fn = kNoNode;     // grad_fn (or AccumulateGrad for leaves)
+  uint32_t slot = 0;       // which output of fn this is
   uint64_t bytes() const { return numel * elem_bytes; }
   bool requires_grad() const { return fn != kNoNode; }
 };
@@ -56,8 +56,8 @@ struct Var {
 struct GradOut {
   enum class Mode : uint8_t { kNew, kPass };
   Mode mode = Mode::kNew;
-  uint64_t bytes = 0;        // kNew: size of the gradient tensor
-  uint32_t pass_slot = 0;    // kPass: forwards the incoming gradient of this slot
+  uint64_t bytes = 0;      // kNew: size of the gradient tensor
+  uint32_t pass_slot = 0;  // kPass: forwards the incoming gradient of this slot
   Category category = Category::kTemporaries;
   NodeId target = kNoNode;
   uint32_t target_slot = 0;
@@ -71,7 +71,7 @@ class Graph {
   // Allocates a storage with one (Python) reference.
   TensorId Alloc(uint64_t bytes, Category category, std::string_view op, uint32_t module);
   void Ref(TensorId t);
-  void Drop(TensorId t);                  // frees at zero references
+  void Drop(TensorId t);  // frees at zero references
   void Drop(const Var& v) { Drop(v.t); }
   bool Live(TensorId t) const;
   uint64_t Bytes(TensorId t) const;
@@ -152,8 +152,8 @@ class Graph {
     bool is_accumulate = false;
     uint64_t accumulate_bytes = 0;
     TensorId* grad_slot = nullptr;
-    std::vector<TensorId> slots;       // incoming gradients
-    std::vector<uint8_t> from_outside; // per slot: delivered from outside the node's region
+    std::vector<TensorId> slots;        // incoming gradients
+    std::vector<uint8_t> from_outside;  // per slot: delivered from outside the node's region
     std::vector<TensorId> saved;
     std::vector<GradOut> outs;
     std::vector<uint64_t> workspace;
@@ -162,7 +162,7 @@ class Graph {
   // A recorded checkpoint region: how to recompute its saved tensors.
   struct ScriptOp {
     bool alloc = true;
-    uint32_t local = 0;                // index into the region's locals
+    uint32_t local = 0;  // index into the region's locals
     uint64_t bytes = 0;
     Category category = Category::kOther;
     uint32_t op = 0, module = 0;
@@ -171,11 +171,11 @@ class Graph {
     bool reentrant = false;
     bool recomputed = false;
     std::vector<ScriptOp> script;
-    std::vector<TensorId> locals;      // forward tensor of each local index
+    std::vector<TensorId> locals;                    // forward tensor of each local index
     std::vector<std::pair<NodeId, uint32_t>> saves;  // (node, local index)
-    std::vector<TensorId> kept;        // external inputs kept by the closure
+    std::vector<TensorId> kept;                      // external inputs kept by the closure
     int32_t pending_nodes = 0;
-    size_t pack_end = 0;               // script length when the last Save was made
+    size_t pack_end = 0;                     // script length when the last Save was made
     std::vector<uint64_t> ungraded_outputs;  // bytes of outputs without a gradient
   };
   static constexpr uint32_t kNoRegion = 0;
@@ -215,7 +215,7 @@ class Graph {
   EventStream* out_;
   std::vector<Tensor> tensors_;
   std::vector<Node> nodes_;
-  std::vector<Region> regions_;        // index 0 unused
+  std::vector<Region> regions_;  // index 0 unused
   uint32_t region_ = kNoRegion;
   uint64_t next_seq_ = 0;
   uint64_t next_event_id_ = 1;

@@ -101,8 +101,8 @@ TEST(Graph, CheckpointDropsSavedTensorsUntilRecompute) {
   g.Drop(h.t);
   g.EndCheckpoint();
   g.Drop(x.t);
-  EXPECT_FALSE(g.Live(h.t));         // not kept: will be recomputed
-  EXPECT_TRUE(g.Live(x.t));          // kept by the checkpoint
+  EXPECT_FALSE(g.Live(h.t));  // not kept: will be recomputed
+  EXPECT_TRUE(g.Live(x.t));   // kept by the checkpoint
   SimOptions o;
   o.alloc.ideal = true;
   g.Backward(y);

@@ -17,7 +17,8 @@ bool Has(const std::string& s, std::string_view part) { return s.find(part) != s
 
 // dense -> dropout -> LayerNorm(x + residual): BertSelfOutput and BertOutput.
 Var DenseDropoutAddNorm(Tape& tape, const Var& x, Param* w, Param* b, const Var& residual,
-                        Param* norm, Param* norm_b, uint64_t tokens, uint64_t hidden, double dropout) {
+                        Param* norm, Param* norm_b, uint64_t tokens, uint64_t hidden,
+                        double dropout) {
   Var dense = Linear(tape, x, *w, b, tokens, hidden);
   Var dropped = Dropout(tape, dense, dropout);
   tape.Drop(dense);
@@ -47,34 +48,52 @@ Result<EncoderParams> IndexEncoderParams(const ModelSpec& spec, std::vector<Para
     const ParamRole r = roles[i];
     if (pt.layer >= 0 && static_cast<uint64_t>(pt.layer) < spec.num_layers) {
       EncoderParams::Layer& l = ep.layers[pt.layer];
-      if (r == ParamRole::kQ) set(l.q, l.q_b);
-      else if (r == ParamRole::kK) set(l.k, l.k_b);
-      else if (r == ParamRole::kV) set(l.v, l.v_b);
-      else if (r == ParamRole::kO) set(l.o, l.o_b);
-      else if (r == ParamRole::kUp) set(l.up, l.up_b);
-      else if (r == ParamRole::kDown) set(l.down, l.down_b);
-      else if (r == ParamRole::kNorm && Has(pt.module, "attention.output")) set(l.attn_norm, l.attn_norm_b);
-      else if (r == ParamRole::kNorm) set(l.out_norm, l.out_norm_b);
+      if (r == ParamRole::kQ)
+        set(l.q, l.q_b);
+      else if (r == ParamRole::kK)
+        set(l.k, l.k_b);
+      else if (r == ParamRole::kV)
+        set(l.v, l.v_b);
+      else if (r == ParamRole::kO)
+        set(l.o, l.o_b);
+      else if (r == ParamRole::kUp)
+        set(l.up, l.up_b);
+      else if (r == ParamRole::kDown)
+        set(l.down, l.down_b);
+      else if (r == ParamRole::kNorm && Has(pt.module, "attention.output"))
+        set(l.attn_norm, l.attn_norm_b);
+      else if (r == ParamRole::kNorm)
+        set(l.out_norm, l.out_norm_b);
       continue;
     }
     Param* none = nullptr;
-    if (r == ParamRole::kEmbed) ep.word = p;
-    else if (r == ParamRole::kPosEmbed) ep.pos = p;
-    else if (r == ParamRole::kTypeEmbed) ep.type = p;
-    else if (r == ParamRole::kNorm && Has(pt.module, "embeddings")) set(ep.embed_norm, ep.embed_norm_b);
-    else if (r == ParamRole::kNorm) set(ep.head_norm, ep.head_norm_b);
-    else if (r == ParamRole::kHeadDense) set(ep.head_dense, ep.head_dense_b);
-    else if (r == ParamRole::kLmHead) set(ep.decoder, none);
-    else if (r == ParamRole::kBias) ep.decoder_b = p;
+    if (r == ParamRole::kEmbed)
+      ep.word = p;
+    else if (r == ParamRole::kPosEmbed)
+      ep.pos = p;
+    else if (r == ParamRole::kTypeEmbed)
+      ep.type = p;
+    else if (r == ParamRole::kNorm && Has(pt.module, "embeddings"))
+      set(ep.embed_norm, ep.embed_norm_b);
+    else if (r == ParamRole::kNorm)
+      set(ep.head_norm, ep.head_norm_b);
+    else if (r == ParamRole::kHeadDense)
+      set(ep.head_dense, ep.head_dense_b);
+    else if (r == ParamRole::kLmHead)
+      set(ep.decoder, none);
+    else if (r == ParamRole::kBias)
+      ep.decoder_b = p;
   }
   if (!ep.decoder) ep.decoder = ep.word;  // tie_word_embeddings
   if (!ep.word || !ep.pos || !ep.embed_norm || !ep.head_dense || !ep.head_norm) {
-    return MakeError(fmt::format("{}: could not find the embeddings and MLM head in its parameter list", spec.name));
+    return MakeError(fmt::format(
+        "{}: could not find the embeddings and MLM head in its parameter list", spec.name));
   }
   for (size_t i = 0; i < ep.layers.size(); ++i) {
     const EncoderParams::Layer& l = ep.layers[i];
     if (!l.q || !l.k || !l.v || !l.o || !l.attn_norm || !l.up || !l.down || !l.out_norm) {
-      return MakeError(fmt::format("{}: encoder layer {} lacks attention, MLP or norm parameters", spec.name, i));
+      return MakeError(fmt::format("{}: encoder layer {} lacks attention, MLP or norm parameters",
+                                   spec.name, i));
     }
   }
   return ep;
@@ -153,12 +172,14 @@ BertMasks LegacyBertMasks(Tape& tape, const TrainingSetup& setup, uint8_t dtype,
   const uint64_t b = setup.batch, s = setup.seq;
   BertMasks masks;
   tape.SetModule("bert");
-  if (!setup.attention_mask) masks.ones = tape.New(b * s, kF32, Category::kTemporaries, "aten::ones");
+  if (!setup.attention_mask)
+    masks.ones = tape.New(b * s, kF32, Category::kTemporaries, "aten::ones");
   const uint8_t mask_bytes = setup.attention_mask ? kI64 : kF32;
   if (plan.kernel == AttnKernel::kMath) {
     plan.legacy_bert = true;
     Var cast;
-    if (dtype != mask_bytes) cast = tape.New(b * s, dtype, Category::kTemporaries, "aten::_to_copy");
+    if (dtype != mask_bytes)
+      cast = tape.New(b * s, dtype, Category::kTemporaries, "aten::_to_copy");
     Var rsub = tape.New(b * s, dtype, Category::kTemporaries, "aten::rsub");
     if (cast.t != kNoTensor) tape.Drop(cast);
     masks.ext_mask = tape.New(b * s, dtype, Category::kActivations, "aten::mul");
@@ -253,7 +274,8 @@ Var MlmHeadLoss(Tape& tape, const ModelSpec& spec, const EncoderParams& ep,
   const uint64_t t = setup.batch * setup.seq, h = spec.hidden_size;
   tape.SetModule("cls.predictions");
   Var dense = Linear(tape, x, *ep.head_dense, ep.head_dense_b, t, h);
-  Var act = MlpActivation(tape, spec.mlp, dense);  // BertPredictionHeadTransform: ACT2FN[hidden_act]
+  Var act =
+      MlpActivation(tape, spec.mlp, dense);  // BertPredictionHeadTransform: ACT2FN[hidden_act]
   tape.Drop(dense);
   Var hn = LayerNorm(tape, act, *ep.head_norm, ep.head_norm_b, t);
   tape.Drop(act);

@@ -18,7 +18,7 @@ struct EncoderParams {
     Param *q_b = nullptr, *k_b = nullptr, *v_b = nullptr, *o_b = nullptr;
     Param *attn_norm = nullptr, *attn_norm_b = nullptr;  // attention.output.LayerNorm
     Param *up = nullptr, *up_b = nullptr, *down = nullptr, *down_b = nullptr;
-    Param *out_norm = nullptr, *out_norm_b = nullptr;    // output.LayerNorm
+    Param *out_norm = nullptr, *out_norm_b = nullptr;  // output.LayerNorm
   };
   std::vector<Layer> layers;
   Param *head_dense = nullptr, *head_dense_b = nullptr, *head_norm = nullptr,

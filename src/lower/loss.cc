@@ -111,7 +111,8 @@ Var FusedLinearLoss(Tape& tape, const Var& hidden, Param& head, uint64_t tokens,
   uint64_t chunk = 1;
   while (chunk < CeilDiv(tokens, inc)) chunk <<= 1;
   chunk = std::min(chunk, tokens);
-  Var grad_input = tape.New(tokens * hidden_size, hidden.elem_bytes, Category::kLoss, "liger::grad_input");
+  Var grad_input =
+      tape.New(tokens * hidden_size, hidden.elem_bytes, Category::kLoss, "liger::grad_input");
   Var grad_weight = tape.New(head.numel, head.elem_bytes, Category::kLoss, "liger::grad_weight");
   Var logits = tape.New(chunk * vocab, hidden.elem_bytes, Category::kLoss, "liger::logits_chunk");
   Var work = tape.New(chunk * vocab, kF32, Category::kLoss, "liger::cross_entropy");
@@ -151,15 +152,14 @@ Var CrossEntropyLoss(Tape& tape, const Var& logits32) {
   return loss;
 }
 
-Var CausalLmLoss(Tape& tape, const TrainingSetup& setup, const Var& hidden, Param& head, Param* head_bias,
-                 uint64_t tokens, uint64_t hidden_size, uint64_t vocab, double softcap) {
+Var CausalLmLoss(Tape& tape, const TrainingSetup& setup, const Var& hidden, Param& head,
+                 Param* head_bias, uint64_t tokens, uint64_t hidden_size, uint64_t vocab,
+                 double softcap) {
   switch (setup.loss) {
-    case LossKind::kChunked:
-      return ChunkedLoss(tape, hidden, head, tokens, hidden_size, vocab);
+    case LossKind::kChunked: return ChunkedLoss(tape, hidden, head, tokens, hidden_size, vocab);
     case LossKind::kFusedLinear:
       return FusedLinearLoss(tape, hidden, head, tokens, hidden_size, vocab);
-    case LossKind::kHf:
-      break;
+    case LossKind::kHf: break;
   }
   return HfLoss(tape, setup, hidden, head, head_bias, tokens, vocab, softcap);
 }

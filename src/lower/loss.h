@@ -9,8 +9,9 @@ namespace vramscope::lower {
 // lm_head(hidden) (+ its bias when the model has one, phi-2) and the causal-LM
 // cross-entropy, per setup.loss and setup.transformers_version. Returns the
 // scalar fp32 loss.
-Var CausalLmLoss(Tape& tape, const TrainingSetup& setup, const Var& hidden, Param& head, Param* head_bias,
-                 uint64_t tokens, uint64_t hidden_size, uint64_t vocab, double softcap);
+Var CausalLmLoss(Tape& tape, const TrainingSetup& setup, const Var& hidden, Param& head,
+                 Param* head_bias, uint64_t tokens, uint64_t hidden_size, uint64_t vocab,
+                 double softcap);
 
 // F.cross_entropy(logits, labels) = log_softmax (saves its output, in the
 // logits' dtype) + nll_loss; backward allocates two logits-sized gradients.

@@ -7,16 +7,16 @@
 
 #include <fmt/format.h>
 
-#include "vramscope/common/quote.h"
+#include "encoder.h"
 #include "ops.h"
-#include "rank_classes.h"
 #include "optimizer.h"
 #include "placement.h"
+#include "rank_classes.h"
 #include "schedule.h"
 #include "sharding.h"
 #include "tape.h"
-#include "encoder.h"
 #include "transformer.h"
+#include "vramscope/common/quote.h"
 
 namespace vramscope {
 namespace lower {
@@ -25,10 +25,8 @@ namespace {
 uint8_t ParamBytes(Precision p) {
   switch (p) {
     case Precision::kFp16:
-    case Precision::kBf16:
-      return kHalf;
-    default:
-      return kF32;
+    case Precision::kBf16: return kHalf;
+    default: return kF32;
   }
 }
 
@@ -40,47 +38,15 @@ constexpr int kOldestTorch = 200, kNewestTorch = 213;
 
 std::string VersionText(int v) { return fmt::format("{}.{}", v / 100, v % 100); }
 
-Status Validate(const ModelSpec& m, const TrainingSetup& s) {
+// What the model and the parallel layout must agree on.
+Status ValidateDistributed(const ModelSpec& m, const TrainingSetup& s) {
   auto bad = [](std::string msg) { return Status(MakeError(std::move(msg))); };
-  if (s.batch == 0 || s.batch > kMaxBatch) return bad(fmt::format("--batch: {} is outside 1..{}", s.batch, kMaxBatch));
-  if (s.seq == 0 || s.seq > kMaxSeq) return bad(fmt::format("--seq: {} is outside 1..{}", s.seq, kMaxSeq));
-  if (s.batch * s.seq > kMaxTokensPerMicroBatch)
-    return bad(fmt::format("--batch x --seq: {} tokens per micro-batch is above the {} limit", s.batch * s.seq,
-                           kMaxTokensPerMicroBatch));
-  if (s.grad_accum == 0 || s.grad_accum > kMaxGradAccum)
-    return bad(fmt::format("--grad-accum: {} is outside 1..{}", s.grad_accum, kMaxGradAccum));
-  if (s.steps == 0 || s.steps > kMaxSteps) return bad(fmt::format("--steps: {} is outside 1..{}", s.steps, kMaxSteps));
-  if (s.finetune != Finetune::kFull) {
-    if (s.lora_rank == 0 || s.lora_rank > m.hidden_size)
-      return bad(fmt::format("--lora-rank: {} must be between 1 and the hidden size {}", s.lora_rank, m.hidden_size));
-    if (!(s.lora_dropout >= 0 && s.lora_dropout < 1))  // NaN fails too
-      return bad(fmt::format("--lora-dropout: {} is outside [0, 1)", s.lora_dropout));
-  }
-  if (s.attn == Attention::kFlash && s.precision == Precision::kFp32)
-    return bad("--attn flash: flash-attn 2 runs in fp16 / bf16 only; with --precision fp32 use sdpa or eager, or a 16-bit precision");
-  if (s.finetune == Finetune::kQLora && s.precision == Precision::kFp32)
-    return bad("--finetune qlora: needs a 16-bit compute dtype; use --precision bf16 or bf16-mixed, not fp32");
-  if (s.optimizer_in_backward && s.optimizer == OptimizerKind::kNone)
-    return bad("--optimizer-in-backward: needs an optimizer (--optimizer is none)");
-  if (s.optimizer_in_backward && s.grad_accum > 1)
-    return bad("--optimizer-in-backward: steps at every backward, so it cannot accumulate gradients (--grad-accum must be 1)");
-  if (s.activation_offload && s.grad_ckpt != GradCkpt::kNone)
-    return bad("--activation-offload: not modelled together with --grad-ckpt (use one or the other)");
-  if (m.is_encoder && m.model_type != "bert")
-    return bad(fmt::format("{}: encoder models other than bert (model_type {}) are not lowered yet", m.name,
-                           common::QuoteForMessage(m.model_type, common::kQuotedBytes, '\'')));
-  if (m.is_encoder && s.loss != LossKind::kHf)
-    return bad("--loss: chunked and fused-linear losses are modelled for causal LMs only, not for bert");
-  if (!(s.moe_capacity_factor == 0 || (s.moe_capacity_factor >= 0.01 && s.moe_capacity_factor <= 64)))
-    return bad(fmt::format("--moe-capacity-factor: {} is outside 0 (dropless) or 0.01..64", s.moe_capacity_factor));
-  if (!(s.moe_imbalance >= 1 && s.moe_imbalance <= 1024))
-    return bad(fmt::format("--moe-imbalance: {} is outside 1..1024", s.moe_imbalance));
-  if (s.moe_capacity_factor > 0 && s.moe_imbalance != 1)
-    return bad("--moe-imbalance: with --moe-capacity-factor every expert is capped (drop the imbalance or the capacity)");
   const ParallelLayout& l = s.parallel;
   const bool distributed = l.multi_gpu() || l.dp_mode != DataParallel::kNone;
   if (distributed && s.optimizer_in_backward)
-    return bad("--optimizer-in-backward: not modelled with several GPUs (DDP, ZeRO, FSDP and Megatron hook the gradients themselves)");
+    return bad(
+        "--optimizer-in-backward: not modelled with several GPUs (DDP, ZeRO, FSDP and Megatron "
+        "hook the gradients themselves)");
   if (distributed && s.activation_offload && l.model_parallel())
     return bad("--activation-offload: not modelled with Megatron-style --tp/--pp/--cp/--ep");
   if (m.is_encoder && (l.dp_mode == DataParallel::kZero3 || l.dp_mode == DataParallel::kFsdp))
@@ -89,14 +55,77 @@ Status Validate(const ModelSpec& m, const TrainingSetup& s) {
   if (l.sp && m.num_experts > 0)
     return bad("--sp: sequence parallelism with mixture-of-experts layers is not modelled yet");
   if (l.sp && (s.batch * s.seq / l.cp) % l.tp != 0)
-    return bad(fmt::format("--sp: {} tokens per micro-batch per rank do not split over tp = {}", s.batch * s.seq / l.cp, l.tp));
+    return bad(fmt::format("--sp: {} tokens per micro-batch per rank do not split over tp = {}",
+                           s.batch * s.seq / l.cp, l.tp));
   if (l.cp > 1 && s.attn == Attention::kEager)
-    return bad("--cp: context parallelism needs --attn sdpa or flash (ring attention over flash kernels)");
+    return bad(
+        "--cp: context parallelism needs --attn sdpa or flash (ring attention over flash kernels)");
   if (l.cp > 1 && s.seq % (2 * l.cp) != 0)
-    return bad(fmt::format("--cp: --seq {} is not a multiple of 2 x cp = {} (Megatron splits the sequence into 2 x cp chunks)", s.seq, 2 * l.cp));
+    return bad(
+        fmt::format("--cp: --seq {} is not a multiple of 2 x cp = {} (Megatron splits the sequence "
+                    "into 2 x cp chunks)",
+                    s.seq, 2 * l.cp));
   if (m.num_heads == 0 || m.hidden_size == 0 || m.num_layers == 0 || m.vocab_size == 0)
-    return bad(fmt::format("{}: the model config lacks hidden size, heads, layers or vocabulary", m.name));
+    return bad(
+        fmt::format("{}: the model config lacks hidden size, heads, layers or vocabulary", m.name));
   return Ok{};
+}
+
+Status Validate(const ModelSpec& m, const TrainingSetup& s) {
+  auto bad = [](std::string msg) { return Status(MakeError(std::move(msg))); };
+  if (s.batch == 0 || s.batch > kMaxBatch)
+    return bad(fmt::format("--batch: {} is outside 1..{}", s.batch, kMaxBatch));
+  if (s.seq == 0 || s.seq > kMaxSeq)
+    return bad(fmt::format("--seq: {} is outside 1..{}", s.seq, kMaxSeq));
+  if (s.batch * s.seq > kMaxTokensPerMicroBatch)
+    return bad(fmt::format("--batch x --seq: {} tokens per micro-batch is above the {} limit",
+                           s.batch * s.seq, kMaxTokensPerMicroBatch));
+  if (s.grad_accum == 0 || s.grad_accum > kMaxGradAccum)
+    return bad(fmt::format("--grad-accum: {} is outside 1..{}", s.grad_accum, kMaxGradAccum));
+  if (s.steps == 0 || s.steps > kMaxSteps)
+    return bad(fmt::format("--steps: {} is outside 1..{}", s.steps, kMaxSteps));
+  if (s.finetune != Finetune::kFull) {
+    if (s.lora_rank == 0 || s.lora_rank > m.hidden_size)
+      return bad(fmt::format("--lora-rank: {} must be between 1 and the hidden size {}",
+                             s.lora_rank, m.hidden_size));
+    if (!(s.lora_dropout >= 0 && s.lora_dropout < 1))  // NaN fails too
+      return bad(fmt::format("--lora-dropout: {} is outside [0, 1)", s.lora_dropout));
+  }
+  if (s.attn == Attention::kFlash && s.precision == Precision::kFp32)
+    return bad(
+        "--attn flash: flash-attn 2 runs in fp16 / bf16 only; with --precision fp32 use sdpa or "
+        "eager, or a 16-bit precision");
+  if (s.finetune == Finetune::kQLora && s.precision == Precision::kFp32)
+    return bad(
+        "--finetune qlora: needs a 16-bit compute dtype; use --precision bf16 or bf16-mixed, not "
+        "fp32");
+  if (s.optimizer_in_backward && s.optimizer == OptimizerKind::kNone)
+    return bad("--optimizer-in-backward: needs an optimizer (--optimizer is none)");
+  if (s.optimizer_in_backward && s.grad_accum > 1)
+    return bad(
+        "--optimizer-in-backward: steps at every backward, so it cannot accumulate gradients "
+        "(--grad-accum must be 1)");
+  if (s.activation_offload && s.grad_ckpt != GradCkpt::kNone)
+    return bad(
+        "--activation-offload: not modelled together with --grad-ckpt (use one or the other)");
+  if (m.is_encoder && m.model_type != "bert")
+    return bad(fmt::format("{}: encoder models other than bert (model_type {}) are not lowered yet",
+                           m.name,
+                           common::QuoteForMessage(m.model_type, common::kQuotedBytes, '\'')));
+  if (m.is_encoder && s.loss != LossKind::kHf)
+    return bad(
+        "--loss: chunked and fused-linear losses are modelled for causal LMs only, not for bert");
+  if (!(s.moe_capacity_factor == 0 ||
+        (s.moe_capacity_factor >= 0.01 && s.moe_capacity_factor <= 64)))
+    return bad(fmt::format("--moe-capacity-factor: {} is outside 0 (dropless) or 0.01..64",
+                           s.moe_capacity_factor));
+  if (!(s.moe_imbalance >= 1 && s.moe_imbalance <= 1024))
+    return bad(fmt::format("--moe-imbalance: {} is outside 1..1024", s.moe_imbalance));
+  if (s.moe_capacity_factor > 0 && s.moe_imbalance != 1)
+    return bad(
+        "--moe-imbalance: with --moe-capacity-factor every expert is capped (drop the imbalance or "
+        "the capacity)");
+  return ValidateDistributed(m, s);
 }
 
 // torch.amp.GradScaler (torch 2.x, fp16 autocast only): scale() creates the
@@ -150,8 +179,13 @@ class GradScalerModel {
 // schedule's order, each step ending with the optimizer and zero_grad.
 class RankLowerer {
  public:
-  RankLowerer(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu, const RankClassPlan& plan)
-      : model_(model), setup_(setup), gpu_(gpu), plan_(plan), tape_(&result_.stream),
+  RankLowerer(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu,
+              const RankClassPlan& plan)
+      : model_(model),
+        setup_(setup),
+        gpu_(gpu),
+        plan_(plan),
+        tape_(&result_.stream),
         in_flight_(plan.chunks.size()) {}
 
   Result<Lowered> Run() {
@@ -166,7 +200,8 @@ class RankLowerer {
     if (dp_) dp_->Setup();
     const uint64_t micro_batches = SimulatedMicroBatches();
     for (step_ = 1; step_ <= setup_.steps; ++step_) {
-      for (const Pass& pass : PipelineSchedule(micro_batches, plan_.chunks.size(), plan_.warmup, setup_.parallel.pp)) {
+      for (const Pass& pass :
+           PipelineSchedule(micro_batches, plan_.chunks.size(), plan_.warmup, setup_.parallel.pp)) {
         if (pass.forward) {
           ForwardPass(pass.chunk);
         } else {
@@ -184,11 +219,12 @@ class RankLowerer {
   void MakeSharding() {
     const ParallelLayout& layout = setup_.parallel;
     if (layout.multi_gpu() || layout.dp_mode != DataParallel::kNone) {
-      const uint32_t world = layout.dp_mode == DataParallel::kFsdp && layout.fsdp == FsdpSharding::kHybrid
-                                 ? std::min(layout.dp(), layout.gpus_per_node)
-                                 : layout.dp();
-      dp_ = ShardingStrategy::Make(&tape_, setup_, world, layout.model_parallel(), model_.hidden_size,
-                                   static_cast<int>(model_.num_layers));
+      const uint32_t world =
+          layout.dp_mode == DataParallel::kFsdp && layout.fsdp == FsdpSharding::kHybrid
+              ? std::min(layout.dp(), layout.gpus_per_node)
+              : layout.dp();
+      dp_ = ShardingStrategy::Make(&tape_, setup_, world, layout.model_parallel(),
+                                   model_.hidden_size, static_cast<int>(model_.num_layers));
     }
     half_model_ = dp_ && dp_->casts_model_to_half();
   }
@@ -205,18 +241,20 @@ class RankLowerer {
     // peft_module_casting_to_bf16 or prepare_model_for_kbit_training when doing
     // QLoRA + FSDP / DS-Zero3", TRL SFTTrainer / prepare_peft_model, 0.9-0.2x):
     // the other weights keep their 16-bit dtype, so the residual stream does too.
-    rules.sharded_qlora = qlora && dp_ && (layout.dp_mode == DataParallel::kFsdp ||
-                                           layout.dp_mode == DataParallel::kZero3);
+    rules.sharded_qlora =
+        qlora && dp_ &&
+        (layout.dp_mode == DataParallel::kFsdp || layout.dp_mode == DataParallel::kZero3);
     rules.storage = [this](const Param& p) { return dp_ ? dp_->StorageBytes(p) : p.storage_bytes; };
-    tape_.autocast = !half_model_ &&
-                     (setup_.precision == Precision::kBf16Mixed || setup_.precision == Precision::kFp16Mixed);
+    tape_.autocast = !half_model_ && (setup_.precision == Precision::kBf16Mixed ||
+                                      setup_.precision == Precision::kFp16Mixed);
     tape_.compute_bytes = setup_.precision == Precision::kFp32 ? kF32 : kHalf;
     tape_.lora_dropout = setup_.lora_dropout;
     tape_.cpu_rules = setup_.device_rules == DeviceRules::kCpu;
     PlaceParameters(tape_, model_, setup_, plan_.chunks, rules);
     if (setup_.finetune == Finetune::kFull) return uint64_t{0};
     const std::vector<StageSpan>& chunks = plan_.chunks;
-    const bool whole_model = chunks.size() == 1 && chunks[0].first_layer == 0 && chunks[0].embed && chunks[0].head;
+    const bool whole_model =
+        chunks.size() == 1 && chunks[0].first_layer == 0 && chunks[0].embed && chunks[0].head;
     return AttachLoraAdapters(tape_, model_, setup_, whole_model, rules.storage);
   }
 
@@ -229,7 +267,8 @@ class RankLowerer {
       mp_ = IndexParams(model_, tape_.params);
     }
     if (!model_.is_encoder && (!mp_.embed || mp_.layers.empty())) {
-      return MakeError(fmt::format("{}: could not find the embedding and layers in its parameter list", model_.name));
+      return MakeError(fmt::format(
+          "{}: could not find the embedding and layers in its parameter list", model_.name));
     }
     for (const StageSpan& span : plan_.chunks) {
       const size_t end_layer = std::min<size_t>(span.end_layer, mp_.layers.size());
@@ -237,7 +276,8 @@ class RankLowerer {
         const LayerParams& lp = mp_.layers[i];
         const bool attn_ok = lp.qkv || (lp.q && lp.k && lp.v);
         if (!attn_ok || !lp.o || !lp.norm1) {
-          return MakeError(fmt::format("{}: layer {} lacks attention or norm parameters", model_.name, i));
+          return MakeError(
+              fmt::format("{}: layer {} lacks attention or norm parameters", model_.name, i));
         }
       }
     }
@@ -246,7 +286,8 @@ class RankLowerer {
 
   void CountParameters(uint64_t lora_params) {
     uint64_t stage_params = 0;
-    for (const Param& p : tape_.params) stage_params += p.unit >= 0 && !p.name.empty() ? p.numel : 0;
+    for (const Param& p : tape_.params)
+      stage_params += p.unit >= 0 && !p.name.empty() ? p.numel : 0;
     stage_params -= lora_params;
     result_.parameters = stage_params + lora_params;
     result_.trainable_parameters = setup_.finetune != Finetune::kFull ? lora_params : stage_params;
@@ -275,14 +316,17 @@ class RankLowerer {
   // same way whatever the count).
   uint64_t SimulatedMicroBatches() {
     const ParallelLayout& layout = setup_.parallel;
-    const uint64_t requested = layout.pp > 1 && layout.microbatches > 0 ? layout.microbatches : setup_.grad_accum;
+    const uint64_t requested =
+        layout.pp > 1 && layout.microbatches > 0 ? layout.microbatches : setup_.grad_accum;
     const uint64_t simulated = layout.pp > 1 && plan_.chunks.size() == 1
                                    ? std::min<uint64_t>(requested, plan_.warmup + 2)
                                    : requested;
     if (simulated < requested) {
-      result_.notes.push_back(fmt::format(
-          "pipeline: {} of {} micro-batches per step simulated on each stage; 1F1B repeats the same memory "
-          "pattern after its warm-up", simulated, requested));
+      result_.notes.push_back(
+          fmt::format("pipeline: {} of {} micro-batches per step simulated on each stage; 1F1B "
+                      "repeats the same memory "
+                      "pattern after its warm-up",
+                      simulated, requested));
     }
     return simulated;
   }
@@ -293,7 +337,8 @@ class RankLowerer {
   void CublasWorkspace(bool* made) {
     if (*made || gpu_.cublas_workspace_bytes == 0 || tape_.cpu_rules) return;
     tape_.SetModule("cublas");
-    tape_.graph.Alloc(gpu_.cublas_workspace_bytes, Category::kWorkspace, "cublas_workspace", tape_.module());
+    tape_.graph.Alloc(gpu_.cublas_workspace_bytes, Category::kWorkspace, "cublas_workspace",
+                      tape_.module());
     *made = true;
   }
 
@@ -367,8 +412,9 @@ class RankLowerer {
     result_.managed_bytes = extras_.managed_state_bytes;
     result_.host_peak_bytes = tape_.graph.host_peak_bytes() + (dp_ ? dp_->host_bytes() : 0);
     if (setup_.finetune != Finetune::kFull) {
-      result_.notes.push_back("LoRA adapters are counted; their forward is modelled as part of the frozen linear "
-                              "(detailed PEFT paths: see docs/lowering.md).");
+      result_.notes.push_back(
+          "LoRA adapters are counted; their forward is modelled as part of the frozen linear "
+          "(detailed PEFT paths: see docs/lowering.md).");
     }
     if (setup_.finetune == Finetune::kQLora) AddUnquantizedExpertsNote();
     if (dp_) {
@@ -382,12 +428,15 @@ class RankLowerer {
   void AddUnquantizedExpertsNote() {
     uint64_t expert_bytes = 0;  // as this rank holds them
     for (size_t i = 0; i < model_.params.size() && i < tape_.params.size(); ++i) {
-      if (IsStackedExpert(model_.params[i], setup_.transformers_version)) expert_bytes += tape_.params[i].storage_bytes;
+      if (IsStackedExpert(model_.params[i], setup_.transformers_version))
+        expert_bytes += tape_.params[i].storage_bytes;
     }
     if (expert_bytes == 0) return;
     result_.notes.push_back(fmt::format(
-        "QLoRA under transformers 5.x does not quantize this model's experts: they are stacked 3-D parameters, "
-        "and bitsandbytes replaces nn.Linear layers only (integrations/bitsandbytes.py), so {:.2f} GiB of experts "
+        "QLoRA under transformers 5.x does not quantize this model's experts: they are stacked 3-D "
+        "parameters, "
+        "and bitsandbytes replaces nn.Linear layers only (integrations/bitsandbytes.py), so {:.2f} "
+        "GiB of experts "
         "stay unquantized (fp32 after prepare_model_for_kbit_training). transformers 4.x "
         "(--transformers-version 4.57) keeps one nn.Linear per expert, which is quantized.",
         static_cast<double>(expert_bytes) / static_cast<double>(uint64_t{1} << 30)));
@@ -398,7 +447,7 @@ class RankLowerer {
   const GpuSpec& gpu_;
   const RankClassPlan& plan_;
   Lowered result_;
-  Tape tape_;  // writes result_.stream
+  Tape tape_;                             // writes result_.stream
   std::unique_ptr<ShardingStrategy> dp_;  // null: one GPU, nothing sharded
   bool half_model_ = false;
   ModelParams mp_;
@@ -407,15 +456,17 @@ class RankLowerer {
   GradScalerModel scaler_{false};
   std::unordered_map<TensorId*, Param*> param_of_grad_;
   bool forward_workspace_ = false, backward_workspace_ = false;
-  std::vector<std::vector<ForwardOut>> in_flight_;  // forwards whose backward has not run, per chunk
+  std::vector<std::vector<ForwardOut>>
+      in_flight_;  // forwards whose backward has not run, per chunk
   uint32_t step_ = 1;
 };
 
 }  // namespace
 }  // namespace lower
 
-Result<std::vector<LoweredRank>> LowerRankClasses(const ModelSpec& model, const TrainingSetup& setup,
-                                                  const GpuSpec& gpu, const RankClassCallback& each) {
+Result<std::vector<LoweredRank>> LowerRankClasses(const ModelSpec& model,
+                                                  const TrainingSetup& setup, const GpuSpec& gpu,
+                                                  const RankClassCallback& each) {
   using namespace lower;
   if (Status s = Validate(model, setup); !s.ok()) return s.error();
   if (Status s = ValidateLayout(setup.parallel); !s.ok()) return s.error();
@@ -443,7 +494,8 @@ Result<std::vector<LoweredRank>> LowerRankClasses(const ModelSpec& model, const 
     r.lowered = std::move(lowered.value());
     if (setup.parallel.model_parallel()) {
       for (const std::string& n : local.notes) {
-        if (std::find(model.notes.begin(), model.notes.end(), n) == model.notes.end()) r.lowered.notes.push_back(n);
+        if (std::find(model.notes.begin(), model.notes.end(), n) == model.notes.end())
+          r.lowered.notes.push_back(n);
       }
       // The report counts the whole model's parameters, not one rank's.
       uint64_t adapters = 0;
@@ -467,30 +519,37 @@ std::vector<std::string> SetupWarnings(const ModelSpec& model, const TrainingSet
   std::vector<std::string> out;
   if (model.max_position_embeddings > 0 && setup.seq > model.max_position_embeddings) {
     if (model.position == PositionKind::kLearned) {
-      out.push_back(fmt::format("--seq {} is beyond {}'s {} learned positions: the real model would fail "
-                                "(position index out of range); estimated as asked",
-                                setup.seq, model.name, model.max_position_embeddings));
+      out.push_back(
+          fmt::format("--seq {} is beyond {}'s {} learned positions: the real model would fail "
+                      "(position index out of range); estimated as asked",
+                      setup.seq, model.name, model.max_position_embeddings));
     } else {
-      out.push_back(fmt::format("--seq {} is beyond {}'s max_position_embeddings {}: estimated as asked, "
-                                "but the model was not trained on positions that far",
-                                setup.seq, model.name, model.max_position_embeddings));
+      out.push_back(
+          fmt::format("--seq {} is beyond {}'s max_position_embeddings {}: estimated as asked, "
+                      "but the model was not trained on positions that far",
+                      setup.seq, model.name, model.max_position_embeddings));
     }
   }
   const int tv = setup.transformers_version, pv = setup.torch_version;
   if (tv < lower::kOldestTransformers || tv > lower::kNewestTransformers) {
-    out.push_back(fmt::format("--transformers-version {} is outside {}..{}, the releases the lowering's rules "
-                              "were read from: estimated with the nearest behaviour",
-                              lower::VersionText(tv), lower::VersionText(lower::kOldestTransformers), lower::VersionText(lower::kNewestTransformers)));
+    out.push_back(fmt::format(
+        "--transformers-version {} is outside {}..{}, the releases the lowering's rules "
+        "were read from: estimated with the nearest behaviour",
+        lower::VersionText(tv), lower::VersionText(lower::kOldestTransformers),
+        lower::VersionText(lower::kNewestTransformers)));
   }
   if (pv < lower::kOldestTorch || pv > lower::kNewestTorch) {
-    out.push_back(fmt::format("--torch-version {} is outside {}..{}, the releases the lowering's rules were "
-                              "read from: estimated with the nearest behaviour",
-                              lower::VersionText(pv), lower::VersionText(lower::kOldestTorch), lower::VersionText(lower::kNewestTorch)));
+    out.push_back(
+        fmt::format("--torch-version {} is outside {}..{}, the releases the lowering's rules were "
+                    "read from: estimated with the nearest behaviour",
+                    lower::VersionText(pv), lower::VersionText(lower::kOldestTorch),
+                    lower::VersionText(lower::kNewestTorch)));
   }
   return out;
 }
 
-Result<Lowered> LowerTraining(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu) {
+Result<Lowered> LowerTraining(const ModelSpec& model, const TrainingSetup& setup,
+                              const GpuSpec& gpu) {
   VS_TRY(ranks, LowerRankClasses(model, setup, gpu));
   return std::move(ranks.front().lowered);
 }

@@ -36,10 +36,12 @@ TEST(Lower, FlashAttentionInFp32IsRejected) {
 
 TEST(Lower, SteadyStateAndNothingLeaks) {
   const ModelSpec m = Tiny();
-  for (Precision p : {Precision::kFp32, Precision::kFp16Mixed, Precision::kBf16Mixed, Precision::kBf16}) {
+  for (Precision p :
+       {Precision::kFp32, Precision::kFp16Mixed, Precision::kBf16Mixed, Precision::kBf16}) {
     for (GradCkpt c : {GradCkpt::kNone, GradCkpt::kFull, GradCkpt::kReentrant}) {
       for (Attention a : {Attention::kEager, Attention::kSdpa, Attention::kFlash}) {
-        if (p == Precision::kFp32 && a == Attention::kFlash) continue;  // rejected: flash-attn 2 is 16-bit only
+        if (p == Precision::kFp32 && a == Attention::kFlash)
+          continue;  // rejected: flash-attn 2 is 16-bit only
         TrainingSetup s;
         s.optimizer = OptimizerKind::kAdamW;  // foreach: no device step counters left
         s.batch = 2;
@@ -87,8 +89,9 @@ TEST(Lower, ActivationsPerLayerMatchTheFormula) {
   // saved fp32 input (4h) and rsqrt (4/token), bf16 normed (2h), the lm_head
   // input is that norm output (counted), log-softmax fp32 (4V) + loss, ids.
   const uint64_t V = 1000;
-  const uint64_t expected = m.ParameterCount() * 2 + L * t * per_token_layer + L * t * 4 * 2 /* rsqrt x2 */ +
-                            t * (4 * h + 4 + 2 * h + 2 * h) + t * 4 * V + 512 /* loss */;
+  const uint64_t expected = m.ParameterCount() * 2 + L * t * per_token_layer +
+                            L * t * 4 * 2 /* rsqrt x2 */ + t * (4 * h + 4 + 2 * h + 2 * h) +
+                            t * 4 * V + 512 /* loss */;
   // The forward phase ends with those alive (ids/labels freed by then, cos/sin freed).
   const uint64_t end_fwd = r.phases[1].allocated_at_end_bytes;
   EXPECT_NEAR(static_cast<double>(end_fwd), static_cast<double>(expected), expected * 0.01);
@@ -155,8 +158,8 @@ TEST(Lower, ParseVersionAcceptsWhatItAcceptedBefore) {
   EXPECT_EQ(*ParseVersion("5.0", "--transformers-version"), 500);
   EXPECT_EQ(*ParseVersion("04.05", "--transformers-version"), 405);
   EXPECT_EQ(*ParseVersion("99.99", "--transformers-version"), 9999);
-  for (const char* bad : {"", "4", "4.", ".46", "0.9", "4.46rc1", "100.1", "4.100", "-4.46", "+4.46", " 4.46",
-                          "4.-0", "99999999999999999999.1"}) {
+  for (const char* bad : {"", "4", "4.", ".46", "0.9", "4.46rc1", "100.1", "4.100", "-4.46",
+                          "+4.46", " 4.46", "4.-0", "99999999999999999999.1"}) {
     EXPECT_FALSE(ParseVersion(bad, "--torch-version").ok()) << bad;
   }
   EXPECT_EQ(ParseVersion("4.x", "--transformers-version").error().message,
@@ -208,7 +211,7 @@ TEST(Lower, QloraStoresNf4AndDequantizesPerMatmul) {
   ASSERT_TRUE(lowered.ok()) << lowered.error().message;
   // Quantized: every decoder linear (q 256x256, k/v 64x256, o 256x256,
   // gate/up/down 688x256 each) per layer; lm_head stays unquantized.
-  const uint64_t linear_numels[] = {256 * 256, 64 * 256, 64 * 256, 256 * 256,
+  const uint64_t linear_numels[] = {256 * 256, 64 * 256,  64 * 256, 256 * 256,
                                     688 * 256, 688 * 256, 688 * 256};
   // NF4 with double quantization (QLoRA paper, section 3): 4 bits per
   // weight, an 8-bit absmax per 64-block, an fp32 absmax per 256 blocks.
@@ -350,7 +353,8 @@ TEST(Lower, ActivationOffloadMovesSavedTensorsToTheHost) {
   EXPECT_LT(offload.phases[4].allocated_at_end_bytes, fwd.allocated_at_end_bytes);
   // Steady state and nothing left behind.
   for (int ph = 0; ph < 3; ++ph) {
-    EXPECT_EQ(offload.phases[4 + ph].peak_allocated_bytes, offload.phases[7 + ph].peak_allocated_bytes);
+    EXPECT_EQ(offload.phases[4 + ph].peak_allocated_bytes,
+              offload.phases[7 + ph].peak_allocated_bytes);
   }
   EXPECT_EQ(offload.final_stats.allocated_bytes, normal.final_stats.allocated_bytes);
   s.grad_ckpt = GradCkpt::kFull;

@@ -19,20 +19,20 @@ TEST(Moe, DroplessEvenSplitKeepsEveryTokenExpertPair) {
   ASSERT_EQ(t.size(), 8u);
   uint64_t total = 0;
   for (uint64_t n : t) total += n;
-  EXPECT_GE(total, 2000u);             // ceil per expert: never fewer pairs
+  EXPECT_GE(total, 2000u);  // ceil per expert: never fewer pairs
   EXPECT_LE(total, 2000u + 8);
-  EXPECT_EQ(t[0], 250u);               // 1000 * 2 / 8
+  EXPECT_EQ(t[0], 250u);  // 1000 * 2 / 8
 }
 
 TEST(Moe, ImbalanceLoadsTheBusiestExpert) {
   const auto t = ExpertTokens(1000, 2, 8, 1, 0, 3.0);
-  EXPECT_EQ(t[0], 750u);               // 3 x 250
+  EXPECT_EQ(t[0], 750u);  // 3 x 250
   EXPECT_EQ(t[1], (2000u - 750u + 6) / 7);
   // A token visits an expert at most once: the busiest holds at most t.
   EXPECT_EQ(ExpertTokens(1000, 2, 8, 1, 0, 100.0)[0], 1000u);
   // Expert parallel: the worst rank's experts are all that busy.
   const auto ep = ExpertTokens(1000, 2, 2, 4, 0, 2.0);
-  EXPECT_EQ(ep[0], 2000u);             // 2 x (1000 * 2 / 2)
+  EXPECT_EQ(ep[0], 2000u);  // 2 x (1000 * 2 / 2)
   EXPECT_EQ(ep[1], 2000u);
 }
 
@@ -64,8 +64,8 @@ std::map<uint64_t, int> ExpertInputs(const TrainingSetup& s) {
   bool forward = false;
   for (const Event& e : stream.events()) {
     if (e.kind == EventKind::kPhase) forward = e.step == 1 && e.phase == Phase::kForward;
-    if (forward && e.kind == EventKind::kAlloc && e.op == index_op && e.size_bytes % (64 * 2) == 0 &&
-        e.size_bytes >= 64 * 2 * 8) {
+    if (forward && e.kind == EventKind::kAlloc && e.op == index_op &&
+        e.size_bytes % (64 * 2) == 0 && e.size_bytes >= 64 * 2 * 8) {
       ++sizes[e.size_bytes];
     }
   }
@@ -98,8 +98,8 @@ TEST(Moe, LoweringAllocatesTheRoutedTokens) {
 // routed experts run as two grouped matmuls over all S = t * k (token, expert)
 // pairs. Sizes written out for the tiny Mixtral (h = 64, I = 128, E = 4,
 // k = 2, 2 layers) at 1 x 128 tokens in bf16: S = 256.
-std::map<std::string, std::map<uint64_t, int>> ForwardAllocsByOp(const TrainingSetup& s,
-                                                                 const char* config = kTinyMixtral) {
+std::map<std::string, std::map<uint64_t, int>> ForwardAllocsByOp(
+    const TrainingSetup& s, const char* config = kTinyMixtral) {
   auto m = ParseModelConfig(config, "tiny-moe");
   EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.error().message);
   GpuSpec gpu;
@@ -111,7 +111,8 @@ std::map<std::string, std::map<uint64_t, int>> ForwardAllocsByOp(const TrainingS
   bool forward = false;
   for (const Event& e : stream.events()) {
     if (e.kind == EventKind::kPhase) forward = e.step == 1 && e.phase == Phase::kForward;
-    if (forward && e.kind == EventKind::kAlloc) ++by_op[std::string(stream.String(e.op))][e.size_bytes];
+    if (forward && e.kind == EventKind::kAlloc)
+      ++by_op[std::string(stream.String(e.op))][e.size_bytes];
   }
   return by_op;
 }
@@ -130,7 +131,8 @@ TEST(MoeGrouped, TwoGroupedMatmulsPerLayerOverAllPairs) {
   auto ops = ForwardAllocsByOp(GroupedSetup());
   const uint64_t s = 128 * 2, h = 64, inter = 128, bf16 = 2;
   // gate|up [S, 2I] and down [S, h], once per layer.
-  EXPECT_EQ(ops["aten::_grouped_mm"], (std::map<uint64_t, int>{{s * 2 * inter * bf16, 2}, {s * h * bf16, 2}}));
+  EXPECT_EQ(ops["aten::_grouped_mm"],
+            (std::map<uint64_t, int>{{s * 2 * inter * bf16, 2}, {s * h * bf16, 2}}));
   // Rows [S, h] (grouped_mm_experts_forward, 5.24.0): hidden_states[perm //
   // top_k], already in expert order, and the weighted rows back in token order;
   // the sorted routing weights. MixtralTopKRouter (5.24.0) does not cast its
@@ -211,7 +213,8 @@ TEST(Moe, BothPathsReachSteadyStateAndLeaveOnlyModelStates) {
             << "version " << version << " phase " << ph;
       }
       // bf16 weights and two bf16 AdamW moments: 3 x 2 bytes per parameter.
-      EXPECT_EQ(r->final_stats.allocated_bytes, m->ParameterCount() * 2 * 3) << "version " << version;
+      EXPECT_EQ(r->final_stats.allocated_bytes, m->ParameterCount() * 2 * 3)
+          << "version " << version;
     }
   }
 }

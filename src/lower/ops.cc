@@ -95,13 +95,15 @@ namespace {
 Var Nf4Linear(Tape& tape, const Var& x, Param& weight, Param* bias, uint64_t tokens,
               uint64_t out_features) {
   Var xin = Cast(tape, x, tape.compute_bytes);
-  Var deq = tape.New(weight.numel, tape.compute_bytes, Category::kTemporaries, "bnb::dequantize_4bit");
+  Var deq =
+      tape.New(weight.numel, tape.compute_bytes, Category::kTemporaries, "bnb::dequantize_4bit");
   Var out = tape.New(tokens * out_features, tape.compute_bytes, Category::kTemporaries,
                      "bnb::matmul_4bit");
   tape.Drop(deq);
   if (AnyGrad(tape, xin) || (bias && AnyGrad(tape, bias->var))) {
     NodeId n = tape.Node("MatMul4BitBackward", &out);
-    if (n != kNoNode && xin.requires_grad()) tape.graph.Workspace(n, weight.numel * tape.compute_bytes);
+    if (n != kNoNode && xin.requires_grad())
+      tape.graph.Workspace(n, weight.numel * tape.compute_bytes);
     EdgeIf(tape, n, xin);
     if (bias) EdgeIf(tape, n, bias->var);
   }
@@ -267,9 +269,7 @@ Var Silu(Tape& tape, const Var& x) {
 Var Gelu(Tape& tape, const Var& x) {
   return UnaryOp(tape, x, "aten::gelu", "GeluBackward0", false);
 }
-Var Relu(Tape& tape, const Var& x) {
-  return UnaryOp(tape, x, "aten::relu", "ReluBackward0", true);
-}
+Var Relu(Tape& tape, const Var& x) { return UnaryOp(tape, x, "aten::relu", "ReluBackward0", true); }
 
 namespace {
 // scalar + a: AddBackward1 saves nothing and passes the gradient on.
@@ -377,7 +377,8 @@ Var Dropout(Tape& tape, const Var& x, double p) {
                     cpu ? "aten::empty_like" : "aten::native_dropout");
   };
   if (cpu) make_mask();
-  Var out = tape.New(x.numel, x.elem_bytes, Category::kTemporaries, cpu ? "aten::mul" : "aten::native_dropout");
+  Var out = tape.New(x.numel, x.elem_bytes, Category::kTemporaries,
+                     cpu ? "aten::mul" : "aten::native_dropout");
   if (!cpu) make_mask();
   if (AnyGrad(tape, x)) {
     NodeId n = tape.Node(cpu ? "MulBackward0" : "NativeDropoutBackward0", &out);

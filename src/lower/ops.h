@@ -54,8 +54,7 @@ Var MulParam(Tape& tape, const Var& x, Param& w, bool gemma_offset);
 
 // An elementwise op whose output is like x and whose node saves x, or its own
 // result (softmax, sigmoid, tanh, relu).
-Var UnaryOp(Tape& tape, const Var& x, std::string_view op, std::string_view node,
-            bool save_result);
+Var UnaryOp(Tape& tape, const Var& x, std::string_view op, std::string_view node, bool save_result);
 
 // Activations. silu/gelu save their input; relu saves its result.
 Var Silu(Tape& tape, const Var& x);
@@ -75,8 +74,7 @@ Var Dropout(Tape& tape, const Var& x, double p);
 
 // LlamaRMSNorm / GemmaRMSNorm (modeling_llama.py, modeling_gemma.py): fp32
 // upcast, pow, mean, rsqrt, multiply, cast back, weight multiply.
-Var RmsNorm(Tape& tape, const Var& x, Param& w, uint64_t tokens, uint64_t hidden,
-            bool gemma_style);
+Var RmsNorm(Tape& tape, const Var& x, Param& w, uint64_t tokens, uint64_t hidden, bool gemma_style);
 // nn.LayerNorm (native_layer_norm): saves input, mean, rstd (fp32 per row).
 // Under autocast layer_norm runs in fp32.
 Var LayerNorm(Tape& tape, const Var& x, Param& w, Param* b, uint64_t tokens);

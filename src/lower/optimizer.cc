@@ -46,7 +46,8 @@ void AdamForeach(Tape& tape, const std::vector<Param*>& params) {
   for (auto& [bytes, group] : groups) {
     std::vector<TensorId> sqrt_list;
     for (Param* p : group) {
-      sqrt_list.push_back(tape.graph.Alloc(Bytes(*p), Category::kTemporaries, "aten::_foreach_sqrt", p->module));
+      sqrt_list.push_back(
+          tape.graph.Alloc(Bytes(*p), Category::kTemporaries, "aten::_foreach_sqrt", p->module));
     }
     // The previous group's list is released when the name is rebound.
     for (TensorId t : previous) tape.graph.Drop(t);
@@ -100,8 +101,7 @@ void SgdMomentumStep(Tape& tape, const std::vector<Param*>& params, bool first_s
 // (is_fused=True)): 4 bytes, one 512-byte small-pool block each.
 // _fused_adamw then bumps the steps with _foreach_add_ and runs
 // torch._fused_adamw_ in place: no temporaries.
-void AdamWStep(Tape& tape, OptimizerKind kind, const std::vector<Param*>& params,
-               bool first_step) {
+void AdamWStep(Tape& tape, OptimizerKind kind, const std::vector<Param*>& params, bool first_step) {
   if (first_step) {
     for (Param* p : params) {
       // CPU rules: the "CPU tensor" step is on the device, float32 (4 bytes).
@@ -143,7 +143,8 @@ void BitsAndBytesStep(Tape& tape, OptimizerKind kind, const std::vector<Param*>&
 // update: two full-size fp32 temporaries.
 void AdafactorStep(Tape& tape, const std::vector<Param*>& params, bool first_step) {
   for (Param* p : params) {
-    if (first_step) AddState(tape, *p, std::max<uint64_t>(4, p->numel / 256 * 4), "adafactor::exp_avg_sq");
+    if (first_step)
+      AddState(tape, *p, std::max<uint64_t>(4, p->numel / 256 * 4), "adafactor::exp_avg_sq");
     TensorId a = tape.graph.Alloc(p->numel * 4, Category::kTemporaries, "aten::pow", p->module);
     TensorId b = tape.graph.Alloc(p->numel * 4, Category::kTemporaries, "aten::mul", p->module);
     tape.graph.Drop(a);
@@ -174,35 +175,26 @@ void OptimizerStepParams(Tape& tape, const TrainingSetup& setup, const std::vect
   // Lazy state (torch.optim _init_group; bitsandbytes init_state): a param
   // gets its state at its first step. All params step together except with
   // optimizer-in-backward, so "first" is per param.
-  const bool first_step = !params.empty() && params.front()->state.empty() &&
-                          !params.front()->stepped;
+  const bool first_step =
+      !params.empty() && params.front()->state.empty() && !params.front()->stepped;
   for (Param* p : params) p->stepped = true;
   switch (setup.optimizer) {
-    case OptimizerKind::kNone:
-      return;
+    case OptimizerKind::kNone: return;
     case OptimizerKind::kSgd:
       // torch.optim _multi_tensor_sgd (torch 2.x, default weight_decay 0):
       // _foreach_add_(params, grads, alpha=-lr), in place.
       return;
-    case OptimizerKind::kSgdMomentum:
-      SgdMomentumStep(tape, params, first_step);
-      return;
+    case OptimizerKind::kSgdMomentum: SgdMomentumStep(tape, params, first_step); return;
     case OptimizerKind::kAdamW:
     case OptimizerKind::kAdamWFused:
-    case OptimizerKind::kAdamWForLoop:
-      AdamWStep(tape, setup.optimizer, params, first_step);
-      return;
+    case OptimizerKind::kAdamWForLoop: AdamWStep(tape, setup.optimizer, params, first_step); return;
     case OptimizerKind::kAdamW8bit:
     case OptimizerKind::kPagedAdamW8bit:
     case OptimizerKind::kPagedAdamW:
       BitsAndBytesStep(tape, setup.optimizer, params, first_step, extras);
       return;
-    case OptimizerKind::kAdafactor:
-      AdafactorStep(tape, params, first_step);
-      return;
-    case OptimizerKind::kLion:
-      LionStep(tape, params, first_step);
-      return;
+    case OptimizerKind::kAdafactor: AdafactorStep(tape, params, first_step); return;
+    case OptimizerKind::kLion: LionStep(tape, params, first_step); return;
   }
 }
 

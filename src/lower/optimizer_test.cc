@@ -32,7 +32,8 @@ class OptimizerFixture {
       p.numel = s.numel;
       p.elem_bytes = s.elem_bytes;
       p.var = tape_.New(s.numel, s.elem_bytes, Category::kParameters, "param");
-      p.grad = tape_.graph.Alloc(s.numel * s.elem_bytes, Category::kGradients, "grad", tape_.module());
+      p.grad =
+          tape_.graph.Alloc(s.numel * s.elem_bytes, Category::kGradients, "grad", tape_.module());
       tape_.params.push_back(p);
     }
   }

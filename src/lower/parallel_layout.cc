@@ -61,29 +61,37 @@ Result<FsdpSharding> ParseFsdpSharding(std::string_view t) {
   if (t == "full") return FsdpSharding::kFull;
   if (t == "grad-op") return FsdpSharding::kGradOp;
   if (t == "hybrid") return FsdpSharding::kHybrid;
-  return MakeError(fmt::format("--fsdp: {} is not one of full, grad-op, hybrid", common::QuoteForMessage(t, common::kQuotedBytes, '\'')));
+  return MakeError(fmt::format("--fsdp: {} is not one of full, grad-op, hybrid",
+                               common::QuoteForMessage(t, common::kQuotedBytes, '\'')));
 }
 
 Result<Offload> ParseOffload(std::string_view t) {
   if (t == "none") return Offload::kNone;
   if (t == "optimizer") return Offload::kOptimizer;
   if (t == "params") return Offload::kParams;
-  return MakeError(fmt::format("--offload: {} is not one of none, optimizer, params", common::QuoteForMessage(t, common::kQuotedBytes, '\'')));
+  return MakeError(fmt::format("--offload: {} is not one of none, optimizer, params",
+                               common::QuoteForMessage(t, common::kQuotedBytes, '\'')));
 }
 
 Result<DataParallel> ParseZeroStage(std::string_view t) {
   if (t == "1") return DataParallel::kZero1;
   if (t == "2") return DataParallel::kZero2;
   if (t == "3") return DataParallel::kZero3;
-  return MakeError(fmt::format("--zero: {} is not one of 1, 2, 3", common::QuoteForMessage(t, common::kQuotedBytes, '\'')));
+  return MakeError(fmt::format("--zero: {} is not one of 1, 2, 3",
+                               common::QuoteForMessage(t, common::kQuotedBytes, '\'')));
 }
 
 Status ValidateLayout(const ParallelLayout& l) {
   auto bad = [](std::string msg) { return Status(MakeError(std::move(msg))); };
   constexpr uint32_t kMaxGpus = 1u << 20;
-  if (l.gpus == 0 || l.gpus > kMaxGpus) return bad(fmt::format("--gpus: {} is outside 1..{}", l.gpus, kMaxGpus));
-  for (auto [flag, v] : {std::pair<const char*, uint32_t>{"--tp", l.tp}, {"--pp", l.pp}, {"--cp", l.cp}, {"--ep", l.ep}}) {
-    if (v == 0 || v > l.gpus) return bad(fmt::format("{}: {} is outside 1..{} (--gpus)", flag, v, l.gpus));
+  if (l.gpus == 0 || l.gpus > kMaxGpus)
+    return bad(fmt::format("--gpus: {} is outside 1..{}", l.gpus, kMaxGpus));
+  for (auto [flag, v] : {std::pair<const char*, uint32_t>{"--tp", l.tp},
+                         {"--pp", l.pp},
+                         {"--cp", l.cp},
+                         {"--ep", l.ep}}) {
+    if (v == 0 || v > l.gpus)
+      return bad(fmt::format("{}: {} is outside 1..{} (--gpus)", flag, v, l.gpus));
   }
   if (l.gpus_per_node == 0 || l.gpus_per_node > 64)
     return bad(fmt::format("--gpus-per-node: {} is outside 1..64", l.gpus_per_node));
@@ -96,31 +104,42 @@ Status ValidateLayout(const ParallelLayout& l) {
   // Megatron places expert parallelism inside the data-parallel (x context)
   // group: ep must divide dp * cp (megatron/core/parallel_state.py).
   if ((uint64_t{dp} * l.cp) % l.ep != 0)
-    return bad(fmt::format("--ep: {} does not divide the data-parallel x context-parallel size {}", l.ep, dp * l.cp));
+    return bad(fmt::format("--ep: {} does not divide the data-parallel x context-parallel size {}",
+                           l.ep, dp * l.cp));
   if (l.sp && l.tp == 1) return bad("--sp: sequence parallelism needs --tp above 1");
   if (l.virtual_stages == 0 || l.virtual_stages > 64)
     return bad(fmt::format("--virtual-stages: {} is outside 1..64", l.virtual_stages));
-  if (l.virtual_stages > 1 && l.pp == 1) return bad("--virtual-stages: interleaving needs --pp above 1");
-  if (l.microbatches > 65536) return bad(fmt::format("--microbatches: {} is outside 0..65536", l.microbatches));
+  if (l.virtual_stages > 1 && l.pp == 1)
+    return bad("--virtual-stages: interleaving needs --pp above 1");
+  if (l.microbatches > 65536)
+    return bad(fmt::format("--microbatches: {} is outside 0..65536", l.microbatches));
   if (l.fsdp_version != 1 && l.fsdp_version != 2)
     return bad(fmt::format("--fsdp-version: {} is not 1 or 2", l.fsdp_version));
-  if (l.dp_mode == DataParallel::kFsdp && l.fsdp == FsdpSharding::kHybrid && dp % l.gpus_per_node != 0 &&
-      dp > l.gpus_per_node)
-    return bad(fmt::format("--fsdp hybrid: {} data-parallel ranks do not fill whole nodes of {} GPUs", dp, l.gpus_per_node));
+  if (l.dp_mode == DataParallel::kFsdp && l.fsdp == FsdpSharding::kHybrid &&
+      dp % l.gpus_per_node != 0 && dp > l.gpus_per_node)
+    return bad(
+        fmt::format("--fsdp hybrid: {} data-parallel ranks do not fill whole nodes of {} GPUs", dp,
+                    l.gpus_per_node));
   const bool sharded = l.dp_mode == DataParallel::kZero1 || l.dp_mode == DataParallel::kZero2 ||
                        l.dp_mode == DataParallel::kZero3 || l.dp_mode == DataParallel::kFsdp;
   if (l.offload != Offload::kNone && !sharded)
-    return bad("--offload: needs --zero 1|2|3 or --fsdp (DDP and plain runs keep every state on the GPU)");
-  if (l.offload == Offload::kParams && (l.dp_mode == DataParallel::kZero1 || l.dp_mode == DataParallel::kZero2))
+    return bad(
+        "--offload: needs --zero 1|2|3 or --fsdp (DDP and plain runs keep every state on the GPU)");
+  if (l.offload == Offload::kParams &&
+      (l.dp_mode == DataParallel::kZero1 || l.dp_mode == DataParallel::kZero2))
     return bad("--offload params: DeepSpeed offloads parameters only with --zero 3");
   if (l.model_parallel()) {
-    if (l.dp_mode == DataParallel::kZero2 || l.dp_mode == DataParallel::kZero3 || l.dp_mode == DataParallel::kFsdp ||
-        l.dp_mode == DataParallel::kDdp) {
-      return bad(fmt::format("--{}: with --tp/--pp/--cp/--ep the data-parallel side is Megatron's "
-                             "(plain, or --zero 1 for its distributed optimizer)",
-                             l.dp_mode == DataParallel::kFsdp ? "fsdp" : l.dp_mode == DataParallel::kDdp ? "ddp" : "zero"));
+    if (l.dp_mode == DataParallel::kZero2 || l.dp_mode == DataParallel::kZero3 ||
+        l.dp_mode == DataParallel::kFsdp || l.dp_mode == DataParallel::kDdp) {
+      return bad(
+          fmt::format("--{}: with --tp/--pp/--cp/--ep the data-parallel side is Megatron's "
+                      "(plain, or --zero 1 for its distributed optimizer)",
+                      l.dp_mode == DataParallel::kFsdp  ? "fsdp"
+                      : l.dp_mode == DataParallel::kDdp ? "ddp"
+                                                        : "zero"));
     }
-    if (l.offload != Offload::kNone) return bad("--offload: not modelled with Megatron-style --tp/--pp/--cp/--ep");
+    if (l.offload != Offload::kNone)
+      return bad("--offload: not modelled with Megatron-style --tp/--pp/--cp/--ep");
   }
   return Ok{};
 }
@@ -140,12 +159,15 @@ std::vector<std::pair<std::string, std::string>> DescribeLayout(const ParallelLa
   if (l.cp > 1) k.emplace_back("cp", std::to_string(l.cp));
   if (l.ep > 1) k.emplace_back("ep", std::to_string(l.ep));
   if (l.sp) k.emplace_back("sp", "true");
-  if (l.pp > 1 && l.microbatches > 0) k.emplace_back("microbatches", std::to_string(l.microbatches));
+  if (l.pp > 1 && l.microbatches > 0)
+    k.emplace_back("microbatches", std::to_string(l.microbatches));
   if (l.virtual_stages > 1) k.emplace_back("virtual_stages", std::to_string(l.virtual_stages));
-  if (l.dp_mode == DataParallel::kZero1 || l.dp_mode == DataParallel::kZero2 || l.dp_mode == DataParallel::kZero3) {
+  if (l.dp_mode == DataParallel::kZero1 || l.dp_mode == DataParallel::kZero2 ||
+      l.dp_mode == DataParallel::kZero3) {
     k.emplace_back("zero_buckets", l.zero.hf_auto ? "hf-auto" : "deepspeed-defaults");
     k.emplace_back("zero_sub_group_size", std::to_string(l.zero.sub_group_size));
-    if (l.dp_mode == DataParallel::kZero3 && !l.zero.zero_init) k.emplace_back("zero_init", "false");
+    if (l.dp_mode == DataParallel::kZero3 && !l.zero.zero_init)
+      k.emplace_back("zero_init", "false");
   }
   return k;
 }

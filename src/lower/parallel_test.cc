@@ -79,7 +79,8 @@ uint64_t ActivationPeak(const EventStream& stream) {
   return peak;
 }
 uint64_t ModelStates(const Bytes& b) {
-  return At(b, Category::kParameters) + At(b, Category::kGradients) + At(b, Category::kOptimizerState);
+  return At(b, Category::kParameters) + At(b, Category::kGradients) +
+         At(b, Category::kOptimizerState);
 }
 
 std::vector<LoweredRank> Lower(const TrainingSetup& s) {
@@ -113,7 +114,8 @@ TEST(Parallel, ZeroStagesAtWorldSizeOneHoldSixteenBytesPerParameter) {
     s.parallel.dp_mode = z;
     auto ranks = Lower(s);
     ASSERT_EQ(ranks.size(), 1u);
-    ExpectNear(ModelStates(LiveAtEnd(ranks[0].lowered.stream, 2, Phase::kBackward)), 16.0 * kParams);
+    ExpectNear(ModelStates(LiveAtEnd(ranks[0].lowered.stream, 2, Phase::kBackward)),
+               16.0 * kParams);
   }
 }
 
@@ -146,8 +148,10 @@ TEST(Parallel, FsdpKeepsFp32ShardsOnly) {
     s.parallel.fsdp_version = version;
     auto ranks = Lower(s);
     ASSERT_EQ(ranks.size(), 1u);
-    ExpectNear(ModelStates(LiveAtEnd(ranks[0].lowered.stream, 2, Phase::kBackward)), 16.0 * kParams / 8);
-    ExpectNear(ModelStates(LiveAtEnd(ranks[0].lowered.stream, 2, Phase::kOptimizer)), 12.0 * kParams / 8);
+    ExpectNear(ModelStates(LiveAtEnd(ranks[0].lowered.stream, 2, Phase::kBackward)),
+               16.0 * kParams / 8);
+    ExpectNear(ModelStates(LiveAtEnd(ranks[0].lowered.stream, 2, Phase::kOptimizer)),
+               12.0 * kParams / 8);
   }
 }
 
@@ -190,7 +194,8 @@ TEST(Parallel, MegatronBytesPerParameter) {
   ExpectNear(ModelStates(LiveAtEnd(ranks[0].lowered.stream, 2, Phase::kBackward)), 18.0 * local);
   s.parallel.dp_mode = DataParallel::kZero1;
   ranks = Lower(s);
-  ExpectNear(ModelStates(LiveAtEnd(ranks[0].lowered.stream, 2, Phase::kBackward)), (6.0 + 12.0 / 2) * local);
+  ExpectNear(ModelStates(LiveAtEnd(ranks[0].lowered.stream, 2, Phase::kBackward)),
+             (6.0 + 12.0 / 2) * local);
 }
 
 TEST(Parallel, PipelineStagesHoldTheirLayersAndMicroBatchesInFlight) {
@@ -211,7 +216,8 @@ TEST(Parallel, PipelineStagesHoldTheirLayersAndMicroBatchesInFlight) {
   // final norm + head.
   // SGD keeps no moments: bf16 params 2 + fp32 main grads 4 + fp32 main
   // params 4 = 10 bytes per parameter of the stage.
-  ExpectNear(ModelStates(LiveAtEnd(ranks[0].lowered.stream, 1, Phase::kBackward)), 10.0 * (kV * kH + kLayer));
+  ExpectNear(ModelStates(LiveAtEnd(ranks[0].lowered.stream, 1, Phase::kBackward)),
+             10.0 * (kV * kH + kLayer));
   ExpectNear(ModelStates(LiveAtEnd(ranks[2].lowered.stream, 1, Phase::kBackward)),
              10.0 * (kV * kH + kLayer + kH));
   // Middle stage 1 of 4 runs pp - 1 - 1 = 2 warm-up forwards; its third
@@ -219,7 +225,8 @@ TEST(Parallel, PipelineStagesHoldTheirLayersAndMicroBatchesInFlight) {
   // two finished micro-batches plus the peak of a third.
   s.parallel.microbatches = 1;
   auto single = Lower(s);
-  const uint64_t one_done = At(LiveAtEnd(single[1].lowered.stream, 1, Phase::kForward), Category::kActivations);
+  const uint64_t one_done =
+      At(LiveAtEnd(single[1].lowered.stream, 1, Phase::kForward), Category::kActivations);
   const uint64_t one_peak = ActivationPeak(single[1].lowered.stream);
   ASSERT_GT(one_done, 0u);
   EXPECT_EQ(ActivationPeak(ranks[1].lowered.stream), 2 * one_done + one_peak);
@@ -299,19 +306,53 @@ TEST(Parallel, ImpossibleLayoutsAreOneLineErrors) {
     const char* needle;
   };
   const Case cases[] = {
-      {"tp does not divide heads", [](TrainingSetup& s) { s.parallel.gpus = 3; s.parallel.tp = 3; }, "--tp: 3 does not divide"},
-      {"more stages than layers", [](TrainingSetup& s) { s.parallel.gpus = 8; s.parallel.pp = 8; }, "--pp: 8 pipeline stages for the 4 layers"},
-      {"gpus not tp x pp x cp", [](TrainingSetup& s) { s.parallel.gpus = 6; s.parallel.tp = 4; }, "not a multiple of tp x pp x cp"},
-      {"offload without sharding", [](TrainingSetup& s) { s.parallel.gpus = 2; s.parallel.dp_mode = DataParallel::kDdp; s.parallel.offload = Offload::kOptimizer; }, "--offload: needs --zero"},
-      {"ZeRO-3 under tp", [](TrainingSetup& s) { s.parallel.gpus = 4; s.parallel.tp = 2; s.parallel.dp_mode = DataParallel::kZero3; }, "Megatron"},
-      {"ep without experts", [](TrainingSetup& s) { s.parallel.gpus = 2; s.parallel.ep = 2; s.parallel.dp_mode = DataParallel::kNone; }, "--ep: tiny has no experts"},
+      {"tp does not divide heads",
+       [](TrainingSetup& s) {
+         s.parallel.gpus = 3;
+         s.parallel.tp = 3;
+       },
+       "--tp: 3 does not divide"},
+      {"more stages than layers",
+       [](TrainingSetup& s) {
+         s.parallel.gpus = 8;
+         s.parallel.pp = 8;
+       },
+       "--pp: 8 pipeline stages for the 4 layers"},
+      {"gpus not tp x pp x cp",
+       [](TrainingSetup& s) {
+         s.parallel.gpus = 6;
+         s.parallel.tp = 4;
+       },
+       "not a multiple of tp x pp x cp"},
+      {"offload without sharding",
+       [](TrainingSetup& s) {
+         s.parallel.gpus = 2;
+         s.parallel.dp_mode = DataParallel::kDdp;
+         s.parallel.offload = Offload::kOptimizer;
+       },
+       "--offload: needs --zero"},
+      {"ZeRO-3 under tp",
+       [](TrainingSetup& s) {
+         s.parallel.gpus = 4;
+         s.parallel.tp = 2;
+         s.parallel.dp_mode = DataParallel::kZero3;
+       },
+       "Megatron"},
+      {"ep without experts",
+       [](TrainingSetup& s) {
+         s.parallel.gpus = 2;
+         s.parallel.ep = 2;
+         s.parallel.dp_mode = DataParallel::kNone;
+       },
+       "--ep: tiny has no experts"},
   };
   for (const Case& c : cases) {
     TrainingSetup s = Base();
     c.edit(s);
     auto r = LowerRankClasses(Tiny(), s, TestGpu());
     ASSERT_FALSE(r.ok()) << c.what;
-    EXPECT_NE(r.error().message.find(c.needle), std::string::npos) << c.what << ": " << r.error().message;
+    EXPECT_NE(r.error().message.find(c.needle), std::string::npos)
+        << c.what << ": " << r.error().message;
     EXPECT_EQ(r.error().message.find('\n'), std::string::npos) << c.what;
   }
 }

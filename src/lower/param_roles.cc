@@ -8,7 +8,8 @@ namespace vramscope::lower {
 std::vector<ParamRole> WeightRoles(const std::vector<ParamTensor>& params) {
   std::unordered_map<std::string, ParamRole> weight_role;  // module -> its weight's role
   for (const ParamTensor& pt : params) {
-    if (pt.role != ParamRole::kBias && !pt.name.ends_with(".bias")) weight_role.emplace(pt.module, pt.role);
+    if (pt.role != ParamRole::kBias && !pt.name.ends_with(".bias"))
+      weight_role.emplace(pt.module, pt.role);
   }
   std::vector<ParamRole> roles;
   roles.reserve(params.size());

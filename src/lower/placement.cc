@@ -15,7 +15,8 @@ bool IsStackedExpert(const ParamTensor& pt, int transformers_version) {
   return transformers_version >= 500 && IsRoutedExpert(pt.role);
 }
 
-bool IsLoraTarget(const ParamTensor& pt, const std::vector<std::string>& targets, int transformers_version) {
+bool IsLoraTarget(const ParamTensor& pt, const std::vector<std::string>& targets,
+                  int transformers_version) {
   if (!pt.is_linear_weight || IsStackedExpert(pt, transformers_version)) return false;
   for (const std::string& t : targets) {
     if (t == "all-linear") return pt.role != ParamRole::kLmHead && pt.role != ParamRole::kRouter;
@@ -39,8 +40,9 @@ namespace {
 // the last (a tied head: the last stage's copy of the embedding, as Megatron
 // keeps one for the output layer).
 bool InSpan(const ParamTensor& pt, const StageSpan& span, bool tied) {
-  if (pt.layer >= 0) return static_cast<uint64_t>(pt.layer) >= span.first_layer &&
-                            static_cast<uint64_t>(pt.layer) < span.end_layer;
+  if (pt.layer >= 0)
+    return static_cast<uint64_t>(pt.layer) >= span.first_layer &&
+           static_cast<uint64_t>(pt.layer) < span.end_layer;
   if (pt.role == ParamRole::kEmbed) return span.embed || (tied && span.head);
   if (IsInputSide(pt.role)) return span.embed;
   return span.head;
@@ -74,8 +76,8 @@ void PlaceBuffers(Tape& tape, const ModelSpec& model, const TrainingSetup& setup
     // nn.Buffer).
     tape.graph.SetModule(tape.graph.Intern("bert.embeddings"));
     for (int i = 0; i < 2; ++i) {
-      tape.graph.Alloc(model.max_position_embeddings * kI64, Category::kParameters, "register_buffer",
-                       tape.graph.module());
+      tape.graph.Alloc(model.max_position_embeddings * kI64, Category::kParameters,
+                       "register_buffer", tape.graph.module());
     }
     return;
   }
@@ -85,7 +87,8 @@ void PlaceBuffers(Tape& tape, const ModelSpec& model, const TrainingSetup& setup
     const uint64_t end_layer = std::min<uint64_t>(span.end_layer, model.num_layers);
     for (uint64_t i = span.first_layer; i < end_layer; ++i) {
       tape.graph.SetModule(tape.graph.Intern(fmt::format("transformer.h.{}.attn", i)));
-      tape.graph.Alloc(positions * positions, Category::kParameters, "register_buffer", tape.graph.module());
+      tape.graph.Alloc(positions * positions, Category::kParameters, "register_buffer",
+                       tape.graph.module());
       tape.graph.Alloc(4, Category::kParameters, "register_buffer", tape.graph.module());
     }
   }
@@ -98,8 +101,9 @@ uint64_t Nf4StorageBytes(uint64_t numel) {
 }
 
 // One model parameter as loaded on this rank, before allocation.
-Param LoadedParam(const ParamTensor& pt, const TrainingSetup& setup, const std::vector<StageSpan>& chunks,
-                  bool tied, uint64_t num_layers, const PlacementRules& rules, EventStream* out) {
+Param LoadedParam(const ParamTensor& pt, const TrainingSetup& setup,
+                  const std::vector<StageSpan>& chunks, bool tied, uint64_t num_layers,
+                  const PlacementRules& rules, EventStream* out) {
   const bool lora = setup.finetune != Finetune::kFull;
   const bool qlora = setup.finetune == Finetune::kQLora;
   Param p;
@@ -116,7 +120,8 @@ Param LoadedParam(const ParamTensor& pt, const TrainingSetup& setup, const std::
   if (IsStackedExpert(pt, setup.transformers_version) && pt.layer >= 0) {
     p.stack = 1 + 2 * static_cast<uint32_t>(pt.layer) + (pt.role == ParamRole::kExpertDown ? 1 : 0);
   }
-  if (qlora && pt.is_linear_weight && pt.role != ParamRole::kLmHead && !IsStackedExpert(pt, setup.transformers_version)) {
+  if (qlora && pt.is_linear_weight && pt.role != ParamRole::kLmHead &&
+      !IsStackedExpert(pt, setup.transformers_version)) {
     p.storage_bytes = Nf4StorageBytes(p.numel);
     p.nf4 = true;
   } else if (qlora && !rules.sharded_qlora) {
@@ -153,7 +158,8 @@ void AttachAdapterPair(Tape& tape, const ParamTensor& pt, size_t base, uint64_t 
     ad.var.t = tape.graph.Alloc(storage(ad), Category::kParameters, "peft::lora", ad.module);
     ad.var.numel = ad.numel;
     ad.var.elem_bytes = kF32;
-    (k == 0 ? tape.params[base].lora_a : tape.params[base].lora_b) = static_cast<int>(tape.params.size());
+    (k == 0 ? tape.params[base].lora_a : tape.params[base].lora_b) =
+        static_cast<int>(tape.params.size());
     tape.params.push_back(std::move(ad));
     Param& placed = tape.params.back();  // reserved by PlaceParameters: addresses are stable
     placed.var.fn = tape.graph.AddAccumulateGrad(placed.storage_bytes, &placed.grad);
@@ -164,17 +170,20 @@ void AttachAdapterPair(Tape& tape, const ParamTensor& pt, size_t base, uint64_t 
 
 void PlaceParameters(Tape& tape, const ModelSpec& model, const TrainingSetup& setup,
                      const std::vector<StageSpan>& chunks, const PlacementRules& rules) {
-  const bool tied = std::none_of(model.params.begin(), model.params.end(),
-                                 [](const ParamTensor& pt) { return pt.role == ParamRole::kLmHead; });
+  const bool tied =
+      std::none_of(model.params.begin(), model.params.end(),
+                   [](const ParamTensor& pt) { return pt.role == ParamRole::kLmHead; });
   tape.params.reserve(model.params.size() * 3);  // room for two adapters each: stable addresses
   for (const ParamTensor& pt : model.params) {
-    tape.params.push_back(LoadedParam(pt, setup, chunks, tied, model.num_layers, rules, tape.out()));
+    tape.params.push_back(
+        LoadedParam(pt, setup, chunks, tied, model.num_layers, rules, tape.out()));
   }
   tape.SetModule("model");
   for (Param& p : tape.params) {
     if (p.unit < 0) continue;  // not on this pipeline stage
     tape.graph.SetModule(p.module);
-    p.var.t = tape.graph.Alloc(rules.storage(p), Category::kParameters, "from_pretrained", p.module);
+    p.var.t =
+        tape.graph.Alloc(rules.storage(p), Category::kParameters, "from_pretrained", p.module);
     p.var.numel = p.numel;
     p.var.elem_bytes = p.elem_bytes;
     if (p.trainable) p.var.fn = tape.graph.AddAccumulateGrad(p.numel * p.elem_bytes, &p.grad);

@@ -19,7 +19,8 @@ namespace vramscope::lower {
 // transformers >= 5.0 stores routed experts as 3-D nn.Parameters, not nn.Linear.
 bool IsStackedExpert(const ParamTensor& pt, int transformers_version);
 // Whether PEFT's target_modules (--lora-targets) wrap this weight.
-bool IsLoraTarget(const ParamTensor& pt, const std::vector<std::string>& targets, int transformers_version);
+bool IsLoraTarget(const ParamTensor& pt, const std::vector<std::string>& targets,
+                  int transformers_version);
 // Elements of the LoRA adapters PEFT attaches to `pt` (lora_A + lora_B); 0 when none.
 uint64_t LoraAdapterParams(const ParamTensor& pt, const TrainingSetup& setup);
 

@@ -13,13 +13,18 @@ namespace {
 // Megatron's ColumnParallelLinear: the output dimension is split over tensor ranks.
 bool ColumnParallel(ParamRole role) {
   switch (role) {
-    case ParamRole::kQ: case ParamRole::kK: case ParamRole::kV: case ParamRole::kQkv:
-    case ParamRole::kGate: case ParamRole::kUp: case ParamRole::kGateUp:
-    case ParamRole::kExpertGate: case ParamRole::kExpertUp:
-    case ParamRole::kSharedGate: case ParamRole::kSharedUp:
-      return true;
-    default:
-      return false;
+    case ParamRole::kQ:
+    case ParamRole::kK:
+    case ParamRole::kV:
+    case ParamRole::kQkv:
+    case ParamRole::kGate:
+    case ParamRole::kUp:
+    case ParamRole::kGateUp:
+    case ParamRole::kExpertGate:
+    case ParamRole::kExpertUp:
+    case ParamRole::kSharedGate:
+    case ParamRole::kSharedUp: return true;
+    default: return false;
   }
 }
 
@@ -36,7 +41,8 @@ int64_t ExpertIndex(const std::string& module) {
   int64_t e = 0;
   size_t i = at + 9;
   if (i >= module.size() || module[i] < '0' || module[i] > '9') return -1;
-  for (; i < module.size() && module[i] >= '0' && module[i] <= '9'; ++i) e = e * 10 + (module[i] - '0');
+  for (; i < module.size() && module[i] >= '0' && module[i] <= '9'; ++i)
+    e = e * 10 + (module[i] - '0');
   return e;
 }
 
@@ -46,21 +52,31 @@ Result<ModelSpec> ShardModel(const ModelSpec& model, const TrainingSetup& setup)
   const ParallelLayout& l = setup.parallel;
   if (l.tp == 1 && l.ep == 1) return model;
   auto bad = [](std::string msg) { return MakeError(std::move(msg)); };
-  if (model.is_encoder) return bad(fmt::format("--tp/--ep: {} is an encoder; Megatron-style parallelism is modelled for decoders", model.name));
+  if (model.is_encoder)
+    return bad(fmt::format(
+        "--tp/--ep: {} is an encoder; Megatron-style parallelism is modelled for decoders",
+        model.name));
   const uint64_t t = l.tp;
   const uint64_t kv = model.num_kv_heads ? model.num_kv_heads : model.num_heads;
   if (model.num_heads % t != 0)
-    return bad(fmt::format("--tp: {} does not divide the {} attention heads of {}", t, model.num_heads, model.name));
+    return bad(fmt::format("--tp: {} does not divide the {} attention heads of {}", t,
+                           model.num_heads, model.name));
   if (kv % t != 0 && t % kv != 0)
-    return bad(fmt::format("--tp: {} and the {} key/value heads of {} do not divide one another", t, kv, model.name));
+    return bad(fmt::format("--tp: {} and the {} key/value heads of {} do not divide one another", t,
+                           kv, model.name));
   if (model.intermediate_size % t != 0)
-    return bad(fmt::format("--tp: {} does not divide the MLP size {} of {}", t, model.intermediate_size, model.name));
+    return bad(fmt::format("--tp: {} does not divide the MLP size {} of {}", t,
+                           model.intermediate_size, model.name));
   if (model.moe_intermediate_size % t != 0)
-    return bad(fmt::format("--tp: {} does not divide the expert MLP size {} of {}", t, model.moe_intermediate_size, model.name));
+    return bad(fmt::format("--tp: {} does not divide the expert MLP size {} of {}", t,
+                           model.moe_intermediate_size, model.name));
   if (l.ep > 1 && model.num_experts == 0)
-    return bad(fmt::format("--ep: {} has no experts (expert parallelism needs a mixture-of-experts model)", model.name));
+    return bad(
+        fmt::format("--ep: {} has no experts (expert parallelism needs a mixture-of-experts model)",
+                    model.name));
   if (l.ep > 1 && model.num_experts % l.ep != 0)
-    return bad(fmt::format("--ep: {} does not divide the {} experts of {}", l.ep, model.num_experts, model.name));
+    return bad(fmt::format("--ep: {} does not divide the {} experts of {}", l.ep, model.num_experts,
+                           model.name));
 
   ModelSpec local = model;
   const uint64_t d = model.head_dim ? model.head_dim : model.hidden_size / model.num_heads;
@@ -87,7 +103,8 @@ Result<ModelSpec> ShardModel(const ModelSpec& model, const TrainingSetup& setup)
     const ParamRole role = roles[i];
     const bool is_bias = pt.role == ParamRole::kBias;
     if (role == ParamRole::kEmbed || role == ParamRole::kLmHead) {
-      const uint64_t row = pt.shape.size() == 2 ? pt.shape[1] : pt.numel / std::max<uint64_t>(1, model.vocab_size);
+      const uint64_t row =
+          pt.shape.size() == 2 ? pt.shape[1] : pt.numel / std::max<uint64_t>(1, model.vocab_size);
       pt.numel = local.vocab_size * (is_bias ? 1 : row);
       if (!pt.shape.empty()) pt.shape[0] = local.vocab_size;
     } else if ((role == ParamRole::kK || role == ParamRole::kV) && kv < t) {
@@ -102,32 +119,53 @@ Result<ModelSpec> ShardModel(const ModelSpec& model, const TrainingSetup& setup)
     }
     local.params.push_back(std::move(pt));
   }
-  local.notes.push_back(fmt::format(
-      "tensor parallel {}: {} of {} heads, MLP {} of {}, vocabulary {} of {} (padded to {}) per rank; "
-      "expert parallel {}: {} of {} experts (Megatron-LM core 0.5-0.13 layouts)",
-      t, local.num_heads, model.num_heads, local.intermediate_size, model.intermediate_size, local.vocab_size,
-      model.vocab_size, padded_vocab, l.ep, local.num_experts, model.num_experts));
+  local.notes.push_back(
+      fmt::format("tensor parallel {}: {} of {} heads, MLP {} of {}, vocabulary {} of {} (padded "
+                  "to {}) per rank; "
+                  "expert parallel {}: {} of {} experts (Megatron-LM core 0.5-0.13 layouts)",
+                  t, local.num_heads, model.num_heads, local.intermediate_size,
+                  model.intermediate_size, local.vocab_size, model.vocab_size, padded_vocab, l.ep,
+                  local.num_experts, model.num_experts));
   return local;
 }
 
-Result<std::vector<RankClassPlan>> PlanRankClasses(const ModelSpec& model, const TrainingSetup& setup) {
-  const ParallelLayout& l = setup.parallel;
+namespace {
+
+// The pipeline layout the model must allow (stages, interleaving, encoders).
+Status CheckPipeline(const ModelSpec& model, const ParallelLayout& l) {
   const uint32_t pp = l.pp;
   if (pp > model.num_layers) {
-    return MakeError(fmt::format("--pp: {} pipeline stages for the {} layers of {}", pp, model.num_layers, model.name));
+    return MakeError(fmt::format("--pp: {} pipeline stages for the {} layers of {}", pp,
+                                 model.num_layers, model.name));
   }
   const uint32_t v = l.virtual_stages;
   if (v > 1 && model.num_layers % (uint64_t{pp} * v) != 0) {
-    return MakeError(fmt::format("--virtual-stages: {} layers of {} do not split into pp x virtual stages = {} "
-                                 "equal chunks (Megatron requires it)", model.num_layers, model.name, pp * v));
+    return MakeError(
+        fmt::format("--virtual-stages: {} layers of {} do not split into pp x virtual stages = {} "
+                    "equal chunks (Megatron requires it)",
+                    model.num_layers, model.name, pp * v));
   }
   if (v > 1 && l.microbatches > 0 && l.microbatches % pp != 0) {
-    return MakeError(fmt::format("--microbatches: {} is not a multiple of --pp {} (the interleaved schedule "
-                                 "needs it)", l.microbatches, pp));
+    return MakeError(
+        fmt::format("--microbatches: {} is not a multiple of --pp {} (the interleaved schedule "
+                    "needs it)",
+                    l.microbatches, pp));
   }
   if (pp > 1 && model.is_encoder) {
-    return MakeError(fmt::format("--pp: {} is an encoder; pipeline stages are modelled for decoders", model.name));
+    return MakeError(fmt::format(
+        "--pp: {} is an encoder; pipeline stages are modelled for decoders", model.name));
   }
+  return Ok{};
+}
+
+}  // namespace
+
+Result<std::vector<RankClassPlan>> PlanRankClasses(const ModelSpec& model,
+                                                   const TrainingSetup& setup) {
+  const ParallelLayout& l = setup.parallel;
+  if (Status st = CheckPipeline(model, l); !st.ok()) return st.error();
+  const uint32_t pp = l.pp;
+  const uint32_t v = l.virtual_stages;
   const uint64_t m = l.microbatches ? l.microbatches : setup.grad_accum;
   // Layers per stage: L / pp, the remainder given to the middle stages first
   // (the first and last stages also hold the embeddings and the head, as
@@ -170,7 +208,8 @@ Result<std::vector<RankClassPlan>> PlanRankClasses(const ModelSpec& model, const
       p.chunks[c].embed = virtual_stage == 0;
       p.chunks[c].head = virtual_stage == uint64_t{pp} * v - 1;
     }
-    p.warmup = static_cast<uint32_t>(std::min<uint64_t>((pp - stage - 1) * 2 + uint64_t{v - 1} * pp, m * v));
+    p.warmup = static_cast<uint32_t>(
+        std::min<uint64_t>((pp - stage - 1) * 2 + uint64_t{v - 1} * pp, m * v));
     return p;
   };
   std::vector<RankClassPlan> out;

@@ -17,9 +17,9 @@
 namespace vramscope::lower {
 
 struct RankClassPlan {
-  std::string name;          // "all ranks", "first stage", "middle stages", "last stage"
-  std::vector<int> ranks;    // global ranks in Megatron order (tp fastest, then cp, dp, pp)
-  uint32_t stage = 0;        // the pipeline stage simulated for the class
+  std::string name;        // "all ranks", "first stage", "middle stages", "last stage"
+  std::vector<int> ranks;  // global ranks in Megatron order (tp fastest, then cp, dp, pp)
+  uint32_t stage = 0;      // the pipeline stage simulated for the class
   // The model chunks the stage runs: one, or virtual_stages with the
   // interleaved schedule (chunk c is virtual stage c * pp + stage).
   std::vector<StageSpan> chunks = {StageSpan{}};
@@ -37,7 +37,8 @@ struct RankClassPlan {
 Result<ModelSpec> ShardModel(const ModelSpec& model, const TrainingSetup& setup);
 
 // The rank classes of the layout (one when pp == 1).
-Result<std::vector<RankClassPlan>> PlanRankClasses(const ModelSpec& model, const TrainingSetup& setup);
+Result<std::vector<RankClassPlan>> PlanRankClasses(const ModelSpec& model,
+                                                   const TrainingSetup& setup);
 
 // Bytes NCCL keeps on each rank for its communicators, outside PyTorch's
 // allocator (docs/parallel.md: how it is estimated).

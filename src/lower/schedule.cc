@@ -4,7 +4,8 @@
 
 namespace vramscope::lower {
 
-std::vector<Pass> PipelineSchedule(uint64_t micro_batches, uint64_t chunks, uint64_t warmup, uint32_t pp) {
+std::vector<Pass> PipelineSchedule(uint64_t micro_batches, uint64_t chunks, uint64_t warmup,
+                                   uint32_t pp) {
   const uint64_t v = std::max<uint64_t>(1, chunks);
   const uint64_t units = micro_batches * v;
   const uint64_t warm = std::min<uint64_t>(warmup, units);

@@ -19,6 +19,7 @@ struct Pass {
 // `chunks` > 1 (interleaved 1F1B) the k-th forward runs chunk (k mod (pp *
 // chunks)) / pp and the k-th backward the reverse (get_model_chunk_id). One
 // GPU (pp = 1, warmup 0): F, B, F, B, ... `warmup` is capped at the passes.
-std::vector<Pass> PipelineSchedule(uint64_t micro_batches, uint64_t chunks, uint64_t warmup, uint32_t pp);
+std::vector<Pass> PipelineSchedule(uint64_t micro_batches, uint64_t chunks, uint64_t warmup,
+                                   uint32_t pp);
 
 }  // namespace vramscope::lower

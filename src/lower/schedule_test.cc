@@ -42,8 +42,7 @@ TEST(ScheduleTest, InterleavedRunsPpForwardsPerChunkInTurn) {
   // pp = 2, two chunks, four micro-batches, rank 0's warm-up
   // (pp - rank - 1) * 2 + (chunks - 1) * pp = 4: forwards go chunk 0 for pp
   // micro-batches, then chunk 1; backwards start with the last chunk.
-  EXPECT_EQ(Spell(PipelineSchedule(4, 2, 4, 2)),
-            "F0 F0 F1 F1 F0 B1 F0 B1 F1 B0 F1 B0 B1 B1 B0 B0");
+  EXPECT_EQ(Spell(PipelineSchedule(4, 2, 4, 2)), "F0 F0 F1 F1 F0 B1 F0 B1 F1 B0 F1 B0 B1 B1 B0 B0");
 }
 
 // With the warm-up Megatron gives each stage (rank_classes.cc: pp - stage - 1;
@@ -55,14 +54,16 @@ TEST(ScheduleTest, EveryForwardHasOneLaterBackwardOfItsChunk) {
       for (uint64_t chunks : {1, 2, 3}) {
         if (chunks > 1 && (pp == 1 || micro % pp != 0)) continue;  // Megatron's interleaving rules
         for (uint32_t stage = 0; stage < pp; ++stage) {
-          const uint64_t warmup = chunks == 1 ? pp - stage - 1 : (pp - stage - 1) * 2 + (chunks - 1) * pp;
+          const uint64_t warmup =
+              chunks == 1 ? pp - stage - 1 : (pp - stage - 1) * 2 + (chunks - 1) * pp;
           std::vector<int64_t> open(chunks, 0);
           const std::vector<Pass> passes = PipelineSchedule(micro, chunks, warmup, pp);
           for (const Pass& p : passes) {
             ASSERT_LT(p.chunk, chunks);
             open[p.chunk] += p.forward ? 1 : -1;
-            ASSERT_GE(open[p.chunk], 0) << "a backward before its forward: micro " << micro << " pp " << pp
-                                        << " chunks " << chunks << " stage " << stage;
+            ASSERT_GE(open[p.chunk], 0)
+                << "a backward before its forward: micro " << micro << " pp " << pp << " chunks "
+                << chunks << " stage " << stage;
           }
           for (int64_t o : open) EXPECT_EQ(o, 0);
           EXPECT_EQ(passes.size(), 2 * micro * chunks);

@@ -20,21 +20,29 @@ constexpr Named<Precision> kPrecisions[] = {{"fp32", Precision::kFp32},
                                             {"fp16", Precision::kFp16},
                                             {"bf16", Precision::kBf16}};
 constexpr Named<OptimizerKind> kOptimizers[] = {
-    {"none", OptimizerKind::kNone},          {"sgd", OptimizerKind::kSgd},
-    {"sgd-momentum", OptimizerKind::kSgdMomentum}, {"adamw", OptimizerKind::kAdamW},
-    {"adamw-foreach", OptimizerKind::kAdamW}, {"adamw-fused", OptimizerKind::kAdamWFused},
-    {"adamw-forloop", OptimizerKind::kAdamWForLoop}, {"adamw-8bit", OptimizerKind::kAdamW8bit},
-    {"paged-adamw-8bit", OptimizerKind::kPagedAdamW8bit}, {"paged-adamw", OptimizerKind::kPagedAdamW},
-    {"adafactor", OptimizerKind::kAdafactor}, {"lion", OptimizerKind::kLion}};
+    {"none", OptimizerKind::kNone},
+    {"sgd", OptimizerKind::kSgd},
+    {"sgd-momentum", OptimizerKind::kSgdMomentum},
+    {"adamw", OptimizerKind::kAdamW},
+    {"adamw-foreach", OptimizerKind::kAdamW},
+    {"adamw-fused", OptimizerKind::kAdamWFused},
+    {"adamw-forloop", OptimizerKind::kAdamWForLoop},
+    {"adamw-8bit", OptimizerKind::kAdamW8bit},
+    {"paged-adamw-8bit", OptimizerKind::kPagedAdamW8bit},
+    {"paged-adamw", OptimizerKind::kPagedAdamW},
+    {"adafactor", OptimizerKind::kAdafactor},
+    {"lion", OptimizerKind::kLion}};
 constexpr Named<Finetune> kFinetunes[] = {
     {"full", Finetune::kFull}, {"lora", Finetune::kLora}, {"qlora", Finetune::kQLora}};
 constexpr Named<GradCkpt> kCkpts[] = {
     {"none", GradCkpt::kNone}, {"full", GradCkpt::kFull}, {"reentrant", GradCkpt::kReentrant}};
 constexpr Named<Attention> kAttns[] = {
     {"eager", Attention::kEager}, {"sdpa", Attention::kSdpa}, {"flash", Attention::kFlash}};
-constexpr Named<LossKind> kLosses[] = {
-    {"hf", LossKind::kHf}, {"chunked", LossKind::kChunked}, {"fused-linear", LossKind::kFusedLinear}};
-constexpr Named<DeviceRules> kDeviceRules[] = {{"cuda", DeviceRules::kCuda}, {"cpu", DeviceRules::kCpu}};
+constexpr Named<LossKind> kLosses[] = {{"hf", LossKind::kHf},
+                                       {"chunked", LossKind::kChunked},
+                                       {"fused-linear", LossKind::kFusedLinear}};
+constexpr Named<DeviceRules> kDeviceRules[] = {{"cuda", DeviceRules::kCuda},
+                                               {"cpu", DeviceRules::kCpu}};
 
 template <typename E, size_t N>
 Result<E> Parse(const Named<E> (&table)[N], std::string_view text, std::string_view flag) {
@@ -44,8 +52,8 @@ Result<E> Parse(const Named<E> (&table)[N], std::string_view text, std::string_v
     if (!choices.empty()) choices += ", ";
     choices += entry.name;
   }
-  return MakeError(fmt::format("{}: {} is not one of {}", flag, common::QuoteForMessage(text, common::kQuotedBytes, '\''),
-                               choices));
+  return MakeError(fmt::format("{}: {} is not one of {}", flag,
+                               common::QuoteForMessage(text, common::kQuotedBytes, '\''), choices));
 }
 
 template <typename E, size_t N>
@@ -66,13 +74,19 @@ std::string_view AttentionName(Attention a) { return Name(kAttns, a); }
 std::string_view LossName(LossKind l) { return Name(kLosses, l); }
 std::string_view DeviceRulesName(DeviceRules d) { return Name(kDeviceRules, d); }
 
-Result<Precision> ParsePrecision(std::string_view t) { return Parse(kPrecisions, t, "--precision"); }
-Result<OptimizerKind> ParseOptimizer(std::string_view t) { return Parse(kOptimizers, t, "--optimizer"); }
+Result<Precision> ParsePrecision(std::string_view t) {
+  return Parse(kPrecisions, t, "--precision");
+}
+Result<OptimizerKind> ParseOptimizer(std::string_view t) {
+  return Parse(kOptimizers, t, "--optimizer");
+}
 Result<Finetune> ParseFinetune(std::string_view t) { return Parse(kFinetunes, t, "--finetune"); }
 Result<GradCkpt> ParseGradCkpt(std::string_view t) { return Parse(kCkpts, t, "--grad-ckpt"); }
 Result<Attention> ParseAttention(std::string_view t) { return Parse(kAttns, t, "--attn"); }
 Result<LossKind> ParseLoss(std::string_view t) { return Parse(kLosses, t, "--loss"); }
-Result<DeviceRules> ParseDeviceRules(std::string_view t) { return Parse(kDeviceRules, t, "--device-rules"); }
+Result<DeviceRules> ParseDeviceRules(std::string_view t) {
+  return Parse(kDeviceRules, t, "--device-rules");
+}
 
 // MAJOR.MINOR (common::ParseMajorMinor), optionally followed by ".PATCH..."
 // (ignored); MAJOR at least 1.
@@ -87,7 +101,8 @@ Result<int> ParseVersion(std::string_view text, std::string_view field) {
 }
 
 Result<std::vector<std::string>> ParseLoraTargets(std::string_view text) {
-  static constexpr std::string_view kKnown[] = {"q", "k", "v", "o", "gate", "up", "down", "lm_head", "all-linear"};
+  static constexpr std::string_view kKnown[] = {"q",  "k",    "v",       "o",         "gate",
+                                                "up", "down", "lm_head", "all-linear"};
   std::vector<std::string> out;
   size_t start = 0;
   while (start <= text.size()) {
@@ -97,8 +112,9 @@ Result<std::vector<std::string>> ParseLoraTargets(std::string_view text) {
     bool known = false;
     for (std::string_view k : kKnown) known = known || k == item;
     if (!known) {
-      return MakeError(fmt::format("--lora-targets: {} is not one of q, k, v, o, gate, up, down, lm_head, all-linear",
-                                   common::QuoteForMessage(item, common::kQuotedBytes, '\'')));
+      return MakeError(fmt::format(
+          "--lora-targets: {} is not one of q, k, v, o, gate, up, down, lm_head, all-linear",
+          common::QuoteForMessage(item, common::kQuotedBytes, '\'')));
     }
     out.emplace_back(item);
     start = comma + 1;
@@ -117,17 +133,20 @@ std::vector<std::pair<std::string, std::string>> DescribeSetup(const TrainingSet
       {"grad_ckpt", std::string(GradCkptName(s.grad_ckpt))},
       {"attn", std::string(AttentionName(s.attn))},
       {"loss", std::string(LossName(s.loss))},
-      {"transformers_version", fmt::format("{}.{}", s.transformers_version / 100, s.transformers_version % 100)},
+      {"transformers_version",
+       fmt::format("{}.{}", s.transformers_version / 100, s.transformers_version % 100)},
       {"gpu", s.gpu},
       {"alloc_conf", s.alloc_conf},
       {"steps", std::to_string(s.steps)}};
   for (auto& kv : DescribeLayout(s.parallel)) k.push_back(std::move(kv));
-  if (s.moe_capacity_factor > 0) k.emplace_back("moe_capacity_factor", fmt::format("{}", s.moe_capacity_factor));
+  if (s.moe_capacity_factor > 0)
+    k.emplace_back("moe_capacity_factor", fmt::format("{}", s.moe_capacity_factor));
   if (s.moe_imbalance != 1) k.emplace_back("moe_imbalance", fmt::format("{}", s.moe_imbalance));
   if (s.optimizer_in_backward) k.emplace_back("optimizer_in_backward", "true");
   if (s.activation_offload) k.emplace_back("activation_offload", "true");
   if (!s.attention_mask) k.emplace_back("attention_mask", "false");
-  if (s.device_rules != DeviceRules::kCuda) k.emplace_back("device_rules", std::string(DeviceRulesName(s.device_rules)));
+  if (s.device_rules != DeviceRules::kCuda)
+    k.emplace_back("device_rules", std::string(DeviceRulesName(s.device_rules)));
   if (s.finetune != Finetune::kFull) {
     std::string targets;
     for (const auto& t : s.lora_targets) targets += (targets.empty() ? "" : ",") + t;

@@ -30,8 +30,9 @@ uint64_t ShardState::TrainableElements() const {
   return trainable;
 }
 
-std::unique_ptr<ShardingStrategy> ShardingStrategy::Make(Tape* tape, const TrainingSetup& setup, uint32_t world,
-                                                         bool megatron, uint64_t hidden_size, int num_layers) {
+std::unique_ptr<ShardingStrategy> ShardingStrategy::Make(Tape* tape, const TrainingSetup& setup,
+                                                         uint32_t world, bool megatron,
+                                                         uint64_t hidden_size, int num_layers) {
   ShardState s;
   s.tape = tape;
   s.mode = setup.parallel.dp_mode;
@@ -43,14 +44,10 @@ std::unique_ptr<ShardingStrategy> ShardingStrategy::Make(Tape* tape, const Train
   if (megatron) return MakeMegatronStrategy(std::move(s));
   switch (s.mode) {
     case DataParallel::kZero1:
-    case DataParallel::kZero2:
-      return MakeZeroStrategy(std::move(s));
-    case DataParallel::kZero3:
-      return MakeZero3Strategy(std::move(s));
-    case DataParallel::kFsdp:
-      return MakeFsdpStrategy(std::move(s));
-    default:
-      return MakeReplicatedStrategy(std::move(s));
+    case DataParallel::kZero2: return MakeZeroStrategy(std::move(s));
+    case DataParallel::kZero3: return MakeZero3Strategy(std::move(s));
+    case DataParallel::kFsdp: return MakeFsdpStrategy(std::move(s));
+    default: return MakeReplicatedStrategy(std::move(s));
   }
 }
 
@@ -94,7 +91,8 @@ void GatheringStrategy::InstallHooks() {
 }
 
 void GatheringStrategy::AllocGathered(Unit& unit, std::string_view op) {
-  unit.gathered = s_.tape->graph.Alloc(unit.gather_bytes, Category::kParameters, op, s_.tape->module());
+  unit.gathered =
+      s_.tape->graph.Alloc(unit.gather_bytes, Category::kParameters, op, s_.tape->module());
 }
 
 void GatheringStrategy::Release(int unit) {
@@ -113,8 +111,8 @@ int GatheringStrategy::UnitOfModule(uint32_t module) {
   const int layer = LayerOfModule(m);
   if (layer >= 0) {
     u = layer + 1;
-  } else if (m == "model" || m == "model.embed_tokens" || m == "model.rotary_emb" || m == "pipeline" ||
-             m.substr(0, 18) == "model.embed_tokens") {
+  } else if (m == "model" || m == "model.embed_tokens" || m == "model.rotary_emb" ||
+             m == "pipeline" || m.substr(0, 18) == "model.embed_tokens") {
     u = 0;
   } else {
     u = s_.num_layers + 1;  // final norm, lm_head, loss

@@ -28,11 +28,11 @@ struct ShardState {
   Tape* tape = nullptr;
   DataParallel mode = DataParallel::kNone;
   ParallelLayout layout;
-  uint32_t world = 1;           // ranks that shard model states
-  uint64_t hidden = 0;          // the model's hidden size (ZeRO's "auto" sizes)
+  uint32_t world = 1;   // ranks that shard model states
+  uint64_t hidden = 0;  // the model's hidden size (ZeRO's "auto" sizes)
   int num_layers = 0;
-  bool mixed = false;           // fp32 master weights (a *-mixed precision)
-  std::vector<Param> shards;    // what the optimizer steps (partitions)
+  bool mixed = false;             // fp32 master weights (a *-mixed precision)
+  std::vector<Param> shards;      // what the optimizer steps (partitions)
   std::vector<TensorId> buffers;  // persistent communication / master buffers
   uint64_t host_bytes = 0;
   std::vector<std::string> notes;
@@ -46,8 +46,9 @@ class ShardingStrategy {
   // `world` is the number of ranks that shard model states (dp, or the GPUs of
   // one node for hybrid FSDP); `megatron` selects Megatron-LM's DDP and
   // distributed optimizer (--zero 1) under --tp/--pp/--cp/--ep.
-  static std::unique_ptr<ShardingStrategy> Make(Tape* tape, const TrainingSetup& setup, uint32_t world,
-                                                bool megatron, uint64_t hidden_size, int num_layers);
+  static std::unique_ptr<ShardingStrategy> Make(Tape* tape, const TrainingSetup& setup,
+                                                uint32_t world, bool megatron, uint64_t hidden_size,
+                                                int num_layers);
   explicit ShardingStrategy(ShardState state) : s_(std::move(state)) {}  // abstract: see Make
   virtual ~ShardingStrategy() = default;
 
@@ -93,8 +94,8 @@ class GatheringStrategy : public ShardingStrategy {
 
  protected:
   struct Unit {
-    std::vector<Param*> params;     // whose storage is sharded
-    uint64_t gather_bytes = 0;      // all-gathered working set
+    std::vector<Param*> params;  // whose storage is sharded
+    uint64_t gather_bytes = 0;   // all-gathered working set
     TensorId gathered = kNoTensor;
   };
   // The all-gathered bytes of one parameter in its unit (0: never gathered).

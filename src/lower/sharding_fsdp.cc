@@ -51,7 +51,8 @@ class FsdpStrategy final : public GatheringStrategy {
   // FSDP2's root pre-backward prefetches the last layer (the first whose
   // backward runs).
   void OnBackwardStart() override {
-    if (fsdp2() && s_.num_layers > 0 && static_cast<size_t>(s_.num_layers) < units_.size()) Prefetch(s_.num_layers);
+    if (fsdp2() && s_.num_layers > 0 && static_cast<size_t>(s_.num_layers) < units_.size())
+      Prefetch(s_.num_layers);
   }
   // Backward prefetch (FSDP1 BACKWARD_PRE default; FSDP2 prefetches one
   // module in reverse post-forward order): the next unit is gathered while
@@ -100,7 +101,8 @@ void FsdpStrategy::SetupBuffers() {
   }
   // CPUOffload / CPUOffloadPolicy: sharded params, grads and optimizer on
   // the host (fp32 params + grads + Adam moments).
-  if (s_.layout.offload != Offload::kNone) s_.host_bytes += CeilDiv(s_.TrainableElements(), s_.world) * 16;
+  if (s_.layout.offload != Offload::kNone)
+    s_.host_bytes += CeilDiv(s_.TrainableElements(), s_.world) * 16;
 }
 
 // FSDP2 (_fsdp_collectives.py foreach_all_gather / foreach_all_gather_copy_out,
@@ -116,12 +118,13 @@ void FsdpStrategy::Gather(int unit) {
   s_.tape->SetModule("fsdp.all_gather");
   TensorId flat = kNoTensor;
   if (fsdp2()) {
-    if (prefetched_output_.size() > static_cast<size_t>(unit) && prefetched_output_[unit] != kNoTensor) {
+    if (prefetched_output_.size() > static_cast<size_t>(unit) &&
+        prefetched_output_[unit] != kNoTensor) {
       flat = prefetched_output_[unit];
       prefetched_output_[unit] = kNoTensor;
     } else {
-      flat = s_.tape->graph.Alloc(u.gather_bytes, Category::kCommunication, "fsdp::all_gather_output",
-                                  s_.tape->module());
+      flat = s_.tape->graph.Alloc(u.gather_bytes, Category::kCommunication,
+                                  "fsdp::all_gather_output", s_.tape->module());
     }
   }
   AllocGathered(u, "fsdp::all_gather");
@@ -143,7 +146,8 @@ void FsdpStrategy::Prefetch(int unit) {
   }
   Unit& u = units_[unit];
   if (u.gathered != kNoTensor || u.gather_bytes == 0) return;
-  if (prefetched_output_.size() <= static_cast<size_t>(unit)) prefetched_output_.resize(unit + 1, kNoTensor);
+  if (prefetched_output_.size() <= static_cast<size_t>(unit))
+    prefetched_output_.resize(unit + 1, kNoTensor);
   if (prefetched_output_[unit] != kNoTensor) return;
   s_.tape->SetModule("fsdp.all_gather");
   prefetched_output_[unit] = s_.tape->graph.Alloc(u.gather_bytes, Category::kCommunication,
@@ -187,7 +191,8 @@ void FsdpStrategy::ReduceUnit(int unit) {
     g.Drop(reduce_scatter_state_);
     reduce_scatter_state_ = kNoTensor;
   }
-  const TensorId input = g.Alloc(bytes, Category::kCommunication, "fsdp::reduce_scatter_input", module);
+  const TensorId input =
+      g.Alloc(bytes, Category::kCommunication, "fsdp::reduce_scatter_input", module);
   for (Param* p : u.params) {
     if (p->grad == kNoTensor) continue;
     g.Drop(p->grad);
@@ -197,9 +202,10 @@ void FsdpStrategy::ReduceUnit(int unit) {
   // reduce-scatter output itself (the first backward of a step): allocated
   // here as the shards' gradients, no second copy.
   const bool output_is_grad = fsdp2() && !s_.mixed && s_.layout.offload == Offload::kNone;
-  const TensorId output = output_is_grad ? kNoTensor
-                                         : g.Alloc(CeilDiv(bytes, s_.world), Category::kCommunication,
-                                                   "fsdp::reduce_scatter_output", module);
+  const TensorId output = output_is_grad
+                              ? kNoTensor
+                              : g.Alloc(CeilDiv(bytes, s_.world), Category::kCommunication,
+                                        "fsdp::reduce_scatter_output", module);
   if (fsdp2()) {
     reduce_scatter_state_ = input;
   } else {
@@ -210,7 +216,8 @@ void FsdpStrategy::ReduceUnit(int unit) {
       if (!p->trainable) continue;
       Param& shard = s_.shards[p - s_.tape->params.data()];
       if (shard.grad == kNoTensor) {
-        shard.grad = g.Alloc(shard.numel * shard.elem_bytes, Category::kGradients, "fsdp::sharded_grad", p->module);
+        shard.grad = g.Alloc(shard.numel * shard.elem_bytes, Category::kGradients,
+                             "fsdp::sharded_grad", p->module);
       }
     }
   }

@@ -36,7 +36,8 @@ class ReplicatedStrategy final : public ShardingStrategy {
 
   // DDP gradient_as_bucket_view: .grad is a view of its bucket.
   void OnGradAccumulated(TensorId* slot) override {
-    if (*slot == kNoTensor || s_.mode != DataParallel::kDdp || !s_.layout.gradient_as_bucket_view) return;
+    if (*slot == kNoTensor || s_.mode != DataParallel::kDdp || !s_.layout.gradient_as_bucket_view)
+      return;
     s_.tape->graph.Drop(*slot);
     *slot = s_.tape->graph.Alloc(0, Category::kGradients, "ddp::bucket_view", s_.tape->module());
   }
@@ -62,8 +63,11 @@ class MegatronStrategy final : public ShardingStrategy {
     const uint32_t module = s_.tape->module();
     const uint64_t trainable = s_.TrainableElements();
     main_grads_.push_back(s_.Alloc(trainable * 4, Category::kGradients, "megatron::grad_buffer"));
-    const uint64_t master = s_.mode == DataParallel::kZero1 ? CeilDiv(trainable, s_.world) : trainable;
-    if (s_.mixed) s_.buffers.push_back(s_.Alloc(master * 4, Category::kOptimizerState, "megatron::main_params"));
+    const uint64_t master =
+        s_.mode == DataParallel::kZero1 ? CeilDiv(trainable, s_.world) : trainable;
+    if (s_.mixed)
+      s_.buffers.push_back(
+          s_.Alloc(master * 4, Category::kOptimizerState, "megatron::main_params"));
     s_.shards.emplace_back();
     s_.shards.back().numel = master;
     s_.shards.back().elem_bytes = 4;
@@ -83,7 +87,8 @@ class MegatronStrategy final : public ShardingStrategy {
   void StepShards(const TrainingSetup& setup, OptimizerExtras* extras) override {
     const uint32_t module = s_.tape->module();
     TrainingSetup fused = setup;
-    if (setup.optimizer == OptimizerKind::kAdamW || setup.optimizer == OptimizerKind::kAdamWForLoop) {
+    if (setup.optimizer == OptimizerKind::kAdamW ||
+        setup.optimizer == OptimizerKind::kAdamWForLoop) {
       fused.optimizer = OptimizerKind::kAdamWFused;
     }
     for (Param& s : s_.shards) {

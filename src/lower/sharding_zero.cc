@@ -43,7 +43,8 @@ void SetupMasterPartitions(ShardState& s, bool stage3) {
     if (offload) {
       s.host_bytes += shard.numel * 4;
     } else {
-      s.buffers.push_back(s.Alloc(shard.numel * 4, Category::kOptimizerState, "zero::fp32_partition"));
+      s.buffers.push_back(
+          s.Alloc(shard.numel * 4, Category::kOptimizerState, "zero::fp32_partition"));
     }
   }
 }
@@ -55,16 +56,19 @@ void SetupMasterPartitions(ShardState& s, bool stage3) {
 // is copied into the half partition and the fp32 gradient freed. With
 // offload the CPU optimizer steps; stages 1-2 copy the updated fp32 partition
 // back through a device fp32 copy (fp32_partition.to(device)).
-void StepMasterPartitions(ShardState& s, bool stage3, const TrainingSetup& setup, OptimizerExtras* extras) {
+void StepMasterPartitions(ShardState& s, bool stage3, const TrainingSetup& setup,
+                          OptimizerExtras* extras) {
   const uint32_t module = s.tape->module();
   const bool offload = s.layout.offload != Offload::kNone;
   Graph& g = s.tape->graph;
   for (Param& shard : s.shards) {
     if (offload) {
-      if (!stage3) g.Drop(g.Alloc(shard.numel * 4, Category::kTemporaries, "zero::fp32_to_device", module));
+      if (!stage3)
+        g.Drop(g.Alloc(shard.numel * 4, Category::kTemporaries, "zero::fp32_to_device", module));
       continue;
     }
-    const TensorId flat = g.Alloc(shard.numel * (s.mixed ? 2 : 4), Category::kTemporaries, "zero::flatten", module);
+    const TensorId flat =
+        g.Alloc(shard.numel * (s.mixed ? 2 : 4), Category::kTemporaries, "zero::flatten", module);
     shard.grad = g.Alloc(shard.numel * 4, Category::kTemporaries, "zero::fp32_grad", module);
     g.Drop(flat);
     OptimizerStepParams(*s.tape, setup, {&shard}, extras);
@@ -100,7 +104,8 @@ class ZeroStrategy final : public ShardingStrategy {
     s_.host_bytes += 8 * part;
     uint64_t largest = 0;
     for (const Param& p : s_.tape->params) largest = std::max(largest, p.trainable ? p.numel : 0);
-    s_.buffers.push_back(s_.Alloc(largest * (s_.mixed ? 2 : 4), Category::kCommunication, "zero::temp_grad_buffer"));
+    s_.buffers.push_back(
+        s_.Alloc(largest * (s_.mixed ? 2 : 4), Category::kCommunication, "zero::temp_grad_buffer"));
     largest_numel_ = largest;
     s_.host_bytes += 4 * part + largest * (s_.mixed ? 2 : 4);
   }
@@ -114,8 +119,8 @@ class ZeroStrategy final : public ShardingStrategy {
  private:
   void MakeIpgBuffers(uint32_t module, uint8_t grad_bytes);
 
-  std::vector<TensorId> ipg_;       // ipg buffers of this backward
-  uint64_t largest_numel_ = 0;      // offload: largest trainable param
+  std::vector<TensorId> ipg_;   // ipg buffers of this backward
+  uint64_t largest_numel_ = 0;  // offload: largest trainable param
   TensorId grad_partition_ = kNoTensor;
 };
 
@@ -127,7 +132,8 @@ void ZeroStrategy::MakeIpgBuffers(uint32_t module, uint8_t grad_bytes) {
   const uint64_t elems = s_.layout.zero.ReduceBucket(s_.hidden);
   const int count = s_.layout.zero.overlap_comm == 1 ? 2 : 1;
   for (int i = 0; i < count; ++i) {
-    ipg_.push_back(s_.tape->graph.Alloc(elems * grad_bytes, Category::kCommunication, "zero::ipg_buffer", module));
+    ipg_.push_back(s_.tape->graph.Alloc(elems * grad_bytes, Category::kCommunication,
+                                        "zero::ipg_buffer", module));
   }
 }
 
@@ -139,7 +145,8 @@ void ZeroStrategy::OnGradAccumulated(TensorId* slot) {
   const uint32_t module = s_.tape->module();
   const uint8_t grad_bytes = s_.mixed ? 2 : 4;
   if (ipg_.empty()) MakeIpgBuffers(module, grad_bytes);
-  if (s_.layout.offload != Offload::kNone && largest_numel_ > 0 && g.Bytes(*slot) == largest_numel_ * grad_bytes) {
+  if (s_.layout.offload != Offload::kNone && largest_numel_ > 0 &&
+      g.Bytes(*slot) == largest_numel_ * grad_bytes) {
     // The worst data-parallel rank: the one whose partition holds the largest
     // parameter runs _has_inf_or_nan on its whole gradient (.float() copy,
     // isnan, isinf, or, .float(): about 11 bytes per element at once;
@@ -148,8 +155,8 @@ void ZeroStrategy::OnGradAccumulated(TensorId* slot) {
   }
   if (s_.mode == DataParallel::kZero2) {
     if (s_.layout.offload == Offload::kNone && grad_partition_ == kNoTensor) {
-      grad_partition_ = g.Alloc(CeilDiv(s_.TrainableElements(), s_.world) * grad_bytes, Category::kGradients,
-                                "zero2::grads_in_partition", module);
+      grad_partition_ = g.Alloc(CeilDiv(s_.TrainableElements(), s_.world) * grad_bytes,
+                                Category::kGradients, "zero2::grads_in_partition", module);
     }
     // Reduced into the partition buffer (or the pinned host buffer with
     // offload); param.grad = None.

@@ -14,26 +14,26 @@
 namespace vramscope::lower {
 
 inline constexpr uint8_t kF32 = 4;
-inline constexpr uint8_t kHalf = 2;   // bf16 or fp16: never mixed in one run
+inline constexpr uint8_t kHalf = 2;  // bf16 or fp16: never mixed in one run
 inline constexpr uint8_t kI64 = 8;
 inline constexpr uint8_t kBool = 1;
 
 // One parameter tensor (a leaf).
 struct Param {
   std::string name;
-  uint32_t module = 0;          // interned module path
+  uint32_t module = 0;  // interned module path
   uint64_t numel = 0;
   uint8_t elem_bytes = kF32;
-  uint64_t storage_bytes = 0;   // differs from numel*elem_bytes for NF4
+  uint64_t storage_bytes = 0;  // differs from numel*elem_bytes for NF4
   bool trainable = true;
-  bool nf4 = false;             // bitsandbytes Params4bit (QLoRA base weight)
-  Var var;                      // leaf Var (fn = AccumulateGrad when trainable)
-  TensorId grad = kNoTensor;    // .grad (kNoTensor: None)
-  std::vector<TensorId> state;  // optimizer state tensors
-  bool stepped = false;         // has been through an optimizer step (state is lazy)
-  Var cast;                     // autocast cache entry (this forward); t = kNoTensor: none
-  int lora_a = -1, lora_b = -1; // indices of PEFT adapters in Tape::params
-  int unit = -1;                // sharding unit (sharding.h), -1: none
+  bool nf4 = false;              // bitsandbytes Params4bit (QLoRA base weight)
+  Var var;                       // leaf Var (fn = AccumulateGrad when trainable)
+  TensorId grad = kNoTensor;     // .grad (kNoTensor: None)
+  std::vector<TensorId> state;   // optimizer state tensors
+  bool stepped = false;          // has been through an optimizer step (state is lazy)
+  Var cast;                      // autocast cache entry (this forward); t = kNoTensor: none
+  int lora_a = -1, lora_b = -1;  // indices of PEFT adapters in Tape::params
+  int unit = -1;                 // sharding unit (sharding.h), -1: none
   // transformers >= 5.0 stores a layer's experts stacked (gate_up_proj,
   // down_proj): the per-expert Params of one stacked tensor share a stack id
   // (0: not stacked), which per-tensor optimizer code treats as one tensor.
@@ -60,8 +60,10 @@ class Tape {
   // addresses for AccumulateGrad; the graph (and so the grads) go after each
   // micro-batch's backward.
   std::deque<TensorId> input_grads;
-  std::deque<TensorId> input_leaves;  // the leaves (AccumulateGrad's reference), aligned with input_grads
-  bool kv_cache_copies = true;  // transformers >= 4.54 copies (torch.cat); older ones keep references
+  std::deque<TensorId>
+      input_leaves;  // the leaves (AccumulateGrad's reference), aligned with input_grads
+  bool kv_cache_copies =
+      true;  // transformers >= 4.54 copies (torch.cat); older ones keep references
   bool kv_values_take_key_dtype = false;  // transformers 4.x: the value cache has the keys' dtype
   // Called when the forward enters (begin) and leaves a sharding unit: 0 =
   // embeddings, 1..L = decoder layer L-1, L+1 = final norm + lm_head.

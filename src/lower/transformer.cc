@@ -18,35 +18,57 @@ void Place(LayerParams& lp, const ParamTensor& pt, Param* p) {
   const ParamRole r = pt.role;
   auto set = [&](Param*& w, Param*& b) { (bias ? b : w) = p; };
   Param* none = nullptr;
-  if (r == ParamRole::kQ) set(lp.q, lp.q_b);
-  else if (r == ParamRole::kK) set(lp.k, lp.k_b);
-  else if (r == ParamRole::kV) set(lp.v, lp.v_b);
-  else if (r == ParamRole::kO) set(lp.o, lp.o_b);
-  else if (r == ParamRole::kQkv) set(lp.qkv, lp.qkv_b);
-  else if (r == ParamRole::kGate) set(lp.gate, none);
-  else if (r == ParamRole::kUp) set(lp.up, lp.fc1_b);
-  else if (r == ParamRole::kDown) set(lp.down, lp.fc2_b);
-  else if (r == ParamRole::kGateUp) set(lp.gate_up, none);
+  if (r == ParamRole::kQ)
+    set(lp.q, lp.q_b);
+  else if (r == ParamRole::kK)
+    set(lp.k, lp.k_b);
+  else if (r == ParamRole::kV)
+    set(lp.v, lp.v_b);
+  else if (r == ParamRole::kO)
+    set(lp.o, lp.o_b);
+  else if (r == ParamRole::kQkv)
+    set(lp.qkv, lp.qkv_b);
+  else if (r == ParamRole::kGate)
+    set(lp.gate, none);
+  else if (r == ParamRole::kUp)
+    set(lp.up, lp.fc1_b);
+  else if (r == ParamRole::kDown)
+    set(lp.down, lp.fc2_b);
+  else if (r == ParamRole::kGateUp)
+    set(lp.gate_up, none);
   else if (r == ParamRole::kNorm) {
     // Norms share one role; the module name says which (transformers names).
     const std::string& m = pt.module;
     auto has = [&](std::string_view part) { return m.find(part) != std::string::npos; };
-    if (has("q_norm") || has("q_layernorm")) lp.q_norm = bias ? lp.q_norm : p;
-    else if (has("k_norm") || has("k_layernorm")) lp.k_norm = bias ? lp.k_norm : p;
-    else if (has("pre_feedforward_layernorm")) set(lp.norm3, none);
-    else if (has("post_feedforward_layernorm")) set(lp.norm4, none);
+    if (has("q_norm") || has("q_layernorm"))
+      lp.q_norm = bias ? lp.q_norm : p;
+    else if (has("k_norm") || has("k_layernorm"))
+      lp.k_norm = bias ? lp.k_norm : p;
+    else if (has("pre_feedforward_layernorm"))
+      set(lp.norm3, none);
+    else if (has("post_feedforward_layernorm"))
+      set(lp.norm4, none);
     else if (has("post_attention_layernorm") || has("ln_2") || has("ln_mlp") ||
-             has("final_layer_norm")) set(lp.norm2, lp.norm2_b);
-    else set(lp.norm1, lp.norm1_b);
-  }
-  else if (r == ParamRole::kRouter) lp.router = p;
-  else if (r == ParamRole::kExpertGate) lp.expert_gate.push_back(p);
-  else if (r == ParamRole::kExpertUp) lp.expert_up.push_back(p);
-  else if (r == ParamRole::kExpertDown) lp.expert_down.push_back(p);
-  else if (r == ParamRole::kSharedGate) lp.shared_gate = p;
-  else if (r == ParamRole::kSharedUp) lp.shared_up = p;
-  else if (r == ParamRole::kSharedDown) lp.shared_down = p;
-  else if (r == ParamRole::kSharedExpertGate) lp.shared_router = p;
+             has("final_layer_norm"))
+      set(lp.norm2, lp.norm2_b);
+    else
+      set(lp.norm1, lp.norm1_b);
+  } else if (r == ParamRole::kRouter)
+    lp.router = p;
+  else if (r == ParamRole::kExpertGate)
+    lp.expert_gate.push_back(p);
+  else if (r == ParamRole::kExpertUp)
+    lp.expert_up.push_back(p);
+  else if (r == ParamRole::kExpertDown)
+    lp.expert_down.push_back(p);
+  else if (r == ParamRole::kSharedGate)
+    lp.shared_gate = p;
+  else if (r == ParamRole::kSharedUp)
+    lp.shared_up = p;
+  else if (r == ParamRole::kSharedDown)
+    lp.shared_down = p;
+  else if (r == ParamRole::kSharedExpertGate)
+    lp.shared_router = p;
 }
 
 struct Dims {
@@ -106,13 +128,10 @@ Var Proj(Tape& tape, const Var& x, Param* w, Param* b, uint64_t tokens, uint64_t
 
 Var Norm(Tape& tape, const ModelSpec& spec, const Var& x, Param* w, Param* b, const Dims& d) {
   switch (spec.norm) {
-    case NormKind::kRmsNorm:
-      return RmsNorm(tape, x, *w, d.t, d.h, false);
-    case NormKind::kRmsNormGemma:
-      return RmsNorm(tape, x, *w, d.t, d.h, true);
+    case NormKind::kRmsNorm: return RmsNorm(tape, x, *w, d.t, d.h, false);
+    case NormKind::kRmsNormGemma: return RmsNorm(tape, x, *w, d.t, d.h, true);
     case NormKind::kLayerNorm:
-    case NormKind::kLayerNormNoBias:
-      return LayerNorm(tape, x, *w, b, d.t);
+    case NormKind::kLayerNormNoBias: return LayerNorm(tape, x, *w, b, d.t);
   }
   return tape.Share(x);
 }
@@ -125,7 +144,8 @@ Var Norm(Tape& tape, const ModelSpec& spec, const Var& x, Param* w, Param* b, co
 // condition (5.24.0). Megatron-style layouts run Megatron's model, which has
 // no such cache.
 bool MakesTrainingCache(const ModelSpec& spec, const TrainingSetup& setup, bool ckpt) {
-  if (!spec.use_cache || ckpt || setup.transformers_version < 436 || setup.parallel.model_parallel()) {
+  if (!spec.use_cache || ckpt || setup.transformers_version < 436 ||
+      setup.parallel.model_parallel()) {
     return false;
   }
   const bool gemma_eval_only = spec.model_type == "gemma2" || spec.model_type == "gemma3" ||
@@ -268,8 +288,10 @@ Var Rope(Tape& tape, const Var& x, const Var& cos, const Var& sin, uint64_t head
     }
   }
   for (Var* piece : {&out, &pass}) {
-    if (pieces) pieces->push_back(*piece);
-    else tape.Drop(*piece);
+    if (pieces)
+      pieces->push_back(*piece);
+    else
+      tape.Drop(*piece);
   }
   return joined;
 }
@@ -356,7 +378,8 @@ void NormalizeTopK(Tape& tape, Var& weights, uint64_t tokens) {
     tape.graph.EdgePass(n, weights);  // an expanded view of the gradient
   }
   if (tape.grad_enabled && (weights.requires_grad() || sum.requires_grad())) {
-    Var original = tape.New(weights.numel, weights.elem_bytes, Category::kTemporaries, "aten::clone");
+    Var original =
+        tape.New(weights.numel, weights.elem_bytes, Category::kTemporaries, "aten::clone");
     const Var before = weights;
     NodeId n = tape.Node("DivBackward0", &weights);
     tape.graph.Save(n, original.t);
@@ -378,15 +401,16 @@ void NormalizeTopK(Tape& tape, Var& weights, uint64_t tokens) {
 // one-hot expert mask (int64 [E, k, t]); each expert runs its gated MLP on the
 // tokens routed to it (index, MLP, weight, index_add_). qwen2_moe then adds
 // sigmoid(shared_expert_gate(x)) * shared_expert(x).
-Var MoeGrouped(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x, const Dims& d);
+Var MoeGrouped(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x,
+               const Dims& d);
 
 // F.softmax(router_logits, dim=1, dtype=torch.float): a cast for half logits,
 // then _softmax, which saves its output; topk (TopkBackward0 keeps the
 // indices) and the optional in-place renormalization (modeling_mixtral.py /
 // modeling_qwen2_moe.py, 4.57.6 / 5.24.0). `release_logits`: the logits' name
 // is rebound right after the cast (4.x), else the caller keeps them.
-TopK RouterProbabilities(Tape& tape, const ModelSpec& spec, Var& logits, const Dims& d, uint64_t top_k,
-                         bool release_logits) {
+TopK RouterProbabilities(Tape& tape, const ModelSpec& spec, Var& logits, const Dims& d,
+                         uint64_t top_k, bool release_logits) {
   Var l32 = Cast(tape, logits, kF32);
   if (release_logits) tape.Drop(logits);
   Var probs = UnaryOp(tape, l32, "aten::_softmax", "SoftmaxBackward0", true);
@@ -405,8 +429,9 @@ struct ExpertLoopLocals {
 };
 
 // Expert `e` on the `per_expert` tokens routed to it, added into `out`.
-void RunExpert(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x, const Dims& d, size_t e,
-               uint64_t per_expert, uint64_t top_k, const Var& routing, Var* out, ExpertLoopLocals* locals) {
+void RunExpert(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x,
+               const Dims& d, size_t e, uint64_t per_expert, uint64_t top_k, const Var& routing,
+               Var* out, ExpertLoopLocals* locals) {
   const uint64_t inter = spec.moe_intermediate_size ? spec.moe_intermediate_size : d.inter;
   // idx, top_x = torch.where(expert_mask[expert_idx].squeeze(0)): a copy of
   // the expert's [k, t] mask slice (advanced indexing with a tensor), then
@@ -464,7 +489,8 @@ void RunExpert(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const V
 
 // qwen2_moe: sigmoid(shared_expert_gate(x)) * shared_expert_output added to
 // the routed sum (4.57.6 / 5.24.0).
-Var AddSharedExpert(Tape& tape, const LayerParams& lp, const Var& x, const Dims& d, Var shared_out, Var routed) {
+Var AddSharedExpert(Tape& tape, const LayerParams& lp, const Var& x, const Dims& d, Var shared_out,
+                    Var routed) {
   Var sh = GateSharedExpert(tape, lp, x, d, shared_out);
   Var sum = Add(tape, routed, sh);
   tape.Drop(sh);
@@ -483,7 +509,8 @@ Var Moe(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x, 
   Var routing = Cast(tape, top.values, x.elem_bytes);
   tape.Drop(top.values);
   Var out = tape.New(d.t * d.h, x.elem_bytes, Category::kTemporaries, "aten::zeros");
-  Var expert_mask = tape.New(experts * d.ep * top_k * d.t, kI64, Category::kTemporaries, "aten::one_hot");
+  Var expert_mask =
+      tape.New(experts * d.ep * top_k * d.t, kI64, Category::kTemporaries, "aten::one_hot");
   const std::vector<uint64_t> routed =
       ExpertTokens(d.t, top_k, lp.expert_gate.size(), d.ep, d.moe_capacity_factor, d.moe_imbalance);
   ExpertLoopLocals locals;
@@ -491,10 +518,11 @@ Var Moe(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x, 
     if (routed[e] > 0) RunExpert(tape, spec, lp, x, d, e, routed[e], top_k, routing, &out, &locals);
   }
   if (lp.shared_gate) {
-    // shared_expert_output = self.shared_expert(hidden_states) runs after the routed experts in 4.x.
+    // shared_expert_output = self.shared_expert(hidden_states) runs after the routed experts
+    // in 4.x.
     out = AddSharedExpert(tape, lp, x, d,
-                          Mlp(tape, spec, lp, x, d, d.t, spec.shared_expert_intermediate_size, lp.shared_gate,
-                              lp.shared_up, lp.shared_down),
+                          Mlp(tape, spec, lp, x, d, d.t, spec.shared_expert_intermediate_size,
+                              lp.shared_gate, lp.shared_up, lp.shared_down),
                           out);
   }
   for (Var* v : {&locals.xs, &locals.w, &locals.where}) {
@@ -580,8 +608,8 @@ SortedRouting SortByExpert(Tape& tape, const Var& x, const Var& weights, const D
 // (gate | up, saved for act and mul), act(gate) * up, one grouped_mm into
 // [S, h]. grouped_mm is not autocast-enabled: the input is cast to the
 // experts' dtype.
-Var GroupedExpertMlps(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& rows, uint64_t s,
-                      uint64_t inter, uint64_t h) {
+Var GroupedExpertMlps(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& rows,
+                      uint64_t s, uint64_t inter, uint64_t h) {
   const uint8_t expert_bytes = lp.expert_gate.front()->elem_bytes;
   Var xin = Cast(tape, rows, expert_bytes);
   std::vector<Param*> gate_up = lp.expert_gate;
@@ -606,7 +634,8 @@ Var GroupedExpertMlps(Tape& tape, const ModelSpec& spec, const LayerParams& lp, 
 // The weighted rows back in token order, summed over the k experts of each
 // token: `weighted_out[inv_perm].view(t, k, h).sum(dim=1)`. Returns the [t, h]
 // sum and the unsorted rows (a local until the experts function returns).
-Var UnsortAndSum(Tape& tape, Var& weighted, const Var& inv_perm, const Dims& d, uint64_t s, Var* unsorted) {
+Var UnsortAndSum(Tape& tape, Var& weighted, const Var& inv_perm, const Dims& d, uint64_t s,
+                 Var* unsorted) {
   // IndexBackward0 saves the index before the gather runs (VariableType saves
   // inputs before the call), so a recompute that stops at this pack never
   // makes the gathered copy.
@@ -636,7 +665,8 @@ Var UnsortAndSum(Tape& tape, Var& weighted, const Var& inv_perm, const Dims& d, 
   return summed;
 }
 
-Var MoeGrouped(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x, const Dims& d) {
+Var MoeGrouped(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x,
+               const Dims& d) {
   const uint64_t experts = lp.expert_gate.size();
   const uint64_t top_k = std::max<uint64_t>(1, spec.experts_per_token);
   const uint64_t s = d.t * top_k;
@@ -654,7 +684,7 @@ Var MoeGrouped(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const V
   // MixtralTopKRouter (5.24.0) returns the fp32 values as they are, so the
   // weighted expert rows are fp32 there.
   Var weights = spec.model_type == "mixtral" ? tape.Share(top.values)
-                                              : Cast(tape, top.values, logits.elem_bytes);
+                                             : Cast(tape, top.values, logits.elem_bytes);
   tape.Drop(top.values);
   // `_, routing_weights, selected_experts = self.gate(...)`: the router logits
   // stay bound to `_` until the block returns.
@@ -677,7 +707,8 @@ Var MoeGrouped(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const V
   Var out = Cast(tape, summed, x.elem_bytes);  // .to(hidden_states.dtype)
   tape.Drop(summed);
   // The experts function returns: its locals die.
-  for (Var* v : {&r.rows, &unsorted, &r.perm, &inv_perm, &r.ids_sorted, &r.weights, &r.offsets, &weights, &top_i}) {
+  for (Var* v : {&r.rows, &unsorted, &r.perm, &inv_perm, &r.ids_sorted, &r.weights, &r.offsets,
+                 &weights, &top_i}) {
     tape.Drop(*v);
   }
   if (lp.shared_gate) out = AddSharedExpert(tape, lp, x, d, shared, out);
@@ -827,7 +858,8 @@ Var PostNormDecoderLayer(Tape& tape, const ModelSpec& spec, const LayerParams& l
   tape.Drop(attn);
   Var h = Norm(tape, spec, mid, lp.norm1, lp.norm1_b, r);
   tape.Drop(mid);
-  Var m = ResidualDropout(tape, spec, Mlp(tape, spec, lp, h, d, d.t, d.inter, lp.gate, lp.up, lp.down));
+  Var m =
+      ResidualDropout(tape, spec, Mlp(tape, spec, lp, h, d, d.t, d.inter, lp.gate, lp.up, lp.down));
   Var sum = Add(tape, h, m);
   tape.Drop(m);
   Var out = Norm(tape, spec, sum, lp.norm2, lp.norm2_b, r);
@@ -862,7 +894,7 @@ Var ParallelBlock(Tape& tape, const ModelSpec& spec, const LayerParams& lp, cons
   const Dims r = d.Residual();
   const bool held = FirstNormLife(spec) == NormOutLife::kLayer;
   Var mh = lp.norm2 && !spec.sandwich_norm ? Norm(tape, spec, x, lp.norm2, lp.norm2_b, r)
-                                          : tape.Share(h);
+                                           : tape.Share(h);
   if (!held) tape.Drop(h);
   Var m = moe ? Moe(tape, spec, lp, mh, d)
               : Mlp(tape, spec, lp, mh, d, d.t, d.inter, lp.gate, lp.up, lp.down);
@@ -934,8 +966,8 @@ Var DecoderLayer(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const
   // resid_dropout) keep the attention output in its own local until the layer
   // returns (4.57.6 / 5.24.0); the other sequential families overwrite
   // `hidden_states` with the residual sum.
-  const bool attn_lives = spec.model_type == "stablelm" || spec.model_type == "gpt2" ||
-                          spec.model_type == "falcon";
+  const bool attn_lives =
+      spec.model_type == "stablelm" || spec.model_type == "gpt2" || spec.model_type == "falcon";
   if (!attn_lives) tape.Drop(attn);
   Param* pre = spec.sandwich_norm ? lp.norm3 : lp.norm2;
   Var h2 = Norm(tape, spec, mid, pre, spec.sandwich_norm ? nullptr : lp.norm2_b, r);
@@ -980,8 +1012,8 @@ void DropCache(Tape& tape) {
 // capacity factor F (GShard / DeepSpeed-MoE, Megatron
 // --moe-expert-capacity-factor with --moe-pad-expert-input-to-capacity) every
 // expert processes exactly ceil(F * t * k / E) tokens, dropped or padded.
-std::vector<uint64_t> ExpertTokens(uint64_t tokens, uint64_t top_k, uint64_t local_experts, uint64_t ep,
-                                   double capacity_factor, double imbalance) {
+std::vector<uint64_t> ExpertTokens(uint64_t tokens, uint64_t top_k, uint64_t local_experts,
+                                   uint64_t ep, double capacity_factor, double imbalance) {
   std::vector<uint64_t> out(local_experts, 0);
   if (local_experts == 0) return out;
   const double even = static_cast<double>(tokens * top_k) / static_cast<double>(local_experts);
@@ -992,15 +1024,18 @@ std::vector<uint64_t> ExpertTokens(uint64_t tokens, uint64_t top_k, uint64_t loc
   }
   const uint64_t max_per_expert = tokens * ep;  // each token at most once per expert
   if (ep > 1) {
-    const auto busy = std::min<uint64_t>(max_per_expert, static_cast<uint64_t>(std::ceil(imbalance * even)));
+    const auto busy =
+        std::min<uint64_t>(max_per_expert, static_cast<uint64_t>(std::ceil(imbalance * even)));
     std::fill(out.begin(), out.end(), busy);
     return out;
   }
   const uint64_t total = tokens * top_k;
-  const uint64_t busiest = std::min<uint64_t>(max_per_expert, static_cast<uint64_t>(std::ceil(imbalance * even)));
+  const uint64_t busiest =
+      std::min<uint64_t>(max_per_expert, static_cast<uint64_t>(std::ceil(imbalance * even)));
   out[0] = busiest;
   const uint64_t rest = total > busiest ? total - busiest : 0;
-  for (uint64_t e = 1; e < local_experts; ++e) out[e] = (rest + local_experts - 2) / (local_experts - 1);
+  for (uint64_t e = 1; e < local_experts; ++e)
+    out[e] = (rest + local_experts - 2) / (local_experts - 1);
   if (local_experts == 1) out[0] = total;
   return out;
 }
@@ -1017,12 +1052,18 @@ ModelParams IndexParams(const ModelSpec& spec, std::vector<Param>& params) {
       Place(mp.layers[pt.layer], pt, p);
       continue;
     }
-    if (pt.role == ParamRole::kEmbed) mp.embed = p;
-    else if (pt.role == ParamRole::kPosEmbed) mp.pos_embed = p;
-    else if (pt.role == ParamRole::kNorm) (pt.name.ends_with(".bias") ? mp.final_norm_b : mp.final_norm) = p;
-    else if (pt.role == ParamRole::kLmHead) (pt.name.ends_with(".bias") ? mp.lm_head_b : mp.lm_head) = p;
-    else if (pt.role == ParamRole::kProjIn) mp.proj_in = p;
-    else if (pt.role == ParamRole::kProjOut) mp.proj_out = p;
+    if (pt.role == ParamRole::kEmbed)
+      mp.embed = p;
+    else if (pt.role == ParamRole::kPosEmbed)
+      mp.pos_embed = p;
+    else if (pt.role == ParamRole::kNorm)
+      (pt.name.ends_with(".bias") ? mp.final_norm_b : mp.final_norm) = p;
+    else if (pt.role == ParamRole::kLmHead)
+      (pt.name.ends_with(".bias") ? mp.lm_head_b : mp.lm_head) = p;
+    else if (pt.role == ParamRole::kProjIn)
+      mp.proj_in = p;
+    else if (pt.role == ParamRole::kProjOut)
+      mp.proj_out = p;
   }
   return mp;
 }
@@ -1048,7 +1089,8 @@ Dims ForwardDims(const ModelSpec& spec, const TrainingSetup& setup) {
   // parameters through `grouped_mm` (the default experts implementation,
   // PreTrainedModel.get_correct_experts_implementation). Megatron-style knobs
   // (expert parallelism, a capacity factor) keep the per-expert lowering.
-  d.grouped_experts = setup.transformers_version >= 500 && d.ep == 1 && setup.moe_capacity_factor == 0;
+  d.grouped_experts =
+      setup.transformers_version >= 500 && d.ep == 1 && setup.moe_capacity_factor == 0;
   return d;
 }
 
@@ -1062,7 +1104,8 @@ void Rebind(Tape& tape, Var& x, Var made) {
 // 4.x; inside the embedding module (*TextScaledWordEmbedding) for Gemma 3 and
 // for all of them in 5.x, where the input-grad hook then sees the scaled output.
 bool IsGemma(const ModelSpec& spec) {
-  return spec.model_type == "gemma" || spec.model_type == "gemma2" || spec.model_type == "gemma3_text";
+  return spec.model_type == "gemma" || spec.model_type == "gemma2" ||
+         spec.model_type == "gemma3_text";
 }
 bool GemmaScalesInsideEmbedding(const ModelSpec& spec, const TrainingSetup& setup) {
   return IsGemma(spec) && (spec.model_type == "gemma3_text" || setup.transformers_version >= 500);
@@ -1072,9 +1115,11 @@ bool GemmaScalesInsideEmbedding(const ModelSpec& spec, const TrainingSetup& setu
 // as cache_position.unsqueeze(0), [1, s], and broadcasts them over the batch
 // (GPT2Model.forward, 4.57 / 5.x); OPT derives [b, s] positions from the
 // attention mask, and its project_in widens the tokens first (OPTDecoder.forward).
-void AddPositions(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Dims& d, const Var& ids, Var& x) {
+void AddPositions(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Dims& d, const Var& ids,
+                  Var& x) {
   const bool batch_shared = spec.model_type == "gpt2";
-  Var pos_ids = batch_shared ? tape.New(d.s, kI64, Category::kOther, "aten::arange") : tape.Share(ids);
+  Var pos_ids =
+      batch_shared ? tape.New(d.s, kI64, Category::kOther, "aten::arange") : tape.Share(ids);
   Var pos = Embedding(tape, pos_ids, *mp.pos_embed, batch_shared ? d.s : d.t, d.h);
   tape.Drop(pos_ids);
   if (mp.proj_in) Rebind(tape, x, Linear(tape, x, *mp.proj_in, nullptr, d.t, d.h));
@@ -1086,8 +1131,8 @@ void AddPositions(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Dims
 
 // The first stage's input: embeddings (scaled, positioned), the input-grad
 // hook, sequence-parallel scatter and dropout.
-Var EmbedTokens(Tape& tape, const ModelSpec& spec, ModelParams& mp, const TrainingSetup& setup, const Dims& d,
-                const Var& ids) {
+Var EmbedTokens(Tape& tape, const ModelSpec& spec, ModelParams& mp, const TrainingSetup& setup,
+                const Dims& d, const Var& ids) {
   tape.Unit(0, true);
   tape.SetModule("model.embed_tokens");
   // OPT: embed_tokens is word_embed_proj_dim wide and project_in widens it
@@ -1098,7 +1143,8 @@ Var EmbedTokens(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Traini
   if (scaled_inside) Rebind(tape, x, Scale(tape, x));
   if (InputsRequireGrad(setup)) x = RequireInputGrad(tape, x);
   if (mp.pos_embed) AddPositions(tape, spec, mp, d, ids, x);
-  if (IsGemma(spec) && !scaled_inside) Rebind(tape, x, Scale(tape, x));  // hidden_states * normalizer
+  if (IsGemma(spec) && !scaled_inside)
+    Rebind(tape, x, Scale(tape, x));  // hidden_states * normalizer
   x = ToSequenceShard(tape, x, d, "megatron::scatter_to_sequence_parallel_region");
   if (spec.hidden_dropout > 0) Rebind(tape, x, Dropout(tape, x, spec.hidden_dropout));
   tape.Unit(0, false);
@@ -1116,11 +1162,12 @@ struct ForwardMasks {
 // What every layer reads: the attention plan, the masks, and the rotary
 // cos/sin in the residual stream's dtype, made after the mask
 // (LlamaModel.forward, 4.57 / 5.x).
-LayerShared PrepareLayers(Tape& tape, const ModelSpec& spec, const TrainingSetup& setup, const Dims& d,
-                          const Var& x, bool cache, ForwardMasks* masks) {
+LayerShared PrepareLayers(Tape& tape, const ModelSpec& spec, const TrainingSetup& setup,
+                          const Dims& d, const Var& x, bool cache, ForwardMasks* masks) {
   LayerShared sh;
-  sh.plan = PlanAttention(setup, tape.autocast ? tape.compute_bytes : x.elem_bytes, d.heads, d.kv,
-                          SdpaGetsMask(spec, setup, d.s, cache), spec.attention_dropout, spec.kv_sharing);
+  sh.plan =
+      PlanAttention(setup, tape.autocast ? tape.compute_bytes : x.elem_bytes, d.heads, d.kv,
+                    SdpaGetsMask(spec, setup, d.s, cache), spec.attention_dropout, spec.kv_sharing);
   // Eager softmax: llama-style families call softmax(..., dtype=torch.float32)
   // .to(query.dtype); GPT-2 (softmax(attn_weights, dim=-1)) and Falcon
   // (dtype=hidden_states.dtype) stay in the scores' dtype (4.57.6 / 5.24.0).
@@ -1129,7 +1176,8 @@ LayerShared PrepareLayers(Tape& tape, const ModelSpec& spec, const TrainingSetup
   sh.plan.legacy_stablelm = spec.model_type == "stablelm" && setup.transformers_version < 500 &&
                             setup.attn == Attention::kEager;
   if (sh.plan.causal_mask_tensor) {
-    const uint8_t bytes = setup.attn == Attention::kSdpa && setup.transformers_version >= 453 ? kBool : x.elem_bytes;
+    const uint8_t bytes =
+        setup.attn == Attention::kSdpa && setup.transformers_version >= 453 ? kBool : x.elem_bytes;
     masks->mask = tape.New(d.b * d.s * d.s, bytes, Category::kOther, "causal_mask");
     sh.mask = &masks->mask;
     const bool full_too = setup.attn != Attention::kSdpa || SdpaNeedsFullMask(spec, setup, cache);
@@ -1146,8 +1194,9 @@ LayerShared PrepareLayers(Tape& tape, const ModelSpec& spec, const TrainingSetup
 
 // The stage's decoder layers, each checkpointed when the setup says so.
 // `layer_outputs`: what the last layer returned besides its hidden states.
-Var RunLayers(Tape& tape, const ModelSpec& spec, ModelParams& mp, const TrainingSetup& setup, const StageSpan& span,
-              const Dims& d, LayerShared& sh, ForwardMasks& masks, Var x, Var* layer_outputs) {
+Var RunLayers(Tape& tape, const ModelSpec& spec, ModelParams& mp, const TrainingSetup& setup,
+              const StageSpan& span, const Dims& d, LayerShared& sh, ForwardMasks& masks, Var x,
+              Var* layer_outputs) {
   const bool ckpt = setup.grad_ckpt != GradCkpt::kNone;
   const uint64_t end_layer = std::min<uint64_t>(span.end_layer, spec.num_layers);
   for (uint64_t i = span.first_layer; i < end_layer; ++i) {
@@ -1163,12 +1212,14 @@ Var RunLayers(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Training
     }
     // Which of the two masks this layer reads (the other is nullptr's is_causal).
     if (BuildsMaskPair(spec, setup) && masks.mask.t != kNoTensor) {
-      sh.mask = SlidingLayer(spec, i) ? &masks.mask
-                                      : (masks.second_mask.t != kNoTensor ? &masks.second_mask : nullptr);
+      sh.mask = SlidingLayer(spec, i)
+                    ? &masks.mask
+                    : (masks.second_mask.t != kNoTensor ? &masks.second_mask : nullptr);
     }
     if (ckpt && sh.mask) tape.graph.Keep(sh.mask->t);
     Var returned;
-    Var y = DecoderLayer(tape, spec, mp.layers[i], x, d, sh, IsMoeLayer(spec, mp.layers[i], i), &returned);
+    Var y = DecoderLayer(tape, spec, mp.layers[i], x, d, sh, IsMoeLayer(spec, mp.layers[i], i),
+                         &returned);
     if (ckpt && setup.grad_ckpt == GradCkpt::kReentrant && returned.t != kNoTensor) {
       tape.graph.UngradedOutput(returned.bytes());
     }
@@ -1187,11 +1238,12 @@ Var RunLayers(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Training
 // The last stage's final norm, OPT's project_out, lm_head and the loss. OPT's
 // post-norm layout has no final norm; project_out narrows to the embeddings'
 // width, which the (tied) lm_head reads.
-Var HeadAndLoss(Tape& tape, const ModelSpec& spec, ModelParams& mp, const TrainingSetup& setup, const Dims& d,
-                Var x, Var* layer_outputs) {
+Var HeadAndLoss(Tape& tape, const ModelSpec& spec, ModelParams& mp, const TrainingSetup& setup,
+                const Dims& d, Var x, Var* layer_outputs) {
   tape.SetModule("model.norm");
   Dims dn = d.Residual();
-  Var hfin = mp.final_norm ? Norm(tape, spec, x, mp.final_norm, mp.final_norm_b, dn) : tape.Share(x);
+  Var hfin =
+      mp.final_norm ? Norm(tape, spec, x, mp.final_norm, mp.final_norm_b, dn) : tape.Share(x);
   tape.Drop(x);
   if (layer_outputs->t != kNoTensor) tape.Drop(*layer_outputs);  // the base model returns
   uint64_t head_in = d.h;
@@ -1225,7 +1277,8 @@ ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Tra
     // Megatron p2p recv: the previous stage's hidden states, a leaf whose
     // gradient is sent back (the residual stream's dtype).
     tape.SetModule("pipeline");
-    x = tape.New(d.Residual().t * d.h, tape.autocast ? kF32 : tape.compute_bytes, Category::kActivations, "pp::recv");
+    x = tape.New(d.Residual().t * d.h, tape.autocast ? kF32 : tape.compute_bytes,
+                 Category::kActivations, "pp::recv");
   }
   EnsureSequenceGatherBuffer(tape, d, x.elem_bytes);
   // GradientCheckpointingLayer sets use_cache=False under checkpointing; the

@@ -28,8 +28,8 @@ struct LayerParams {
 };
 
 struct ModelParams {
-  Param *embed = nullptr, *pos_embed = nullptr, *final_norm = nullptr,
-        *final_norm_b = nullptr, *lm_head = nullptr, *lm_head_b = nullptr;
+  Param *embed = nullptr, *pos_embed = nullptr, *final_norm = nullptr, *final_norm_b = nullptr,
+        *lm_head = nullptr, *lm_head_b = nullptr;
   // OPT's project_in / project_out when word_embed_proj_dim != hidden_size.
   Param *proj_in = nullptr, *proj_out = nullptr;
   std::vector<LayerParams> layers;
@@ -40,8 +40,8 @@ struct ModelParams {
 // the busiest expert R times its even share, and under expert parallelism
 // `ep` > 1 every local expert of the worst rank), or padded to a capacity of
 // ceil(F * tokens * k / local_experts) each.
-std::vector<uint64_t> ExpertTokens(uint64_t tokens, uint64_t top_k, uint64_t local_experts, uint64_t ep,
-                                   double capacity_factor, double imbalance);
+std::vector<uint64_t> ExpertTokens(uint64_t tokens, uint64_t top_k, uint64_t local_experts,
+                                   uint64_t ep, double capacity_factor, double imbalance);
 
 // Indexes tape.params (built from spec.params) by layer and role.
 ModelParams IndexParams(const ModelSpec& spec, std::vector<Param>& params);
@@ -62,7 +62,7 @@ struct StageSpan {
 // One micro-batch forward: embeddings, decoder layers (checkpointed when the
 // setup says so), final norm, lm_head and the loss. Activations saved for
 // backward are re-tagged as such by the lowering's bookkeeping.
-ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp,
-                   const TrainingSetup& setup, const StageSpan& span = {});
+ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const TrainingSetup& setup,
+                   const StageSpan& span = {});
 
 }  // namespace vramscope::lower

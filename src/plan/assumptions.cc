@@ -20,7 +20,8 @@ std::string Weights(const TrainingSetup& s) {
     case Precision::kBf16:
       // transformers 5.x from_pretrained loads the checkpoint's dtype
       // (dtype="auto" by default, 5.24.0); most checkpoints are bf16.
-      return "bf16 weights, gradients and optimizer state: the checkpoint's dtype, as transformers 5.x loads "
+      return "bf16 weights, gradients and optimizer state: the checkpoint's dtype, as transformers "
+             "5.x loads "
              "it by default; fp32 master weights under autocast are --precision bf16-mixed";
     case Precision::kFp16: return "fp16 weights, gradients and optimizer state (no autocast)";
   }
@@ -37,12 +38,16 @@ std::string Optimizer(const TrainingSetup& s) {
     case OptimizerKind::kAdamWFused:
       return "torch.optim.AdamW(fused=True), the HF Trainer's default on torch >= 2.8; the foreach "
              "implementation (torch's own default) is --optimizer adamw";
-    case OptimizerKind::kAdamWForLoop: return "torch.optim.AdamW(foreach=False): one parameter at a time";
+    case OptimizerKind::kAdamWForLoop:
+      return "torch.optim.AdamW(foreach=False): one parameter at a time";
     case OptimizerKind::kAdamW8bit: return "bitsandbytes AdamW8bit: 8-bit blockwise state";
-    case OptimizerKind::kPagedAdamW8bit: return "bitsandbytes PagedAdamW8bit: state in managed memory";
-    case OptimizerKind::kPagedAdamW: return "bitsandbytes PagedAdamW: 32-bit state in managed memory";
+    case OptimizerKind::kPagedAdamW8bit:
+      return "bitsandbytes PagedAdamW8bit: state in managed memory";
+    case OptimizerKind::kPagedAdamW:
+      return "bitsandbytes PagedAdamW: 32-bit state in managed memory";
     case OptimizerKind::kSgd: return "torch.optim.SGD without momentum: no state";
-    case OptimizerKind::kSgdMomentum: return "torch.optim.SGD with momentum: one buffer per parameter";
+    case OptimizerKind::kSgdMomentum:
+      return "torch.optim.SGD with momentum: one buffer per parameter";
     case OptimizerKind::kAdafactor: return "transformers Adafactor: factored second moments";
     case OptimizerKind::kLion: return "Lion: one momentum buffer per parameter";
     case OptimizerKind::kNone: return "no optimizer step (forward and backward only)";
@@ -55,7 +60,8 @@ std::string Attn(const TrainingSetup& s) {
     case Attention::kSdpa:
       return "torch SDPA, causal, no padding: flash (16-bit) or memory-efficient (fp32) kernels, "
              "no b x heads x s x s scores";
-    case Attention::kEager: return "eager attention: the b x heads x s x s scores and probabilities are materialized";
+    case Attention::kEager:
+      return "eager attention: the b x heads x s x s scores and probabilities are materialized";
     case Attention::kFlash: return "the flash-attn 2 package";
   }
   return "";
@@ -78,11 +84,13 @@ std::vector<Assumption> DescribeAssumptions(const TrainingSetup& s) {
   out.push_back({"weights", Weights(s), "--precision"});
   if (s.finetune != Finetune::kFull) {
     std::string adapters = fmt::format(
-        "PEFT LoRA, rank {}, on {}; adapters in fp32 (get_peft_model's autocast_adapter_dtype=True)",
+        "PEFT LoRA, rank {}, on {}; adapters in fp32 (get_peft_model's "
+        "autocast_adapter_dtype=True)",
         s.lora_rank, fmt::join(s.lora_targets, ","));
     if (s.finetune == Finetune::kQLora) {
-      adapters += "; base weights NF4 with double quantization, the rest cast to fp32 "
-                  "(prepare_model_for_kbit_training)";
+      adapters +=
+          "; base weights NF4 with double quantization, the rest cast to fp32 "
+          "(prepare_model_for_kbit_training)";
     }
     out.push_back({"adapters", adapters, "--lora-rank, --lora-targets"});
   }
@@ -90,15 +98,18 @@ std::vector<Assumption> DescribeAssumptions(const TrainingSetup& s) {
   out.push_back({"attention", Attn(s), "--attn"});
   out.push_back({"loss", Loss(s), "--loss"});
   out.push_back({"batch",
-                 s.attention_mask ? "every row full length, with an attention_mask as collators add one"
-                                  : "input_ids and labels only, no attention_mask",
+                 s.attention_mask
+                     ? "every row full length, with an attention_mask as collators add one"
+                     : "input_ids and labels only, no attention_mask",
                  s.attention_mask ? "--no-attention-mask" : ""});
-  out.push_back({"libraries",
-                 fmt::format("transformers {}.{} and torch {}.{} behaviour", s.transformers_version / 100,
-                             s.transformers_version % 100, s.torch_version / 100, s.torch_version % 100),
-                 "--transformers-version, --torch-version"});
-  out.push_back({"steps", fmt::format("{} optimizer steps simulated; the peak is the worst of them", s.steps),
-                 "--steps"});
+  out.push_back(
+      {"libraries",
+       fmt::format("transformers {}.{} and torch {}.{} behaviour", s.transformers_version / 100,
+                   s.transformers_version % 100, s.torch_version / 100, s.torch_version % 100),
+       "--transformers-version, --torch-version"});
+  out.push_back(
+      {"steps", fmt::format("{} optimizer steps simulated; the peak is the worst of them", s.steps),
+       "--steps"});
   return out;
 }
 

@@ -12,7 +12,7 @@ Result<Estimated> Estimate(const ModelSpec& model, const TrainingSetup& setup,
   VS_TRY(conf, ParseAllocConf(setup.alloc_conf));
   // Each rank class is simulated on the thread that lowered it.
   std::vector<RankReport> sims;  // the simulations, per rank class
-  std::mutex sims_mutex;  // guards only the resize below
+  std::mutex sims_mutex;         // guards only the resize below
   auto simulate = [&](size_t i, LoweredRank& cls) -> Status {
     const Lowered& lowered = cls.lowered;
     SimOptions sim_options;
@@ -78,7 +78,8 @@ Result<Estimated> Estimate(const ModelSpec& model, const TrainingSetup& setup,
   if (options.keep_events) out.events = std::move(lowered.stream);
   if (options.explain) {
     report.explanation = ExplainPeak(report);
-    for (auto& line : ExplainWhatIf(model, setup, report)) report.explanation.push_back(std::move(line));
+    for (auto& line : ExplainWhatIf(model, setup, report))
+      report.explanation.push_back(std::move(line));
   }
   return out;
 }

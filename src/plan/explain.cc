@@ -19,8 +19,8 @@ std::string SignedGiB(uint64_t after, uint64_t before) {
 }
 
 struct WhatIf {
-  std::string label;      // "gradient checkpointing (--grad-ckpt full)"
-  std::string cost;       // what it costs besides memory, "" if nothing notable
+  std::string label;  // "gradient checkpointing (--grad-ckpt full)"
+  std::string cost;   // what it costs besides memory, "" if nothing notable
   std::function<bool(const TrainingSetup&)> applies;
   std::function<void(TrainingSetup*)> change;
 };
@@ -67,7 +67,9 @@ std::vector<WhatIf> Candidates() {
        }},
       {"expandable segments (--alloc-conf expandable_segments:True)",
        "changes reserved memory only, not allocated",
-       [](const TrainingSetup& s) { return s.alloc_conf.find("expandable_segments") == std::string::npos; },
+       [](const TrainingSetup& s) {
+         return s.alloc_conf.find("expandable_segments") == std::string::npos;
+       },
        [](TrainingSetup* s) {
          s->alloc_conf = s->alloc_conf.empty() ? "expandable_segments:True"
                                                : s->alloc_conf + ",expandable_segments:True";
@@ -86,10 +88,12 @@ std::vector<std::string> ExplainPeak(const Report& report) {
       "({} cached but unused), and nvidia-smi would show about {}.",
       FormatBytes(sim.peak_allocated_bytes), sim.peak_step, PhaseName(sim.peak_phase),
       FormatBytes(sim.reserved_at_peak_bytes),
-      FormatBytes(sim.reserved_at_peak_bytes - std::min(sim.reserved_at_peak_bytes, sim.peak_allocated_bytes)),
+      FormatBytes(sim.reserved_at_peak_bytes -
+                  std::min(sim.reserved_at_peak_bytes, sim.peak_allocated_bytes)),
       FormatBytes(DeviceTotalBytes(r))));
   std::vector<std::pair<uint64_t, Category>> parts;
-  for (Category c : kAllCategories) parts.emplace_back(sim.breakdown_at_peak[static_cast<int>(c)], c);
+  for (Category c : kAllCategories)
+    parts.emplace_back(sim.breakdown_at_peak[static_cast<int>(c)], c);
   std::sort(parts.rbegin(), parts.rend());
   std::string alive;
   for (const auto& [bytes, c] : parts) {
@@ -97,15 +101,17 @@ std::vector<std::string> ExplainPeak(const Report& report) {
     if (sim.peak_allocated_bytes == 0 || bytes * 200 < sim.peak_allocated_bytes) continue;
     std::string name(CategoryJsonKey(c));
     std::replace(name.begin(), name.end(), '_', ' ');
-    alive += fmt::format("{}{} {} ({:.0f}%)", alive.empty() ? "" : ", ", name, FormatBytes(bytes),
-                         100.0 * static_cast<double>(bytes) / static_cast<double>(sim.peak_allocated_bytes));
+    alive += fmt::format(
+        "{}{} {} ({:.0f}%)", alive.empty() ? "" : ", ", name, FormatBytes(bytes),
+        100.0 * static_cast<double>(bytes) / static_cast<double>(sim.peak_allocated_bytes));
   }
   if (!alive.empty()) lines.push_back("Alive at the peak: " + alive + ".");
   if (!sim.top_at_peak.empty()) {
     const LiveAllocation& top = sim.top_at_peak.front();
-    lines.push_back(fmt::format("The largest single tensor alive then is {} of {} made by {} in {}.",
-                                FormatBytes(top.block_bytes), CategoryJsonKey(top.category), top.op,
-                                top.module.empty() ? "(no module)" : top.module));
+    lines.push_back(
+        fmt::format("The largest single tensor alive then is {} of {} made by {} in {}.",
+                    FormatBytes(top.block_bytes), CategoryJsonKey(top.category), top.op,
+                    top.module.empty() ? "(no module)" : top.module));
   }
   return lines;
 }
@@ -134,7 +140,8 @@ std::vector<std::string> ExplainWhatIf(const ModelSpec& model, const TrainingSet
     if (!w.cost.empty()) line += "; " + w.cost;
     lines.push_back(line + ".");
   }
-  if (!lines.empty()) lines.insert(lines.begin(), "What each knob would change (each one re-estimated alone):");
+  if (!lines.empty())
+    lines.insert(lines.begin(), "What each knob would change (each one re-estimated alone):");
   return lines;
 }
 

@@ -32,7 +32,8 @@ bool FitsWithin(const Report& report, uint64_t limit_bytes) {
 
 class EstimateCache {
  public:
-  EstimateCache(const ModelSpec& model, const TrainingSetup& setup) : model_(model), setup_(setup) {}
+  EstimateCache(const ModelSpec& model, const TrainingSetup& setup)
+      : model_(model), setup_(setup) {}
 
   Result<const Report*> At(uint64_t batch, uint64_t seq) {
     const auto key = std::make_pair(batch, seq);
@@ -41,7 +42,7 @@ class EstimateCache {
     s.batch = batch;
     s.seq = seq;
     EstimateOptions options;
-    options.timeline = false;      // searches need the peaks only
+    options.timeline = false;  // searches need the peaks only
     options.top_allocations = 0;
     auto est = Estimate(model_, s, options);
     if (!est.ok()) {
@@ -71,7 +72,8 @@ Cap Limit(uint64_t own, std::string own_reason, uint64_t other) {
   const uint64_t by_tokens = kMaxTokensPerMicroBatch / std::max<uint64_t>(other, 1);
   if (by_tokens < own) {
     return {std::max<uint64_t>(by_tokens, 1),
-            fmt::format("{} tokens per micro-batch, the most vramscope lowers", kMaxTokensPerMicroBatch)};
+            fmt::format("{} tokens per micro-batch, the most vramscope lowers",
+                        kMaxTokensPerMicroBatch)};
   }
   return {own, std::move(own_reason)};
 }
@@ -124,11 +126,13 @@ Result<FitSearch> Search(EstimateCache& cache, const TrainingSetup& setup, Sweep
 
 }  // namespace
 
-Result<FitResult> Fit(const ModelSpec& model, const TrainingSetup& setup, const FitOptions& options) {
+Result<FitResult> Fit(const ModelSpec& model, const TrainingSetup& setup,
+                      const FitOptions& options) {
   VS_TRY(gpu, FindGpu(setup.gpu));
   if (options.margin_bytes >= gpu.usable_bytes) {
     return MakeError(fmt::format("--margin: {} is not below the {} usable on {}",
-                                 FormatBytes(options.margin_bytes), FormatBytes(gpu.usable_bytes), gpu.name));
+                                 FormatBytes(options.margin_bytes), FormatBytes(gpu.usable_bytes),
+                                 gpu.name));
   }
   FitResult out;
   out.gpu = gpu;

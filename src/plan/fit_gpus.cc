@@ -13,8 +13,8 @@
 
 namespace vramscope {
 
-Result<FitGpusSearch> FitGpus(const ModelSpec& model, const TrainingSetup& setup, uint64_t limit_bytes,
-                              uint32_t max_gpus) {
+Result<FitGpusSearch> FitGpus(const ModelSpec& model, const TrainingSetup& setup,
+                              uint64_t limit_bytes, uint32_t max_gpus) {
   const ParallelLayout& l = setup.parallel;
   FitGpusSearch out;
   out.step = l.tp * l.pp * l.cp;
@@ -52,8 +52,10 @@ Result<FitGpusSearch> FitGpus(const ModelSpec& model, const TrainingSetup& setup
   }
   if (hi == 0 && lo != out.cap) {
     VS_TRY(ok, fits(out.cap));
-    if (ok) hi = out.cap;
-    else lo = out.cap;
+    if (ok)
+      hi = out.cap;
+    else
+      lo = out.cap;
   }
   if (hi == 0) {
     VS_TRY(r, at(out.cap));

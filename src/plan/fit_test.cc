@@ -36,27 +36,35 @@ TrainingSetup Knobs(const char* gpu, uint64_t seq, void (*edit)(TrainingSetup*) 
 std::vector<Case> Cases() {
   return {
       {"qwen05_defaults_h100", "qwen2.5-0.5b", Knobs("h100-80g", 2048)},
-      {"llama1b_lora_ckpt_4090", "llama-3.2-1b", Knobs("rtx-4090", 1024, [](TrainingSetup* s) {
-         s->finetune = Finetune::kLora;
-         s->grad_ckpt = GradCkpt::kFull;
-       })},
-      {"gpt2_fp32_sgd_eager_t4", "gpt2", Knobs("t4", 512, [](TrainingSetup* s) {
-         s->precision = Precision::kFp32;
-         s->optimizer = OptimizerKind::kSgdMomentum;
-         s->attn = Attention::kEager;
-       })},
-      {"smollm360_qlora_paged_l4", "smollm2-360m", Knobs("l4", 4096, [](TrainingSetup* s) {
-         s->finetune = Finetune::kQLora;
-         s->optimizer = OptimizerKind::kPagedAdamW8bit;
-         s->batch = 3;
-       })},
-      {"llama8b_lora_chunked_expandable_a100", "llama-3-8b", Knobs("a100-80g", 2048, [](TrainingSetup* s) {
-         s->finetune = Finetune::kLora;
-         s->lora_targets = {"all-linear"};
-         s->grad_ckpt = GradCkpt::kFull;
-         s->loss = LossKind::kChunked;
-         s->alloc_conf = "expandable_segments:True";
-       })},
+      {"llama1b_lora_ckpt_4090", "llama-3.2-1b",
+       Knobs("rtx-4090", 1024,
+             [](TrainingSetup* s) {
+               s->finetune = Finetune::kLora;
+               s->grad_ckpt = GradCkpt::kFull;
+             })},
+      {"gpt2_fp32_sgd_eager_t4", "gpt2",
+       Knobs("t4", 512,
+             [](TrainingSetup* s) {
+               s->precision = Precision::kFp32;
+               s->optimizer = OptimizerKind::kSgdMomentum;
+               s->attn = Attention::kEager;
+             })},
+      {"smollm360_qlora_paged_l4", "smollm2-360m",
+       Knobs("l4", 4096,
+             [](TrainingSetup* s) {
+               s->finetune = Finetune::kQLora;
+               s->optimizer = OptimizerKind::kPagedAdamW8bit;
+               s->batch = 3;
+             })},
+      {"llama8b_lora_chunked_expandable_a100", "llama-3-8b",
+       Knobs("a100-80g", 2048,
+             [](TrainingSetup* s) {
+               s->finetune = Finetune::kLora;
+               s->lora_targets = {"all-linear"};
+               s->grad_ckpt = GradCkpt::kFull;
+               s->loss = LossKind::kChunked;
+               s->alloc_conf = "expandable_segments:True";
+             })},
   };
 }
 
@@ -73,10 +81,12 @@ Report EstimateAt(const ModelSpec& model, TrainingSetup s, uint64_t batch, uint6
 
 bool Within(const Report& r, uint64_t limit) { return r.fits() && r.needed_bytes() <= limit; }
 
-void CheckSearch(const ModelSpec& model, const TrainingSetup& setup, const FitSearch& s, uint64_t limit) {
+void CheckSearch(const ModelSpec& model, const TrainingSetup& setup, const FitSearch& s,
+                 uint64_t limit) {
   const bool batch = s.variable == SweepVariable::kBatch;
   const auto at = [&](uint64_t v) {
-    return batch ? EstimateAt(model, setup, v, setup.seq) : EstimateAt(model, setup, setup.batch, v);
+    return batch ? EstimateAt(model, setup, v, setup.seq)
+                 : EstimateAt(model, setup, setup.batch, v);
   };
   EXPECT_EQ(s.held_value, batch ? setup.seq : setup.batch);
   if (!s.fits()) {
@@ -143,7 +153,8 @@ TEST_P(FitProperty, MemoryIsMonotoneInBatchAndSeq) {
   const Case& c = GetParam();
   auto model = LoadCatalogModel(c.model);
   ASSERT_TRUE(model.ok());
-  const auto check = [&](const char* knob, const std::vector<std::pair<uint64_t, uint64_t>>& points) {
+  const auto check = [&](const char* knob,
+                         const std::vector<std::pair<uint64_t, uint64_t>>& points) {
     uint64_t last_allocated = 0, last_total = 0;
     double worst_dip = 0;
     for (const auto& [batch, seq] : points) {
@@ -153,13 +164,16 @@ TEST_P(FitProperty, MemoryIsMonotoneInBatchAndSeq) {
       const uint64_t total = r.needed_bytes();
       EXPECT_GE(allocated, last_allocated) << knob << " at batch " << batch << " seq " << seq;
       if (total < last_total) {
-        worst_dip = std::max(worst_dip, static_cast<double>(last_total - total) / static_cast<double>(last_total));
+        worst_dip = std::max(
+            worst_dip, static_cast<double>(last_total - total) / static_cast<double>(last_total));
       }
       last_allocated = allocated;
       last_total = std::max(last_total, total);
     }
-    EXPECT_LE(worst_dip, kMaxDeviceTotalDip) << knob << ": device total fell by " << worst_dip * 100 << "%";
-    RecordProperty(std::string(knob) + "_worst_device_total_dip_percent", std::to_string(worst_dip * 100));
+    EXPECT_LE(worst_dip, kMaxDeviceTotalDip)
+        << knob << ": device total fell by " << worst_dip * 100 << "%";
+    RecordProperty(std::string(knob) + "_worst_device_total_dip_percent",
+                   std::to_string(worst_dip * 100));
   };
   std::vector<std::pair<uint64_t, uint64_t>> by_batch, by_seq;
   for (uint64_t batch = 1; batch <= 12; ++batch) by_batch.emplace_back(batch, c.setup.seq);
@@ -169,7 +183,9 @@ TEST_P(FitProperty, MemoryIsMonotoneInBatchAndSeq) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Catalog, FitProperty, testing::ValuesIn(Cases()),
-                         [](const testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
+                         [](const testing::TestParamInfo<Case>& info) {
+                           return std::string(info.param.name);
+                         });
 
 TEST(Fit, NothingFitsIsAResultNotAnError) {
   auto model = LoadCatalogModel("llama-3-8b");
@@ -239,8 +255,8 @@ TEST(Fit, JsonCarriesTheContractKeys) {
   auto fit = Fit(*model, setup, {});
   ASSERT_TRUE(fit.ok());
   const std::string json = RenderFitJson(*fit, "gpt2");
-  for (const char* key : {"\"max_batch\"", "\"max_seq\"", "\"margin_bytes\"", "\"limit_bytes\"", "\"fits\"",
-                          "\"peak_allocated_bytes\"", "\"device_total_bytes\""}) {
+  for (const char* key : {"\"max_batch\"", "\"max_seq\"", "\"margin_bytes\"", "\"limit_bytes\"",
+                          "\"fits\"", "\"peak_allocated_bytes\"", "\"device_total_bytes\""}) {
     EXPECT_NE(json.find(key), std::string::npos) << key;
   }
 }

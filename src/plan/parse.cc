@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
-#include <cstddef>
 #include <cmath>
+#include <cstddef>
 #include <string>
 
 #include <fmt/format.h>
@@ -38,8 +38,9 @@ std::string_view Trim(std::string_view text) {
 
 bool EndsWithNoCase(std::string_view text, std::string_view suffix) {
   if (text.size() < suffix.size()) return false;
-  return std::equal(suffix.begin(), suffix.end(), text.end() - static_cast<ptrdiff_t>(suffix.size()),
-                    [](char want, char got) { return std::tolower(static_cast<unsigned char>(got)) == want; });
+  return std::equal(
+      suffix.begin(), suffix.end(), text.end() - static_cast<ptrdiff_t>(suffix.size()),
+      [](char want, char got) { return std::tolower(static_cast<unsigned char>(got)) == want; });
 }
 
 // A whole decimal integer, digits only (no sign, no spaces inside).
@@ -49,7 +50,8 @@ Result<uint64_t> ParseCount(std::string_view item, std::string_view flag, std::s
   uint64_t value = 0;
   const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
   if (item.empty() || ec != std::errc() || end != item.data() + item.size()) {
-    return MakeError(fmt::format("{}: {}: {} {} is not a whole number", flag, QuoteGrid(whole), what, Quote(item)));
+    return MakeError(fmt::format("{}: {}: {} {} is not a whole number", flag, QuoteGrid(whole),
+                                 what, Quote(item)));
   }
   return value;
 }
@@ -58,7 +60,8 @@ Result<uint64_t> ParseValue(std::string_view item, std::string_view flag, std::s
                             std::string_view what) {
   VS_TRY(value, ParseCount(item, flag, whole, what));
   if (value == 0 || value > kMaxGridValue) {
-    return MakeError(fmt::format("{}: {}: {} {} is outside 1..{}", flag, QuoteGrid(whole), what, value, kMaxGridValue));
+    return MakeError(fmt::format("{}: {}: {} {} is outside 1..{}", flag, QuoteGrid(whole), what,
+                                 value, kMaxGridValue));
   }
   return value;
 }
@@ -73,13 +76,16 @@ Result<std::vector<uint64_t>> ParseRange(std::string_view text, std::string_view
   VS_TRY(stop, ParseCount(text.substr(a + 1, b - a - 1), flag, text, "STOP"));
   VS_TRY(count, ParseCount(text.substr(b + 1), flag, text, "COUNT"));
   if (stop < start) {
-    return MakeError(fmt::format("{}: {}: STOP {} is below START {}", flag, QuoteGrid(text), stop, start));
+    return MakeError(
+        fmt::format("{}: {}: STOP {} is below START {}", flag, QuoteGrid(text), stop, start));
   }
   if (stop > kMaxGridValue) {
-    return MakeError(fmt::format("{}: {}: STOP {} is above {}", flag, QuoteGrid(text), stop, kMaxGridValue));
+    return MakeError(
+        fmt::format("{}: {}: STOP {} is above {}", flag, QuoteGrid(text), stop, kMaxGridValue));
   }
   if (count == 0 || count > kMaxSweepPoints) {
-    return MakeError(fmt::format("{}: {}: COUNT {} is outside 1..{}", flag, QuoteGrid(text), count, kMaxSweepPoints));
+    return MakeError(fmt::format("{}: {}: COUNT {} is outside 1..{}", flag, QuoteGrid(text), count,
+                                 kMaxSweepPoints));
   }
   std::vector<uint64_t> values;
   values.reserve(count);
@@ -97,13 +103,15 @@ Result<std::vector<uint64_t>> ParseRange(std::string_view text, std::string_view
 
 Result<std::vector<uint64_t>> ParseGrid(std::string_view text, std::string_view flag) {
   text = Trim(text);
-  if (text.empty()) return MakeError(fmt::format("{}: empty grid; use START:STOP:COUNT or A,B,C", flag));
+  if (text.empty())
+    return MakeError(fmt::format("{}: empty grid; use START:STOP:COUNT or A,B,C", flag));
   if (text.find(':') != std::string_view::npos) return ParseRange(text, flag);
   std::vector<uint64_t> values;
   size_t begin = 0;
   while (true) {
     const size_t comma = text.find(',', begin);
-    const std::string_view item = text.substr(begin, comma == std::string_view::npos ? comma : comma - begin);
+    const std::string_view item =
+        text.substr(begin, comma == std::string_view::npos ? comma : comma - begin);
     VS_TRY(value, ParseValue(item, flag, text, "value"));
     values.push_back(value);
     if (values.size() > kMaxSweepPoints) {
@@ -130,11 +138,13 @@ Result<uint64_t> ParseMargin(std::string_view text, uint64_t usable_bytes) {
   text = Trim(text);
   double value = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || !std::isfinite(value)) {
-    return MakeError(fmt::format("--margin: {} is not GiB (e.g. 2 or 1.5GiB) or a percentage (e.g. 5%)",
-                                 Quote(original)));
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size() ||
+      !std::isfinite(value)) {
+    return MakeError(fmt::format(
+        "--margin: {} is not GiB (e.g. 2 or 1.5GiB) or a percentage (e.g. 5%)", Quote(original)));
   }
-  if (value < 0 || std::signbit(value)) return MakeError(fmt::format("--margin: {} is negative", Quote(original)));
+  if (value < 0 || std::signbit(value))
+    return MakeError(fmt::format("--margin: {} is negative", Quote(original)));
   const double usable = static_cast<double>(usable_bytes);
   const double bytes = percent ? value / 100.0 * usable : value * kGiBDouble;
   if (bytes >= usable) {

@@ -11,7 +11,8 @@ using V = std::vector<uint64_t>;
 constexpr uint64_t kParseGiB = uint64_t{1} << 30;
 
 TEST(ParseGrid, StartStopCountIsInclusiveAndEven) {
-  EXPECT_EQ(*ParseGrid("1:2048:10", "--seq"), (V{1, 228, 456, 683, 911, 1138, 1366, 1593, 1821, 2048}));
+  EXPECT_EQ(*ParseGrid("1:2048:10", "--seq"),
+            (V{1, 228, 456, 683, 911, 1138, 1366, 1593, 1821, 2048}));
   EXPECT_EQ(*ParseGrid("0010:20:3", "--seq"), (V{10, 15, 20}));
   EXPECT_EQ(*ParseGrid("5:5:1", "--seq"), (V{5}));
   EXPECT_EQ(*ParseGrid("7:9:1", "--seq"), (V{7}));
@@ -30,16 +31,33 @@ TEST(ParseGrid, ListsAreSortedAndDeduplicated) {
 }
 
 TEST(ParseGrid, BadGridsNameTheFlag) {
-  const char* bad[] = {"1:0:5",  "1:10:0",   "1:10:10001", "1:10",   "1:2:3:4", "a:10:5",   "1:b:5",
-                       "1:10:x", "0:10:5",   "-1:10:5",    "1,,2",   ",",       "",         "0",
-                       "1.5",    "99999999999", "1:10:-3",  "1,2,x",  "1:10:99999999999999999999"};
+  const char* bad[] = {"1:0:5",
+                       "1:10:0",
+                       "1:10:10001",
+                       "1:10",
+                       "1:2:3:4",
+                       "a:10:5",
+                       "1:b:5",
+                       "1:10:x",
+                       "0:10:5",
+                       "-1:10:5",
+                       "1,,2",
+                       ",",
+                       "",
+                       "0",
+                       "1.5",
+                       "99999999999",
+                       "1:10:-3",
+                       "1,2,x",
+                       "1:10:99999999999999999999"};
   for (const char* text : bad) {
     auto r = ParseGrid(text, "--seq");
     ASSERT_FALSE(r.ok()) << text;
     EXPECT_EQ(r.error().message.rfind("--seq: ", 0), 0u) << r.error().message;
     EXPECT_EQ(r.error().message.find('\n'), std::string::npos);
   }
-  EXPECT_NE(ParseGrid("1:0:5", "--seq").error().message.find("STOP 0 is below START 1"), std::string::npos);
+  EXPECT_NE(ParseGrid("1:0:5", "--seq").error().message.find("STOP 0 is below START 1"),
+            std::string::npos);
   EXPECT_NE(ParseGrid("1:9:0", "--seq").error().message.find("COUNT 0"), std::string::npos);
   EXPECT_NE(ParseGrid("1:9:20000", "--seq").error().message.find("COUNT 20000"), std::string::npos);
 }
@@ -74,8 +92,8 @@ TEST(ParseMargin, GiBAndPercent) {
 
 TEST(ParseMargin, RejectsNegativeHugeAndJunk) {
   const uint64_t usable = 80 * kParseGiB;
-  for (const char* text : {"-1", "-0", "-5%", "80", "100%", "120%", "1e30", "inf", "nan", "abc", "", "%",
-                           "2 MiB", "GiB"}) {
+  for (const char* text : {"-1", "-0", "-5%", "80", "100%", "120%", "1e30", "inf", "nan", "abc", "",
+                           "%", "2 MiB", "GiB"}) {
     auto r = ParseMargin(text, usable);
     ASSERT_FALSE(r.ok()) << text;
     EXPECT_EQ(r.error().message.rfind("--margin: ", 0), 0u) << r.error().message;

@@ -62,15 +62,19 @@ std::vector<DataParallelChoice> DataParallelChoices(const TrainingSetup& base, F
 // master weights under bf16 autocast (the classic mixed-precision recipe,
 // more memory). Adapters keep the setup's precision; --precision on the
 // command line keeps it for all.
-std::vector<Precision> Precisions(const TrainingSetup& base, Finetune finetune, const PlanOptions& options) {
-  const bool bf16_family = base.precision == Precision::kBf16 || base.precision == Precision::kBf16Mixed;
-  if (options.keep_precision || finetune != Finetune::kFull || !bf16_family) return {base.precision};
+std::vector<Precision> Precisions(const TrainingSetup& base, Finetune finetune,
+                                  const PlanOptions& options) {
+  const bool bf16_family =
+      base.precision == Precision::kBf16 || base.precision == Precision::kBf16Mixed;
+  if (options.keep_precision || finetune != Finetune::kFull || !bf16_family)
+    return {base.precision};
   return {Precision::kBf16, Precision::kBf16Mixed};
 }
 
 template <typename T>
 void AddUnique(std::vector<T>* values, T value) {
-  if (std::find(values->begin(), values->end(), value) == values->end()) values->push_back(std::move(value));
+  if (std::find(values->begin(), values->end(), value) == values->end())
+    values->push_back(std::move(value));
 }
 
 std::vector<KnobSet> KnobSets(const TrainingSetup& base, const PlanOptions& options) {
@@ -106,7 +110,8 @@ std::vector<KnobSet> KnobSets(const TrainingSetup& base, const PlanOptions& opti
             // 8-bit states are not combined with them here.
             if (sharded && !options.keep_optimizer && o != optimizers.front()) continue;
             for (LossKind l : losses) {
-              for (const std::string& a : allocs) out.push_back({p, f, c, o, l, a, d.dp, d.offload});
+              for (const std::string& a : allocs)
+                out.push_back({p, f, c, o, l, a, d.dp, d.offload});
             }
           }
         }
@@ -175,23 +180,28 @@ struct StepTokens {
 // flag; none is possible once this returns a Step.
 Result<StepTokens> CheckStepTokens(const TrainingSetup& setup, const PlanOptions& options) {
   if (setup.seq == 0) return MakeError("--seq: must be at least 1");
-  const uint64_t tokens = options.tokens_per_step ? options.tokens_per_step : kDefaultSequencesPerStep * setup.seq;
+  const uint64_t tokens =
+      options.tokens_per_step ? options.tokens_per_step : kDefaultSequencesPerStep * setup.seq;
   if (tokens % setup.seq != 0) {
-    return MakeError(fmt::format("--tokens-per-step: {} is not a multiple of --seq {}", tokens, setup.seq));
+    return MakeError(
+        fmt::format("--tokens-per-step: {} is not a multiple of --seq {}", tokens, setup.seq));
   }
   // Several GPUs: each data-parallel replica takes its share of the step.
   const uint64_t replicas = std::max<uint32_t>(1, setup.parallel.dp());
   if (setup.parallel.model_parallel()) {
-    return MakeError("plan: --tp/--pp/--cp/--ep layouts are estimated one at a time (vramscope estimate); plan "
-                     "ranks data-parallel strategies");
+    return MakeError(
+        "plan: --tp/--pp/--cp/--ep layouts are estimated one at a time (vramscope estimate); plan "
+        "ranks data-parallel strategies");
   }
   if ((tokens / setup.seq) % replicas != 0) {
-    return MakeError(fmt::format("--tokens-per-step: {} sequences of {} tokens do not split over {} GPUs",
-                                 tokens / setup.seq, setup.seq, replicas));
+    return MakeError(
+        fmt::format("--tokens-per-step: {} sequences of {} tokens do not split over {} GPUs",
+                    tokens / setup.seq, setup.seq, replicas));
   }
   const uint64_t sequences = tokens / setup.seq / replicas;
   if (sequences > kMaxGradAccum * kFitMaxBatch) {
-    return MakeError(fmt::format("--tokens-per-step: {} is more than one GPU step can hold", tokens));
+    return MakeError(
+        fmt::format("--tokens-per-step: {} is more than one GPU step can hold", tokens));
   }
   return StepTokens{tokens, sequences};
 }
@@ -207,7 +217,8 @@ EstimateOptions SearchEstimateOptions() {
 
 // The base setup with knob set `k` and the micro-batch `batch`, accumulated
 // to `sequences` per step.
-TrainingSetup WithKnobSet(const TrainingSetup& base, const KnobSet& k, uint64_t batch, uint64_t sequences) {
+TrainingSetup WithKnobSet(const TrainingSetup& base, const KnobSet& k, uint64_t batch,
+                          uint64_t sequences) {
   TrainingSetup s = base;
   s.precision = k.precision;
   s.finetune = k.finetune;
@@ -284,14 +295,16 @@ void SearchKnobSets(const ModelSpec& model, const TrainingSetup& setup, const Pl
       out->strategies.push_back(Measure(s, est->report, model));
       return out->strategies.back().fits;
     };
-    if (auto found = LargestFittingSplit(start, micro_batches.size(), probe)) group_start[group] = *found;
+    if (auto found = LargestFittingSplit(start, micro_batches.size(), probe))
+      group_start[group] = *found;
   }
   if (options.progress) options.progress(knob_sets.size(), knob_sets.size());
 }
 
 }  // namespace
 
-Result<PlanResult> Plan(const ModelSpec& model, const TrainingSetup& setup, const PlanOptions& options) {
+Result<PlanResult> Plan(const ModelSpec& model, const TrainingSetup& setup,
+                        const PlanOptions& options) {
   VS_TRY(step, CheckStepTokens(setup, options));
   // The base setup validates every knob before anything is enumerated.
   VS_TRY(base, Estimate(model, setup, SearchEstimateOptions()));
@@ -303,8 +316,9 @@ Result<PlanResult> Plan(const ModelSpec& model, const TrainingSetup& setup, cons
   out.tokens_per_step = step.tokens;
   const std::vector<uint64_t> micro_batches = MicroBatches(step.sequences, setup.seq);
   if (micro_batches.empty()) {
-    return MakeError(fmt::format("--tokens-per-step: {} cannot be split into micro-batches of at most {} tokens",
-                                 step.tokens, kMaxTokensPerMicroBatch));
+    return MakeError(
+        fmt::format("--tokens-per-step: {} cannot be split into micro-batches of at most {} tokens",
+                    step.tokens, kMaxTokensPerMicroBatch));
   }
   std::vector<std::string> skipped;
   SearchKnobSets(model, setup, options, micro_batches, step.sequences, &out, &skipped);

@@ -36,12 +36,14 @@ TEST(StepTime, FullFineTuneIsSixFlopsPerWeightAndToken) {
   EXPECT_NEAR(t.backward_flops, 4 * n * tokens + 2 * attention, 1e-6 * t.backward_flops);
   EXPECT_EQ(t.recompute_flops, 0);
   EXPECT_EQ(t.dequant_seconds, 0);
-  const double rate = gpu->bf16_dense_tflops * 1e12 * kAchievableComputeFraction * (2048.0 / (2048 + 128));
+  const double rate =
+      gpu->bf16_dense_tflops * 1e12 * kAchievableComputeFraction * (2048.0 / (2048 + 128));
   EXPECT_NEAR(t.compute_seconds, (t.forward_flops + t.backward_flops) / rate, 1e-9);
   // AdamW on fp32 master weights: 3 x 4 bytes (param r/w, grad r) + 4 x 4
   // (two moments r/w), plus 2 accumulations of 8 bytes (grad r/w).
   const double bytes = static_cast<double>(model->ParameterCount()) * (28 + 2 * 8);
-  EXPECT_NEAR(t.optimizer_seconds, bytes / (gpu->memory_bandwidth_gbps * 1e9 * kAchievableBandwidthFraction), 1e-9);
+  EXPECT_NEAR(t.optimizer_seconds,
+              bytes / (gpu->memory_bandwidth_gbps * 1e9 * kAchievableBandwidthFraction), 1e-9);
   EXPECT_NEAR(t.tokens_per_second, tokens / t.step_seconds, 1e-6);
 }
 
@@ -79,7 +81,8 @@ TEST(StepTime, KnobsMoveTimeTheWayTheyShould) {
 
   TrainingSetup fp32 = full;
   fp32.precision = Precision::kFp32;
-  EXPECT_NEAR(EstimateStepTime(*model, fp32, *gpu, all).compute_seconds / base.compute_seconds, 16, 1e-6);
+  EXPECT_NEAR(EstimateStepTime(*model, fp32, *gpu, all).compute_seconds / base.compute_seconds, 16,
+              1e-6);
 
   TrainingSetup eager = full;
   eager.attn = Attention::kEager;

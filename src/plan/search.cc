@@ -118,7 +118,8 @@ class Searcher {
     if (!has_prev_ || lo_.needed_bytes <= prev_.needed_bytes || lo_.value <= prev_.value) return 0;
     const double slope = static_cast<double>(lo_.needed_bytes - prev_.needed_bytes) /
                          static_cast<double>(lo_.value - prev_.value);
-    const double room = static_cast<double>(limit_bytes_ - std::min(limit_bytes_, lo_.needed_bytes));
+    const double room =
+        static_cast<double>(limit_bytes_ - std::min(limit_bytes_, lo_.needed_bytes));
     const double steps = std::floor(room / slope);
     // Far beyond the cap (or not finite): the cap bounds it anyway.
     if (!(steps < static_cast<double>(cap_))) return cap_;

@@ -39,9 +39,9 @@ inline constexpr int kMaxInterpolationProbes = 8;
 // failing) to adjacent values: by linear interpolation of the needed bytes of
 // the two largest fitting probes towards `limit_bytes` where that is
 // possible (once per new largest fitting probe, and no more after a guess
-// overshoots: then one probe just below the guess), by bisection otherwise. On return, max_value fits and
-// max_value + 1 failed (or max_value == cap). The first probe error ends the
-// search and is returned. cap must be >= 1.
+// overshoots: then one probe just below the guess), by bisection otherwise. On return, max_value
+// fits and max_value + 1 failed (or max_value == cap). The first probe error ends the search and is
+// returned. cap must be >= 1.
 Result<SearchOutcome> FindLargestFitting(uint64_t start, uint64_t cap, uint64_t limit_bytes,
                                          const Probe& probe);
 

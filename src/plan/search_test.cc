@@ -71,13 +71,15 @@ TEST(FindLargestFitting, LinearCurveNeedsFewProbes) {
 
 TEST(FindLargestFitting, MatchesBruteForceOnShapes) {
   const std::vector<std::function<uint64_t(uint64_t)>> shapes = {
-      [](uint64_t x) { return 1'000'000 * x; },                              // linear from 0
-      [](uint64_t x) { return 30'000'000'000 + 7'000'000 * x * x; },         // quadratic (eager attention)
-      [](uint64_t x) { return 40'000'000'000 + (x / 64) * 3'000'000'000; },  // steps (allocator rounding)
-      [](uint64_t x) { return 79'999'999'999 + x / 1000; },                  // almost flat
-      [](uint64_t x) { return x < 1000 ? 1'000 : kLimit + 1; },              // a cliff
-      [](uint64_t) { return uint64_t{5}; },                                  // everything fits
-      [](uint64_t) { return kLimit + 1; },                                   // nothing fits
+      [](uint64_t x) { return 1'000'000 * x; },                       // linear from 0
+      [](uint64_t x) { return 30'000'000'000 + 7'000'000 * x * x; },  // quadratic (eager attention)
+      [](uint64_t x) {
+        return 40'000'000'000 + (x / 64) * 3'000'000'000;
+      },                                                         // steps (allocator rounding)
+      [](uint64_t x) { return 79'999'999'999 + x / 1000; },      // almost flat
+      [](uint64_t x) { return x < 1000 ? 1'000 : kLimit + 1; },  // a cliff
+      [](uint64_t) { return uint64_t{5}; },                      // everything fits
+      [](uint64_t) { return kLimit + 1; },                       // nothing fits
       [](uint64_t x) { return static_cast<uint64_t>(5e10 * std::log2(1.0 + x)); },  // concave
   };
   for (size_t i = 0; i < shapes.size(); ++i) {
@@ -100,7 +102,10 @@ TEST(FindLargestFitting, RandomMonotoneCurves) {
     table[0] = rng() % 50'000'000'000;
     for (size_t x = 1; x < table.size(); ++x) {
       const uint64_t kind = rng() % 4;
-      const uint64_t step = kind == 0 ? 0 : kind == 1 ? rng() % 1'000'000 : kind == 2 ? rng() % 100'000'000 : rng() % 5'000'000'000;
+      const uint64_t step = kind == 0   ? 0
+                            : kind == 1 ? rng() % 1'000'000
+                            : kind == 2 ? rng() % 100'000'000
+                                        : rng() % 5'000'000'000;
       table[x] = table[x - 1] + step;
     }
     Curve curve{[table](uint64_t x) { return table[x]; }};

@@ -26,9 +26,11 @@ struct MatmulWeights {
 MatmulWeights CountMatmulWeights(const ModelSpec& m) {
   MatmulWeights w;
   const double expert_share =
-      m.num_experts ? static_cast<double>(m.experts_per_token) / static_cast<double>(m.num_experts) : 1.0;
+      m.num_experts ? static_cast<double>(m.experts_per_token) / static_cast<double>(m.num_experts)
+                    : 1.0;
   for (const ParamTensor& p : m.params) {
-    if (!p.is_linear_weight || p.role == ParamRole::kVision || p.role == ParamRole::kProjector) continue;
+    if (!p.is_linear_weight || p.role == ParamRole::kVision || p.role == ParamRole::kProjector)
+      continue;
     const bool expert = IsRoutedExpert(p.role);
     const double n = static_cast<double>(p.numel) * (expert ? expert_share : 1.0);
     w.all += n;
@@ -68,14 +70,15 @@ double OptimizerBytesPerParameter(OptimizerKind o, double x, double state) {
 // kernels skip the masked half; eager attention computes the whole matrix and
 // then masks it.
 double AttentionFlops(const ModelSpec& model, const TrainingSetup& setup) {
-  const double head_dim = model.head_dim ? static_cast<double>(model.head_dim)
-                                         : static_cast<double>(model.hidden_size) /
-                                               static_cast<double>(std::max<uint64_t>(model.num_heads, 1));
+  const double head_dim = model.head_dim
+                              ? static_cast<double>(model.head_dim)
+                              : static_cast<double>(model.hidden_size) /
+                                    static_cast<double>(std::max<uint64_t>(model.num_heads, 1));
   const double width = static_cast<double>(model.num_heads) * head_dim;
   const double causal = setup.attn == Attention::kEager ? 1.0 : 0.5;
   const double seq = static_cast<double>(setup.seq);
-  return 4.0 * static_cast<double>(model.num_layers) * static_cast<double>(setup.batch) * seq * seq * width *
-         causal;
+  return 4.0 * static_cast<double>(model.num_layers) * static_cast<double>(setup.batch) * seq *
+         seq * width * causal;
 }
 
 // FLOPs of one micro-batch's passes.
@@ -87,8 +90,8 @@ struct PassFlops {
 
 // `adapter_params`: LoRA/QLoRA's trainable parameters (0 for full
 // fine-tuning), which run as matmuls beside the frozen weights.
-PassFlops MicroBatchFlops(const ModelSpec& model, const TrainingSetup& setup, const MatmulWeights& weights,
-                          double adapter_params) {
+PassFlops MicroBatchFlops(const ModelSpec& model, const TrainingSetup& setup,
+                          const MatmulWeights& weights, double adapter_params) {
   const double tokens = static_cast<double>(setup.batch) * static_cast<double>(setup.seq);
   const double attention = AttentionFlops(model, setup);
   PassFlops f;
@@ -98,7 +101,8 @@ PassFlops MicroBatchFlops(const ModelSpec& model, const TrainingSetup& setup, co
   // the frozen weights' gradients.
   const bool adapters = setup.finetune != Finetune::kFull;
   const double weight_grads = adapters ? 2 * adapter_params * tokens : 2 * weights.all * tokens;
-  f.backward = 2 * weights.all * tokens + 2 * adapter_params * tokens + weight_grads + 2 * attention;
+  f.backward =
+      2 * weights.all * tokens + 2 * adapter_params * tokens + weight_grads + 2 * attention;
   // Checkpointing wraps every decoder layer (transformers'
   // gradient_checkpointing_enable, llm-foundry's and torchtune's per-block
   // activation checkpointing): backward reruns the layers' forward, not the
@@ -111,7 +115,8 @@ PassFlops MicroBatchFlops(const ModelSpec& model, const TrainingSetup& setup, co
 // autocast) at kAchievableComputeFraction, less for small micro-batches.
 double AchievedFlopsPerSecond(const TrainingSetup& setup, const GpuSpec& gpu) {
   const double tokens = static_cast<double>(setup.batch) * static_cast<double>(setup.seq);
-  const double peak = gpu.bf16_dense_tflops * 1e12 * (setup.precision == Precision::kFp32 ? kFp32ComputeShare : 1.0);
+  const double peak = gpu.bf16_dense_tflops * 1e12 *
+                      (setup.precision == Precision::kFp32 ? kFp32ComputeShare : 1.0);
   const double utilisation = tokens / (tokens + kHalfUtilisationTokens);
   return peak * kAchievableComputeFraction * utilisation;
 }
@@ -132,8 +137,9 @@ double Replicas(const ParallelLayout& layout) { return std::max<uint32_t>(1, lay
 // (ZeRO 1-3, FSDP) step their 1/N partition only.
 double SteppedParameters(const TrainingSetup& setup, uint64_t trainable_parameters) {
   const ParallelLayout& layout = setup.parallel;
-  const bool sharded = layout.dp_mode == DataParallel::kZero1 || layout.dp_mode == DataParallel::kZero2 ||
-                       layout.dp_mode == DataParallel::kZero3 || layout.dp_mode == DataParallel::kFsdp;
+  const bool sharded =
+      layout.dp_mode == DataParallel::kZero1 || layout.dp_mode == DataParallel::kZero2 ||
+      layout.dp_mode == DataParallel::kZero3 || layout.dp_mode == DataParallel::kFsdp;
   return static_cast<double>(trainable_parameters) / (sharded ? Replicas(layout) : 1.0);
 }
 
@@ -144,7 +150,8 @@ double OptimizerSeconds(const TrainingSetup& setup, double stepped_parameters, d
   // Accumulation: every micro-batch after the first adds into .grad (read +
   // write).
   const double accumulate = (static_cast<double>(setup.grad_accum) - 1) * 2 * x;
-  return stepped_parameters * (OptimizerBytesPerParameter(setup.optimizer, x, state) + accumulate) / bandwidth;
+  return stepped_parameters * (OptimizerBytesPerParameter(setup.optimizer, x, state) + accumulate) /
+         bandwidth;
 }
 
 // Gradient / parameter collectives of one step between the replicas (0 on
@@ -152,18 +159,22 @@ double OptimizerSeconds(const TrainingSetup& setup, double stepped_parameters, d
 // ZeRO-1/2: one all-reduce (reduce-scatter + all-gather) of the half
 // gradients / parameters per step; ZeRO-3 and FSDP: parameters all-gathered in
 // forward and backward and gradients reduce-scattered, per micro-batch.
-double CommunicationSeconds(const TrainingSetup& setup, const GpuSpec& gpu, uint64_t trainable_parameters) {
+double CommunicationSeconds(const TrainingSetup& setup, const GpuSpec& gpu,
+                            uint64_t trainable_parameters) {
   const ParallelLayout& layout = setup.parallel;
   const double replicas = Replicas(layout);
   if (replicas <= 1) return 0;
   const double micro_batches = static_cast<double>(setup.grad_accum);
   const double grads = static_cast<double>(trainable_parameters) * 2;
   const double ring = (replicas - 1) / replicas;
-  const bool gathers = layout.dp_mode == DataParallel::kZero3 || layout.dp_mode == DataParallel::kFsdp;
+  const bool gathers =
+      layout.dp_mode == DataParallel::kZero3 || layout.dp_mode == DataParallel::kFsdp;
   const double volume = gathers ? 3 * micro_batches * grads * ring : 2 * grads * ring;
   const bool one_node = layout.gpus <= layout.gpus_per_node;
   const double link = (one_node && gpu.interconnect_gbps > 0 ? gpu.interconnect_gbps
-                       : one_node ? gpu.pcie_gbps : kInterNodeGBps) * 1e9 * kAchievableLinkFraction;
+                       : one_node                            ? gpu.pcie_gbps
+                                                             : kInterNodeGBps) *
+                      1e9 * kAchievableLinkFraction;
   return link > 0 ? volume / link : 0;
 }
 
@@ -186,7 +197,8 @@ StepTime EstimateStepTime(const ModelSpec& model, const TrainingSetup& setup, co
                           uint64_t trainable_parameters) {
   StepTime t;
   const MatmulWeights weights = CountMatmulWeights(model);
-  const double adapter_params = setup.finetune != Finetune::kFull ? static_cast<double>(trainable_parameters) : 0;
+  const double adapter_params =
+      setup.finetune != Finetune::kFull ? static_cast<double>(trainable_parameters) : 0;
   const double micro_batches = static_cast<double>(setup.grad_accum);
   const PassFlops flops = MicroBatchFlops(model, setup, weights, adapter_params);
   t.forward_flops = micro_batches * flops.forward;
@@ -208,7 +220,8 @@ StepTime EstimateStepTime(const ModelSpec& model, const TrainingSetup& setup, co
   t.step_seconds = std::max(t.compute_seconds, t.communication_seconds) + t.dequant_seconds +
                    t.optimizer_seconds + t.offload_seconds;
   const double tokens = static_cast<double>(setup.batch) * static_cast<double>(setup.seq);
-  if (t.step_seconds > 0) t.tokens_per_second = Replicas(setup.parallel) * micro_batches * tokens / t.step_seconds;
+  if (t.step_seconds > 0)
+    t.tokens_per_second = Replicas(setup.parallel) * micro_batches * tokens / t.step_seconds;
   return t;
 }
 

@@ -37,15 +37,15 @@ std::string MptConfig(uint64_t d_model, uint64_t n_heads, uint64_t n_layers, uin
 }
 
 struct Published {
-  std::string name;           // the configuration in words
-  std::string model_config;   // config.json text, or empty for `catalog`
-  std::string catalog;        // catalog alias
+  std::string name;                   // the configuration in words
+  std::string model_config;           // config.json text, or empty for `catalog`
+  std::string catalog;                // catalog alias
   uint64_t published_parameters = 0;  // the source's parameter count (0: not given)
   std::string gpu;
   Precision precision = Precision::kBf16Mixed;
   uint64_t batch = 1, seq = 2048, grad_accum = 1;
   GradCkpt grad_ckpt = GradCkpt::kNone;
-  double optimizer_share = 1;  // share of the parameters this GPU's optimizer steps
+  double optimizer_share = 1;              // share of the parameters this GPU's optimizer steps
   double published_tokens_per_second = 0;  // per GPU
   std::string source;
 };
@@ -61,8 +61,9 @@ Published Mpt(std::string size, uint64_t d, uint64_t heads, uint64_t layers, uin
               double tokens_per_second) {
   Published p;
   const bool h100 = gpu == "h100-80g";
-  p.name = fmt::format("MPT-{}, 8x{}, FSDP, seq {}, micro-batch {} x {}{}", size, h100 ? "H100" : "A100-80GB",
-                       seq, micro_batch, grad_accum, ckpt ? ", act. ckpt" : "");
+  p.name = fmt::format("MPT-{}, 8x{}, FSDP, seq {}, micro-batch {} x {}{}", size,
+                       h100 ? "H100" : "A100-80GB", seq, micro_batch, grad_accum,
+                       ckpt ? ", act. ckpt" : "");
   p.model_config = MptConfig(d, heads, layers, seq);
   p.published_parameters = params;
   p.gpu = std::move(gpu);
@@ -135,7 +136,8 @@ TEST(StepTimeAgainstPublished, WithinStatedError) {
   const std::vector<Published> rows = PublishedFigures();
   for (const Published& p : rows) {
     SCOPED_TRACE(p.name + " (" + p.source + ")");
-    auto model = p.catalog.empty() ? ParseModelConfig(p.model_config, p.name) : LoadCatalogModel(p.catalog);
+    auto model =
+        p.catalog.empty() ? ParseModelConfig(p.model_config, p.name) : LoadCatalogModel(p.catalog);
     ASSERT_TRUE(model.ok()) << model.error().message;
     if (p.published_parameters != 0) {
       EXPECT_EQ(model->ParameterCount(), p.published_parameters) << "not the published model";
@@ -153,9 +155,10 @@ TEST(StepTimeAgainstPublished, WithinStatedError) {
     const double error = t.tokens_per_second / p.published_tokens_per_second - 1;
     sum_abs_error += std::fabs(error);
     EXPECT_TRUE(error >= kMostUnder && error <= kMostOver)
-        << "error " << error << ": predicted " << t.tokens_per_second << " tokens/s, published " << p.published_tokens_per_second;
-    table += fmt::format("| {} | {:.0f} | {:.0f} | {:+.0f}% |\n", p.name, p.published_tokens_per_second,
-                         t.tokens_per_second, 100 * error);
+        << "error " << error << ": predicted " << t.tokens_per_second << " tokens/s, published "
+        << p.published_tokens_per_second;
+    table += fmt::format("| {} | {:.0f} | {:.0f} | {:+.0f}% |\n", p.name,
+                         p.published_tokens_per_second, t.tokens_per_second, 100 * error);
   }
   const double mean_abs_error = sum_abs_error / static_cast<double>(rows.size());
   EXPECT_LE(mean_abs_error, kMeanTolerance);

@@ -18,8 +18,9 @@ namespace {
 
 Status CheckAxes(const std::vector<SweepAxis>& axes) {
   if (axes.empty() || axes.size() > 2) {
-    return MakeError("sweep: give one or two of --seq, --batch, --lora-rank, --grad-accum as a grid "
-                     "(START:STOP:COUNT or A,B,C)");
+    return MakeError(
+        "sweep: give one or two of --seq, --batch, --lora-rank, --grad-accum as a grid "
+        "(START:STOP:COUNT or A,B,C)");
   }
   if (axes.size() == 2 && axes[0].variable == axes[1].variable) {
     return MakeError(fmt::format("sweep: {} is swept twice", SweepVariableFlag(axes[0].variable)));
@@ -39,7 +40,8 @@ Status CheckAxes(const std::vector<SweepAxis>& axes) {
     if (axis.values.size() > kMaxSweepPoints) points = kMaxSweepPoints + 1;
     points *= axis.values.size();
     if (points > kMaxSweepPoints) {
-      return MakeError(fmt::format("sweep: more than {} points; use fewer values", kMaxSweepPoints));
+      return MakeError(
+          fmt::format("sweep: more than {} points; use fewer values", kMaxSweepPoints));
     }
   }
   return Ok{};
@@ -47,7 +49,8 @@ Status CheckAxes(const std::vector<SweepAxis>& axes) {
 
 std::string GridLabel(const SweepAxis& axis) {
   if (axis.values.size() == 1) return std::to_string(axis.values.front());
-  return fmt::format("{}..{} ({} values)", axis.values.front(), axis.values.back(), axis.values.size());
+  return fmt::format("{}..{} ({} values)", axis.values.front(), axis.values.back(),
+                     axis.values.size());
 }
 
 std::string PointLabel(const std::vector<SweepAxis>& axes, const std::vector<uint64_t>& at) {
@@ -105,10 +108,12 @@ Result<SweepResult> Sweep(const ModelSpec& model, const TrainingSetup& setup,
     SweepPoint point;
     point.at = coordinates(i);
     TrainingSetup s = setup;
-    for (size_t a = 0; a < axes.size(); ++a) s = WithKnob(std::move(s), axes[a].variable, point.at[a]);
+    for (size_t a = 0; a < axes.size(); ++a)
+      s = WithKnob(std::move(s), axes[a].variable, point.at[a]);
     auto est = Estimate(model, s, options);
     if (!est.ok()) {
-      points[i].emplace(MakeError(fmt::format("{}: {}", PointLabel(axes, point.at), est.error().message)));
+      points[i].emplace(
+          MakeError(fmt::format("{}: {}", PointLabel(axes, point.at), est.error().message)));
       return false;  // ends the sweep; the points below this one still run
     }
     const Report& report = est->report;

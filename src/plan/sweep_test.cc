@@ -13,8 +13,8 @@
 namespace vramscope {
 namespace {
 
-void ExpectPointIsEstimate(const ModelSpec& model, const TrainingSetup& setup, const SweepResult& sweep,
-                           const SweepPoint& p) {
+void ExpectPointIsEstimate(const ModelSpec& model, const TrainingSetup& setup,
+                           const SweepResult& sweep, const SweepPoint& p) {
   TrainingSetup s = setup;
   for (size_t a = 0; a < sweep.axes.size(); ++a) s = WithKnob(s, sweep.axes[a].variable, p.at[a]);
   auto est = Estimate(model, s);  // default options: timeline and top allocations on
@@ -49,7 +49,9 @@ TEST(Sweep, PointsEqualEstimate) {
   big.gpu = "a100-40g";
   const std::vector<SweepCase> cases = {
       {"qwen2.5-0.5b", TrainingSetup{}, {{SweepVariable::kSeq, {1, 512, 2048, 8192}}}},
-      {"llama-3.2-1b", lora, {{SweepVariable::kBatch, {1, 2, 8}}, {SweepVariable::kLoraRank, {8, 64}}}},
+      {"llama-3.2-1b",
+       lora,
+       {{SweepVariable::kBatch, {1, 2, 8}}, {SweepVariable::kLoraRank, {8, 64}}}},
       {"gpt2", fp32, {{SweepVariable::kSeq, {64, 1024}}, {SweepVariable::kBatch, {1, 16, 64}}}},
       {"smollm2-135m", TrainingSetup{}, {{SweepVariable::kGradAccum, {1, 4}}}},
       {"llama-3-8b", big, {{SweepVariable::kSeq, {1, 2048}}}},
@@ -77,7 +79,8 @@ TEST(Sweep, FirstAxisIsOutermost) {
   ASSERT_TRUE(sweep.ok());
   std::vector<std::vector<uint64_t>> order;
   for (const SweepPoint& p : sweep->points) order.push_back(p.at);
-  EXPECT_EQ(order, (std::vector<std::vector<uint64_t>>{{128, 1}, {128, 2}, {128, 3}, {256, 1}, {256, 2}, {256, 3}}));
+  EXPECT_EQ(order, (std::vector<std::vector<uint64_t>>{
+                       {128, 1}, {128, 2}, {128, 3}, {256, 1}, {256, 2}, {256, 3}}));
   // Swept knobs show their grid among the knobs; the others their value.
   bool seen_seq = false;
   for (const auto& [key, value] : sweep->knobs) {
@@ -96,7 +99,9 @@ TEST(Sweep, BadAxesAreErrors) {
   EXPECT_FALSE(Sweep(*model, s, {}).ok());
   EXPECT_FALSE(Sweep(*model, s, {{SweepVariable::kSeq, {1}}, {SweepVariable::kSeq, {2}}}).ok());
   EXPECT_FALSE(Sweep(*model, s,
-                     {{SweepVariable::kSeq, {1}}, {SweepVariable::kBatch, {1}}, {SweepVariable::kLoraRank, {1}}})
+                     {{SweepVariable::kSeq, {1}},
+                      {SweepVariable::kBatch, {1}},
+                      {SweepVariable::kLoraRank, {1}}})
                    .ok());
   EXPECT_FALSE(Sweep(*model, s, {{SweepVariable::kSeq, {}}}).ok());
   EXPECT_FALSE(Sweep(*model, s, {{SweepVariable::kSeq, {4, 2}}}).ok());
@@ -125,7 +130,8 @@ TEST(Sweep, TheFirstFailingPointIsReported) {
   TrainingSetup s;
   s.finetune = Finetune::kLora;
   for (int attempt = 0; attempt < 5; ++attempt) {
-    auto r = Sweep(*model, s, {{SweepVariable::kLoraRank, {8, 16, 100000, 200000, 300000, 400000}}});
+    auto r =
+        Sweep(*model, s, {{SweepVariable::kLoraRank, {8, 16, 100000, 200000, 300000, 400000}}});
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.error().message.rfind("--lora-rank 100000: ", 0), 0u) << r.error().message;
   }

@@ -44,7 +44,8 @@ struct Ctx {
   // knob parsers' messages) is already quoted with common::QuoteForMessage,
   // so it is not escaped a second time.
   Error Fail(std::string_view field, std::string_view problem) const {
-    return MakeError(fmt::format("{}: {}: {}", where, Printable(field, kMaxFieldBytesShown), problem));
+    return MakeError(
+        fmt::format("{}: {}: {}", where, Printable(field, kMaxFieldBytesShown), problem));
   }
 };
 
@@ -55,7 +56,8 @@ Result<const json*> Member(const Ctx& c, const json& obj, const char* key, std::
 }
 
 Result<uint64_t> Bytes(const Ctx& c, const json& v, std::string_view path) {
-  if (!v.is_number_integer() || (v.is_number_integer() && !v.is_number_unsigned() && v.get<int64_t>() < 0)) {
+  if (!v.is_number_integer() ||
+      (v.is_number_integer() && !v.is_number_unsigned() && v.get<int64_t>() < 0)) {
     return c.Fail(path, "expected a non-negative integer");
   }
   return v.get<uint64_t>();
@@ -66,7 +68,8 @@ Result<std::string> Str(const Ctx& c, const json& v, std::string_view path) {
   return v.get<std::string>();
 }
 
-Result<uint64_t> Count(const Ctx& c, const json& v, std::string_view path, uint64_t lo, uint64_t hi) {
+Result<uint64_t> Count(const Ctx& c, const json& v, std::string_view path, uint64_t lo,
+                       uint64_t hi) {
   VS_TRY(n, Bytes(c, v, path));
   if (n < lo || n > hi) return c.Fail(path, fmt::format("{} is outside {}..{}", n, lo, hi));
   return n;
@@ -78,7 +81,8 @@ int PackageVersion(const json& env, const char* package, int fallback) {
   if (pk == env.end() || !pk->is_object()) return fallback;
   auto v = pk->find(package);
   if (v == pk->end() || !v->is_string()) return fallback;
-  const std::optional<common::MajorMinor> version = common::ParseMajorMinor(v->get_ref<const std::string&>());
+  const std::optional<common::MajorMinor> version =
+      common::ParseMajorMinor(v->get_ref<const std::string&>());
   return version ? version->Packed() : fallback;
 }
 
@@ -118,15 +122,24 @@ Status ParseKnobs(const Ctx& c, const json& knobs, MeasuredRun* run) {
         *out = *parsed;
         return Ok{};
       };
-      if (key == "precision") st = wrap(ParsePrecision(text), &s.precision);
-      else if (key == "optimizer") st = wrap(ParseOptimizer(text), &s.optimizer);
-      else if (key == "finetune") st = wrap(ParseFinetune(text), &s.finetune);
-      else if (key == "grad_ckpt") st = wrap(ParseGradCkpt(text), &s.grad_ckpt);
-      else if (key == "attn") st = wrap(ParseAttention(text), &s.attn);
-      else if (key == "loss") st = wrap(ParseLoss(text), &s.loss);
-      else if (key == "lora_targets") st = wrap(ParseLoraTargets(text), &s.lora_targets);
-      else if (key == "alloc_conf") s.alloc_conf = text;
-      else return c.Fail(path, "unknown knob (this vramscope cannot estimate it)");
+      if (key == "precision")
+        st = wrap(ParsePrecision(text), &s.precision);
+      else if (key == "optimizer")
+        st = wrap(ParseOptimizer(text), &s.optimizer);
+      else if (key == "finetune")
+        st = wrap(ParseFinetune(text), &s.finetune);
+      else if (key == "grad_ckpt")
+        st = wrap(ParseGradCkpt(text), &s.grad_ckpt);
+      else if (key == "attn")
+        st = wrap(ParseAttention(text), &s.attn);
+      else if (key == "loss")
+        st = wrap(ParseLoss(text), &s.loss);
+      else if (key == "lora_targets")
+        st = wrap(ParseLoraTargets(text), &s.lora_targets);
+      else if (key == "alloc_conf")
+        s.alloc_conf = text;
+      else
+        return c.Fail(path, "unknown knob (this vramscope cannot estimate it)");
       if (!st.ok()) return st.error();
     }
   }
@@ -189,9 +202,11 @@ Result<std::optional<MeasuredRun>> ParseRecord(const Ctx& c, const json& rec,
       return c.Fail("status", "expected ok, oom, skipped or error");
     }
     std::string reason;
-    if (auto r = rec.find("reason"); r != rec.end() && r->is_string()) reason = r->get<std::string>();
-    not_compared->push_back(fmt::format("{}: {} {}: {}", c.where, Printable(run.id, kMaxFieldBytesShown),
-                                        status_s, Printable(reason, 4 * kMaxFieldBytesShown)));
+    if (auto r = rec.find("reason"); r != rec.end() && r->is_string())
+      reason = r->get<std::string>();
+    not_compared->push_back(fmt::format("{}: {} {}: {}", c.where,
+                                        Printable(run.id, kMaxFieldBytesShown), status_s,
+                                        Printable(reason, 4 * kMaxFieldBytesShown)));
     return std::optional<MeasuredRun>{};
   }
   VS_TRY(knobs, Member(c, rec, "knobs", "knobs"));
@@ -200,12 +215,14 @@ Result<std::optional<MeasuredRun>> ParseRecord(const Ctx& c, const json& rec,
   VS_TRY(env, Member(c, rec, "env", "env"));
   if (!env->is_object()) return c.Fail("env", "expected an object");
   run.setup.torch_version = PackageVersion(*env, "torch", run.setup.torch_version);
-  run.setup.transformers_version = PackageVersion(*env, "transformers", run.setup.transformers_version);
+  run.setup.transformers_version =
+      PackageVersion(*env, "transformers", run.setup.transformers_version);
   if (!gpu_override.empty()) {
     run.setup.gpu = std::string(gpu_override);
   } else {
     auto gpu = env->find("gpu");
-    if (gpu == env->end() || !gpu->is_object() || !gpu->contains("name") || !(*gpu)["name"].is_string()) {
+    if (gpu == env->end() || !gpu->is_object() || !gpu->contains("name") ||
+        !(*gpu)["name"].is_string()) {
       return c.Fail("env.gpu.name", "missing (pass --gpu NAME)");
     }
     run.setup.gpu = (*gpu)["name"].get<std::string>();
@@ -332,8 +349,10 @@ Validation Validate(std::vector<MeasuredFile> files, const ModelIo& io) {
         row.predicted_fits = r.fits();
       }
       if (row.estimated && row.run.status == "ok") {
-        err_alloc.push_back(RelativeError(row.predicted_allocated_bytes, row.run.peak_allocated_bytes));
-        err_reserved.push_back(RelativeError(row.predicted_reserved_bytes, row.run.peak_reserved_bytes));
+        err_alloc.push_back(
+            RelativeError(row.predicted_allocated_bytes, row.run.peak_allocated_bytes));
+        err_reserved.push_back(
+            RelativeError(row.predicted_reserved_bytes, row.run.peak_reserved_bytes));
         err_device.push_back(RelativeError(row.predicted_device_bytes, row.run.device_bytes));
         if (!row.predicted_fits) ++v.fits_mispredicted;
       }
@@ -385,10 +404,14 @@ Result<Thresholds> ParseThresholds(std::string_view text, std::string_view label
       if (!lv.is_number() || lv.get<double>() < 0 || lv.get<double>() > 10) {
         return c.Fail(path, "expected a fraction between 0 and 10");
       }
-      if (lk == "median_abs_error") *g->median = lv.get<double>();
-      else if (lk == "max_abs_error") *g->max = lv.get<double>();
-      else if (lk == "max_under_estimate") *g->under = lv.get<double>();
-      else return c.Fail(path, "unknown limit (median_abs_error, max_abs_error, max_under_estimate)");
+      if (lk == "median_abs_error")
+        *g->median = lv.get<double>();
+      else if (lk == "max_abs_error")
+        *g->max = lv.get<double>();
+      else if (lk == "max_under_estimate")
+        *g->under = lv.get<double>();
+      else
+        return c.Fail(path, "unknown limit (median_abs_error, max_abs_error, max_under_estimate)");
     }
   }
   return t;
@@ -400,24 +423,30 @@ std::vector<std::string> CheckThresholds(const Validation& v, const Thresholds& 
                    const std::optional<double>& max, const std::optional<double>& under) {
     if (s.count == 0) return;
     if (median && s.median_abs > *median) {
-      failures.push_back(fmt::format("{}: median |error| {:.2f}% > {:.2f}%", what, 100 * s.median_abs, 100 * *median));
+      failures.push_back(fmt::format("{}: median |error| {:.2f}% > {:.2f}%", what,
+                                     100 * s.median_abs, 100 * *median));
     }
     if (max && s.max_abs > *max) {
-      failures.push_back(fmt::format("{}: max |error| {:.2f}% > {:.2f}%", what, 100 * s.max_abs, 100 * *max));
+      failures.push_back(
+          fmt::format("{}: max |error| {:.2f}% > {:.2f}%", what, 100 * s.max_abs, 100 * *max));
     }
     if (under && s.worst_under > *under) {
-      failures.push_back(fmt::format("{}: an under-estimate of {:.2f}% > {:.2f}%", what, 100 * s.worst_under, 100 * *under));
+      failures.push_back(fmt::format("{}: an under-estimate of {:.2f}% > {:.2f}%", what,
+                                     100 * s.worst_under, 100 * *under));
     }
   };
-  check("peak allocated", v.allocated, t.allocated_median_abs, t.allocated_max_abs, t.allocated_max_under);
-  check("peak reserved", v.reserved, t.reserved_median_abs, t.reserved_max_abs, t.reserved_max_under);
+  check("peak allocated", v.allocated, t.allocated_median_abs, t.allocated_max_abs,
+        t.allocated_max_under);
+  check("peak reserved", v.reserved, t.reserved_median_abs, t.reserved_max_abs,
+        t.reserved_max_under);
   check("device", v.device, t.device_median_abs, t.device_max_abs, t.device_max_under);
   if (t.require_oom_predicted && v.oom_predicted < v.oom_runs) {
     failures.push_back(fmt::format("out of memory: {} of {} measured OOMs predicted to fit",
                                    v.oom_runs - v.oom_predicted, v.oom_runs));
   }
   for (const ValidationRow& row : v.rows) {
-    if (!row.estimated) failures.push_back(fmt::format("{}: could not estimate: {}", row.run.where, row.problem));
+    if (!row.estimated)
+      failures.push_back(fmt::format("{}: could not estimate: {}", row.run.where, row.problem));
   }
   return failures;
 }

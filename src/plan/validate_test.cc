@@ -15,14 +15,28 @@ constexpr uint64_t kGiB = 1ull << 30;
 // the fields validate reads are meaningful here.
 nlohmann::json Record(const std::string& status, uint64_t alloc, uint64_t reserved) {
   nlohmann::json r = {
-      {"schema_version", 1}, {"format", "vramscope-groundtruth"}, {"id", "abc123"},
-      {"name", "model=gpt2 seq=128"}, {"status", status}, {"reason", nullptr},
-      {"knobs", {{"model", "gpt2"}, {"batch", 2}, {"seq", 128}, {"precision", "fp32"},
-                 {"optimizer", "adamw-fused"}, {"steps", 3}}},
-      {"env", {{"gpu_present", true}, {"packages", {{"torch", "2.11.0+cu128"}, {"transformers", "4.57.1"}}},
-               {"gpu", {{"name", "NVIDIA H100 80GB HBM3"}}}}},
-      {"memory", {{"peak_allocated_bytes", alloc}, {"peak_reserved_bytes", reserved},
-                  {"peak_device_used_bytes", reserved + kGiB / 2}, {"cuda_context_bytes", kGiB / 2}}},
+      {"schema_version", 1},
+      {"format", "vramscope-groundtruth"},
+      {"id", "abc123"},
+      {"name", "model=gpt2 seq=128"},
+      {"status", status},
+      {"reason", nullptr},
+      {"knobs",
+       {{"model", "gpt2"},
+        {"batch", 2},
+        {"seq", 128},
+        {"precision", "fp32"},
+        {"optimizer", "adamw-fused"},
+        {"steps", 3}}},
+      {"env",
+       {{"gpu_present", true},
+        {"packages", {{"torch", "2.11.0+cu128"}, {"transformers", "4.57.1"}}},
+        {"gpu", {{"name", "NVIDIA H100 80GB HBM3"}}}}},
+      {"memory",
+       {{"peak_allocated_bytes", alloc},
+        {"peak_reserved_bytes", reserved},
+        {"peak_device_used_bytes", reserved + kGiB / 2},
+        {"cuda_context_bytes", kGiB / 2}}},
   };
   if (status == "oom") r["memory"]["peak_allocated_bytes"] = nullptr;
   return r;
@@ -81,7 +95,8 @@ TEST(ValidateParse, BadRecordsNameLineAndField) {
       {[](auto& r) { r["knobs"]["warp_speed"] = "on"; }, "knobs.warp_speed: unknown knob"},
       {[](auto& r) { r["knobs"].erase("model"); }, "knobs.model: missing"},
       {[](auto& r) { r["memory"]["peak_reserved_bytes"] = 1; }, "smaller than peak_allocated"},
-      {[](auto& r) { r["memory"].erase("peak_allocated_bytes"); }, "memory.peak_allocated_bytes: missing"},
+      {[](auto& r) { r["memory"].erase("peak_allocated_bytes"); },
+       "memory.peak_allocated_bytes: missing"},
       {[](auto& r) { r["env"].erase("gpu"); }, "env.gpu.name"},
       {[](auto& r) { r["status"] = "great"; }, "status"},
   };
@@ -210,7 +225,8 @@ TEST(ValidateThresholds, ParseAndRejectUnknownKeys) {
   EXPECT_FALSE(t->reserved_max_abs.has_value());
   auto bad = ParseThresholds(R"({"peak_allocated": {"median": 0.03}})", "t.json");
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.error().message.find("t.json: peak_allocated.median: unknown limit"), std::string::npos);
+  EXPECT_NE(bad.error().message.find("t.json: peak_allocated.median: unknown limit"),
+            std::string::npos);
   EXPECT_FALSE(ParseThresholds("[]", "t.json").ok());
   EXPECT_FALSE(ParseThresholds(R"({"peak_allocated": {"median_abs_error": -1}})", "t.json").ok());
 }

@@ -8,9 +8,9 @@
 namespace vramscope::report_internal {
 
 struct LinearTicks {
-  double step = 1;           // distance between ticks, in axis units
-  double top = 1;            // axis end: a multiple of step (y axes start at 0)
-  int decimals = 0;          // digits after the point that show every tick exactly
+  double step = 1;   // distance between ticks, in axis units
+  double top = 1;    // axis end: a multiple of step (y axes start at 0)
+  int decimals = 0;  // digits after the point that show every tick exactly
   std::vector<double> values;
 };
 

@@ -37,7 +37,8 @@ std::string WhyNot(const Report& report, uint64_t limit_bytes) {
   if (worst.sim.oom) {
     const OomInfo& oom = *worst.sim.oom;
     return fmt::format(
-        "runs out of memory in step {}, {}: {} allocated, {} more requested, {} reserved by the allocator",
+        "runs out of memory in step {}, {}: {} allocated, {} more requested, {} reserved by the "
+        "allocator",
         worst.sim.oom_step, PhaseName(worst.sim.oom_phase), FormatBytes(oom.allocated_bytes),
         FormatBytes(oom.alloc_size_bytes), FormatBytes(oom.reserved_bytes));
   }
@@ -55,18 +56,23 @@ std::string SearchText(const FitSearch& s, uint64_t limit_bytes) {
   }
   const RankReport& worst = s.at_max.worst();
   out += fmt::format("{}\n", s.max_value);
-  out += fmt::format("  device total {} (peak allocated {}, peak reserved {}) of the {} limit\n",
-                     FormatBytes(s.at_max.needed_bytes()), FormatBytes(worst.sim.peak_allocated_bytes),
-                     FormatBytes(worst.sim.peak_reserved_bytes), FormatBytes(limit_bytes));
+  out +=
+      fmt::format("  device total {} (peak allocated {}, peak reserved {}) of the {} limit\n",
+                  FormatBytes(s.at_max.needed_bytes()), FormatBytes(worst.sim.peak_allocated_bytes),
+                  FormatBytes(worst.sim.peak_reserved_bytes), FormatBytes(limit_bytes));
   if (s.capped) {
     out += fmt::format("  {} {} is the search limit ({}); memory did not run out below it\n", flag,
                        s.cap, s.cap_reason);
   } else if (s.at_next) {
-    out += fmt::format("  {} {} does not fit: it {}\n", flag, s.max_value + 1, WhyNot(*s.at_next, limit_bytes));
+    out += fmt::format("  {} {} does not fit: it {}\n", flag, s.max_value + 1,
+                       WhyNot(*s.at_next, limit_bytes));
   }
   if (s.non_monotone) {
-    out += "  note: the device total fell between two fitting values (the caching allocator's reuse of\n"
-           "  cached blocks depends on tensor sizes), so a value above the one that failed might still fit\n";
+    out +=
+        "  note: the device total fell between two fitting values (the caching allocator's reuse "
+        "of\n"
+        "  cached blocks depends on tensor sizes), so a value above the one that failed might "
+        "still fit\n";
   }
   return out;
 }
@@ -92,18 +98,20 @@ nlohmann::ordered_json SearchJson(const FitSearch& s) {
 std::string GpusText(const FitGpusSearch& g) {
   std::string mode;
   for (const auto& [key, value] : g.at_min.knobs) {
-    if (key == "data_parallel" || key == "fsdp" || key == "offload" || key == "tp" || key == "pp" || key == "cp") {
+    if (key == "data_parallel" || key == "fsdp" || key == "offload" || key == "tp" || key == "pp" ||
+        key == "cp") {
       mode += fmt::format("{}{}={}", mode.empty() ? "" : ", ", key, Clean(value));
     }
   }
   if (g.min_gpus == 0) {
-    return fmt::format("Fewest GPUs ({}): none up to {} fits; at {} each needs {}.\n\n", mode, g.cap, g.cap,
-                       FormatBytes(g.at_min.needed_bytes()));
+    return fmt::format("Fewest GPUs ({}): none up to {} fits; at {} each needs {}.\n\n", mode,
+                       g.cap, g.cap, FormatBytes(g.at_min.needed_bytes()));
   }
   std::string text = fmt::format("Fewest GPUs ({}): {}, device total {} per GPU", mode, g.min_gpus,
                                  FormatBytes(DeviceTotalBytes(g.at_min.worst())));
   if (g.below) {
-    text += fmt::format("; {} do not fit (at least {} each)", g.min_gpus - g.step, FormatBytes(g.below->needed_bytes()));
+    text += fmt::format("; {} do not fit (at least {} each)", g.min_gpus - g.step,
+                        FormatBytes(g.below->needed_bytes()));
   }
   return text + ".\n\n";
 }
@@ -126,12 +134,14 @@ std::string RenderFitText(const FitResult& fit, std::string_view source) {
   out += SearchText(fit.seq, fit.limit_bytes);
   out += "\n";
   if (!fit.fits()) {
-    out += "Nothing fits: not even --batch 1 at this --seq, nor --seq 1 at this --batch.\n"
-           "`vramscope estimate ... --explain` says what is alive at the peak and which knobs would "
-           "save memory (LoRA, gradient checkpointing, an 8-bit optimizer, ...).\n";
+    out +=
+        "Nothing fits: not even --batch 1 at this --seq, nor --seq 1 at this --batch.\n"
+        "`vramscope estimate ... --explain` says what is alive at the peak and which knobs would "
+        "save memory (LoRA, gradient checkpointing, an 8-bit optimizer, ...).\n";
   }
-  out += fmt::format("Searched with {} estimates (device total within the limit, no simulated OOM).\n",
-                     fit.estimates);
+  out +=
+      fmt::format("Searched with {} estimates (device total within the limit, no simulated OOM).\n",
+                  fit.estimates);
   return out;
 }
 

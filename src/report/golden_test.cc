@@ -49,8 +49,8 @@ void ExpectGolden(const std::string& name, const std::string& actual) {
   ASSERT_TRUE(in.good()) << path << " is missing; run with VS_UPDATE_GOLDEN=1 to create it";
   std::stringstream want;
   want << in.rdbuf();
-  EXPECT_TRUE(want.str() == actual) << name << " differs from the golden file at "
-                                    << FirstDifference(want.str(), actual);
+  EXPECT_TRUE(want.str() == actual)
+      << name << " differs from the golden file at " << FirstDifference(want.str(), actual);
 }
 
 class GoldenTest : public ::testing::TestWithParam<std::string> {
@@ -76,8 +76,7 @@ TEST_P(GoldenTest, Deterministic) {
   EXPECT_EQ(RenderSvg(report), RenderSvg(report));
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenTest,
-                         ::testing::Values("small_fit", "oom", "two_ranks"),
+INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenTest, ::testing::Values("small_fit", "oom", "two_ranks"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

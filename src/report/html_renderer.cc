@@ -35,9 +35,9 @@ std::string TimelineData(const SimResult& sim) {
     colours.push_back(CategoryColour(cat));
   }
   for (int i = 0; i < kNumPhases; ++i) phases.push_back(PhaseName(static_cast<Phase>(i)));
-  const nlohmann::json data = {{"x", x},         {"s", s},         {"p", p},          {"a", a},
-                               {"r", r},         {"c", c},         {"names", names},
-                               {"colours", colours}, {"phases", phases}};
+  const nlohmann::json data = {{"x", x},          {"s", s}, {"p", p},         {"a", a},
+                               {"r", r},          {"c", c}, {"names", names}, {"colours", colours},
+                               {"phases", phases}};
   std::string text = data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   std::string out;
   for (char ch : text) out += ch == '<' ? std::string("\\u003c") : std::string(1, ch);
@@ -65,8 +65,9 @@ class PageWriter {
   void Head() {
     const std::string title = EscapeMarkup(report_.source.empty() ? "report" : report_.source);
     out_ += "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n";
-    out_ += "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
-            "style-src 'unsafe-inline'; script-src 'unsafe-inline'\">\n";
+    out_ +=
+        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
+        "style-src 'unsafe-inline'; script-src 'unsafe-inline'\">\n";
     out_ += "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
     out_ += fmt::format("<title>vramscope: {}</title>\n<style>{}</style>\n</head>\n<body>\n", title,
                         kHtmlStyle);
@@ -79,9 +80,10 @@ class PageWriter {
                           m.architecture.empty() ? "" : " (" + EscapeMarkup(m.architecture) + ")",
                           GroupThousands(m.parameters), GroupThousands(m.trainable_parameters));
     }
-    out_ += fmt::format("<p class=\"meta\">GPU: <b>{}</b>, {} usable{}</p>\n",
-                        EscapeMarkup(GpuLabel(report_.gpu)), FormatBytes(report_.gpu.usable_bytes),
-                        report_.gpu.total_bytes ? " of " + FormatBytes(report_.gpu.total_bytes) : "");
+    out_ +=
+        fmt::format("<p class=\"meta\">GPU: <b>{}</b>, {} usable{}</p>\n",
+                    EscapeMarkup(GpuLabel(report_.gpu)), FormatBytes(report_.gpu.usable_bytes),
+                    report_.gpu.total_bytes ? " of " + FormatBytes(report_.gpu.total_bytes) : "");
   }
 
   void Number(std::string_view label, uint64_t bytes, std::string_view what) {
@@ -122,11 +124,13 @@ class PageWriter {
   }
 
   void RankTable() {
-    out_ += "<h2>Rank classes</h2>\n<table>\n<tr><th>class</th><th>ranks</th>"
-            "<th class=\"num\">peak allocated</th><th class=\"num\">peak reserved</th>"
-            "<th class=\"num\">device total</th><th>fits</th></tr>\n";
+    out_ +=
+        "<h2>Rank classes</h2>\n<table>\n<tr><th>class</th><th>ranks</th>"
+        "<th class=\"num\">peak allocated</th><th class=\"num\">peak reserved</th>"
+        "<th class=\"num\">device total</th><th>fits</th></tr>\n";
     for (const RankReport& rank : report_.ranks) {
-      out_ += "<tr>" + TableCell(EscapeMarkup(rank.rank_class)) + TableCell(FormatRanks(rank.ranks)) +
+      out_ += "<tr>" + TableCell(EscapeMarkup(rank.rank_class)) +
+              TableCell(FormatRanks(rank.ranks)) +
               TableCell(FormatBytes(rank.sim.peak_allocated_bytes), "num") +
               TableCell(FormatBytes(rank.sim.peak_reserved_bytes), "num") +
               TableCell(FormatBytes(DeviceTotalBytes(rank)), "num") +
@@ -158,19 +162,22 @@ class PageWriter {
     out_ += RenderRankSvg(report_, rank, fmt::format("vs{}", index));
     out_ += fmt::format("<script type=\"application/json\" class=\"vs-data\">{}</script>\n",
                         TimelineData(rank.sim));
-    out_ += "<div class=\"vs-tip\" hidden></div>\n"
-            "<figcaption>Hover for the values at any moment. Drag across the chart or use the "
-            "mouse wheel to zoom; double-click or <button type=\"button\" class=\"vs-reset\">reset "
-            "zoom</button>.</figcaption>\n</figure>\n";
+    out_ +=
+        "<div class=\"vs-tip\" hidden></div>\n"
+        "<figcaption>Hover for the values at any moment. Drag across the chart or use the "
+        "mouse wheel to zoom; double-click or <button type=\"button\" class=\"vs-reset\">reset "
+        "zoom</button>.</figcaption>\n</figure>\n";
   }
 
   void Breakdown(const SimResult& sim) {
-    out_ += "<h3>Breakdown at the peak</h3>\n<table>\n<tr><th>category</th>"
-            "<th class=\"num\">allocated</th><th class=\"num\">share</th><th></th></tr>\n";
+    out_ +=
+        "<h3>Breakdown at the peak</h3>\n<table>\n<tr><th>category</th>"
+        "<th class=\"num\">allocated</th><th class=\"num\">share</th><th></th></tr>\n";
     const uint64_t whole = sim.peak_allocated_bytes;
     for (Category c : kAllCategories) {
       const uint64_t bytes = sim.breakdown_at_peak[static_cast<size_t>(c)];
-      const double share = whole ? std::min(1.0, static_cast<double>(bytes) / static_cast<double>(whole)) : 0;
+      const double share =
+          whole ? std::min(1.0, static_cast<double>(bytes) / static_cast<double>(whole)) : 0;
       out_ += fmt::format(
           "<tr><td><span class=\"swatch\" style=\"background:{0}\"></span>{1}</td>{2}{3}"
           "<td><span class=\"bar\" style=\"width:{4:.1f}em;background:{0}\"></span></td></tr>\n",
@@ -189,22 +196,24 @@ class PageWriter {
         GroupThousands(sim.top_at_peak.size()),
         GroupThousands(std::max<uint64_t>(sim.live_at_peak_count, sim.top_at_peak.size())));
     for (const LiveAllocation& a : sim.top_at_peak) {
-      out_ += "<tr>" + TableCell(FormatBytes(a.block_bytes), "num") + TableCell(CategoryLabel(a.category)) +
-              TableCell(StepPhaseLabel(a.step, a.phase)) + TableCell(EscapeMarkup(a.op), "name") +
-              TableCell(EscapeMarkup(a.module), "name") + "</tr>\n";
+      out_ += "<tr>" + TableCell(FormatBytes(a.block_bytes), "num") +
+              TableCell(CategoryLabel(a.category)) + TableCell(StepPhaseLabel(a.step, a.phase)) +
+              TableCell(EscapeMarkup(a.op), "name") + TableCell(EscapeMarkup(a.module), "name") +
+              "</tr>\n";
     }
     out_ += "</table>\n";
   }
 
   void Phases(const SimResult& sim) {
     if (sim.phases.empty()) return;
-    out_ += "<h3>Peak per step and phase</h3>\n<table>\n<tr><th class=\"num\">step</th>"
-            "<th>phase</th><th class=\"num\">peak allocated</th><th class=\"num\">peak reserved</th>"
-            "<th class=\"num\">allocated at end</th></tr>\n";
+    out_ +=
+        "<h3>Peak per step and phase</h3>\n<table>\n<tr><th class=\"num\">step</th>"
+        "<th>phase</th><th class=\"num\">peak allocated</th><th class=\"num\">peak reserved</th>"
+        "<th class=\"num\">allocated at end</th></tr>\n";
     for (const PhasePeak& p : sim.phases) {
       const bool is_peak = p.step == sim.peak_step && p.phase == sim.peak_phase;
-      out_ += (is_peak ? "<tr class=\"peak\">" : "<tr>") + TableCell(std::to_string(p.step), "num") +
-              TableCell(PhaseLabel(p.phase)) +
+      out_ += (is_peak ? "<tr class=\"peak\">" : "<tr>") +
+              TableCell(std::to_string(p.step), "num") + TableCell(PhaseLabel(p.phase)) +
               TableCell(FormatBytes(p.peak_allocated_bytes), "num") +
               TableCell(FormatBytes(p.peak_reserved_bytes), "num") +
               TableCell(FormatBytes(p.allocated_at_end_bytes), "num") + "</tr>\n";
@@ -250,8 +259,9 @@ class PageWriter {
     if (report_.assumptions.empty()) return;
     out_ += "<h2>Assumed</h2>\n<table>\n";
     for (const Assumption& a : report_.assumptions) {
-      out_ += "<tr>" + TableCell(EscapeMarkup(a.what)) + TableCell(EscapeMarkup(a.assumed), "name") +
-              TableCell(EscapeMarkup(a.flag), "name") + "</tr>\n";
+      out_ += "<tr>" + TableCell(EscapeMarkup(a.what)) +
+              TableCell(EscapeMarkup(a.assumed), "name") + TableCell(EscapeMarkup(a.flag), "name") +
+              "</tr>\n";
     }
     out_ += "</table>\n";
   }
@@ -260,7 +270,8 @@ class PageWriter {
     if (report_.knobs.empty()) return;
     out_ += "<h2>Knobs used</h2>\n<table>\n";
     for (const auto& [key, value] : report_.knobs) {
-      out_ += "<tr>" + TableCell(EscapeMarkup(key)) + TableCell(EscapeMarkup(value), "name") + "</tr>\n";
+      out_ += "<tr>" + TableCell(EscapeMarkup(key)) + TableCell(EscapeMarkup(value), "name") +
+              "</tr>\n";
     }
     out_ += "</table>\n";
   }
@@ -274,6 +285,8 @@ class PageWriter {
 
 namespace vramscope {
 
-std::string RenderHtml(const Report& report) { return report_internal::PageWriter(report).Render(); }
+std::string RenderHtml(const Report& report) {
+  return report_internal::PageWriter(report).Render();
+}
 
 }  // namespace vramscope

@@ -32,7 +32,8 @@ void ExpectPhases(const json& phases) {
   for (const json& p : phases) {
     EXPECT_TRUE(p["step"].is_number_unsigned());
     const std::string phase = p["phase"].get<std::string>();
-    EXPECT_TRUE(phase == "setup" || phase == "forward" || phase == "backward" || phase == "optimizer")
+    EXPECT_TRUE(phase == "setup" || phase == "forward" || phase == "backward" ||
+                phase == "optimizer")
         << phase;
     ExpectBytes(p, "peak_allocated_bytes");
     ExpectBytes(p, "peak_reserved_bytes");
@@ -61,7 +62,8 @@ void ExpectRankFields(const json& r) {
   for (const json& a : r["top_allocations"]) {
     ExpectBytes(a, "block_bytes");
     ExpectBytes(a, "requested_bytes");
-    for (const char* key : {"category", "op", "module", "phase"}) EXPECT_TRUE(a[key].is_string()) << key;
+    for (const char* key : {"category", "op", "module", "phase"})
+      EXPECT_TRUE(a[key].is_string()) << key;
     EXPECT_TRUE(a["step"].is_number_unsigned());
   }
   if (!r["oom"].is_null()) {
@@ -144,7 +146,8 @@ TEST(JsonTest, OomAndNegativeHeadroom) {
   EXPECT_EQ(j["oom"]["phase"], "forward");
   EXPECT_EQ(j["peak"]["phase"], "forward");
   // needed = allocated at the failure + the failed block + the CUDA context
-  EXPECT_EQ(j["needed_bytes"].get<uint64_t>(), 21 * kGiB + 560 * kMiB + 4'202'692'608u + 512 * kMiB);
+  EXPECT_EQ(j["needed_bytes"].get<uint64_t>(),
+            21 * kGiB + 560 * kMiB + 4'202'692'608u + 512 * kMiB);
 }
 
 TEST(JsonTest, BytesUpTo2To62AreExact) {

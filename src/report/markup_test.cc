@@ -19,7 +19,9 @@ using testing::CheckXml;
 
 size_t Count(const std::string& haystack, const std::string& needle) {
   size_t n = 0;
-  for (size_t at = haystack.find(needle); at != std::string::npos; at = haystack.find(needle, at + 1)) ++n;
+  for (size_t at = haystack.find(needle); at != std::string::npos;
+       at = haystack.find(needle, at + 1))
+    ++n;
   return n;
 }
 
@@ -181,17 +183,19 @@ TEST(SvgTest, LimitFarAboveTheData) {
   EXPECT_NE(svg.find(">79.50 GiB: far above</text>"), std::string::npos);
   EXPECT_EQ(svg.find("stroke-dasharray=\"8 4\"/>"), svg.rfind("stroke-dasharray=\"8 4\"/>"))
       << "only the legend sample of the limit line";
-  EXPECT_EQ(svg.find(">80</text>"), std::string::npos) << "the axis follows the data, not the limit";
+  EXPECT_EQ(svg.find(">80</text>"), std::string::npos)
+      << "the axis follows the data, not the limit";
 }
 
 TEST(SvgTest, LimitNearTheDataIsDrawn) {
   const std::string svg = SvgOf(testing::TwoRankReport());  // 25.4 GiB on 79.25: 3x, off chart
-  Report near = testing::OomReport();  // 22.5 GiB on 23.25 GiB
+  Report near = testing::OomReport();                       // 22.5 GiB on 23.25 GiB
   const std::string near_svg = SvgOf(near);
   EXPECT_NE(near_svg.find(">23.25 GiB</text>"), std::string::npos);
   EXPECT_NE(near_svg.find("OOM: 3.91 GiB more"), std::string::npos);
   const size_t levels = near_svg.find("<g class=\"vs-levels\">");
-  const size_t limit_line = near_svg.find("stroke=\"#c0392b\" stroke-width=\"1.5\" stroke-dasharray=\"8 4\"");
+  const size_t limit_line =
+      near_svg.find("stroke=\"#c0392b\" stroke-width=\"1.5\" stroke-dasharray=\"8 4\"");
   EXPECT_LT(levels, limit_line);
   EXPECT_LT(limit_line, near_svg.find("</g>", levels)) << "the limit line is drawn in the plot";
   EXPECT_NE(svg.find("far above</text>"), std::string::npos);

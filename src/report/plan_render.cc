@@ -11,13 +11,15 @@ std::string RenderPlanText(const PlanResult& plan, std::string_view source, size
   size_t fitting = 0;
   for (const Strategy& s : plan.strategies) fitting += s.fits ? 1 : 0;
   const uint32_t gpus = plan.strategies.empty() ? 1u : plan.strategies.front().setup.parallel.gpus;
-  std::string out = fmt::format("vramscope plan: {} on {} ({} usable), {}\n", source,
-                                plan.gpu.display_name.empty() ? plan.gpu.name : plan.gpu.display_name,
-                                FormatBytes(plan.gpu.usable_bytes),
-                                gpus > 1 ? fmt::format("{} GPUs (data parallel, per GPU memory)", gpus) : "one GPU");
-  out += fmt::format("Step: {} tokens = {} sequences of {}. {} strategies considered, {} estimated, {} fit.\n\n",
-                     plan.tokens_per_step, plan.seq ? plan.tokens_per_step / plan.seq : 0, plan.seq,
-                     plan.considered, plan.estimates, fitting);
+  std::string out = fmt::format(
+      "vramscope plan: {} on {} ({} usable), {}\n", source,
+      plan.gpu.display_name.empty() ? plan.gpu.name : plan.gpu.display_name,
+      FormatBytes(plan.gpu.usable_bytes),
+      gpus > 1 ? fmt::format("{} GPUs (data parallel, per GPU memory)", gpus) : "one GPU");
+  out += fmt::format(
+      "Step: {} tokens = {} sequences of {}. {} strategies considered, {} estimated, {} fit.\n\n",
+      plan.tokens_per_step, plan.seq ? plan.tokens_per_step / plan.seq : 0, plan.seq,
+      plan.considered, plan.estimates, fitting);
   // Strategies that differ only in knobs the step-time model does not see
   // (loss path, allocator, optimizer kind) tie; the table shows the one with
   // the least memory and counts the rest.
@@ -33,7 +35,8 @@ std::string RenderPlanText(const PlanResult& plan, std::string_view source, size
     bool tied = false;
     for (Row& row : rows) {
       const TrainingSetup& r = row.strategy->setup;
-      if (r.finetune == k.finetune && r.grad_ckpt == k.grad_ckpt && r.batch == k.batch && r.grad_accum == k.grad_accum) {
+      if (r.finetune == k.finetune && r.grad_ckpt == k.grad_ckpt && r.batch == k.batch &&
+          r.grad_accum == k.grad_accum) {
         ++row.variants;
         tied = true;
         break;
@@ -46,14 +49,17 @@ std::string RenderPlanText(const PlanResult& plan, std::string_view source, size
       ++hidden;
     }
   }
-  out += fmt::format("{:>3}  {:>9}  {:>8}  {:>13}  {}\n", "#", "tokens/s", "step (s)", "device total", "strategy");
+  out += fmt::format("{:>3}  {:>9}  {:>8}  {:>13}  {}\n", "#", "tokens/s", "step (s)",
+                     "device total", "strategy");
   for (const Row& row : rows) {
     const Strategy& s = *row.strategy;
-    out += fmt::format("{:>3}  {:>9.0f}  {:>8.2f}  {:>13}  {}{}\n", row.rank, s.time.tokens_per_second,
-                       s.time.step_seconds, FormatBytes(s.device_total_bytes), s.label,
-                       row.variants ? fmt::format(" (+{} variants, same speed, more memory)", row.variants) : "");
+    out += fmt::format(
+        "{:>3}  {:>9.0f}  {:>8.2f}  {:>13}  {}{}\n", row.rank, s.time.tokens_per_second,
+        s.time.step_seconds, FormatBytes(s.device_total_bytes), s.label,
+        row.variants ? fmt::format(" (+{} variants, same speed, more memory)", row.variants) : "");
   }
-  if (hidden > 0) out += fmt::format("     ... {} more kinds that fit (--json lists every strategy)\n", hidden);
+  if (hidden > 0)
+    out += fmt::format("     ... {} more kinds that fit (--json lists every strategy)\n", hidden);
   if (fitting == 0) out += "     (none fits)\n";
   out += "\n";
   for (const std::string& line : plan.explanation) out += line + "\n";

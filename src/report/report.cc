@@ -9,9 +9,9 @@
 
 namespace vramscope {
 
+using common::SaturatingAdd;
 using report_internal::RankFits;
 using report_internal::RankNeededBytes;
-using common::SaturatingAdd;
 
 uint64_t DeviceTotalBytes(const SimResult& sim, const DeviceExtras& extras) {
   // Saturating: each term may be up to 2^62 (kMaxSizeBytes) in hostile input.
@@ -83,7 +83,9 @@ Status AddFullRequirement(const EventStream& stream, const SimOptions& options, 
 
 std::string FormatBytes(uint64_t bytes) {
   constexpr uint64_t kKiB = uint64_t{1} << 10, kMiB = uint64_t{1} << 20, kGiB = uint64_t{1} << 30;
-  const auto in = [bytes](uint64_t unit) { return static_cast<double>(bytes) / static_cast<double>(unit); };
+  const auto in = [bytes](uint64_t unit) {
+    return static_cast<double>(bytes) / static_cast<double>(unit);
+  };
   if (bytes >= kGiB) return fmt::format("{} GiB", report_internal::GiBNumber(bytes));
   if (bytes >= kMiB) return fmt::format("{:.2f} MiB", in(kMiB));
   if (bytes >= kKiB) return fmt::format("{:.2f} KiB", in(kKiB));

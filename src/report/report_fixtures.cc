@@ -118,7 +118,8 @@ Report SmallFitReport() {
   DerivePeaks(&sim);
   sim.top_at_peak = {
       Live(1 * G, Category::kParameters, "aten::empty", "fc1.weight", 0, kSetup),
-      Live(1 * G, Category::kOptimizerState, "aten::zeros_like", "fc1.weight (exp_avg)", 1, kOptimizer),
+      Live(1 * G, Category::kOptimizerState, "aten::zeros_like", "fc1.weight (exp_avg)", 1,
+           kOptimizer),
       Live(1 * G, Category::kOptimizerState, "aten::zeros_like", "fc1.weight (exp_avg_sq)", 1,
            kOptimizer),
       Live(768 * M, Category::kActivations, "aten::relu", "fc1", 2, kForward),
@@ -129,9 +130,11 @@ Report SmallFitReport() {
   Report report;
   report.command = "estimate";
   report.source = "tiny-mlp";
-  report.gpu = Gpu("h100-80g", "NVIDIA H100 80GB HBM3", 80 * G - 480 * M, 79 * G + 512 * M, 512 * M);
+  report.gpu =
+      Gpu("h100-80g", "NVIDIA H100 80GB HBM3", 80 * G - 480 * M, 79 * G + 512 * M, 512 * M);
   report.model = ModelSummary{"tiny-mlp", "MLP", 536'870'912, 536'870'912};
-  report.knobs = {{"batch", "64"}, {"precision", "fp32"}, {"optimizer", "adamw"}, {"gpu", "h100-80g"}};
+  report.knobs = {
+      {"batch", "64"}, {"precision", "fp32"}, {"optimizer", "adamw"}, {"gpu", "h100-80g"}};
   report.ranks.push_back(MakeRank("all", {0}, std::move(sim), DeviceExtras{512 * M, 0, 0}));
   report.explanation = {
       "The peak is in the backward pass of step 2: the Adam moments (4.00 GiB) created by the "
@@ -182,11 +185,14 @@ Report OomReport() {
   Report report;
   report.command = "estimate";
   report.source = "meta-llama/Llama-3.2-3B";
-  report.gpu = Gpu("rtx-4090", "NVIDIA GeForce RTX 4090", 23 * G + 664 * M, 23 * G + 256 * M,
-                   512 * M);
-  report.model = ModelSummary{"meta-llama/Llama-3.2-3B", "LlamaForCausalLM", 3'212'749'824,
-                              3'212'749'824};
-  report.knobs = {{"batch", "8"}, {"seq", "2048"}, {"precision", "bf16"}, {"optimizer", "adamw"},
+  report.gpu =
+      Gpu("rtx-4090", "NVIDIA GeForce RTX 4090", 23 * G + 664 * M, 23 * G + 256 * M, 512 * M);
+  report.model =
+      ModelSummary{"meta-llama/Llama-3.2-3B", "LlamaForCausalLM", 3'212'749'824, 3'212'749'824};
+  report.knobs = {{"batch", "8"},
+                  {"seq", "2048"},
+                  {"precision", "bf16"},
+                  {"optimizer", "adamw"},
                   {"gpu", "rtx-4090"}};
   report.ranks.push_back(MakeRank("all", {0}, std::move(sim), DeviceExtras{512 * M, 0, 0}));
   report.explanation = {
@@ -207,7 +213,8 @@ Report TwoRankReport() {
       Point(30, 1, kForward, {4 * G, 0, 0, 6 * G, 0, 0, 256 * M, 32 * M, 8 * M}, 11 * G),
       Point(60, 1, kBackward, {4 * G, 2 * G, 0, 4 * G, 0, 512 * M, 256 * M, 32 * M, 8 * M}, 12 * G),
       Point(90, 1, kBackward, {4 * G, 4 * G, 0, 0, 0, 0, 256 * M, 32 * M, 0}, 12 * G),
-      Point(120, 1, kOptimizer, {4 * G, 4 * G, 8 * G, 0, 0, 0, 256 * M, 32 * M, 0}, 16 * G + 512 * M),
+      Point(120, 1, kOptimizer, {4 * G, 4 * G, 8 * G, 0, 0, 0, 256 * M, 32 * M, 0},
+            16 * G + 512 * M),
   };
   DerivePeaks(&first);
   first.top_at_peak = {
@@ -220,7 +227,8 @@ Report TwoRankReport() {
   last.timeline = {
       Point(0, 0, kSetup, {5 * G, 0, 0, 0, 0, 0, 0, 0, 0}, 5 * G),
       Point(40, 1, kForward, {5 * G, 0, 0, 5 * G, 8 * G, 0, 256 * M, 32 * M, 8 * M}, 19 * G),
-      Point(70, 1, kBackward, {5 * G, 2 * G, 0, 5 * G, 8 * G, 2 * G, 256 * M, 32 * M, 8 * M}, 24 * G),
+      Point(70, 1, kBackward, {5 * G, 2 * G, 0, 5 * G, 8 * G, 2 * G, 256 * M, 32 * M, 8 * M},
+            24 * G),
       Point(100, 1, kBackward, {5 * G, 5 * G, 0, 0, 0, 0, 256 * M, 32 * M, 0}, 24 * G),
       Point(130, 1, kOptimizer, {5 * G, 5 * G, 10 * G, 0, 0, 0, 256 * M, 32 * M, 0}, 24 * G),
   };
@@ -235,9 +243,11 @@ Report TwoRankReport() {
   Report report;
   report.command = "estimate";
   report.source = "llama-3-8b";
-  report.gpu = Gpu("a100-80g", "NVIDIA A100-SXM4-80GB", 79 * G + 640 * M, 79 * G + 256 * M, 512 * M);
+  report.gpu =
+      Gpu("a100-80g", "NVIDIA A100-SXM4-80GB", 79 * G + 640 * M, 79 * G + 256 * M, 512 * M);
   report.model = ModelSummary{"llama-3-8b", "LlamaForCausalLM", 8'030'261'248, 8'030'261'248};
-  report.knobs = {{"gpus", "8"}, {"pp", "2"}, {"microbatches", "4"}, {"batch", "1"}, {"seq", "4096"}};
+  report.knobs = {
+      {"gpus", "8"}, {"pp", "2"}, {"microbatches", "4"}, {"batch", "1"}, {"seq", "4096"}};
   report.ranks.push_back(MakeRank("first stage", {0, 1, 2, 3}, std::move(first),
                                   DeviceExtras{512 * M, 768 * M, 0}, 3 * G));
   report.ranks.push_back(MakeRank("last stage", {4, 5, 6, 7}, std::move(last),

@@ -118,7 +118,8 @@ std::string PadRight(std::string_view utf8, size_t width) {
 
 int64_t SignedDifference(uint64_t a, uint64_t b) {
   constexpr auto kMax = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
-  if (a >= b) return a - b > kMax ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(a - b);
+  if (a >= b)
+    return a - b > kMax ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(a - b);
   return b - a > kMax ? std::numeric_limits<int64_t>::min() : -static_cast<int64_t>(b - a);
 }
 
@@ -133,7 +134,8 @@ std::string GroupThousands(uint64_t value) {
 }
 
 std::string TableCell(std::string_view html, const char* cls) {
-  return cls ? fmt::format("<td class=\"{}\">{}</td>", cls, html) : fmt::format("<td>{}</td>", html);
+  return cls ? fmt::format("<td class=\"{}\">{}</td>", cls, html)
+             : fmt::format("<td>{}</td>", html);
 }
 
 std::string FormatPercent(uint64_t part, uint64_t whole) {
@@ -243,9 +245,10 @@ std::string VerdictLine(const Report& report) {
   for (const RankReport& rank : report.ranks) {
     if (!rank.sim.oom) continue;
     if (rank.full) {
-      return fmt::format("DOES NOT FIT: needs {}, the GPU has {} usable ({} short); out of memory in {}",
-                         FormatBytes(needed), FormatBytes(usable), FormatBytes(needed - std::min(needed, usable)),
-                         StepPhaseLabel(rank.sim.oom_step, rank.sim.oom_phase));
+      return fmt::format(
+          "DOES NOT FIT: needs {}, the GPU has {} usable ({} short); out of memory in {}",
+          FormatBytes(needed), FormatBytes(usable), FormatBytes(needed - std::min(needed, usable)),
+          StepPhaseLabel(rank.sim.oom_step, rank.sim.oom_phase));
     }
     if (needed <= usable) {
       // The bytes would fit in sum; the block did not: the cached segments'

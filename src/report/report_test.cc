@@ -100,7 +100,8 @@ TEST(FormatTest, Numbers) {
 TEST(FormatTest, SanitizeText) {
   EXPECT_EQ(SanitizeText("plain"), "plain");
   EXPECT_EQ(SanitizeText("a\x1b[31mb\n\t"), "a?[31mb??");
-  EXPECT_EQ(SanitizeText("caf\xc3\xa9 \xe2\x86\x92 \xf0\x9f\x98\x80"), "caf\xc3\xa9 \xe2\x86\x92 \xf0\x9f\x98\x80");
+  EXPECT_EQ(SanitizeText("caf\xc3\xa9 \xe2\x86\x92 \xf0\x9f\x98\x80"),
+            "caf\xc3\xa9 \xe2\x86\x92 \xf0\x9f\x98\x80");
   EXPECT_EQ(SanitizeText("\xff"), "\xEF\xBF\xBD");
   EXPECT_EQ(SanitizeText("\xc3"), "\xEF\xBF\xBD") << "truncated sequence";
   EXPECT_EQ(SanitizeText("\xc0\xaf"), "\xEF\xBF\xBD\xEF\xBF\xBD") << "overlong";
@@ -149,9 +150,8 @@ TEST(TextTest, SingleRankSections) {
   for (const char* part :
        {"vramscope estimate: tiny-mlp", "FITS on NVIDIA H100 80GB HBM3 with 68.00 GiB to spare",
         "torch.cuda.max_memory_allocated()", "torch.cuda.max_memory_reserved()", "nvidia-smi",
-        "peaks in step 2, backward (event 200)", "Breakdown at the peak",
-        "Peak per step and phase", "Largest allocations alive at the peak (5 of 42 live)",
-        "Why\n", "Notes\n"}) {
+        "peaks in step 2, backward (event 200)", "Breakdown at the peak", "Peak per step and phase",
+        "Largest allocations alive at the peak (5 of 42 live)", "Why\n", "Notes\n"}) {
     EXPECT_NE(text.find(part), std::string::npos) << part;
   }
   EXPECT_EQ(text.find("Rank class"), std::string::npos);
@@ -201,7 +201,8 @@ TEST(CsvTest, SeveralRankClassesGetAColumn) {
   report.ranks[1].rank_class = "last, \"stage\"";
   const auto lines = Lines(RenderTimelineCsv(report));
   EXPECT_EQ(lines[0].rfind("rank_class,event_index,", 0), 0u);
-  EXPECT_EQ(lines.size(), 1 + report.ranks[0].sim.timeline.size() + report.ranks[1].sim.timeline.size());
+  EXPECT_EQ(lines.size(),
+            1 + report.ranks[0].sim.timeline.size() + report.ranks[1].sim.timeline.size());
   EXPECT_EQ(lines[1].rfind("first stage,0,0,setup,", 0), 0u);
   EXPECT_EQ(lines.back().rfind("\"last, \"\"stage\"\"\",130,1,optimizer,", 0), 0u);
 }

@@ -32,7 +32,8 @@ constexpr const char* kMarkerColour = "#9a9a9a";
 // compare equal and print identically everywhere.
 int64_t Tenths(double v) { return std::llround(v * 10); }
 std::string Coord(int64_t tenths) {
-  return fmt::format("{}{}.{}", tenths < 0 ? "-" : "", std::llabs(tenths) / 10, std::llabs(tenths) % 10);
+  return fmt::format("{}{}.{}", tenths < 0 ? "-" : "", std::llabs(tenths) / 10,
+                     std::llabs(tenths) % 10);
 }
 std::string Coord(double v) { return Coord(Tenths(v)); }
 // Coord(double) for the shared chart parts (chart_axes.h).
@@ -59,8 +60,9 @@ class ChartWriter {
  private:
   double Px(uint64_t event) const {
     const uint64_t e = std::clamp(event, x_min_, x_max_);
-    return ChartLayout::kPlotLeft + static_cast<double>(e - x_min_) / static_cast<double>(x_max_ - x_min_) *
-                              (ChartLayout::kPlotRight - ChartLayout::kPlotLeft);
+    return ChartLayout::kPlotLeft + static_cast<double>(e - x_min_) /
+                                        static_cast<double>(x_max_ - x_min_) *
+                                        (ChartLayout::kPlotRight - ChartLayout::kPlotLeft);
   }
   double Py(uint64_t bytes) const {
     const double share = std::min(1.0, static_cast<double>(bytes) / kChartGiB / y_.top);
@@ -91,16 +93,17 @@ class ChartWriter {
       x_max_ = common::SaturatingAdd(end, std::max<uint64_t>(mean_width, 1));
     }
     if (x_max_ <= x_min_) x_min_ = x_max_ - 1;  // saturated at 2^64: keep a non-empty range
-    uint64_t max_bytes = std::max({sim_.peak_allocated_bytes, sim_.peak_reserved_bytes,
-                                   DeviceTotalBytes(rank_)});
+    uint64_t max_bytes =
+        std::max({sim_.peak_allocated_bytes, sim_.peak_reserved_bytes, DeviceTotalBytes(rank_)});
     if (sim_.oom) max_bytes = std::max(max_bytes, FailedRequestTopBytes());
     for (const TimelinePoint& p : points) {
-      max_bytes = std::max({max_bytes, p.allocated_bytes, p.reserved_bytes,
-                            CumulativeBytes(p, kNumCategories - 1)});
+      max_bytes = std::max(
+          {max_bytes, p.allocated_bytes, p.reserved_bytes, CumulativeBytes(p, kNumCategories - 1)});
     }
     double max_gib = static_cast<double>(max_bytes) / kChartGiB;
     const double usable_gib = static_cast<double>(report_.gpu.usable_bytes) / kChartGiB;
-    limit_on_chart_ = usable_gib > 0 && max_gib > 0 && usable_gib <= kTimelineLimitOnChartRatio * max_gib;
+    limit_on_chart_ =
+        usable_gib > 0 && max_gib > 0 && usable_gib <= kTimelineLimitOnChartRatio * max_gib;
     if (limit_on_chart_) max_gib = std::max(max_gib, usable_gib);
     // All zero: a 0..1 GiB axis rather than a degenerate one.
     y_ = ValueTicks(max_gib > 0 ? std::max(max_gib, kMinRangeGiB) : 1.0, 5);
@@ -108,7 +111,8 @@ class ChartWriter {
 
   void Open() {
     const std::string source = ClipText(report_.source.empty() ? "report" : report_.source, 60);
-    std::string title = fmt::format("GPU memory over time: {} on {}", source, GpuLabel(report_.gpu));
+    std::string title =
+        fmt::format("GPU memory over time: {} on {}", source, GpuLabel(report_.gpu));
     if (report_.ranks.size() > 1) {
       title += fmt::format(" (rank class \"{}\", ranks {})", ClipText(rank_.rank_class, 24),
                            FormatRanks(rank_.ranks));
@@ -118,8 +122,8 @@ class ChartWriter {
         "viewBox=\"0 0 {0} {1}\" font-family=\"sans-serif\" font-size=\"12\" class=\"vs-chart\" "
         "id=\"{2}\" data-plot-left=\"{3}\" data-plot-right=\"{4}\" data-plot-top=\"{5}\" "
         "data-plot-bottom=\"{6}\" data-x-min=\"{7}\" data-x-max=\"{8}\">\n",
-        ChartLayout::kWidth, ChartLayout::kHeight, id_, ChartLayout::kPlotLeft, ChartLayout::kPlotRight, ChartLayout::kPlotTop, ChartLayout::kPlotBottom,
-        x_min_, x_max_);
+        ChartLayout::kWidth, ChartLayout::kHeight, id_, ChartLayout::kPlotLeft,
+        ChartLayout::kPlotRight, ChartLayout::kPlotTop, ChartLayout::kPlotBottom, x_min_, x_max_);
     out_ += fmt::format("<title>{}</title>\n", EscapeMarkup(title));
     out_ += fmt::format(
         "<desc>Peak allocated {}, peak reserved {}, device total {}, GPU usable {}.</desc>\n",
@@ -128,7 +132,8 @@ class ChartWriter {
     out_ += fmt::format(
         "<defs><clipPath id=\"{}-clip\"><rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\"/>"
         "</clipPath></defs>\n",
-        id_, ChartLayout::kPlotLeft, ChartLayout::kPlotTop - 1, ChartLayout::kPlotRight - ChartLayout::kPlotLeft,
+        id_, ChartLayout::kPlotLeft, ChartLayout::kPlotTop - 1,
+        ChartLayout::kPlotRight - ChartLayout::kPlotLeft,
         ChartLayout::kPlotBottom - ChartLayout::kPlotTop + 2);
     AppendHeadings(&out_, EscapeMarkup(title), EscapeMarkup(VerdictLine(report_)));
   }
@@ -140,7 +145,8 @@ class ChartWriter {
   std::string StepPath(const std::vector<int64_t>& ys, bool closed) const {
     const auto& points = sim_.timeline;
     const int64_t base = Tenths(ChartLayout::kPlotBottom);
-    std::string d = closed ? fmt::format("M{},{}V{}", Coord(Px(points[0].event_index)), Coord(base), Coord(ys[0]))
+    std::string d = closed ? fmt::format("M{},{}V{}", Coord(Px(points[0].event_index)), Coord(base),
+                                         Coord(ys[0]))
                            : fmt::format("M{},{}", Coord(Px(points[0].event_index)), Coord(ys[0]));
     int64_t last_y = ys[0];
     for (size_t i = 1; i < points.size(); ++i) {
@@ -160,13 +166,14 @@ class ChartWriter {
       // Painter's order: the tallest cumulative band first, each lower one on
       // top, so every band shows exactly its own category.
       for (size_t c = kNumCategories; c-- > 0;) {
-        const bool present = std::any_of(points.begin(), points.end(),
-                                         [&](const TimelinePoint& p) { return p.by_category[c] > 0; });
+        const bool present = std::any_of(points.begin(), points.end(), [&](const TimelinePoint& p) {
+          return p.by_category[c] > 0;
+        });
         if (!present) continue;
         std::vector<int64_t> ys;
         for (const TimelinePoint& p : points) ys.push_back(Tenths(Py(CumulativeBytes(p, c))));
-        out_ += fmt::format("<path d=\"{}\" fill=\"{}\" fill-opacity=\"0.85\"/>\n", StepPath(ys, true),
-                            CategoryColour(static_cast<Category>(c)));
+        out_ += fmt::format("<path d=\"{}\" fill=\"{}\" fill-opacity=\"0.85\"/>\n",
+                            StepPath(ys, true), CategoryColour(static_cast<Category>(c)));
       }
       PhaseLines();
       std::vector<int64_t> reserved, allocated;
@@ -175,7 +182,8 @@ class ChartWriter {
         allocated.push_back(Tenths(Py(p.allocated_bytes)));
       }
       out_ += fmt::format(
-          "<path d=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.2\" stroke-dasharray=\"5 3\" "
+          "<path d=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.2\" stroke-dasharray=\"5 "
+          "3\" "
           "vector-effect=\"non-scaling-stroke\"/>\n",
           StepPath(reserved, false), kAllocatedColour);
       out_ += fmt::format(
@@ -187,7 +195,8 @@ class ChartWriter {
       const double px = Px(sim_.oom_event_index);
       const double top = Py(FailedRequestTopBytes());
       out_ += fmt::format(
-          "<rect x=\"{0}\" y=\"{1}\" width=\"{2}\" height=\"{3}\" fill=\"{4}\" fill-opacity=\"0.2\" "
+          "<rect x=\"{0}\" y=\"{1}\" width=\"{2}\" height=\"{3}\" fill=\"{4}\" "
+          "fill-opacity=\"0.2\" "
           "stroke=\"{4}\" stroke-dasharray=\"4 2\" vector-effect=\"non-scaling-stroke\"/>\n"
           "<line x1=\"{0}\" y1=\"{5}\" x2=\"{0}\" y2=\"{6}\" stroke=\"{4}\" stroke-width=\"2\" "
           "vector-effect=\"non-scaling-stroke\"/>\n",
@@ -198,9 +207,11 @@ class ChartWriter {
     out_ += "</g></g>\n";
     if (points.empty()) {
       out_ += fmt::format(
-          "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" fill=\"#666666\">No timeline was recorded "
+          "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" fill=\"#666666\">No timeline was "
+          "recorded "
           "for this run.</text>\n",
-          Coord((ChartLayout::kPlotLeft + ChartLayout::kPlotRight) / 2), Coord((ChartLayout::kPlotTop + ChartLayout::kPlotBottom) / 2));
+          Coord((ChartLayout::kPlotLeft + ChartLayout::kPlotRight) / 2),
+          Coord((ChartLayout::kPlotTop + ChartLayout::kPlotBottom) / 2));
     }
   }
 
@@ -213,13 +224,15 @@ class ChartWriter {
         continue;
       }
       const bool new_step = i == 0 || points[i].step != points[i - 1].step;
-      markers_.push_back({Px(points[i].event_index),
-                          new_step ? fmt::format("step {}: {}", points[i].step, PhaseLabel(points[i].phase))
-                                   : std::string(PhaseLabel(points[i].phase))});
+      markers_.push_back(
+          {Px(points[i].event_index),
+           new_step ? fmt::format("step {}: {}", points[i].step, PhaseLabel(points[i].phase))
+                    : std::string(PhaseLabel(points[i].phase))});
       out_ += fmt::format(
           "<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" stroke=\"{3}\" stroke-width=\"0.8\" "
           "vector-effect=\"non-scaling-stroke\"/>\n",
-          Coord(markers_.back().px), Coord(ChartLayout::kPlotTop), Coord(ChartLayout::kPlotBottom), kMarkerColour);
+          Coord(markers_.back().px), Coord(ChartLayout::kPlotTop), Coord(ChartLayout::kPlotBottom),
+          kMarkerColour);
     }
   }
 
@@ -229,7 +242,8 @@ class ChartWriter {
     out_ += fmt::format(
         "<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"{3}\" stroke-width=\"1.5\" "
         "stroke-dasharray=\"{4}\"/>\n",
-        Coord(ChartLayout::kPlotLeft), Coord(Py(bytes)), Coord(ChartLayout::kPlotRight), colour, dash);
+        Coord(ChartLayout::kPlotLeft), Coord(Py(bytes)), Coord(ChartLayout::kPlotRight), colour,
+        dash);
   }
 
   void Levels() {
@@ -244,8 +258,9 @@ class ChartWriter {
   void Pins() {
     // Inherited by every label: a white outline under the glyphs keeps them
     // readable over the bands.
-    out_ += "<g class=\"vs-pins\" stroke=\"#ffffff\" stroke-width=\"3\" stroke-linejoin=\"round\" "
-            "paint-order=\"stroke\">\n";
+    out_ +=
+        "<g class=\"vs-pins\" stroke=\"#ffffff\" stroke-width=\"3\" stroke-linejoin=\"round\" "
+        "paint-order=\"stroke\">\n";
     double last_label_px = -1e9;
     for (const Marker& m : markers_) {
       const bool visible = m.px - last_label_px >= kMinLabelGapPx;
@@ -253,15 +268,16 @@ class ChartWriter {
       out_ += fmt::format(
           "<g class=\"vs-pin vs-phase\" data-px=\"{0}\"{1}><text transform=\"translate({2},{3}) "
           "rotate(-90)\" text-anchor=\"end\" font-size=\"10\" fill=\"#555555\">{4}</text></g>\n",
-          Coord(m.px), visible ? "" : " display=\"none\"", Coord(m.px + 11), Coord(ChartLayout::kPlotTop + 4),
-          EscapeMarkup(m.label));
+          Coord(m.px), visible ? "" : " display=\"none\"", Coord(m.px + 11),
+          Coord(ChartLayout::kPlotTop + 4), EscapeMarkup(m.label));
     }
     if (!sim_.timeline.empty()) {
       const double px = Px(sim_.peak_event_index);
       const double py = Py(sim_.peak_allocated_bytes);
       const bool left_half = px < (ChartLayout::kPlotLeft + ChartLayout::kPlotRight) / 2;
       out_ += fmt::format(
-          "<g class=\"vs-pin\" data-px=\"{0}\"><circle cx=\"{0}\" cy=\"{1}\" r=\"4\" fill=\"#ffffff\" "
+          "<g class=\"vs-pin\" data-px=\"{0}\"><circle cx=\"{0}\" cy=\"{1}\" r=\"4\" "
+          "fill=\"#ffffff\" "
           "stroke=\"{2}\" stroke-width=\"2\"/><text x=\"{3}\" y=\"{4}\" text-anchor=\"{5}\" "
           "font-weight=\"bold\">peak allocated {6}</text></g>\n",
           Coord(px), Coord(py), kAllocatedColour, Coord(left_half ? px + 8 : px - 8),
@@ -280,13 +296,14 @@ class ChartWriter {
   }
 
   void XAxis() {
-    AppendXAxis(&out_, IndexTicks(x_min_, x_max_, 6), [this](uint64_t tick) { return Px(tick); },
-                "events (allocations and frees, in order)", CoordOf);
+    AppendXAxis(
+        &out_, IndexTicks(x_min_, x_max_, 6), [this](uint64_t tick) { return Px(tick); },
+        "events (allocations and frees, in order)", CoordOf);
   }
 
   // A line sample with its label, and an optional second line in grey.
-  void LegendLine(double y, const char* colour, const char* dash, double width, std::string_view label,
-                  std::string_view detail = {}) {
+  void LegendLine(double y, const char* colour, const char* dash, double width,
+                  std::string_view label, std::string_view detail = {}) {
     AppendLegendLine(&out_, y, colour, dash, width, label, CoordOf);
     if (!detail.empty()) {
       out_ += fmt::format("<text x=\"{}\" y=\"{}\" fill=\"#555555\">{}</text>\n",
@@ -297,15 +314,16 @@ class ChartWriter {
   void Legend() {
     out_ += "<g class=\"vs-legend\">\n";
     double y = ChartLayout::kPlotTop;
-    out_ += fmt::format("<text x=\"{}\" y=\"{}\" font-weight=\"bold\">allocated at the peak, GiB</text>\n",
-                        Coord(ChartLayout::kLegendLeft), Coord(y + 4));
+    out_ += fmt::format(
+        "<text x=\"{}\" y=\"{}\" font-weight=\"bold\">allocated at the peak, GiB</text>\n",
+        Coord(ChartLayout::kLegendLeft), Coord(y + 4));
     for (Category c : kAllCategories) {
       y += 20;
       out_ += fmt::format(
           "<rect x=\"{}\" y=\"{}\" width=\"18\" height=\"12\" fill=\"{}\"/>"
           "<text x=\"{}\" y=\"{}\">{} {}</text>\n",
-          Coord(ChartLayout::kLegendLeft), Coord(y - 6), CategoryColour(c), Coord(ChartLayout::kLegendLeft + 24),
-          Coord(y + 4), CategoryLabel(c),
+          Coord(ChartLayout::kLegendLeft), Coord(y - 6), CategoryColour(c),
+          Coord(ChartLayout::kLegendLeft + 24), Coord(y + 4), CategoryLabel(c),
           GiBNumber(sim_.breakdown_at_peak[static_cast<size_t>(c)]));
     }
     y += 30;
@@ -314,9 +332,9 @@ class ChartWriter {
     const uint64_t usable = report_.gpu.usable_bytes;
     LegendLine(y += 20, kDeviceTotalColour, "2 3", 1.5, "device total (nvidia-smi)",
                fmt::format("{} at its peak", FormatBytes(DeviceTotalBytes(rank_))));
-    LegendLine(y += 35, kLimitColour, "8 4", 1.5, "GPU usable memory",
-               limit_on_chart_ ? FormatBytes(usable)
-                               : fmt::format("{}: far above", FormatBytes(usable)));
+    LegendLine(
+        y += 35, kLimitColour, "8 4", 1.5, "GPU usable memory",
+        limit_on_chart_ ? FormatBytes(usable) : fmt::format("{}: far above", FormatBytes(usable)));
     LegendLine(y += 35, kMarkerColour, "", 0.8, "step / phase start");
     if (sim_.oom) {
       LegendLine(y += 20, kLimitColour, "", 2, "out of memory",
@@ -344,7 +362,8 @@ class ChartWriter {
 
 }  // namespace
 
-std::string RenderRankSvg(const Report& report, const RankReport& rank, std::string_view id_prefix) {
+std::string RenderRankSvg(const Report& report, const RankReport& rank,
+                          std::string_view id_prefix) {
   return ChartWriter(report, rank, id_prefix).Render();
 }
 

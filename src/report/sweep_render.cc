@@ -54,7 +54,8 @@ uint64_t LargestFitting(const SweepResult& sweep, size_t group, size_t groups) {
 
 std::string OneAxisSummary(const SweepResult& sweep) {
   const std::string_view flag = SweepVariableFlag(sweep.axes[0].variable);
-  const std::string gpu = fmt::format("{} usable on {}", FormatBytes(sweep.gpu.usable_bytes), GpuLabel(sweep.gpu));
+  const std::string gpu =
+      fmt::format("{} usable on {}", FormatBytes(sweep.gpu.usable_bytes), GpuLabel(sweep.gpu));
   const SweepPoint* first_failing = nullptr;
   const SweepPoint* last_fitting = nullptr;
   for (const SweepPoint& p : sweep.points) {
@@ -70,14 +71,16 @@ std::string OneAxisSummary(const SweepResult& sweep) {
   if (!first_failing) {
     uint64_t most = 0;
     for (const SweepPoint& p : sweep.points) most = std::max(most, p.device_total_bytes);
-    return fmt::format("Every point fits: the largest device total is {} of the {}.", FormatBytes(most), gpu);
+    return fmt::format("Every point fits: the largest device total is {} of the {}.",
+                       FormatBytes(most), gpu);
   }
   if (!last_fitting) {
-    return fmt::format("No point fits: {} {} {}.", flag, FirstValue(*first_failing), fails(*first_failing));
+    return fmt::format("No point fits: {} {} {}.", flag, FirstValue(*first_failing),
+                       fails(*first_failing));
   }
   const bool gap = FirstValue(*first_failing) < FirstValue(*last_fitting);
-  return fmt::format("Fits up to {} {} in this grid; {} {} {}{}.", flag, FirstValue(*last_fitting), flag,
-                     FirstValue(*first_failing), fails(*first_failing),
+  return fmt::format("Fits up to {} {} in this grid; {} {} {}{}.", flag, FirstValue(*last_fitting),
+                     flag, FirstValue(*first_failing), fails(*first_failing),
                      gap ? "; fitting and failing points alternate near the limit" : "");
 }
 
@@ -99,13 +102,15 @@ std::string TwoAxisSummary(const SweepResult& sweep) {
 }  // namespace
 
 uint64_t SweepPointBytes(const SweepPoint& point) {
-  return point.oom ? std::max(point.needed_bytes, point.device_total_bytes) : point.device_total_bytes;
+  return point.oom ? std::max(point.needed_bytes, point.device_total_bytes)
+                   : point.device_total_bytes;
 }
 
 std::string SweepPointLabel(const SweepResult& sweep, const SweepPoint& point) {
   std::string out;
   for (size_t a = 0; a < sweep.axes.size() && a < point.at.size(); ++a) {
-    out += fmt::format("{}{} {}", a ? ", " : "", SweepVariableKey(sweep.axes[a].variable), point.at[a]);
+    out += fmt::format("{}{} {}", a ? ", " : "", SweepVariableKey(sweep.axes[a].variable),
+                       point.at[a]);
   }
   return out;
 }
@@ -126,14 +131,18 @@ std::string RenderSweepText(const SweepResult& sweep) {
                        GroupThousands(sweep.model->parameters),
                        GroupThousands(sweep.model->trainable_parameters));
   }
-  out += fmt::format("GPU:    {}, {} usable\n", GpuLabel(sweep.gpu), FormatBytes(sweep.gpu.usable_bytes));
+  out += fmt::format("GPU:    {}, {} usable\n", GpuLabel(sweep.gpu),
+                     FormatBytes(sweep.gpu.usable_bytes));
   std::string knobs;
   for (const auto& [key, value] : sweep.knobs) {
-    knobs += fmt::format("{}{}={}", knobs.empty() ? "" : ", ", SanitizeText(key), SanitizeText(value));
+    knobs +=
+        fmt::format("{}{}={}", knobs.empty() ? "" : ", ", SanitizeText(key), SanitizeText(value));
   }
   out += fmt::format("Knobs:  {}\n\n", knobs);
-  for (const SweepAxis& axis : sweep.axes) out += fmt::format("{:>10} ", SweepVariableKey(axis.variable));
-  out += fmt::format("{:>15} {:>15} {:>15}  {}\n", "peak allocated", "peak reserved", "device total", "fits");
+  for (const SweepAxis& axis : sweep.axes)
+    out += fmt::format("{:>10} ", SweepVariableKey(axis.variable));
+  out += fmt::format("{:>15} {:>15} {:>15}  {}\n", "peak allocated", "peak reserved",
+                     "device total", "fits");
   for (const SweepPoint& p : sweep.points) {
     for (uint64_t v : p.at) out += fmt::format("{:>10} ", v);
     out += fmt::format("{:>15} {:>15} {:>15}  ", FormatBytes(p.peak_allocated_bytes),
@@ -147,9 +156,12 @@ std::string RenderSweepText(const SweepResult& sweep) {
     }
   }
   out += "\n" + SweepSummaryLine(sweep) + "\n";
-  out += "Device total = peak reserved + CUDA context + memory outside PyTorch (what nvidia-smi shows).\n"
-         "A point with a simulated OOM stopped there, as PyTorch would: its numbers are what was reached\n"
-         "by then, not what the whole step would need.\n";
+  out +=
+      "Device total = peak reserved + CUDA context + memory outside PyTorch (what nvidia-smi "
+      "shows).\n"
+      "A point with a simulated OOM stopped there, as PyTorch would: its numbers are what was "
+      "reached\n"
+      "by then, not what the whole step would need.\n";
   return out;
 }
 
@@ -193,13 +205,14 @@ std::string RenderSweepJson(const SweepResult& sweep, int indent) {
 
 std::string RenderSweepCsv(const SweepResult& sweep) {
   std::string out;
-  for (const SweepAxis& axis : sweep.axes) fmt::format_to(std::back_inserter(out), "{},", SweepVariableKey(axis.variable));
+  for (const SweepAxis& axis : sweep.axes)
+    fmt::format_to(std::back_inserter(out), "{},", SweepVariableKey(axis.variable));
   out += "peak_allocated_bytes,peak_reserved_bytes,device_total_bytes,needed_bytes,oom,fits\n";
   for (const SweepPoint& p : sweep.points) {
     for (uint64_t v : p.at) fmt::format_to(std::back_inserter(out), "{},", v);
     fmt::format_to(std::back_inserter(out), "{},{},{},{},{},{}\n", p.peak_allocated_bytes,
-                   p.peak_reserved_bytes, p.device_total_bytes, p.needed_bytes, p.oom ? "true" : "false",
-                   p.fits ? "true" : "false");
+                   p.peak_reserved_bytes, p.device_total_bytes, p.needed_bytes,
+                   p.oom ? "true" : "false", p.fits ? "true" : "false");
   }
   return out;
 }

@@ -20,7 +20,9 @@ constexpr uint64_t kGiBBytes = uint64_t{1} << 30;
 
 size_t Count(const std::string& haystack, const std::string& needle) {
   size_t n = 0;
-  for (size_t at = haystack.find(needle); at != std::string::npos; at = haystack.find(needle, at + 1)) ++n;
+  for (size_t at = haystack.find(needle); at != std::string::npos;
+       at = haystack.find(needle, at + 1))
+    ++n;
   return n;
 }
 
@@ -63,8 +65,9 @@ SweepResult OneAxis() {
 SweepResult TwoAxes() {
   SweepResult s = OneAxis();
   s.axes.push_back({SweepVariable::kBatch, {1, 2}});
-  s.points = {Point({1, 1}, 40, true),   Point({1, 2}, 45, true),         Point({1024, 1}, 60, true),
-              Point({1024, 2}, 75, true), Point({2048, 1}, 70, true), Point({2048, 2}, 78, false, true)};
+  s.points = {Point({1, 1}, 40, true),    Point({1, 2}, 45, true),
+              Point({1024, 1}, 60, true), Point({1024, 2}, 75, true),
+              Point({2048, 1}, 70, true), Point({2048, 2}, 78, false, true)};
   return s;
 }
 
@@ -132,13 +135,15 @@ TEST(SweepRender, JsonAndCsvCarryIntegerBytes) {
   EXPECT_EQ(j["gpu"]["usable_bytes"], 79 * kGiBBytes);
   const std::string csv = RenderSweepCsv(s);
   EXPECT_EQ(csv.substr(0, csv.find('\n')),
-            "seq,batch,peak_allocated_bytes,peak_reserved_bytes,device_total_bytes,needed_bytes,oom,fits");
+            "seq,batch,peak_allocated_bytes,peak_reserved_bytes,device_total_bytes,needed_bytes,"
+            "oom,fits");
   EXPECT_EQ(Count(csv, "\n"), 7u);
 }
 
 TEST(SweepRender, SummarySaysWhereTheGridStopsFitting) {
   const std::string text = RenderSweepText(OneAxis());
-  EXPECT_NE(text.find("Fits up to --seq 1024 in this grid; --seq 2048 runs out of memory"), std::string::npos)
+  EXPECT_NE(text.find("Fits up to --seq 1024 in this grid; --seq 2048 runs out of memory"),
+            std::string::npos)
       << text;
   EXPECT_NE(text.find("GiB"), std::string::npos);
   const std::string two = RenderSweepText(TwoAxes());

@@ -49,7 +49,8 @@ void RenderHeader(const Report& report, std::string* out) {
   }
   std::string gpu = fmt::format("GPU:    {}, {} usable", GpuLabel(report.gpu),
                                 FormatBytes(report.gpu.usable_bytes));
-  if (report.gpu.total_bytes != 0) gpu += fmt::format(" of {}", FormatBytes(report.gpu.total_bytes));
+  if (report.gpu.total_bytes != 0)
+    gpu += fmt::format(" of {}", FormatBytes(report.gpu.total_bytes));
   Line(out, gpu);
   if (!report.knobs.empty()) {
     std::string knobs = "Knobs:  ";
@@ -74,12 +75,12 @@ void RenderRankTable(const Report& report, std::string* out) {
   Line(out, fmt::format("  {}{}  {:>14}  {:>14}  {:>14}  fits", PadRight("class", 18),
                         PadRight("ranks", 12), "peak allocated", "peak reserved", "device total"));
   for (const RankReport& rank : report.ranks) {
-    Line(out, fmt::format("  {}{}  {:>14}  {:>14}  {:>14}  {}",
-                          PadRight(ClipText(rank.rank_class, 16), 18),
-                          PadRight(ClipText(FormatRanks(rank.ranks), 10), 12),
-                          FormatBytes(rank.sim.peak_allocated_bytes),
-                          FormatBytes(rank.sim.peak_reserved_bytes),
-                          FormatBytes(DeviceTotalBytes(rank)), RankFits(report, rank) ? "yes" : "no"));
+    Line(out,
+         fmt::format(
+             "  {}{}  {:>14}  {:>14}  {:>14}  {}", PadRight(ClipText(rank.rank_class, 16), 18),
+             PadRight(ClipText(FormatRanks(rank.ranks), 10), 12),
+             FormatBytes(rank.sim.peak_allocated_bytes), FormatBytes(rank.sim.peak_reserved_bytes),
+             FormatBytes(DeviceTotalBytes(rank)), RankFits(report, rank) ? "yes" : "no"));
   }
 }
 
@@ -104,8 +105,9 @@ void RenderThreeNumbers(const RankReport& rank, std::string* out) {
   Line(out);
   if (rank.state_only) {
     Line(out, "The three numbers when the snapshot was taken (it has no trace: no peak is known)");
-    Line(out, fmt::format("  allocated      {}  torch.cuda.memory_allocated(): memory held by live tensors",
-                          GiBColumn(sim.peak_allocated_bytes)));
+    Line(out, fmt::format(
+                  "  allocated      {}  torch.cuda.memory_allocated(): memory held by live tensors",
+                  GiBColumn(sim.peak_allocated_bytes)));
     Line(out, fmt::format("  reserved       {}  torch.cuda.memory_reserved(): allocated plus what "
                           "PyTorch's caching allocator keeps",
                           GiBColumn(sim.peak_reserved_bytes)));
@@ -115,9 +117,10 @@ void RenderThreeNumbers(const RankReport& rank, std::string* out) {
     Line(out, fmt::format("  peak allocated {}  torch.cuda.max_memory_allocated(): memory held by "
                           "live tensors",
                           GiBColumn(sim.peak_allocated_bytes)));
-    Line(out, fmt::format("  peak reserved  {}  torch.cuda.max_memory_reserved(): allocated plus what "
-                          "PyTorch's caching allocator keeps",
-                          GiBColumn(sim.peak_reserved_bytes)));
+    Line(out,
+         fmt::format("  peak reserved  {}  torch.cuda.max_memory_reserved(): allocated plus what "
+                     "PyTorch's caching allocator keeps",
+                     GiBColumn(sim.peak_reserved_bytes)));
   }
   Line(out, fmt::format("  device total   {}  what nvidia-smi shows: reserved + CUDA context {} + "
                         "NCCL {} + other {}",
@@ -183,19 +186,19 @@ void RenderPhases(const SimResult& sim, std::string* out) {
 void RenderTop(const SimResult& sim, bool state_only, std::string* out) {
   if (sim.top_at_peak.empty()) return;
   Line(out);
-  Line(out, fmt::format("Largest allocations alive {} ({} of {} live)", state_only ? "then" : "at the peak",
-                        GroupThousands(sim.top_at_peak.size()),
-                        GroupThousands(std::max<uint64_t>(sim.live_at_peak_count,
-                                                          sim.top_at_peak.size()))));
+  Line(out, fmt::format("Largest allocations alive {} ({} of {} live)",
+                        state_only ? "then" : "at the peak", GroupThousands(sim.top_at_peak.size()),
+                        GroupThousands(
+                            std::max<uint64_t>(sim.live_at_peak_count, sim.top_at_peak.size()))));
   Line(out, fmt::format("  {:>11}  {}{}{}module", "size", PadRight("category", 17),
                         PadRight("allocated in", 20), PadRight("op", kOpWidthChars + 2)));
   for (const LiveAllocation& a : sim.top_at_peak) {
-    Line(out, fmt::format("  {}  {}{}{}{}", GiBColumn(a.block_bytes),
-                          PadRight(CategoryLabel(a.category), 17),
-                          PadRight(StepPhaseLabel(a.step, a.phase), 20),
-                          PadRight(ClipText(a.op.empty() ? "-" : a.op, kOpWidthChars),
-                                   kOpWidthChars + 2),
-                          ClipText(a.module.empty() ? "-" : a.module, kModuleWidthChars)));
+    Line(out,
+         fmt::format(
+             "  {}  {}{}{}{}", GiBColumn(a.block_bytes), PadRight(CategoryLabel(a.category), 17),
+             PadRight(StepPhaseLabel(a.step, a.phase), 20),
+             PadRight(ClipText(a.op.empty() ? "-" : a.op, kOpWidthChars), kOpWidthChars + 2),
+             ClipText(a.module.empty() ? "-" : a.module, kModuleWidthChars)));
   }
 }
 
@@ -204,11 +207,11 @@ void RenderOom(const SimResult& sim, std::string* out) {
   const OomInfo& oom = *sim.oom;
   Line(out);
   Line(out, "Out of memory");
-  Line(out, fmt::format("  In {} (event {}) the allocator could not get {} from the device "
-                        "({} requested by the op).",
-                        StepPhaseLabel(sim.oom_step, sim.oom_phase),
-                        GroupThousands(sim.oom_event_index), FormatBytes(oom.alloc_size_bytes),
-                        FormatBytes(oom.requested_bytes)));
+  Line(out,
+       fmt::format("  In {} (event {}) the allocator could not get {} from the device "
+                   "({} requested by the op).",
+                   StepPhaseLabel(sim.oom_step, sim.oom_phase), GroupThousands(sim.oom_event_index),
+                   FormatBytes(oom.alloc_size_bytes), FormatBytes(oom.requested_bytes)));
   Line(out, fmt::format("  At that moment: {} allocated, {} reserved, {} free of a {} limit.",
                         FormatBytes(oom.allocated_bytes), FormatBytes(oom.reserved_bytes),
                         FormatBytes(oom.free_device_bytes), FormatBytes(oom.device_limit_bytes)));
@@ -250,7 +253,8 @@ void RenderAssumptions(const std::vector<Assumption>& assumptions, std::string* 
   Line(out);
   Line(out, "Assumed (change with the flag named)");
   for (const Assumption& a : assumptions) {
-    std::string line = fmt::format("  {}{}", PadRight(SanitizeText(a.what), 11), SanitizeText(a.assumed));
+    std::string line =
+        fmt::format("  {}{}", PadRight(SanitizeText(a.what), 11), SanitizeText(a.assumed));
     if (!a.flag.empty()) line += fmt::format(" [{}]", SanitizeText(a.flag));
     Line(out, line);
   }

@@ -17,8 +17,9 @@ std::string Pct(double fraction) { return fmt::format("{:+.1f}%", 100 * fraction
 
 std::string StatsLine(const char* what, const ErrorStats& s) {
   if (s.count == 0) return fmt::format("  {:<15} no ok measurements\n", what);
-  return fmt::format("  {:<15} n={}  median |err| {:.1f}%  p90 {:.1f}%  max {:.1f}%  under by >2%: {}\n",
-                     what, s.count, 100 * s.median_abs, 100 * s.p90_abs, 100 * s.max_abs, s.under_2pct);
+  return fmt::format(
+      "  {:<15} n={}  median |err| {:.1f}%  p90 {:.1f}%  max {:.1f}%  under by >2%: {}\n", what,
+      s.count, 100 * s.median_abs, 100 * s.p90_abs, 100 * s.max_abs, s.under_2pct);
 }
 
 nlohmann::json StatsJson(const ErrorStats& s) {
@@ -54,11 +55,13 @@ std::vector<std::string> RowLabels(const Validation& v, std::string* common) {
       continue;
     }
     for (size_t r = 0; r < all.size(); ++r) {
-      if (i < all[r].size()) labels[r] += (labels[r].empty() ? "" : " ") + key + "=" + all[r][i].second;
+      if (i < all[r].size())
+        labels[r] += (labels[r].empty() ? "" : " ") + key + "=" + all[r][i].second;
     }
   }
   for (size_t r = 0; r < labels.size(); ++r) {
-    if (labels[r].empty()) labels[r] = v.rows[r].run.name.empty() ? v.rows[r].run.id : v.rows[r].run.name;
+    if (labels[r].empty())
+      labels[r] = v.rows[r].run.name.empty() ? v.rows[r].run.id : v.rows[r].run.name;
   }
   for (const std::string& kv : shared) *common += (common->empty() ? "" : " ") + kv;
   return labels;
@@ -68,11 +71,14 @@ std::vector<std::string> RowLabels(const Validation& v, std::string* common) {
 
 std::string RenderValidationText(const Validation& v) {
   if (v.rows.empty()) {
-    std::string out = "vramscope validate: no ok or out-of-memory measurements in the given files.\n";
+    std::string out =
+        "vramscope validate: no ok or out-of-memory measurements in the given files.\n";
     for (const std::string& line : v.not_compared) out += "  not compared: " + line + "\n";
     return out;
   }
-  std::string out = "vramscope validate: measured vs predicted (GiB = 2^30 bytes; error = (predicted - measured) / measured)\n\n";
+  std::string out =
+      "vramscope validate: measured vs predicted (GiB = 2^30 bytes; error = (predicted - measured) "
+      "/ measured)\n\n";
   std::string common;
   const std::vector<std::string> labels = RowLabels(v, &common);
   if (v.rows.size() > 1 && !common.empty()) out += "Every row: " + common + "\n\n";
@@ -80,8 +86,8 @@ std::string RenderValidationText(const Validation& v) {
   for (const std::string& l : labels) width = std::max(width, std::min<size_t>(l.size(), 90));
   out += fmt::format("{:<{}} {:>6} {:>21} {:>21} {:>21}\n", "configuration", width, "status",
                      "peak allocated", "peak reserved", "device");
-  out += fmt::format("{:<{}} {:>6} {:>21} {:>21} {:>21}\n", "", width, "", "meas  pred  err", "meas  pred  err",
-                     "meas  pred  err");
+  out += fmt::format("{:<{}} {:>6} {:>21} {:>21} {:>21}\n", "", width, "", "meas  pred  err",
+                     "meas  pred  err", "meas  pred  err");
   for (size_t i = 0; i < v.rows.size(); ++i) {
     const ValidationRow& r = v.rows[i];
     const std::string name = fmt::format("{:<{}}", Short(labels[i], 90), width);
@@ -108,8 +114,9 @@ std::string RenderValidationText(const Validation& v) {
   out += StatsLine("peak allocated", v.allocated);
   out += StatsLine("peak reserved", v.reserved);
   out += StatsLine("device", v.device);
-  out += fmt::format("  out of memory   {} measured, {} predicted not to fit; {} ok runs predicted not to fit\n",
-                     v.oom_runs, v.oom_predicted, v.fits_mispredicted);
+  out += fmt::format(
+      "  out of memory   {} measured, {} predicted not to fit; {} ok runs predicted not to fit\n",
+      v.oom_runs, v.oom_predicted, v.fits_mispredicted);
   if (!v.not_compared.empty()) {
     out += fmt::format("\nNot compared ({} skipped or error records)\n", v.not_compared.size());
     for (const std::string& line : v.not_compared) out += "  " + line + "\n";
@@ -121,8 +128,11 @@ std::string RenderValidationJson(const Validation& v, const std::vector<std::str
                                  bool checked) {
   nlohmann::json rows = nlohmann::json::array();
   for (const ValidationRow& r : v.rows) {
-    nlohmann::json row = {{"where", r.run.where}, {"id", r.run.id}, {"name", r.run.name},
-                          {"status", r.run.status}, {"estimated", r.estimated}};
+    nlohmann::json row = {{"where", r.run.where},
+                          {"id", r.run.id},
+                          {"name", r.run.name},
+                          {"status", r.run.status},
+                          {"estimated", r.estimated}};
     if (!r.estimated) row["problem"] = r.problem;
     if (r.run.status == "ok") {
       row["measured"] = {{"peak_allocated_bytes", r.run.peak_allocated_bytes},
@@ -136,7 +146,8 @@ std::string RenderValidationJson(const Validation& v, const std::vector<std::str
                           {"fits", r.predicted_fits}};
       if (r.run.status == "ok") {
         row["relative_error"] = {
-            {"peak_allocated", RelativeError(r.predicted_allocated_bytes, r.run.peak_allocated_bytes)},
+            {"peak_allocated",
+             RelativeError(r.predicted_allocated_bytes, r.run.peak_allocated_bytes)},
             {"peak_reserved", RelativeError(r.predicted_reserved_bytes, r.run.peak_reserved_bytes)},
             {"device", RelativeError(r.predicted_device_bytes, r.run.device_bytes)}};
       }
@@ -163,17 +174,20 @@ std::string RenderValidationMarkdown(const Validation& v) {
   if (v.rows.empty()) {
     return "No GPU measurements are committed yet: there is no accuracy figure to show.\n";
   }
-  std::string out = "| quantity | configurations | median \\|error\\| | p90 \\|error\\| | max \\|error\\| | under-estimates > 2% |\n";
+  std::string out =
+      "| quantity | configurations | median \\|error\\| | p90 \\|error\\| | max \\|error\\| | "
+      "under-estimates > 2% |\n";
   out += "|---|---:|---:|---:|---:|---:|\n";
   auto row = [&](const char* what, const ErrorStats& s) {
-    out += fmt::format("| {} | {} | {:.1f}% | {:.1f}% | {:.1f}% | {} |\n", what, s.count, 100 * s.median_abs,
-                       100 * s.p90_abs, 100 * s.max_abs, s.under_2pct);
+    out += fmt::format("| {} | {} | {:.1f}% | {:.1f}% | {:.1f}% | {} |\n", what, s.count,
+                       100 * s.median_abs, 100 * s.p90_abs, 100 * s.max_abs, s.under_2pct);
   };
   row("peak allocated", v.allocated);
   row("peak reserved", v.reserved);
   row("device (nvidia-smi)", v.device);
-  out += fmt::format("\nOut of memory: {} measured, {} predicted not to fit. {} records skipped or failed.\n",
-                     v.oom_runs, v.oom_predicted, v.not_compared.size());
+  out += fmt::format(
+      "\nOut of memory: {} measured, {} predicted not to fit. {} records skipped or failed.\n",
+      v.oom_runs, v.oom_predicted, v.not_compared.size());
   return out;
 }
 

@@ -9,7 +9,9 @@
 namespace vramscope::testing {
 namespace {
 
-bool IsNameStart(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_' || c == ':'; }
+bool IsNameStart(char c) {
+  return std::isalpha(static_cast<unsigned char>(c)) || c == '_' || c == ':';
+}
 bool IsNameChar(char c) {
   return IsNameStart(c) || std::isdigit(static_cast<unsigned char>(c)) || c == '-' || c == '.';
 }
@@ -38,7 +40,8 @@ class Checker {
       }
     }
     if (error_.empty() && !stack_.empty()) Fail("unclosed <" + stack_.back() + ">");
-    if (error_.empty() && roots_ != 1) Fail("expected one root element, found " + std::to_string(roots_));
+    if (error_.empty() && roots_ != 1)
+      Fail("expected one root element, found " + std::to_string(roots_));
     return error_;
   }
 
@@ -72,7 +75,8 @@ class Checker {
       const bool hex = name[1] == 'x';
       const std::string_view digits = name.substr(hex ? 2 : 1);
       ok = !digits.empty() && std::all_of(digits.begin(), digits.end(), [&](char d) {
-        return hex ? std::isxdigit(static_cast<unsigned char>(d)) : std::isdigit(static_cast<unsigned char>(d));
+        return hex ? std::isxdigit(static_cast<unsigned char>(d))
+                   : std::isdigit(static_cast<unsigned char>(d));
       });
     }
     if (!ok) return Fail("unknown entity &" + std::string(name) + ";");
@@ -97,7 +101,8 @@ class Checker {
     if (pos_ >= text_.size() || text_[pos_] != '>') return Fail("bad end tag </" + name);
     ++pos_;
     if (stack_.empty() || stack_.back() != name) {
-      return Fail("</" + name + "> does not close " + (stack_.empty() ? "anything" : "<" + stack_.back() + ">"));
+      return Fail("</" + name + "> does not close " +
+                  (stack_.empty() ? "anything" : "<" + stack_.back() + ">"));
     }
     stack_.pop_back();
   }

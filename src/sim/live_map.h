@@ -81,7 +81,8 @@ class LiveMap {
   template <typename F>
   void ForEach(F&& f) const {
     for (uint32_t head : heads_) {
-      for (uint32_t e = head; e != kNone; e = entries_[e].next) f(entries_[e].id, entries_[e].value);
+      for (uint32_t e = head; e != kNone; e = entries_[e].next)
+        f(entries_[e].id, entries_[e].value);
     }
   }
 
@@ -119,7 +120,7 @@ class LiveMap {
 
   std::vector<uint32_t> heads_;  // bucket -> first entry; size 0 or a power of two
   std::vector<Entry> entries_;
-  uint32_t free_ = kNone;        // first reusable entry
+  uint32_t free_ = kNone;  // first reusable entry
   size_t size_ = 0;
 };
 

@@ -52,9 +52,7 @@ EventStream RetainGraphUntilEnd(const EventStream& in) {
         phase = e.phase;
         out.BeginPhase(e.step, e.phase);
         break;
-      case EventKind::kEmptyCache:
-        out.EmptyCache();
-        break;
+      case EventKind::kEmptyCache: out.EmptyCache(); break;
     }
   }
   flush();

@@ -71,17 +71,15 @@ struct Replayer {
         step = e.step;
         phase = e.phase;
         return Outcome::kOk;
-      case EventKind::kEmptyCache:
-        allocator.EmptyCache();
-        return Outcome::kOk;
+      case EventKind::kEmptyCache: allocator.EmptyCache(); return Outcome::kOk;
       case EventKind::kAlloc: {
         if (e.size_bytes > kMaxSizeBytes) {
-          return MakeError(fmt::format("event {}: alloc size {} is above 2^62 bytes",
-                                       index, e.size_bytes));
+          return MakeError(
+              fmt::format("event {}: alloc size {} is above 2^62 bytes", index, e.size_bytes));
         }
         if (live.Find(e.id) != nullptr) {
-          return MakeError(fmt::format("event {}: alloc of id {} that is already live",
-                                       index, e.id));
+          return MakeError(
+              fmt::format("event {}: alloc of id {} that is already live", index, e.id));
         }
         std::optional<BlockHandle> handle = allocator.Malloc(e.size_bytes, e.stream);
         if (!handle) {
@@ -103,8 +101,7 @@ struct Replayer {
         const LiveEntry* entry = live.Find(e.id);
         if (entry == nullptr) {
           if (failed.erase(e.id) != 0) return Outcome::kOk;
-          return MakeError(fmt::format("event {}: free of id {} that is not live",
-                                       index, e.id));
+          return MakeError(fmt::format("event {}: free of id {} that is not live", index, e.id));
         }
         by_category[static_cast<int>(entry->category)] -= entry->block_bytes;
         allocator.Free(entry->handle);
@@ -138,7 +135,8 @@ std::vector<LiveAllocation> TopAtPeak(const EventStream& stream, std::vector<Liv
   const size_t keep = std::min(top_allocations, order.size());
   // Largest first; ties by allocation order so output is deterministic.
   auto larger = [](const LiveAt& a, const LiveAt& b) {
-    if (a.entry.block_bytes != b.entry.block_bytes) return a.entry.block_bytes > b.entry.block_bytes;
+    if (a.entry.block_bytes != b.entry.block_bytes)
+      return a.entry.block_bytes > b.entry.block_bytes;
     return a.entry.alloc_event < b.entry.alloc_event;
   };
   std::partial_sort(order.begin(), order.begin() + keep, order.end(), larger);
@@ -147,10 +145,9 @@ std::vector<LiveAllocation> TopAtPeak(const EventStream& stream, std::vector<Liv
   for (size_t i = 0; i < keep; ++i) {
     const LiveEntry& entry = order[i].entry;
     const Event& e = stream.events()[entry.alloc_event];
-    top.push_back(LiveAllocation{order[i].id, e.size_bytes, entry.block_bytes,
-                                 entry.category, std::string(stream.String(e.op)),
-                                 std::string(stream.String(e.module)), entry.step,
-                                 entry.phase});
+    top.push_back(LiveAllocation{order[i].id, e.size_bytes, entry.block_bytes, entry.category,
+                                 std::string(stream.String(e.op)),
+                                 std::string(stream.String(e.module)), entry.step, entry.phase});
   }
   return top;
 }

@@ -193,15 +193,16 @@ std::vector<LiveAllocation> LiveAtPeakByReplay(const EventStream& s, const SimOp
   }
   std::vector<std::pair<uint64_t, Live>> order(live.begin(), live.end());
   std::sort(order.begin(), order.end(), [&](const auto& a, const auto& b) {
-    const uint64_t ab = allocator.BlockSize(a.second.handle), bb = allocator.BlockSize(b.second.handle);
+    const uint64_t ab = allocator.BlockSize(a.second.handle),
+                   bb = allocator.BlockSize(b.second.handle);
     return ab != bb ? ab > bb : a.second.event < b.second.event;
   });
   std::vector<LiveAllocation> out;
   for (const auto& [id, l] : order) {
     const Event& e = s.events()[l.event];
     out.push_back(LiveAllocation{id, e.size_bytes, allocator.BlockSize(l.handle), e.category,
-                                 std::string(s.String(e.op)), std::string(s.String(e.module)), l.step,
-                                 l.phase});
+                                 std::string(s.String(e.op)), std::string(s.String(e.module)),
+                                 l.step, l.phase});
   }
   return out;
 }
@@ -225,8 +226,8 @@ TEST(Simulate, LiveAtPeakMatchesASecondReplay) {
           id = 1 + rng() % 400;
         } while (std::find(live.begin(), live.end(), id) != live.end());
         const uint64_t bytes = rng() % 8 == 0 ? 1 + rng() % (64 << 20) : 1 + rng() % (1 << 20);
-        s.Alloc(id, bytes, static_cast<Category>(rng() % kNumCategories), rng() % 2 ? "aten::mm" : "aten::add",
-                "layer." + std::to_string(rng() % 4));
+        s.Alloc(id, bytes, static_cast<Category>(rng() % kNumCategories),
+                rng() % 2 ? "aten::mm" : "aten::add", "layer." + std::to_string(rng() % 4));
         live.push_back(id);
       } else {
         const size_t k = rng() % live.size();

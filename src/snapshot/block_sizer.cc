@@ -20,9 +20,7 @@ BlockSizer::BlockSizer(const Reconstruction& r)
   }
 }
 
-bool BlockSizer::IsLarge(uint64_t rounded_bytes) const {
-  return rounded_bytes > kSmallSizeBytes;
-}
+bool BlockSizer::IsLarge(uint64_t rounded_bytes) const { return rounded_bytes > kSmallSizeBytes; }
 
 uint64_t BlockSizer::OnAlloc(const AllocRecord& rec) {
   const uint64_t requested = r_.Requested(rec);
@@ -57,16 +55,12 @@ uint64_t BlockSizer::OnAlloc(const AllocRecord& rec) {
   return size;
 }
 
-void BlockSizer::OnRelease(const AllocRecord& rec) {
-  large_in_use_.erase(r_.Address(rec));
-}
+void BlockSizer::OnRelease(const AllocRecord& rec) { large_in_use_.erase(r_.Address(rec)); }
 
 void BlockSizer::OnSegmentAlloc(uint64_t address, uint64_t size_bytes) {
   segments_[address] = address + size_bytes;
 }
 
-void BlockSizer::OnSegmentFree(uint64_t address) {
-  segments_.erase(address);
-}
+void BlockSizer::OnSegmentFree(uint64_t address) { segments_.erase(address); }
 
 }  // namespace vramscope::snapshot

@@ -125,9 +125,9 @@ uint64_t* WordArena::Reserve(uint64_t n) {
 uint64_t Document::MemoryBytes() const {
   return words_.MemoryBytes() + containers_.MemoryBytes() + chunks_.MemoryBytes() +
          shapes_.size() * 160 + extras_.capacity() * sizeof(Extra) + strings_.MemoryBytes() +
-         floats_.capacity() * sizeof(double) + big_ints_.capacity() * sizeof(BigInt) +
-         pool_bytes_ + entry_store_->MemoryBytes() + entry_frames_.MemoryBytes() +
-         streams_.capacity() * 8 + stream_index_.size() * 32;
+         floats_.capacity() * sizeof(double) + big_ints_.capacity() * sizeof(BigInt) + pool_bytes_ +
+         entry_store_->MemoryBytes() + entry_frames_.MemoryBytes() + streams_.capacity() * 8 +
+         stream_index_.size() * 32;
 }
 
 bool Document::InternStream(uint64_t raw, uint16_t* index) {

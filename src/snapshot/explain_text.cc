@@ -71,14 +71,17 @@ void ExplainOom(const SnapshotRun& run, std::vector<std::string>* lines) {
 std::vector<std::string> ExplainMeasured(const SnapshotRun& run) {
   std::vector<std::string> lines;
   const SimResult& s = run.sim;
-  const uint64_t cached = s.reserved_at_peak_bytes - std::min(s.reserved_at_peak_bytes, s.peak_allocated_bytes);
+  const uint64_t cached =
+      s.reserved_at_peak_bytes - std::min(s.reserved_at_peak_bytes, s.peak_allocated_bytes);
   // Without a trace the snapshot is one state, not a history with a peak.
   const bool state_only = run.trace_entries == 0;
   if (state_only) {
-    lines.push_back(fmt::format(
-        "When the snapshot was taken {} was allocated and {} reserved, so {} sat in PyTorch's cache "
-        "unused; it has no trace, so the peak is not known.",
-        FormatBytes(s.peak_allocated_bytes), FormatBytes(s.reserved_at_peak_bytes), FormatBytes(cached)));
+    lines.push_back(
+        fmt::format("When the snapshot was taken {} was allocated and {} reserved, so {} sat in "
+                    "PyTorch's cache "
+                    "unused; it has no trace, so the peak is not known.",
+                    FormatBytes(s.peak_allocated_bytes), FormatBytes(s.reserved_at_peak_bytes),
+                    FormatBytes(cached)));
   } else {
     lines.push_back(fmt::format(
         "Measured peak allocated {} at trace entry {} ({}); reserved was {} then, so {} sat in "

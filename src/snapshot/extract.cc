@@ -68,8 +68,8 @@ class Extractor {
     return v.kind() == Kind::kEntry || (v.kind() == Kind::kDict && doc_.IsForwarded(v));
   }
   Error EntryWhere(const Path& path, std::string_view expected) const {
-    return Fail(path, fmt::format("a trace entry (a dict with \"action\") where {} is expected",
-                                  expected));
+    return Fail(
+        path, fmt::format("a trace entry (a dict with \"action\") where {} is expected", expected));
   }
 
   Result<uint64_t> Size(Value v, const Path& path) const;
@@ -230,8 +230,8 @@ Status Extractor::Segment(Value dict, const Path& path) {
   if (doc_.Find(dict, "segment_type", &v)) {
     VS_TRY(type, Str(v, path.Key("segment_type")));
     if (type != "small" && type != "large") {
-      return Fail(path.Key("segment_type"),
-                  fmt::format("{} is neither \"small\" nor \"large\"", common::QuoteForMessage(type)));
+      return Fail(path.Key("segment_type"), fmt::format("{} is neither \"small\" nor \"large\"",
+                                                        common::QuoteForMessage(type)));
     }
     seg.small_pool = type == "small";
   }
@@ -291,7 +291,8 @@ Status Extractor::Block(Value dict, uint64_t computed_address, const Path& path,
   } else if (state == "inactive") {
     block->state = BlockState::kInactive;
   } else {
-    return Fail(path.Key("state"), fmt::format("unknown block state {}", common::QuoteForMessage(state)));
+    return Fail(path.Key("state"),
+                fmt::format("unknown block state {}", common::QuoteForMessage(state)));
   }
   block->requested_bytes = block->state == BlockState::kInactive ? 0 : block->size_bytes;
   if (doc_.Find(dict, "requested_size", &v)) {
@@ -369,8 +370,7 @@ Status Extractor::Entry(Value dict, const Path& path, TraceEntry* entry) {
   if (dict.kind() != Kind::kDict) return WrongKind(path, "a dict", dict);
   EntryFields f;
   decoder_.Scan(doc_, dict, &f);
-  const Value action = f.action, addr = f.addr, size = f.size, stream = f.stream,
-              frames = f.frames;
+  const Value action = f.action, addr = f.addr, size = f.size, stream = f.stream, frames = f.frames;
   const bool has_action = f.has_action, has_addr = f.has_addr, has_size = f.has_size,
              has_stream = f.has_stream, has_frames = f.has_frames;
   if (!has_action) return Fail(path, "no \"action\"");

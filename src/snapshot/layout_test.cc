@@ -164,25 +164,42 @@ TEST(SnapshotLayouts, EntryFilledTwiceIsAnError) {
 // A pickle of many entries, big enough that reading it from a file drops
 // input pages behind the reader: the same as the bytes parsed in memory.
 TEST(SnapshotLayouts, FileReadEqualsInMemoryParse) {
-  std::string p = Bytes("\x80\x04}(\x8c\x0d" "device_traces]]");
+  std::string p = Bytes(
+      "\x80\x04}(\x8c\x0d"
+      "device_traces]]");
   std::string body;
   constexpr int kEntries = 900'000;  // ~40 MB: more than one 32 MiB release step
   for (int i = 0; i < kEntries; ++i) {
     if (i % 1000 == 0) body += '(';
     body += "}(";
-    body += "\x8c\x06" "action";
-    body += (i % 3 == 0) ? std::string("\x8c\x05" "alloc") : std::string("\x8c\x0e" "free_requested");
-    body += "\x8c\x04" "addr";
+    body +=
+        "\x8c\x06"
+        "action";
+    body += (i % 3 == 0) ? std::string(
+                               "\x8c\x05"
+                               "alloc")
+                         : std::string(
+                               "\x8c\x0e"
+                               "free_requested");
+    body +=
+        "\x8c\x04"
+        "addr";
     body += '\x8a';
     body += '\x06';
     const uint64_t addr = 0x7f0000000000ull + (uint64_t(i) % 4096) * 512;
     for (int b = 0; b < 6; ++b) body += static_cast<char>((addr >> (8 * b)) & 0xff);
-    body += "\x8c\x04" "sizeM";
+    body +=
+        "\x8c\x04"
+        "sizeM";
     body += static_cast<char>(i & 0xff);
     body += '\x02';
-    body += "\x8c\x06" "streamK";
+    body +=
+        "\x8c\x06"
+        "streamK";
     body += '\x00';
-    body += "\x8c\x07" "time_usJ";
+    body +=
+        "\x8c\x07"
+        "time_usJ";
     for (int b = 0; b < 4; ++b) body += static_cast<char>((i >> (8 * b)) & 0xff);
     body += 'u';
     if (i % 1000 == 999 || i == kEntries - 1) body += 'e';

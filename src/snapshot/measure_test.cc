@@ -15,9 +15,7 @@ using snapshot_test::LoadOrDie;
 using snapshot_test::ModelTracer;
 using snapshot_test::ReadBytes;
 
-nlohmann::json Facts() {
-  return nlohmann::json::parse(ReadBytes(DataPath("facts.json")));
-}
+nlohmann::json Facts() { return nlohmann::json::parse(ReadBytes(DataPath("facts.json"))); }
 
 SnapshotRun MeasureOrDie(const Snapshot& s, ExplainOptions options = {}) {
   auto run = MeasureSnapshot(s, options);

@@ -14,8 +14,8 @@ GpuSpec SnapshotDevice(const SnapshotRun& run, const GpuSpec& catalog) {
   const uint64_t held = oom.reserved_bytes + oom.free_device_bytes;
   device.usable_bytes = held + catalog.cuda_context_bytes;
   device.total_bytes = std::max(device.total_bytes, device.usable_bytes);
-  device.display_name = fmt::format("the snapshot's device {} ({} reserved + free at its OOM)", run.device,
-                                    FormatBytes(held));
+  device.display_name = fmt::format("the snapshot's device {} ({} reserved + free at its OOM)",
+                                    run.device, FormatBytes(held));
   return device;
 }
 

@@ -529,7 +529,8 @@ bool Machine::Step(uint8_t op, bool* stop) {
     case 's': return AddTopItems(Kind::kDict, 2, "SETITEM");  // dict key value
     case 'a': return AddTopItems(Kind::kList, 1, "APPEND");   // list item
     case 'u': return AddMarkItems(Kind::kDict, "SETITEMS");   // dict MARK k v ...
-    case 'e': return AddMarkItems(Kind::kList, "APPENDS");    // list MARK items ...
+    case 'e':
+      return AddMarkItems(Kind::kList, "APPENDS");  // list MARK items ...
     // The memo.
     case 0x94: return MemoPut(memo_count_);  // MEMOIZE: memo[len(memo)] = top
     case 'q': return MemoPutAt(1, "BINPUT");
@@ -777,8 +778,7 @@ uint64_t MemoryBudgetBytes(const SnapshotReadLimits& limits, uint64_t input_byte
 }
 
 Result<Document> ParsePickle(std::string_view bytes, std::string_view name,
-                             const SnapshotReadLimits& limits, int* protocol,
-                             InputWindow* window) {
+                             const SnapshotReadLimits& limits, int* protocol, InputWindow* window) {
   Machine machine(bytes, name, limits, window);
   Result<Document> doc = machine.Run(protocol);
   // The Document copied what it keeps: the input can go.

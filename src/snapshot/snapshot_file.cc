@@ -61,7 +61,8 @@ class MappedFile final : public snapshot::InputWindow {
     // device or socket is no snapshot either. Only regular files are read.
     struct stat st;
     if (stat(path.c_str(), &st) != 0) {
-      if (errno == ENOENT || errno == ENOTDIR) return MakeError(fmt::format("{}: no such file", path));
+      if (errno == ENOENT || errno == ENOTDIR)
+        return MakeError(fmt::format("{}: no such file", path));
       return MakeError(fmt::format("{}: cannot read ({})", path, std::strerror(errno)));
     }
     if (Status s = CheckRegular(path, st, max_bytes); !s.ok()) return s;

@@ -8,9 +8,7 @@
 namespace vramscope::snapshot {
 namespace {
 
-bool Contains(std::string_view s, std::string_view part) {
-  return s.find(part) != s.npos;
-}
+bool Contains(std::string_view s, std::string_view part) { return s.find(part) != s.npos; }
 bool EndsWith(std::string_view s, std::string_view tail) {
   return s.size() >= tail.size() && s.substr(s.size() - tail.size()) == tail;
 }
