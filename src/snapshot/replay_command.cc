@@ -1,7 +1,7 @@
 // replay as a library call: a snapshot file's measured allocation stream
 // through the allocator model, with the snapshot's own settings (how well
 // the model reproduces the run) and with others (what they would reserve),
-// as the standard report plus its JSON.
+// as the standard report (its JSON: src/report/snapshot_render.cc).
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
@@ -142,23 +142,6 @@ Result<SnapshotReplay> ReplaySnapshotFile(const std::string& path, const ReplayO
   r.events = stream->size();
   r.report = ReplayReport(r, *measured, std::move(runs->replayed), path, options);
   return r;
-}
-
-std::string RenderReplayJson(const SnapshotReplay& r) {
-  nlohmann::ordered_json replay;
-  replay["measured_peak_allocated_bytes"] = r.measured_peak_allocated_bytes;
-  replay["measured_peak_reserved_bytes"] = r.measured_peak_reserved_bytes;
-  replay["baseline_alloc_conf"] = r.baseline_alloc_conf;
-  replay["baseline_peak_allocated_bytes"] = r.baseline_peak_allocated_bytes;
-  replay["baseline_peak_reserved_bytes"] = r.baseline_peak_reserved_bytes;
-  replay["alloc_conf"] = r.alloc_conf;
-  replay["predicted_peak_allocated_bytes"] = r.predicted_peak_allocated_bytes;
-  replay["predicted_peak_reserved_bytes"] = r.predicted_peak_reserved_bytes;
-  replay["device_limit_bytes"] = r.device_limit_bytes;
-  replay["events"] = r.events;
-  nlohmann::ordered_json j = ReportToJson(r.report);
-  j["replay"] = std::move(replay);
-  return j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
 }
 
 }  // namespace vramscope
