@@ -299,6 +299,26 @@ TEST(Parallel, ZeroInitAbsentPinsGatheredLinearWeights) {
              2.0 * (kL * kLayer + kV * kH + kH));
 }
 
+TEST(Parallel, ZeroInitAbsentReleasesCheckpointedLayersAfterForward) {
+  // Under activation checkpointing a decoder layer's forward saves nothing, so
+  // without zero.Init only the head's gathered weights (not checkpointed)
+  // stay pinned to the turn from forward to backward: the layers' go at
+  // release, as with zero.Init (sharding_zero.cc SavesGatheredWeights).
+  TrainingSetup s = Base();
+  s.parallel.gpus = 4;
+  s.parallel.dp_mode = DataParallel::kZero3;
+  s.parallel.zero.max_reuse_distance = 0;
+  s.grad_ckpt = GradCkpt::kFull;
+  s.parallel.zero.zero_init = false;
+  auto ranks = Lower(s);
+  const Bytes without_init = LiveAtEnd(ranks[0].lowered.stream, 2, Phase::kForward);
+  s.parallel.zero.zero_init = true;
+  ranks = Lower(s);
+  const Bytes with_init = LiveAtEnd(ranks[0].lowered.stream, 2, Phase::kForward);
+  ExpectNear(At(without_init, Category::kParameters) - At(with_init, Category::kParameters),
+             2.0 * (kV * kH + kH));
+}
+
 TEST(Parallel, ImpossibleLayoutsAreOneLineErrors) {
   struct Case {
     const char* what;

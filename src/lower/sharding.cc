@@ -41,6 +41,7 @@ std::unique_ptr<ShardingStrategy> ShardingStrategy::Make(Tape* tape, const Train
   s.hidden = hidden_size;
   s.num_layers = num_layers;
   s.mixed = setup.precision == Precision::kBf16Mixed || setup.precision == Precision::kFp16Mixed;
+  s.checkpointed_layers = setup.grad_ckpt != GradCkpt::kNone;
   if (megatron) return MakeMegatronStrategy(std::move(s));
   switch (s.mode) {
     case DataParallel::kZero1:

@@ -31,9 +31,10 @@ struct ShardState {
   uint32_t world = 1;   // ranks that shard model states
   uint64_t hidden = 0;  // the model's hidden size (ZeRO's "auto" sizes)
   int num_layers = 0;
-  bool mixed = false;             // fp32 master weights (a *-mixed precision)
-  std::vector<Param> shards;      // what the optimizer steps (partitions)
-  std::vector<TensorId> buffers;  // persistent communication / master buffers
+  bool mixed = false;                // fp32 master weights (a *-mixed precision)
+  bool checkpointed_layers = false;  // activation checkpointing of every decoder layer
+  std::vector<Param> shards;         // what the optimizer steps (partitions)
+  std::vector<TensorId> buffers;     // persistent communication / master buffers
   uint64_t host_bytes = 0;
   std::vector<std::string> notes;
 

@@ -223,11 +223,7 @@ class Zero3Strategy final : public GatheringStrategy {
     const uint32_t saved_module = s_.tape->module();
     if (begin) {
       Gather(unit);
-    } else if (!KeptAcrossTurn(unit) && (s_.layout.zero.zero_init || unit == 0)) {
-      // Without zero.Init the gathered Linear weights stay referenced by
-      // autograd until their backward (DeepSpeed 0.14.2-0.16.4: the memory
-      // saving linear of partition_parameters.py is installed only inside
-      // Init.__enter__); the embedding saves no weight.
+    } else if (!KeptAcrossTurn(unit) && (s_.layout.zero.zero_init || !SavesGatheredWeights(unit))) {
       Release(unit);
     }
     s_.tape->graph.SetModule(saved_module);
@@ -238,6 +234,22 @@ class Zero3Strategy final : public GatheringStrategy {
   }
 
  private:
+  // Whether autograd keeps a reference to the unit's gathered weights from its
+  // forward to its backward, so that DeepSpeed's release (free_param:
+  // param.data = torch.empty(0), partition_parameters.py 0.14-0.16) frees no
+  // memory. Without zero.Init it does: F.linear saves the gathered weight (the
+  // memory-saving LinearFunctionForZeroStage3, which saves the parameter
+  // instead, is installed only inside Init.__enter__). The embedding saves no
+  // weight. A checkpointed decoder layer saves nothing in its forward
+  // (torch.utils.checkpoint: non-reentrant packs a handle in place of each
+  // saved tensor, reentrant runs the forward under no_grad), so its weights
+  // go at release and its backward's recompute gathers them again.
+  bool SavesGatheredWeights(int unit) const {
+    if (unit == 0) return false;
+    const bool decoder_layer = unit >= 1 && unit <= s_.num_layers;
+    return !(decoder_layer && s_.checkpointed_layers);
+  }
+
   // ZeRO-3 keeps a module's params gathered when they are used again within
   // stage3_max_reuse_distance elements of the trace (__params_to_release);
   // between a unit's forward and its backward lie the forward and the
