@@ -4,7 +4,10 @@
 //  - every error is one printable line starting with the input's name;
 //  - whatever parses passes EventStream::Validate();
 //  - writing a parsed stream and reading it back succeeds, and writing that
-//    again gives the same bytes (the writer's output is a fixed point).
+//    again gives the same bytes (the writer's output is a fixed point);
+//  - a parsed stream replays through the caching allocator model (its
+//    internal checks abort on a broken state, e.g. of record_stream's
+//    pending frees) with and without expandable segments.
 // The input is parsed twice: with the default limits and with tiny ones, so
 // the limit paths (line length, event count, live allocations) are reached.
 //
@@ -20,6 +23,7 @@
 #include <string_view>
 
 #include "vramscope/event_io.h"
+#include "vramscope/simulate.h"
 
 namespace {
 
@@ -47,6 +51,14 @@ void CheckParsed(const vramscope::EventStream& stream) {
   if (!reread.ok()) Die("writer output does not parse", reread.error().message);
   if (reread->size() != stream.size()) Die("event count changed in round trip", written);
   if (vramscope::WriteEventText(*reread) != written) Die("writer is not a fixed point", written);
+  for (bool expandable : {false, true}) {
+    vramscope::SimOptions options;
+    options.alloc.expandable_segments = expandable;
+    options.device_limit_bytes = uint64_t{1} << 30;  // reaches the OOM paths too
+    options.stop_at_oom = false;
+    vramscope::Result<vramscope::SimResult> sim = vramscope::Simulate(stream, options);
+    if (!sim.ok()) Die("a valid stream fails to simulate", sim.error().message);
+  }
 }
 
 void ParseWith(std::string_view text, const vramscope::EventReadLimits& limits) {

@@ -50,8 +50,12 @@ ZERO2_OFFLOAD_MEASURED = [(1, 23_930), (1001, 24_211), (2001, 24_496)]
 @pytest.mark.parametrize("seq,measured_mib", ZERO3_MEASURED)
 def test_seed_002_zero3_without_zero_init(seq, measured_mib):
     r = estimate(*SEED_002, "--zero", "3", "--no-zero-init", "--seq", str(seq))
-    error = r["peak_allocated_bytes"] / (measured_mib * MIB) - 1
-    assert abs(error) <= 0.10, f"seq {seq}: predicted {r['peak_allocated_bytes'] / MIB:.0f} MiB, error {error:+.1%}"
+    # The seed measured active_bytes.all.peak: allocated plus freed blocks that
+    # another stream still uses (ZeRO-3's gathers and reduces, record_stream),
+    # which is the report's peak_active_bytes.
+    error = r["peak_active_bytes"] / (measured_mib * MIB) - 1
+    assert abs(error) <= 0.10, f"seq {seq}: predicted {r['peak_active_bytes'] / MIB:.0f} MiB, error {error:+.1%}"
+    assert r["peak_active_bytes"] >= r["peak_allocated_bytes"]
     # DeepSpeed's estimator said ~18 GiB (4 x largest layer + 18 P / N); the
     # gap is the Linear weights pinned without zero.Init, the lm_head gradient
     # and activations: the peak is at the turn from forward to backward, not in
@@ -63,8 +67,12 @@ def test_seed_002_zero3_without_zero_init(seq, measured_mib):
 @pytest.mark.parametrize("seq,measured_mib", ZERO2_OFFLOAD_MEASURED)
 def test_seed_002_zero2_optimizer_offload(seq, measured_mib):
     r = estimate(*SEED_002, "--zero", "2", "--offload", "optimizer", "--grad-ckpt", "full", "--seq", str(seq))
-    error = r["peak_allocated_bytes"] / (measured_mib * MIB) - 1
-    assert abs(error) <= 0.10, f"seq {seq}: predicted {r['peak_allocated_bytes'] / MIB:.0f} MiB, error {error:+.1%}"
+    # The seed measured active_bytes.all.peak: allocated plus freed blocks that
+    # another stream still uses (ZeRO-3's gathers and reduces, record_stream),
+    # which is the report's peak_active_bytes.
+    error = r["peak_active_bytes"] / (measured_mib * MIB) - 1
+    assert abs(error) <= 0.10, f"seq {seq}: predicted {r['peak_active_bytes'] / MIB:.0f} MiB, error {error:+.1%}"
+    assert r["peak_active_bytes"] >= r["peak_allocated_bytes"]
     assert r["host_peak_bytes"] > 0
 
 

@@ -22,10 +22,23 @@ namespace vramscope {
 // Handle of an allocated block; valid until passed to Free().
 using BlockHandle = uint32_t;
 
+// Names the CUDA events a Free() recorded on the other streams that used the
+// block (torch: insert_events); kNoPendingFree when the block was cached at
+// once. See CachingAllocator::CompleteFreeEvents.
+using FreeTicket = uint64_t;
+inline constexpr FreeTicket kNoPendingFree = 0;
+
+// Reserved memory of one stream's pools (segments are never shared).
+struct StreamReserved {
+  uint32_t stream = 0;
+  uint64_t reserved_bytes = 0;
+  friend bool operator==(const StreamReserved&, const StreamReserved&) = default;
+};
+
 struct AllocatorStats {
   uint64_t allocated_bytes = 0;  // memory_allocated(): sizes of allocated blocks
   uint64_t reserved_bytes = 0;   // memory_reserved(): segments / mapped pages
-  uint64_t active_bytes = 0;     // allocated + pending-free blocks
+  uint64_t active_bytes = 0;     // allocated + pending-free blocks (record_stream)
   uint64_t requested_bytes = 0;  // caller sizes before rounding
   uint64_t peak_allocated_bytes = 0;
   uint64_t peak_reserved_bytes = 0;
@@ -55,6 +68,9 @@ struct BlockView {
   uint64_t size_bytes = 0;
   uint64_t requested_bytes = 0;  // 0 for free blocks
   bool allocated = false;
+  // Freed, but another stream's work on it has not completed yet (torch
+  // snapshot state "active_pending_free"): neither allocated nor reusable.
+  bool pending_free = false;
 };
 struct SegmentView {
   uint64_t address = 0;
@@ -81,9 +97,25 @@ class CachingAllocator {
   // rejects them up front. A zero-byte request returns a handle to an empty
   // block that costs nothing.
   std::optional<BlockHandle> Malloc(uint64_t size_bytes, uint32_t stream = 0);
-  // torch: DeviceCachingAllocator::free (no record_stream events).
-  void Free(BlockHandle handle);
-  // torch.cuda.empty_cache(): release every fully free segment / page.
+  // torch: DeviceCachingAllocator::free. A block that was used on other
+  // streams (RecordStream) stops counting as allocated but stays active and
+  // out of every pool until the events recorded now on those streams
+  // complete (insert_events); the ticket names them. Otherwise the block is
+  // cached at once and the ticket is kNoPendingFree.
+  FreeTicket Free(BlockHandle handle);
+  // torch: recordStream (Tensor.record_stream): the allocated block is also
+  // used by work queued on `stream`. Uses on the block's own stream, on a
+  // zero-byte block or in ideal mode change nothing.
+  void RecordStream(BlockHandle handle, uint32_t stream);
+  // The GPU has finished the work that the events of `ticket` wait for.
+  // CUDA events of one stream complete in order, so every older event on the
+  // same streams is complete too. The blocks whose events are all complete
+  // return to their pools at the next Malloc (torch: process_events) or
+  // EmptyCache. Unknown or already completed tickets are ignored.
+  void CompleteFreeEvents(FreeTicket ticket);
+  // torch.cuda.empty_cache(): wait for every pending event
+  // (synchronize_and_free_events), then release every fully free segment /
+  // page.
   void EmptyCache();
 
   // Rounded size of an allocated block, as counted in allocated_bytes.
@@ -98,6 +130,9 @@ class CachingAllocator {
   uint64_t BlockAddress(BlockHandle handle) const;
 
   const AllocatorStats& stats() const;
+  // reserved_bytes split by stream, ascending stream ids; streams that
+  // never reserved memory are left out.
+  std::vector<StreamReserved> ReservedByStream() const;
   // Resets peaks to current values (torch.cuda.reset_peak_memory_stats).
   void ResetPeaks();
   const std::optional<OomInfo>& last_oom() const;

@@ -42,10 +42,12 @@ std::string_view PhaseName(Phase p);  // "setup", "forward", "backward", "optimi
 bool ParsePhase(std::string_view text, Phase* out);
 
 enum class EventKind : uint8_t {
-  kAlloc = 0,   // id, size_bytes, category, op, module, stream
-  kFree,        // id
-  kPhase,       // step, phase: everything after belongs to this step and phase
-  kEmptyCache,  // torch.cuda.empty_cache(): cached, fully free segments go back
+  kAlloc = 0,     // id, size_bytes, category, op, module, stream
+  kFree,          // id
+  kPhase,         // step, phase: everything after belongs to this step and phase
+  kEmptyCache,    // torch.cuda.empty_cache(): cached, fully free segments go back
+  kRecordStream,  // id, stream: Tensor.record_stream(stream) on the live allocation
+  kUsesDone,      // id: the other streams' work on the freed allocation id is done
 };
 
 // 40 bytes. Strings are indices into EventStream::strings(); index 0 is "".
@@ -63,6 +65,10 @@ struct Event {
 
   friend bool operator==(const Event&, const Event&) = default;
 };
+
+// Whether events hold kRecordStream / kUsesDone, which need version 2 of the
+// file format (docs/event-stream.md).
+bool UsesStreamRecords(const std::vector<Event>& events);
 
 // Largest requested size accepted anywhere (2^62 bytes): sums of many such
 // values still fit in uint64_t without overflow checks on every add.
@@ -82,6 +88,14 @@ class EventStream {
   void Free(uint64_t id);
   void BeginPhase(uint32_t step, Phase phase);
   void EmptyCache();
+  // torch: Tensor.record_stream: the live allocation `id` is also used by
+  // work queued on `stream`, so its free waits for that work.
+  void RecordStream(uint64_t id, uint32_t stream);
+  // The work queued on the other streams before allocation `id` was freed
+  // has completed (a CUDA event query or synchronize says so); `id` was
+  // freed after a RecordStream. Its memory is reusable from the next
+  // allocation on.
+  void UsesDone(uint64_t id);
 
   // Interns a string and returns its index (stable for the stream's life).
   // The empty string is always index 0.
@@ -103,7 +117,8 @@ class EventStream {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
   // Checks what the builders do not: sizes within kMaxSizeBytes, string
-  // indices defined, ids unique while live, frees of live ids only. The Error
+  // indices defined, ids unique while live, frees of live ids only, stream
+  // uses of live ids only, kUsesDone of ids freed after a use. The Error
   // names the event ("event 12 (alloc id 5): ..."). Streams read by
   // ParseEventText always pass. Memory: proportional to live allocations.
   Status Validate() const;

@@ -60,6 +60,16 @@ struct LiveAllocation {
   Phase phase = Phase::kSetup;
 };
 
+// Reserved memory of one CUDA stream's pools. `name` is the event stream's
+// metadata "stream.N" (the lowering names the libraries' side streams), or
+// empty.
+struct StreamBytes {
+  uint32_t stream = 0;
+  std::string name;
+  uint64_t reserved_bytes = 0;
+  friend bool operator==(const StreamBytes&, const StreamBytes&) = default;
+};
+
 struct SimResult {
   uint64_t peak_allocated_bytes = 0;
   uint64_t peak_reserved_bytes = 0;
@@ -68,7 +78,14 @@ struct SimResult {
   uint64_t peak_event_index = 0;
   uint32_t peak_step = 0;
   Phase peak_phase = Phase::kSetup;
-  uint64_t reserved_at_peak_bytes = 0;      // reserved when allocated peaked
+  uint64_t reserved_at_peak_bytes = 0;  // reserved when allocated peaked
+  // reserved_bytes split by CUDA stream when reserved peaked (first time):
+  // side streams (collectives, prefetch) keep pools of their own.
+  std::vector<StreamBytes> reserved_by_stream_at_peak;  // empty: not simulated
+  // torch.cuda.memory_stats()["active_bytes.all.peak"]: allocated plus
+  // freed blocks another stream still uses (record_stream). Unset when the
+  // result was not simulated (a measured snapshot).
+  std::optional<uint64_t> peak_active_bytes;
   CategoryBytes breakdown_at_peak{};        // allocated bytes per category
   std::vector<PhasePeak> phases;            // in stream order
   std::vector<TimelinePoint> timeline;      // downsampled, peaks preserved
@@ -82,8 +99,10 @@ struct SimResult {
   uint64_t num_events = 0;
 };
 
-// Replays `stream`. Errors: a free of an id that is not live, an id allocated
-// twice while live, a size above kMaxSizeBytes (each names the event index).
+// Replays `stream`. Errors: a free or record_stream of an id that is not
+// live, an id allocated twice while live, a size above kMaxSizeBytes (each
+// names the event index). A kUsesDone without a pending free is ignored
+// (EventStream::Validate rejects it).
 Result<SimResult> Simulate(const EventStream& stream, const SimOptions& options);
 
 }  // namespace vramscope

@@ -7,11 +7,13 @@
 //                         garbage_collect_cached_blocks, OOM message, ideal mode
 //   expandable.cc         expandable segments (find, map, unmap)
 //   inspect.cc            Segments() and CheckInvariants()
+//   stream_events.cc      record_stream: deferred frees and their events
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory_resource>
 #include <optional>
 #include <unordered_map>
@@ -37,7 +39,7 @@ struct CachingAllocator::Impl {
 
   // ---- caching_allocator.cc
   std::optional<BlockHandle> Malloc(uint64_t size_bytes, uint32_t stream);
-  void Free(BlockHandle handle);
+  FreeTicket Free(BlockHandle handle);
   uint32_t PoolFor(uint32_t stream, bool small);
   bool GetFreeBlock(Request& r);
   bool AllocBlock(Request& r, bool is_retry);
@@ -57,8 +59,8 @@ struct CachingAllocator::Impl {
   bool GcEnabled() const {
     return allowed_max_bytes.has_value() && config.garbage_collection_threshold > 0.0;
   }
-  void AddReserved(uint64_t bytes);
-  void SubReserved(uint64_t bytes);
+  void AddReserved(uint32_t pool, uint64_t bytes);
+  void SubReserved(uint32_t pool, uint64_t bytes);
   // Counts a newly allocated block in allocated / active / requested.
   void CountAllocated(uint64_t block_bytes, uint64_t requested_bytes);
 
@@ -80,6 +82,15 @@ struct CachingAllocator::Impl {
   void UnmapBlock(uint32_t block);
   void ReleaseExpandableSegment(uint32_t block);
   uint64_t ExpandableSize(uint32_t block) const;
+
+  // ---- stream_events.cc
+  void RecordStream(uint32_t block, uint32_t stream);
+  FreeTicket InsertEvents(uint32_t block);
+  void CompleteFreeEvents(FreeTicket ticket);
+  void ProcessEvents();
+  void SynchronizeAndFreeEvents();
+  // A pending block's last event completed: it goes back to its pool.
+  void FinishEvent(uint32_t block);
 
   // ---- inspect.cc
   std::vector<SegmentView> Segments() const;
@@ -111,6 +122,18 @@ struct CachingAllocator::Impl {
   std::array<uint64_t, 2> free_block_calls{0, 0};  // [large, small]
   alloc::AddressSpace address_space;
   std::vector<uint32_t> scratch;  // reused by release paths
+  // reserved_bytes per pool (same index as `pools`), for ReservedByStream.
+  std::vector<uint64_t> reserved_by_pool;
+
+  // record_stream state (torch: Block::stream_uses, cuda_events).
+  // The other streams each allocated block was used on; only blocks with
+  // uses have an entry, erased when the block is freed.
+  std::unordered_map<uint32_t, std::vector<uint32_t>> stream_uses;
+  std::map<uint32_t, alloc::StreamEvents> events_by_stream;  // ordered: deterministic
+  std::unordered_map<FreeTicket, std::vector<alloc::TicketEvent>> tickets;
+  FreeTicket next_ticket = 1;
+  // Some event was completed since the last ProcessEvents.
+  bool events_to_process = false;
 };
 
 }  // namespace vramscope

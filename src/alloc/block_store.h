@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory_resource>
 #include <set>
 #include <vector>
@@ -55,6 +56,10 @@ struct Block {
   uint32_t next = kNil;
   uint32_t segment = kNil;
   uint32_t pool = kNil;
+  // torch: Block::event_count: CUDA events recorded at free time on other
+  // streams that used the block and not yet processed. While > 0 the block
+  // is freed but pending: not allocated, still active, in no pool.
+  uint32_t event_count = 0;
   // Where the block sits in its pool's `blocks` set while in_free_set (free
   // and mapped): erasing by position skips a second search of the tree.
   FreeSet::iterator free_pos{};
@@ -123,6 +128,23 @@ struct Pool {
   bool is_small;
   FreeSet blocks;        // free, mapped blocks
   UnmappedSet unmapped;  // expandable segments: unmapped ranges
+};
+
+// torch: cuda_events: per stream, the events free() recorded for blocks
+// that stream used, with the block each one holds back.
+struct PendingEvent {
+  uint64_t seq = 0;  // the event's number on its stream, from 1
+  uint32_t block = kNil;
+};
+struct StreamEvents {
+  uint64_t recorded = 0;           // events recorded on the stream so far
+  uint64_t completed = 0;          // events known complete (a prefix: streams run in order)
+  std::deque<PendingEvent> queue;  // recorded, not yet processed; by seq
+};
+// One event of a FreeTicket.
+struct TicketEvent {
+  uint32_t stream = 0;
+  uint64_t seq = 0;
 };
 
 }  // namespace vramscope::alloc

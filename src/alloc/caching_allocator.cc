@@ -45,12 +45,14 @@ CachingAllocator::Impl::Impl(const AllocatorConfig& cfg, uint64_t limit_bytes)
   VS_CHECK(ValidateAllocConfig(cfg).ok());
 }
 
-void CachingAllocator::Impl::AddReserved(uint64_t bytes) {
+void CachingAllocator::Impl::AddReserved(uint32_t pool, uint64_t bytes) {
   Raise(stats.reserved_bytes, stats.peak_reserved_bytes, bytes);
+  reserved_by_pool[pool] += bytes;
 }
-void CachingAllocator::Impl::SubReserved(uint64_t bytes) {
-  VS_CHECK(stats.reserved_bytes >= bytes);
+void CachingAllocator::Impl::SubReserved(uint32_t pool, uint64_t bytes) {
+  VS_CHECK(stats.reserved_bytes >= bytes && reserved_by_pool[pool] >= bytes);
   stats.reserved_bytes -= bytes;
+  reserved_by_pool[pool] -= bytes;
 }
 void CachingAllocator::Impl::CountAllocated(uint64_t block_bytes, uint64_t requested_bytes) {
   Raise(stats.allocated_bytes, stats.peak_allocated_bytes, block_bytes);
@@ -65,6 +67,7 @@ uint32_t CachingAllocator::Impl::PoolFor(uint32_t stream, bool small) {
       for (int kind = 0; kind < 2; ++kind) {
         it->second[kind] = static_cast<uint32_t>(pools.size());
         pools.emplace_back(stream, /*small=*/kind == 1, &nodes);
+        reserved_by_pool.push_back(0);
       }
     }
     cached_stream = stream;
@@ -119,6 +122,9 @@ std::optional<BlockHandle> CachingAllocator::Impl::Malloc(uint64_t orig_bytes, u
     return std::nullopt;
   }
   if (config.ideal) return IdealMalloc(orig_bytes, stream);
+  // torch: malloc first processes outstanding CUDA events (process_events),
+  // returning blocks whose other-stream work has completed.
+  if (events_to_process) ProcessEvents();
 
   Request r;
   r.orig_bytes = orig_bytes;
@@ -200,7 +206,7 @@ bool CachingAllocator::Impl::AllocBlock(Request& r, bool is_retry) {
   block.size_bytes = r.alloc_bytes;
   block.segment = s;
   block.pool = r.pool;
-  AddReserved(r.alloc_bytes);
+  AddReserved(r.pool, r.alloc_bytes);
   ++stats.num_segments;
   ++stats.num_device_alloc;
   r.block = b;
@@ -249,23 +255,26 @@ uint32_t CachingAllocator::Impl::AllocFoundBlock(const Request& r, bool split) {
   return b;
 }
 
-// torch: DeviceCachingAllocator::free. No record_stream events are
-// modelled, so free_block runs at once.
-void CachingAllocator::Impl::Free(BlockHandle handle) {
+// torch: DeviceCachingAllocator::free. allocated_bytes drops at once; a
+// block used on other streams waits for their events (insert_events) before
+// free_block caches it.
+FreeTicket CachingAllocator::Impl::Free(BlockHandle handle) {
   VS_CHECK(blocks.IsLive(handle) && blocks[handle].allocated);
   if (blocks[handle].zero_size) {
     blocks.Delete(handle);
-    return;
+    return kNoPendingFree;
   }
   if (config.ideal) {
     IdealFree(handle);
-    return;
+    return kNoPendingFree;
   }
   Block& block = blocks[handle];
   block.allocated = false;
   VS_CHECK(stats.allocated_bytes >= block.size_bytes);
   stats.allocated_bytes -= block.size_bytes;
+  if (stream_uses.count(handle) != 0) return InsertEvents(handle);
   FreeBlock(handle);
+  return kNoPendingFree;
 }
 
 // torch: DeviceCachingAllocator::free_block: merge with free neighbours of
@@ -282,9 +291,13 @@ void CachingAllocator::Impl::FreeBlock(uint32_t b) {
 }
 
 // torch: DeviceCachingAllocator::try_merge_blocks. dst is in no pool set;
-// src is absorbed if it is free and equally mapped.
+// src is absorbed if it is free (not pending on another stream's events)
+// and equally mapped.
 uint64_t CachingAllocator::Impl::TryMergeBlocks(uint32_t dst, uint32_t src) {
-  if (src == kNil || blocks[src].allocated || blocks[src].mapped != blocks[dst].mapped) return 0;
+  if (src == kNil || blocks[src].allocated || blocks[src].event_count > 0 ||
+      blocks[src].mapped != blocks[dst].mapped) {
+    return 0;
+  }
   const Block source = blocks[src];
   if (source.mapped) {
     EraseFree(src);
@@ -318,7 +331,12 @@ CachingAllocator& CachingAllocator::operator=(CachingAllocator&&) noexcept = def
 std::optional<BlockHandle> CachingAllocator::Malloc(uint64_t size_bytes, uint32_t stream) {
   return impl_->Malloc(size_bytes, stream);
 }
-void CachingAllocator::Free(BlockHandle handle) { impl_->Free(handle); }
+FreeTicket CachingAllocator::Free(BlockHandle handle) { return impl_->Free(handle); }
+void CachingAllocator::RecordStream(BlockHandle handle, uint32_t stream) {
+  VS_CHECK(IsAllocated(handle));
+  impl_->RecordStream(handle, stream);
+}
+void CachingAllocator::CompleteFreeEvents(FreeTicket ticket) { impl_->CompleteFreeEvents(ticket); }
 void CachingAllocator::EmptyCache() { impl_->ReleaseCachedBlocks(); }
 
 bool CachingAllocator::IsAllocated(BlockHandle handle) const {
@@ -334,6 +352,16 @@ uint64_t CachingAllocator::BlockSize(BlockHandle handle) const {
 }
 
 const AllocatorStats& CachingAllocator::stats() const { return impl_->stats; }
+std::vector<StreamReserved> CachingAllocator::ReservedByStream() const {
+  std::map<uint32_t, uint64_t> by_stream;
+  for (size_t p = 0; p < impl_->pools.size(); ++p) {
+    if (impl_->reserved_by_pool[p] > 0)
+      by_stream[impl_->pools[p].stream] += impl_->reserved_by_pool[p];
+  }
+  std::vector<StreamReserved> out;
+  for (const auto& [stream, bytes] : by_stream) out.push_back({stream, bytes});
+  return out;
+}
 void CachingAllocator::ResetPeaks() {
   AllocatorStats& s = impl_->stats;
   s.peak_allocated_bytes = s.allocated_bytes;

@@ -65,7 +65,10 @@ uint32_t CachingAllocator::Impl::TryAllocateExpandableBlock(const Request& r) {
 // free / unmapped blocks after it, holds size_bytes; else a new segment.
 uint32_t CachingAllocator::Impl::FindExpandableBlock(uint32_t pool_index, uint64_t size_bytes) {
   alloc::Pool& pool = pools[pool_index];
-  auto allocatable = [&](uint32_t b) { return b != kNil && !blocks[b].allocated; };
+  // A block waiting for another stream's events is not allocatable either.
+  auto allocatable = [&](uint32_t b) {
+    return b != kNil && !blocks[b].allocated && blocks[b].event_count == 0;
+  };
   auto has_room = [&](uint32_t b) {
     uint64_t bytes = 0;
     while (bytes < size_bytes && allocatable(b)) {
@@ -144,7 +147,7 @@ bool CachingAllocator::Impl::MapBlock(uint32_t b, uint64_t size_bytes) {
   TryMergeBlocks(b, blocks[b].prev);
   TryMergeBlocks(b, blocks[b].next);
   InsertFree(b);
-  AddReserved(mapped_bytes);
+  AddReserved(blocks[b].pool, mapped_bytes);
   ++stats.num_device_alloc;
   return true;
 }
@@ -200,7 +203,7 @@ void CachingAllocator::Impl::UnmapBlock(uint32_t b) {
   TryMergeBlocks(b, blocks[b].prev);
   TryMergeBlocks(b, blocks[b].next);
   pools[blocks[b].pool].unmapped.insert({blocks[b].address, b});
-  SubReserved(unmap_bytes);
+  SubReserved(blocks[b].pool, unmap_bytes);
   ++stats.num_device_free;
 }
 

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <array>
 #include <deque>
+#include <map>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -31,7 +33,8 @@ std::vector<SegmentView> CachingAllocator::Impl::Segments() const {
     for (uint32_t c = b; c != kNil && blocks[c].mapped; c = blocks[c].next) {
       const Block& block = blocks[c];
       view.blocks.push_back({block.address, block.size_bytes,
-                             block.allocated ? block.requested_bytes : 0, block.allocated});
+                             block.allocated ? block.requested_bytes : 0, block.allocated,
+                             /*pending_free=*/block.event_count > 0});
       view.total_bytes += block.size_bytes;
     }
     out.push_back(std::move(view));
@@ -57,6 +60,9 @@ struct AllocatorState {
   const AllocatorConfig& config;
   const AllocatorStats& stats;
   uint64_t device_limit_bytes;
+  const std::vector<uint64_t>& reserved_by_pool;
+  const std::map<uint32_t, alloc::StreamEvents>& events_by_stream;
+  const std::unordered_map<uint32_t, std::vector<uint32_t>>& stream_uses;
 };
 
 // What the walk over the segments' block lists adds up; the pool indexes and
@@ -65,7 +71,10 @@ struct BlockTotals {
   uint64_t segment_blocks = 0;  // live blocks that should be in some segment's list
   uint64_t visited = 0;         // blocks reached through the lists
   uint64_t allocated = 0, requested = 0, reserved = 0;
-  uint64_t ranges = 0;  // contiguous mapped ranges (torch counts each as a segment)
+  uint64_t pending = 0;                 // freed blocks waiting for other streams' events
+  uint64_t pending_events = 0;          // sum of their event counts
+  std::vector<uint64_t> pool_reserved;  // reserved per pool
+  uint64_t ranges = 0;                  // contiguous mapped ranges (torch counts each as a segment)
   uint64_t free_mapped = 0, unmapped = 0;
 };
 
@@ -100,7 +109,8 @@ Status FindSegmentHeads(const AllocatorState& a, std::vector<uint32_t>* head_of,
 Status CheckFreeBlock(const AllocatorState& a, uint32_t b, uint32_t prev, BlockTotals* totals) {
   const Block& block = a.blocks[b];
   (block.mapped ? totals->free_mapped : totals->unmapped) += 1;
-  if (prev != kNil && !a.blocks[prev].allocated && a.blocks[prev].mapped == block.mapped) {
+  if (prev != kNil && !a.blocks[prev].allocated && a.blocks[prev].event_count == 0 &&
+      a.blocks[prev].mapped == block.mapped) {
     return Violation(fmt::format("free blocks {} and {} were not merged", prev, b));
   }
   const alloc::Pool& pool = a.pools[block.pool];
@@ -117,6 +127,20 @@ Status CheckFreeBlock(const AllocatorState& a, uint32_t b, uint32_t prev, BlockT
   if (block.gc_count_base > a.free_block_calls[pool.is_small]) {
     return Violation(fmt::format("free block {} has a GC stamp from the future", b));
   }
+  return Ok{};
+}
+
+// A block freed while other streams' events are outstanding: mapped, not
+// allocated, in no pool, and with no request left (free() keeps
+// requested_bytes until free_block, like active).
+Status CheckPendingBlock(const AllocatorState& a, uint32_t b, BlockTotals* totals) {
+  const Block& block = a.blocks[b];
+  if (block.allocated || !block.mapped || block.in_free_set || a.config.ideal) {
+    return Violation(fmt::format("pending block {} is allocated, unmapped or cached", b));
+  }
+  totals->pending += block.size_bytes;
+  totals->pending_events += block.event_count;
+  totals->requested += block.requested_bytes;
   return Ok{};
 }
 
@@ -145,7 +169,11 @@ Status CheckListedBlock(const AllocatorState& a, uint32_t s, uint32_t b, uint32_
   if (block.allocated && !block.mapped)
     return Violation(fmt::format("block {} allocated but unmapped", b));
   if (block.mapped && (prev == kNil || !a.blocks[prev].mapped)) ++totals->ranges;
-  if (block.mapped) totals->reserved += block.size_bytes;
+  if (block.mapped) {
+    totals->reserved += block.size_bytes;
+    totals->pool_reserved[block.pool] += block.size_bytes;
+  }
+  if (block.event_count > 0) return CheckPendingBlock(a, b, totals);
   if (!block.allocated) return CheckFreeBlock(a, b, prev, totals);
   if (block.in_free_set) return Violation(fmt::format("allocated block {} is in a free set", b));
   totals->allocated += block.size_bytes;
@@ -227,15 +255,20 @@ Status CheckStats(const AllocatorState& a, const BlockTotals& totals) {
   };
   if (st.allocated_bytes != totals.allocated)
     return mismatch("allocated_bytes", st.allocated_bytes, totals.allocated);
-  // No record_stream events are modelled, so active == allocated.
-  if (st.active_bytes != totals.allocated)
-    return mismatch("active_bytes", st.active_bytes, totals.allocated);
+  // Active = allocated + freed blocks still waiting for other streams.
+  if (st.active_bytes != totals.allocated + totals.pending)
+    return mismatch("active_bytes", st.active_bytes, totals.allocated + totals.pending);
   if (st.requested_bytes != totals.requested)
     return mismatch("requested_bytes", st.requested_bytes, totals.requested);
   if (st.reserved_bytes != totals.reserved)
     return mismatch("reserved_bytes", st.reserved_bytes, totals.reserved);
   if (st.num_segments != totals.ranges)
     return mismatch("num_segments", st.num_segments, totals.ranges);
+  for (size_t p = 0; p < a.pools.size(); ++p) {
+    if (a.reserved_by_pool[p] != totals.pool_reserved[p]) {
+      return mismatch("reserved_bytes of a pool", a.reserved_by_pool[p], totals.pool_reserved[p]);
+    }
+  }
   if (st.peak_allocated_bytes < st.allocated_bytes || st.peak_reserved_bytes < st.reserved_bytes ||
       st.peak_active_bytes < st.active_bytes || st.peak_requested_bytes < st.requested_bytes) {
     return Violation("a peak is below its current value");
@@ -248,19 +281,59 @@ Status CheckStats(const AllocatorState& a, const BlockTotals& totals) {
   return Ok{};
 }
 
+// 5. Every pending block's events are queued on their streams, in order,
+// and only allocated blocks carry stream uses.
+Status CheckStreamEvents(const AllocatorState& a, const BlockTotals& totals) {
+  uint64_t queued = 0;
+  for (const auto& [stream, events] : a.events_by_stream) {
+    uint64_t last_seq = 0;
+    for (const alloc::PendingEvent& e : events.queue) {
+      if (e.seq <= last_seq || e.seq > events.recorded || !a.blocks.IsLive(e.block) ||
+          a.blocks[e.block].event_count == 0) {
+        return Violation(fmt::format("stream {} has a stray or unordered event", stream));
+      }
+      last_seq = e.seq;
+    }
+    if (events.completed > events.recorded) {
+      return Violation(fmt::format("stream {} completed events it never recorded", stream));
+    }
+    queued += events.queue.size();
+  }
+  if (queued != totals.pending_events) {
+    return Violation(
+        fmt::format("{} events queued, pending blocks count {}", queued, totals.pending_events));
+  }
+  for (const auto& [b, uses] : a.stream_uses) {
+    if (!a.blocks.IsLive(b) || !a.blocks[b].allocated) {
+      return Violation(fmt::format("block {} has stream uses but is not allocated", b));
+    }
+  }
+  return Ok{};
+}
+
 }  // namespace
 
 // The checks run in this order and the first violation is the answer, so a
 // broken list is reported as such before the totals built on it disagree.
 Status CachingAllocator::Impl::CheckInvariants() const {
-  const AllocatorState state{blocks, segments,          pools, free_block_calls, config,
-                             stats,  device_limit_bytes};
+  const AllocatorState state{blocks,
+                             segments,
+                             pools,
+                             free_block_calls,
+                             config,
+                             stats,
+                             device_limit_bytes,
+                             reserved_by_pool,
+                             events_by_stream,
+                             stream_uses};
   std::vector<uint32_t> head_of;
   BlockTotals totals;
+  totals.pool_reserved.assign(pools.size(), 0);
   if (Status ok = FindSegmentHeads(state, &head_of, &totals); !ok.ok()) return ok;
   if (Status ok = WalkSegments(state, head_of, &totals); !ok.ok()) return ok;
   if (Status ok = CheckSegmentsDisjoint(state); !ok.ok()) return ok;
   if (Status ok = CheckPoolIndexes(state, totals); !ok.ok()) return ok;
+  if (Status ok = CheckStreamEvents(state, totals); !ok.ok()) return ok;
   return CheckStats(state, totals);
 }
 

@@ -17,6 +17,9 @@ using alloc::kNil;
 // an expandable segment that lies inside a free block. Free blocks of a
 // partially used segment cannot be returned.
 bool CachingAllocator::Impl::ReleaseCachedBlocks() {
+  // torch: release_cached_blocks first waits for every outstanding event,
+  // so blocks pending on other streams are cached (and can go back) too.
+  SynchronizeAndFreeEvents();
   // torch releases large_blocks, then small_blocks; the result does not
   // depend on the order.
   for (alloc::Pool& pool : pools) ReleaseBlocks(pool);
@@ -44,7 +47,7 @@ void CachingAllocator::Impl::ReleaseBlock(uint32_t b) {
   VS_CHECK(!IsExpandable(b) && !IsSplit(b) && !blocks[b].allocated);
   EraseFree(b);
   const Block& block = blocks[b];
-  SubReserved(block.size_bytes);
+  SubReserved(block.pool, block.size_bytes);
   --stats.num_segments;
   ++stats.num_device_free;
   address_space.Release(block.address, block.size_bytes);
@@ -211,7 +214,7 @@ std::optional<BlockHandle> CachingAllocator::Impl::IdealMalloc(uint64_t size_byt
   block.segment = s;
   block.pool = pool;
   block.allocated = true;
-  AddReserved(size_bytes);
+  AddReserved(pool, size_bytes);
   ++stats.num_segments;
   ++stats.num_device_alloc;
   CountAllocated(size_bytes, size_bytes);
@@ -223,7 +226,7 @@ void CachingAllocator::Impl::IdealFree(uint32_t b) {
   stats.allocated_bytes -= block.size_bytes;
   stats.active_bytes -= block.size_bytes;
   stats.requested_bytes -= block.size_bytes;
-  SubReserved(block.size_bytes);
+  SubReserved(block.pool, block.size_bytes);
   --stats.num_segments;
   ++stats.num_device_free;
   address_space.Release(block.address, block.size_bytes);

@@ -30,7 +30,8 @@ inline std::string Units(uint64_t bytes) {
 }
 
 // One token per segment, in address order: pool (s small / l large), stream,
-// 'x' if expandable, then blocks as A<size> (allocated) or F<size> (free):
+// 'x' if expandable, then blocks as A<size> (allocated), P<size> (freed,
+// pending other streams' events) or F<size> (free):
 // "l0[A3M F17M] s1x[A0.5K F2047.5K]".
 inline std::string Layout(const std::vector<SegmentView>& segments) {
   std::string out;
@@ -42,7 +43,7 @@ inline std::string Layout(const std::vector<SegmentView>& segments) {
     out += '[';
     for (size_t i = 0; i < s.blocks.size(); ++i) {
       if (i) out += ' ';
-      out += s.blocks[i].allocated ? 'A' : 'F';
+      out += s.blocks[i].allocated ? 'A' : s.blocks[i].pending_free ? 'P' : 'F';
       out += Units(s.blocks[i].size_bytes);
     }
     out += ']';
@@ -74,9 +75,18 @@ class CheckedAllocator {
     Check("Malloc(" + std::to_string(bytes) + ")");
     return h;
   }
-  void Free(BlockHandle h) {
-    allocator_.Free(h);
+  FreeTicket Free(BlockHandle h) {
+    const FreeTicket ticket = allocator_.Free(h);
     Check("Free");
+    return ticket;
+  }
+  void RecordStream(BlockHandle h, uint32_t stream) {
+    allocator_.RecordStream(h, stream);
+    Check("RecordStream");
+  }
+  void CompleteFreeEvents(FreeTicket ticket) {
+    allocator_.CompleteFreeEvents(ticket);
+    Check("CompleteFreeEvents");
   }
   void EmptyCache() {
     allocator_.EmptyCache();

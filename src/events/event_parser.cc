@@ -12,7 +12,11 @@ namespace vramscope::events_internal {
 namespace {
 
 constexpr std::string_view kHeaderMagic = "vramscope-events";
-constexpr uint64_t kFormatVersion = 1;
+// Version 2 adds the `u` and `x` records; every version-1 file is a valid
+// version-2 file.
+constexpr uint64_t kFormatVersion = 2;
+constexpr uint64_t kStreamRecordsVersion = 2;
+constexpr uint64_t kBaseVersion = 1;  // what messages suggest: every reader knows it
 constexpr std::string_view kUtf8Bom = "\xEF\xBB\xBF";
 constexpr uint64_t kMaxU32 = std::numeric_limits<uint32_t>::max();
 constexpr uint64_t kMaxU64 = std::numeric_limits<uint64_t>::max();
@@ -21,6 +25,8 @@ constexpr std::string_view kAllocForm = "'a ID BYTES CATEGORY [OP [MODULE [STREA
 constexpr std::string_view kFreeForm = "'f ID'";
 constexpr std::string_view kPhaseForm = "'p STEP PHASE'";
 constexpr std::string_view kEmptyCacheForm = "'e'";
+constexpr std::string_view kRecordStreamForm = "'u ID STREAM'";
+constexpr std::string_view kUsesDoneForm = "'x ID'";
 constexpr std::string_view kStringForm = "'s INDEX TEXT'";
 constexpr std::string_view kMetaForm = "'meta KEY VALUE'";
 
@@ -76,7 +82,7 @@ Result<EventStream> EventParser::Finish() {
   if (line_number_ == 0) {
     line_number_ = 1;
     return Fail(fmt::format("header: missing (the input is empty; expected '{} {}')", kHeaderMagic,
-                            kFormatVersion));
+                            kBaseVersion));
   }
   return std::move(stream_);
 }
@@ -89,7 +95,7 @@ Status EventParser::ParseHeader(std::string_view line) {
   const std::string_view magic = tokens.Next();
   if (magic != kHeaderMagic) {
     return Fail(
-        fmt::format("header: expected '{} {}', got {}", kHeaderMagic, kFormatVersion, Quote(line)));
+        fmt::format("header: expected '{} {}', got {}", kHeaderMagic, kBaseVersion, Quote(line)));
   }
   const std::string_view version_token = tokens.Next();
   if (version_token.empty()) return Fail("header version: missing");
@@ -97,13 +103,16 @@ Status EventParser::ParseHeader(std::string_view line) {
   if (auto problem = ParseUnsigned(version_token, "header version", kMaxU64, "2^64-1", &version)) {
     return Fail(*problem);
   }
-  if (version != kFormatVersion) {
-    return Fail(fmt::format("header version: unknown version {} (this reader knows version {})",
-                            Quote(version_token), kFormatVersion));
+  if (version == 0 || version > kFormatVersion) {
+    return Fail(
+        fmt::format("header version: unknown version {} (this reader knows versions 1 "
+                    "to {})",
+                    Quote(version_token), kFormatVersion));
   }
+  version_ = version;
   if (const std::string_view extra = tokens.Next(); !extra.empty()) {
     return Fail(fmt::format("header: extra field {} (expected '{} {}')", Quote(extra), kHeaderMagic,
-                            kFormatVersion));
+                            version));
   }
   return Ok{};
 }
@@ -122,12 +131,20 @@ Status EventParser::ParseRecord(std::string_view line) {
       case 'p': return ParsePhaseRecord(fields);
       case 'e': return ParseEmptyCache(fields);
       case 's': return ParseString(fields);
+      case 'u':
+      case 'x':
+        if (version_ < kStreamRecordsVersion) {
+          return Fail(fmt::format("record {} needs 'vramscope-events {}' in the header",
+                                  Quote(record), kStreamRecordsVersion));
+        }
+        return record[0] == 'u' ? ParseRecordStream(fields) : ParseUsesDone(fields);
       default: break;
     }
   } else if (record == "meta") {
     return ParseMeta(fields);
   }
-  return Fail(fmt::format("unknown record {} (expected a, f, p, e, s or meta)", Quote(record)));
+  return Fail(
+      fmt::format("unknown record {} (expected a, f, p, e, s, u, x or meta)", Quote(record)));
 }
 
 Status EventParser::CheckEventLimit() {
@@ -187,7 +204,8 @@ Status EventParser::ParseAlloc(std::string_view fields) {
     return Fail(fmt::format("alloc: extra field {} (expected {})", Quote(extra), kAllocForm));
   }
   if (!live_.Insert(id)) return Fail(fmt::format("alloc id: {} is already live", id));
-  if (live_.size() > limits_.max_live_allocations) {
+  // Freed allocations still waiting for other streams hold memory too.
+  if (live_.size() + uses_.pending() > limits_.max_live_allocations) {
     return Fail(
         fmt::format("alloc id: more than {} live allocations", limits_.max_live_allocations));
   }
@@ -198,20 +216,70 @@ Status EventParser::ParseAlloc(std::string_view fields) {
   return Ok{};
 }
 
-Status EventParser::ParseFree(std::string_view fields) {
+Result<uint64_t> EventParser::ParseIdOnly(std::string_view fields, std::string_view record,
+                                          std::string_view form) {
   Tokenizer tokens(fields);
   const std::string_view id_token = tokens.Next();
-  if (id_token.empty()) return Fail(fmt::format("free id: missing (expected {})", kFreeForm));
+  if (id_token.empty()) return Fail(fmt::format("{} id: missing (expected {})", record, form));
   uint64_t id = 0;
-  if (auto problem = ParseUnsigned(id_token, "free id", kMaxU64, "2^64-1", &id)) {
+  if (auto problem =
+          ParseUnsigned(id_token, fmt::format("{} id", record), kMaxU64, "2^64-1", &id)) {
     return Fail(*problem);
   }
   if (const std::string_view extra = tokens.Next(); !extra.empty()) {
-    return Fail(fmt::format("free: extra field {} (expected {})", Quote(extra), kFreeForm));
+    return Fail(fmt::format("{}: extra field {} (expected {})", record, Quote(extra), form));
   }
-  if (!live_.Erase(id)) return Fail(fmt::format("free id: {} is not live", id));
+  return id;
+}
+
+Status EventParser::ParseFree(std::string_view fields) {
+  Result<uint64_t> id = ParseIdOnly(fields, "free", kFreeForm);
+  if (!id.ok()) return id.error();
+  if (!live_.Erase(*id)) return Fail(fmt::format("free id: {} is not live", *id));
   if (Status status = CheckEventLimit(); !status.ok()) return status;
-  stream_.Free(id);
+  uses_.Free(*id);
+  stream_.Free(*id);
+  return Ok{};
+}
+
+Status EventParser::ParseRecordStream(std::string_view fields) {
+  Tokenizer tokens(fields);
+  const std::string_view id_token = tokens.Next();
+  if (id_token.empty()) {
+    return Fail(fmt::format("record stream id: missing (expected {})", kRecordStreamForm));
+  }
+  uint64_t id = 0;
+  if (auto problem = ParseUnsigned(id_token, "record stream id", kMaxU64, "2^64-1", &id)) {
+    return Fail(*problem);
+  }
+  const std::string_view stream_token = tokens.Next();
+  if (stream_token.empty()) {
+    return Fail(fmt::format("record stream stream: missing (expected {})", kRecordStreamForm));
+  }
+  uint64_t stream = 0;
+  if (auto problem =
+          ParseUnsigned(stream_token, "record stream stream", kMaxU32, "2^32-1", &stream)) {
+    return Fail(*problem);
+  }
+  if (const std::string_view extra = tokens.Next(); !extra.empty()) {
+    return Fail(fmt::format("record stream: extra field {} (expected {})", Quote(extra),
+                            kRecordStreamForm));
+  }
+  if (!live_.Contains(id)) return Fail(fmt::format("record stream id: {} is not live", id));
+  if (Status status = CheckEventLimit(); !status.ok()) return status;
+  uses_.Use(id);
+  stream_.RecordStream(id, static_cast<uint32_t>(stream));
+  return Ok{};
+}
+
+Status EventParser::ParseUsesDone(std::string_view fields) {
+  Result<uint64_t> id = ParseIdOnly(fields, "uses done", kUsesDoneForm);
+  if (!id.ok()) return id.error();
+  if (!uses_.Done(*id)) {
+    return Fail(fmt::format("uses done id: {} was not freed after a 'u' record (or is done)", *id));
+  }
+  if (Status status = CheckEventLimit(); !status.ok()) return status;
+  stream_.UsesDone(*id);
   return Ok{};
 }
 

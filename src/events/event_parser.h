@@ -43,6 +43,13 @@ class EventParser {
   Status ParseFree(std::string_view fields);
   Status ParsePhaseRecord(std::string_view fields);
   Status ParseEmptyCache(std::string_view fields);
+  Status ParseRecordStream(std::string_view fields);
+  Status ParseUsesDone(std::string_view fields);
+  // Parses the one ID field of `record` (e.g. "free id") from `tokens`,
+  // rejecting a missing, malformed or extra field; `form` is the record's
+  // form shown in the problem.
+  Result<uint64_t> ParseIdOnly(std::string_view fields, std::string_view record,
+                               std::string_view form);
   Status ParseString(std::string_view fields);
   Status ParseMeta(std::string_view fields);
   Status CheckEventLimit();
@@ -55,6 +62,8 @@ class EventParser {
   uint64_t line_number_ = 0;  // of the line being parsed, 1-based
   EventStream stream_;
   LiveIdSet live_;
+  StreamUseTracker uses_;
+  uint64_t version_ = 0;  // the header's
   std::optional<Error> error_;
 };
 

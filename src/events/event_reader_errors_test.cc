@@ -39,8 +39,53 @@ TEST(EventReaderErrors, HeaderWithoutVersion) {
 }
 
 TEST(EventReaderErrors, UnknownVersion) {
-  EXPECT_EQ(ParseError("vramscope-events 2\na 1 1 act\n"),
-            "t.ev:1: header version: unknown version '2' (this reader knows version 1)");
+  EXPECT_EQ(ParseError("vramscope-events 3\na 1 1 act\n"),
+            "t.ev:1: header version: unknown version '3' (this reader knows versions 1 to 2)");
+  EXPECT_EQ(ParseError("vramscope-events 0\n"),
+            "t.ev:1: header version: unknown version '0' (this reader knows versions 1 to 2)");
+}
+
+// --- version 2: record_stream ('u') and its completion ('x') ---------------
+
+TEST(EventReaderErrors, StreamRecordsNeedVersion2) {
+  EXPECT_EQ(ParseError(WithHeader("a 1 1 act\nu 1 1\n")),
+            "t.ev:3: record 'u' needs 'vramscope-events 2' in the header");
+  EXPECT_EQ(ParseError(WithHeader("a 1 1 act\n\nx 1 2\n")),
+            "t.ev:4: record 'x' needs 'vramscope-events 2' in the header");
+}
+
+TEST(EventReaderErrors, RecordStreamNeedsALiveIdAndAStream) {
+  const std::string v2 = "vramscope-events 2\n";
+  EXPECT_EQ(ParseError(v2 + "u 1 1\n"), "t.ev:2: record stream id: 1 is not live");
+  EXPECT_EQ(ParseError(v2 + "a 1 1 act\nu 1\n"),
+            "t.ev:3: record stream stream: missing (expected 'u ID STREAM')");
+  EXPECT_EQ(ParseError(v2 + "a 1 1 act\nu 1 4294967296\n"),
+            "t.ev:3: record stream stream: '4294967296' is out of range (the limit is 2^32-1)");
+  EXPECT_EQ(ParseError(v2 + "a 1 1 act\nu 1 1 1\n"),
+            "t.ev:3: record stream: extra field '1' (expected 'u ID STREAM')");
+  EXPECT_EQ(ParseError(v2 + "a 1 1 act\nf 1\nu 1 1\n"), "t.ev:4: record stream id: 1 is not live");
+}
+
+TEST(EventReaderErrors, UsesDoneNeedsAFreeAfterAUse) {
+  const std::string v2 = "vramscope-events 2\n";
+  const std::string error = "was not freed after a 'u' record (or is done)";
+  EXPECT_EQ(ParseError(v2 + "a 1 1 act\nf 1\nx 1\n"), "t.ev:4: uses done id: 1 " + error);
+  EXPECT_EQ(ParseError(v2 + "a 1 1 act\nu 1 1\nx 1\n"), "t.ev:4: uses done id: 1 " + error);
+  EXPECT_EQ(ParseError(v2 + "a 1 1 act\nu 1 1\nf 1\nx 1\nx 1\n"),
+            "t.ev:6: uses done id: 1 " + error);
+  EXPECT_EQ(ParseError(v2 + "x\n"), "t.ev:2: uses done id: missing (expected 'x ID')");
+  EXPECT_EQ(ParseError(v2 + "a 1 1 act\nu 1 1\nf 1\nx 1 2\n"),
+            "t.ev:5: uses done: extra field '2' (expected 'x ID')");
+}
+
+// A freed allocation waiting for another stream still counts against the
+// live-allocation limit: the simulator holds its block.
+TEST(EventReaderErrors, PendingFreesCountAsLive) {
+  EventReadLimits limits;
+  limits.max_live_allocations = 1;
+  auto r = ParseEventText("vramscope-events 2\na 1 1 act\nu 1 1\nf 1\na 2 1 act\n", "t.ev", limits);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().message, "t.ev:5: alloc id: more than 1 live allocations");
 }
 
 TEST(EventReaderErrors, VersionThatIsNotANumber) {
@@ -56,10 +101,10 @@ TEST(EventReaderErrors, HeaderWithExtraField) {
 // --- records and fields ---------------------------------------------------
 
 TEST(EventReaderErrors, UnknownRecord) {
-  EXPECT_EQ(ParseError(WithHeader("a 1 1 act\n\nx 1 2\n")),
-            "t.ev:4: unknown record 'x' (expected a, f, p, e, s or meta)");
+  EXPECT_EQ(ParseError(WithHeader("a 1 1 act\n\nz 1 2\n")),
+            "t.ev:4: unknown record 'z' (expected a, f, p, e, s, u, x or meta)");
   EXPECT_EQ(ParseError(WithHeader("alloc 1 1 act\n")),
-            "t.ev:2: unknown record 'alloc' (expected a, f, p, e, s or meta)");
+            "t.ev:2: unknown record 'alloc' (expected a, f, p, e, s, u, x or meta)");
 }
 
 TEST(EventReaderErrors, AllocMissingId) {

@@ -1,6 +1,7 @@
 // EventStream builders, string interning, phases and Validate().
 #include "vramscope/event_stream.h"
 
+#include <algorithm>
 #include <array>
 
 #include <fmt/format.h>
@@ -19,6 +20,9 @@ std::string DescribeEvent(size_t index, const Event& e) {
     case EventKind::kFree: return fmt::format("event {} (free id {})", index, e.id);
     case EventKind::kPhase: return fmt::format("event {} (phase)", index);
     case EventKind::kEmptyCache: return fmt::format("event {} (empty cache)", index);
+    case EventKind::kRecordStream:
+      return fmt::format("event {} (record stream id {})", index, e.id);
+    case EventKind::kUsesDone: return fmt::format("event {} (uses done id {})", index, e.id);
   }
   return fmt::format("event {}", index);
 }
@@ -83,6 +87,27 @@ void EventStream::EmptyCache() {
   events_.push_back(e);
 }
 
+void EventStream::RecordStream(uint64_t id, uint32_t stream) {
+  Event e;
+  e.kind = EventKind::kRecordStream;
+  e.id = id;
+  e.stream = stream;
+  events_.push_back(e);
+}
+
+void EventStream::UsesDone(uint64_t id) {
+  Event e;
+  e.kind = EventKind::kUsesDone;
+  e.id = id;
+  events_.push_back(e);
+}
+
+bool UsesStreamRecords(const std::vector<Event>& events) {
+  return std::any_of(events.begin(), events.end(), [](const Event& e) {
+    return e.kind == EventKind::kRecordStream || e.kind == EventKind::kUsesDone;
+  });
+}
+
 uint32_t EventStream::Intern(std::string_view text) {
   if (text.empty()) return 0;
   // Fibonacci hashing of the pointer picks one of the 64 recent slots.
@@ -105,39 +130,67 @@ uint32_t EventStream::AppendString(std::string_view text) {
   return index;
 }
 
+namespace {
+
+Status ValidateAlloc(size_t i, const Event& e, size_t num_strings) {
+  if (e.size_bytes > kMaxSizeBytes) {
+    return MakeError(fmt::format("{}: size {} bytes is above the limit of 2^62 bytes",
+                                 DescribeEvent(i, e), e.size_bytes));
+  }
+  if (e.op >= num_strings || e.module >= num_strings) {
+    return MakeError(fmt::format("{}: string index {} is not defined ({} strings)",
+                                 DescribeEvent(i, e), e.op >= num_strings ? e.op : e.module,
+                                 num_strings));
+  }
+  if (static_cast<size_t>(e.category) >= kNumCategories) {
+    return MakeError(fmt::format("{}: category {} is out of range", DescribeEvent(i, e),
+                                 static_cast<int>(e.category)));
+  }
+  return Ok{};
+}
+
+}  // namespace
+
 Status EventStream::Validate() const {
   events_internal::LiveIdSet live;
+  events_internal::StreamUseTracker uses;
   for (size_t i = 0; i < events_.size(); ++i) {
     const Event& e = events_[i];
-    if (e.kind == EventKind::kAlloc) {
-      if (e.size_bytes > kMaxSizeBytes) {
-        return MakeError(fmt::format("{}: size {} bytes is above the limit of 2^62 bytes",
-                                     DescribeEvent(i, e), e.size_bytes));
-      }
-      if (e.op >= strings_.size() || e.module >= strings_.size()) {
-        return MakeError(fmt::format("{}: string index {} is not defined ({} strings)",
-                                     DescribeEvent(i, e), e.op >= strings_.size() ? e.op : e.module,
-                                     strings_.size()));
-      }
-      if (static_cast<size_t>(e.category) >= kNumCategories) {
-        return MakeError(fmt::format("{}: category {} is out of range", DescribeEvent(i, e),
-                                     static_cast<int>(e.category)));
-      }
-      if (!live.Insert(e.id)) {
-        return MakeError(fmt::format("{}: id {} is already live", DescribeEvent(i, e), e.id));
-      }
-    } else if (e.kind == EventKind::kFree) {
-      if (!live.Erase(e.id)) {
-        return MakeError(fmt::format("{}: id {} is not live", DescribeEvent(i, e), e.id));
-      }
-    } else if (e.kind == EventKind::kPhase) {
-      if (static_cast<size_t>(e.phase) >= kNumPhases) {
-        return MakeError(fmt::format("{}: phase {} is out of range", DescribeEvent(i, e),
-                                     static_cast<int>(e.phase)));
-      }
-    } else if (e.kind != EventKind::kEmptyCache) {
-      return MakeError(
-          fmt::format("event {}: kind {} is out of range", i, static_cast<int>(e.kind)));
+    switch (e.kind) {
+      case EventKind::kAlloc:
+        if (Status ok = ValidateAlloc(i, e, strings_.size()); !ok.ok()) return ok;
+        if (!live.Insert(e.id)) {
+          return MakeError(fmt::format("{}: id {} is already live", DescribeEvent(i, e), e.id));
+        }
+        break;
+      case EventKind::kFree:
+      case EventKind::kRecordStream:
+        if (!live.Contains(e.id)) {
+          return MakeError(fmt::format("{}: id {} is not live", DescribeEvent(i, e), e.id));
+        }
+        if (e.kind == EventKind::kRecordStream) {
+          uses.Use(e.id);
+        } else {
+          live.Erase(e.id);
+          uses.Free(e.id);
+        }
+        break;
+      case EventKind::kUsesDone:
+        if (!uses.Done(e.id)) {
+          return MakeError(
+              fmt::format("{}: id {} was not freed after a stream use", DescribeEvent(i, e), e.id));
+        }
+        break;
+      case EventKind::kPhase:
+        if (static_cast<size_t>(e.phase) >= kNumPhases) {
+          return MakeError(fmt::format("{}: phase {} is out of range", DescribeEvent(i, e),
+                                       static_cast<int>(e.phase)));
+        }
+        break;
+      case EventKind::kEmptyCache: break;
+      default:
+        return MakeError(
+            fmt::format("event {}: kind {} is out of range", i, static_cast<int>(e.kind)));
     }
   }
   return Ok{};

@@ -35,7 +35,9 @@ class Writer {
   std::string Write() {
     // About 30 bytes per event; one reservation avoids regrowth on large streams.
     out_.reserve(64 + stream_.size() * 30);
-    out_ += "vramscope-events 1\n";
+    // Version 1 readers know every record but `u` and `x`: files without
+    // them stay version 1.
+    out_ += UsesStreamRecords(stream_.events()) ? "vramscope-events 2\n" : "vramscope-events 1\n";
     for (const auto& [key, value] : stream_.metadata()) {
       out_ += "meta ";
       out_ += SanitizeToken(key, kMaxKeyBytes);
@@ -94,6 +96,18 @@ class Writer {
         out_ += '\n';
         return;
       case EventKind::kEmptyCache: out_ += "e\n"; return;
+      case EventKind::kRecordStream:
+        out_ += "u ";
+        AppendNumber(e.id);
+        out_ += ' ';
+        AppendNumber(e.stream);
+        out_ += '\n';
+        return;
+      case EventKind::kUsesDone:
+        out_ += "x ";
+        AppendNumber(e.id);
+        out_ += '\n';
+        return;
     }
   }
 

@@ -119,6 +119,25 @@ TEST(EventWriter, ExtremeValuesRoundTrip) {
   EXPECT_EQ(back.strings(), s.strings());
 }
 
+// Streams with record_stream events are written as version 2 (version-1
+// readers would reject `u` and `x`); others stay version 1.
+TEST(EventWriter, StreamRecordsAreWrittenAsVersion2) {
+  EventStream s;
+  s.Alloc(7, 4096, Category::kParameters, "zero3::all_gather", "", 1);
+  s.RecordStream(7, 0);
+  s.Free(7);
+  s.UsesDone(7);
+  const std::string text = WriteEventText(s);
+  EXPECT_EQ(text,
+            "vramscope-events 2\n"
+            "s 1 zero3::all_gather\n"
+            "a 7 4096 param 1 0 1\n"
+            "u 7 0\n"
+            "f 7\n"
+            "x 7\n");
+  EXPECT_EQ(ParseOk(text).events(), s.events());
+}
+
 // Random valid streams: write -> parse gives the same events, strings and
 // metadata, and writing again gives the same bytes.
 TEST(EventWriter, RandomStreamsRoundTrip) {
@@ -143,6 +162,13 @@ TEST(EventWriter, RandomStreamsRoundTrip) {
         live.erase(live.begin() + static_cast<std::ptrdiff_t>(k));
       } else if (r < 9) {
         s.BeginPhase(static_cast<uint32_t>(rng() % 4), static_cast<Phase>(rng() % kNumPhases));
+      } else if (round % 2 == 1 && !live.empty() && rng() % 2 == 0) {
+        // Odd rounds use version 2: a use, a free, sometimes the completion.
+        const size_t k = rng() % live.size();
+        s.RecordStream(live[k], static_cast<uint32_t>(rng() % 3));
+        s.Free(live[k]);
+        if (rng() % 2) s.UsesDone(live[k]);
+        live.erase(live.begin() + static_cast<std::ptrdiff_t>(k));
       } else {
         s.EmptyCache();
       }

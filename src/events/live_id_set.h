@@ -37,4 +37,22 @@ class LiveIdSet {
   bool has_empty_slot_id_ = false;
 };
 
+// The record_stream rules the reader and EventStream::Validate() share: a use
+// (`u`) names a live id; a free of a used id leaves it pending; `x` names a
+// pending id. The caller checks liveness. Memory: the used and pending ids.
+class StreamUseTracker {
+ public:
+  void Use(uint64_t id) { used_.Insert(id); }
+  void Free(uint64_t id) {
+    if (used_.Erase(id)) pending_.Insert(id);
+  }
+  // False if `id` is not pending (never used, not freed yet, or done).
+  bool Done(uint64_t id) { return pending_.Erase(id); }
+  size_t pending() const { return pending_.size(); }
+
+ private:
+  LiveIdSet used_;
+  LiveIdSet pending_;
+};
+
 }  // namespace vramscope::events_internal

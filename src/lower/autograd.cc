@@ -9,7 +9,9 @@ namespace vramscope::lower {
 
 Graph::Graph(EventStream* out) : out_(out) { regions_.emplace_back(); }
 
-TensorId Graph::Alloc(uint64_t bytes, Category category, std::string_view op, uint32_t module) {
+TensorId Graph::Alloc(uint64_t bytes, Category category, std::string_view op, uint32_t module,
+                      uint32_t stream) {
+  VS_CHECK(stream == 0 || region_ == kNoRegion);
   const TensorId t = static_cast<TensorId>(tensors_.size());
   Tensor tensor;
   tensor.bytes = bytes;
@@ -17,7 +19,7 @@ TensorId Graph::Alloc(uint64_t bytes, Category category, std::string_view op, ui
   tensor.refs = 1;
   tensor.event_index = out_->size();
   tensors_.push_back(tensor);
-  out_->AllocInterned(tensor.event_id, bytes, category, out_->Intern(op), module);
+  out_->AllocInterned(tensor.event_id, bytes, category, out_->Intern(op), module, stream);
   if (region_ != kNoRegion) {
     Region& r = regions_[region_];
     ScriptOp s;
@@ -63,6 +65,17 @@ void Graph::Drop(TensorId t) {
     }
   }
   if (--tensors_[t].refs == 0) out_->Free(tensors_[t].event_id);
+}
+
+std::optional<uint64_t> Graph::DropUsedOn(TensorId t, uint32_t stream) {
+  VS_CHECK(t < tensors_.size() && tensors_[t].refs > 0);
+  if (tensors_[t].refs > 1 || region_ != kNoRegion) {
+    Drop(t);
+    return std::nullopt;
+  }
+  out_->RecordStream(tensors_[t].event_id, stream);
+  Drop(t);
+  return tensors_[t].event_id;
 }
 
 bool Graph::Live(TensorId t) const { return t < tensors_.size() && tensors_[t].refs > 0; }

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -68,13 +69,24 @@ class Graph {
   explicit Graph(EventStream* out);
 
   // --- tensors -------------------------------------------------------------
-  // Allocates a storage with one (Python) reference.
-  TensorId Alloc(uint64_t bytes, Category category, std::string_view op, uint32_t module);
+  // Allocates a storage with one (Python) reference, on CUDA stream `stream`
+  // (0: the default stream; side streams of the libraries: docs/parallel.md).
+  // Checkpoint regions replay their allocations on the default stream, so a
+  // side-stream allocation must not happen inside one.
+  TensorId Alloc(uint64_t bytes, Category category, std::string_view op, uint32_t module,
+                 uint32_t stream = 0);
   void Ref(TensorId t);
   void Drop(TensorId t);  // frees at zero references
   void Drop(const Var& v) { Drop(v.t); }
   bool Live(TensorId t) const;
   uint64_t Bytes(TensorId t) const;
+  // Tensor.record_stream(stream) followed by the drop of the last reference:
+  // the free waits for `stream`'s work. Returns the freed allocation's event
+  // id, for UsesDone once that work is known complete; nullopt (a plain drop)
+  // when other references keep the storage.
+  std::optional<uint64_t> DropUsedOn(TensorId t, uint32_t stream);
+  // The work a DropUsedOn waited for is complete (a CPU-side event wait).
+  void UsesDone(uint64_t event_id) { out_->UsesDone(event_id); }
   void SetModule(uint32_t module) { module_ = module; }
   uint32_t module() const { return module_; }
   // Tensor.register_post_accumulate_grad_hook (torch >= 2.1): called with a

@@ -91,17 +91,34 @@ void GatheringStrategy::InstallHooks() {
   ShardingStrategy::InstallHooks();
 }
 
+void PendingFrees::CompleteOldest(Graph& g) {
+  if (groups_.empty()) return;
+  for (uint64_t id : groups_.front()) g.UsesDone(id);
+  groups_.pop_front();
+  if (groups_.empty()) closed_ = true;
+}
+
 void GatheringStrategy::AllocGathered(Unit& unit, std::string_view op) {
-  unit.gathered =
-      s_.tape->graph.Alloc(unit.gather_bytes, Category::kParameters, op, s_.tape->module());
+  unit.gathered = s_.tape->graph.Alloc(unit.gather_bytes, Category::kParameters, op,
+                                       s_.tape->module(), GatheredStream());
 }
 
 void GatheringStrategy::Release(int unit) {
   if (unit < 0) return;
   Unit& u = units_[unit];
   if (u.gathered == kNoTensor) return;
-  s_.tape->graph.Drop(u.gathered);
+  if (ReleaseRecordsDefaultStream()) {
+    released_.Add(s_.tape->graph.DropUsedOn(u.gathered, kDefaultStream));
+  } else {
+    s_.tape->graph.Drop(u.gathered);
+  }
   u.gathered = kNoTensor;
+  AfterRelease(unit);
+  released_.EndGroup();
+}
+
+void GatheringStrategy::WaitForOldestRelease() {
+  if (released_.groups() >= 2) released_.CompleteOldest(s_.tape->graph);
 }
 
 int GatheringStrategy::UnitOfModule(uint32_t module) {
@@ -147,6 +164,11 @@ void GatheringStrategy::EndBackward() {
   BeforeReleaseAll();
   for (size_t u = 0; u < units_.size(); ++u) Release(static_cast<int>(u));
   AfterReleaseAll();
+  // The reduce stream is waited for at the end of backward (DeepSpeed
+  // independent_gradient_partition_epilogue synchronizes it; for FSDP the
+  // final callback's wait_stream is assumed to have completed by the next
+  // allocation: docs/parallel.md).
+  reduced_grads_.CompleteAll(s_.tape->graph);
   backward_unit_ = -1;
   in_backward_ = false;
   s_.tape->graph.SetModule(saved_module);

@@ -10,7 +10,9 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,6 +23,46 @@
 #include "vramscope/setup.h"
 
 namespace vramscope::lower {
+
+// The CUDA streams the libraries allocate on (docs/parallel.md, "Side
+// streams"). The caching allocator keeps one pool per stream, and a block
+// used on another stream (record_stream) is reusable only once that work is
+// done.
+inline constexpr uint32_t kDefaultStream = 0;
+// FSDP1 _unshard_stream, FSDP2 all_gather_copy_in_stream, DeepSpeed ZeRO-3
+// __allgather_stream (overlap_comm, the stage-3 default).
+inline constexpr uint32_t kGatherStream = 1;
+// FSDP1 _post_backward_stream, FSDP2 reduce_scatter_stream, DeepSpeed
+// ZeRO-3 reduce_and_partition_stream.
+inline constexpr uint32_t kReduceStream = 2;
+// FSDP1 _pre_unshard_stream (CPU offload's host-to-device copies).
+inline constexpr uint32_t kPreUnshardStream = 3;
+
+// Frees that wait for another stream's work (Graph::DropUsedOn), in groups
+// (one per unit), oldest first; a CPU-side wait completes the oldest group.
+// CUDA events of one stream complete in order, so completing a group
+// completes every older free on the same streams.
+class PendingFrees {
+ public:
+  void Add(std::optional<uint64_t> event_id) {
+    if (!event_id) return;
+    if (groups_.empty() || closed_) groups_.emplace_back();
+    closed_ = false;
+    groups_.back().push_back(*event_id);
+  }
+  // The current group is complete: the next Add starts a new one.
+  void EndGroup() { closed_ = true; }
+  size_t groups() const { return groups_.size(); }
+  // Waits for the oldest group (event.synchronize() on its event).
+  void CompleteOldest(Graph& g);
+  void CompleteAll(Graph& g) {
+    while (!groups_.empty()) CompleteOldest(g);
+  }
+
+ private:
+  std::deque<std::vector<uint64_t>> groups_;
+  bool closed_ = true;
+};
 
 // What every strategy knows of the run and holds on the rank; the helpers
 // shared by several strategies (sharding_zero.cc) work on it.
@@ -121,13 +163,27 @@ class GatheringStrategy : public ShardingStrategy {
 
   void AssignUnits();
   void InstallHooks() override;
+  // The stream the gathered parameters are allocated on, and whether their
+  // release records the default stream first (FSDP1 _free_unsharded_flat_param,
+  // DeepSpeed free_param: record_stream(current_stream()) then free).
+  virtual uint32_t GatheredStream() const { return kDefaultStream; }
+  virtual bool ReleaseRecordsDefaultStream() const { return false; }
   // Allocates `unit`'s gathered parameters (module set by the caller).
   void AllocGathered(Unit& unit, std::string_view op);
   void Release(int unit);
+  // After Release freed a unit's gathered parameters, in the same wait group
+  // (FSDP1 offload: the staged device shard goes too).
+  virtual void AfterRelease(int /*unit*/) {}
+  // Before a unit's all-gather: FSDP1's rate limiter (_limiter_utils.py
+  // _FreeEventQueue, at most 2 frees in flight: the oldest is waited for
+  // once two are queued), torch 2.4-2.13.
+  void WaitForOldestRelease();
   int UnitOfModule(uint32_t module);
   void OnBackwardNode(uint32_t module);
 
   std::vector<Unit> units_;          // index: unit id (FSDP: root at 0)
+  PendingFrees released_;            // gathered parameters freed after a default-stream use
+  PendingFrees reduced_grads_;       // gradients freed after a reduce-stream use
   std::vector<int> unit_of_module_;  // interned module -> unit (-2: unknown yet)
   int backward_unit_ = -1;
   bool in_backward_ = false;

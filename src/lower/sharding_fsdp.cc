@@ -41,6 +41,14 @@ class FsdpStrategy final : public GatheringStrategy {
   }
   int MapUnit(int unit) const override { return unit == s_.num_layers + 1 ? 0 : unit; }
   bool RootReducedAtEnd() const override { return true; }
+  // FSDP1 allocates the padded unsharded flat parameter on _unshard_stream
+  // and frees it at reshard after record_stream on the computation stream
+  // (_flat_param.py _alloc_padded_unsharded_flat_param,
+  // _free_unsharded_flat_param; torch 2.4-2.13). FSDP2 copies out into
+  // per-parameter storages on the current stream and never calls
+  // record_stream (_fsdp_param.py alloc_all_gather_outputs).
+  uint32_t GatheredStream() const override { return fsdp2() ? kDefaultStream : kGatherStream; }
+  bool ReleaseRecordsDefaultStream() const override { return !fsdp2(); }
 
   void SetupBuffers() override;
   void Gather(int unit) override;
@@ -85,10 +93,102 @@ class FsdpStrategy final : public GatheringStrategy {
   TensorId forward_all_gather_state_ = kNoTensor;
   std::vector<TensorId> prefetched_output_;
   TensorId reduce_scatter_state_ = kNoTensor;  // FSDP2: the last reduce-scatter's input
+  // FSDP1 CPUOffload: each unit's device copy of its sharded parameter,
+  // alive from its unshard to its reshard; and the sharded gradients kept on
+  // the device until the end of backward.
+  std::vector<TensorId> staged_shard_;
+  std::vector<TensorId> offloaded_grads_;
+  std::vector<TensorId> staged_inputs_;  // FSDP2 CPUOffloadPolicy: the unit being gathered
+  std::vector<std::optional<uint64_t>> mp_shard_done_;  // FSDP1: freed _mp_shard per unit
+
+  uint64_t ShardBytes(const Unit& u, bool half) const;
+  // Returns the _mp_shard that post_unshard frees (kNoTensor without
+  // mixed precision: the staged copy stays until reshard).
+  TensorId StageFsdp1Offload(int unit);
+  void StageFsdp2Offload(const Unit& u);
+  void ReleaseStaged(int unit);
+  void AfterRelease(int unit) override { ReleaseStaged(unit); }
+  TensorId AllocFlatOutput(const Unit& u);
+  void DropUnshardedGrads(Unit& u);
+  void AllocShardedGrads(const Unit& u);
 };
+
+// Bytes of a unit's sharded parameters as FSDP stores them: fp32 for
+// trainable parameters under mixed precision (accelerate's upcast), or
+// the half dtype when `half`.
+uint64_t FsdpStrategy::ShardBytes(const Unit& u, bool half) const {
+  uint64_t bytes = 0;
+  for (const Param* p : u.params) {
+    const uint64_t elem = half ? kHalf : s_.mixed && p->trainable ? 4 : p->elem_bytes;
+    bytes += CeilDiv(p->numel, s_.world) * elem;
+  }
+  return bytes;
+}
+
+// FSDP1 CPUOffload(offload_params=True), torch 2.4-2.13 (_runtime_utils.py
+// _unshard, _flat_param.py pre_unshard / _use_low_precision_shard /
+// flat_param_to): on _pre_unshard_stream the pinned host shard is copied to
+// the device. With MixedPrecision the copy is a full-precision temporary
+// cast into the low-precision _mp_shard, which the all-gather reads on the
+// unshard stream (record_stream) and post_unshard frees; without it the
+// device copy is the flat parameter's data until reshard.
+TensorId FsdpStrategy::StageFsdp1Offload(int unit) {
+  Graph& g = s_.tape->graph;
+  const uint32_t module = s_.tape->module();
+  const Unit& u = units_[unit];
+  const TensorId copy = g.Alloc(ShardBytes(u, false), Category::kParameters,
+                                "fsdp::h2d_sharded_param", module, kPreUnshardStream);
+  if (!s_.mixed) {
+    if (staged_shard_.size() <= static_cast<size_t>(unit))
+      staged_shard_.resize(unit + 1, kNoTensor);
+    staged_shard_[unit] = copy;
+    return kNoTensor;
+  }
+  const TensorId mp_shard = g.Alloc(ShardBytes(u, true), Category::kParameters, "fsdp::mp_shard",
+                                    module, kPreUnshardStream);
+  g.Drop(copy);
+  return mp_shard;
+}
+
+// FSDP2 CPUOffloadPolicy, torch 2.6-2.13 (_fsdp_param.py all_gather_inputs,
+// _fsdp_collectives.py foreach_all_gather): on the copy-in stream every
+// sharded parameter is copied to the device (fp32 after accelerate's upcast)
+// and cast to param_dtype; the casts are copied into the flat all-gather
+// output and deleted.
+void FsdpStrategy::StageFsdp2Offload(const Unit& u) {
+  Graph& g = s_.tape->graph;
+  const uint32_t module = s_.tape->module();
+  TensorId input = g.Alloc(ShardBytes(u, false), Category::kParameters, "fsdp::h2d_sharded_param",
+                           module, kGatherStream);
+  if (s_.mixed) {
+    const TensorId cast = g.Alloc(ShardBytes(u, true), Category::kParameters,
+                                  "fsdp::all_gather_input", module, kGatherStream);
+    g.Drop(input);
+    input = cast;
+  }
+  staged_inputs_.push_back(input);  // freed once the flat output holds it
+}
+
+// At reshard (inside the unit's release group): FSDP1 offload's staged device
+// shard goes (flat_param.data = _local_shard drops it; the unshard stream
+// read it, record_stream in _all_gather_flat_param), and a freed _mp_shard's
+// event completes with the unit's.
+void FsdpStrategy::ReleaseStaged(int unit) {
+  if (static_cast<size_t>(unit) < mp_shard_done_.size() && mp_shard_done_[unit]) {
+    released_.Add(mp_shard_done_[unit]);
+    mp_shard_done_[unit].reset();
+  }
+  if (static_cast<size_t>(unit) >= staged_shard_.size() || staged_shard_[unit] == kNoTensor) return;
+  released_.Add(s_.tape->graph.DropUsedOn(staged_shard_[unit], kGatherStream));
+  staged_shard_[unit] = kNoTensor;
+}
 
 void FsdpStrategy::SetupBuffers() {
   AssignUnits();
+  auto& names = s_.tape->out()->metadata();
+  names["stream.1"] = fsdp2() ? "all-gather copy-in (FSDP2)" : "unshard (FSDP1)";
+  names["stream.2"] = fsdp2() ? "reduce-scatter (FSDP2)" : "post-backward (FSDP1)";
+  if (!fsdp2() && s_.layout.offload != Offload::kNone) names["stream.3"] = "pre-unshard (FSDP1)";
   // What the optimizer sees: one sharded parameter per parameter (FSDP2
   // per-parameter DTensor shards; FSDP1's flat shard steps the same bytes).
   for (const Param& p : s_.tape->params) {
@@ -116,18 +216,29 @@ void FsdpStrategy::Gather(int unit) {
   Unit& u = units_[unit];
   if (u.gathered != kNoTensor || u.gather_bytes == 0) return;
   s_.tape->SetModule("fsdp.all_gather");
+  const bool offload = s_.layout.offload != Offload::kNone;
   TensorId flat = kNoTensor;
+  TensorId mp_shard = kNoTensor;
   if (fsdp2()) {
     if (prefetched_output_.size() > static_cast<size_t>(unit) &&
         prefetched_output_[unit] != kNoTensor) {
       flat = prefetched_output_[unit];
       prefetched_output_[unit] = kNoTensor;
     } else {
-      flat = s_.tape->graph.Alloc(u.gather_bytes, Category::kCommunication,
-                                  "fsdp::all_gather_output", s_.tape->module());
+      flat = AllocFlatOutput(u);
     }
+  } else {
+    WaitForOldestRelease();
+    if (offload) mp_shard = StageFsdp1Offload(unit);
   }
   AllocGathered(u, "fsdp::all_gather");
+  if (mp_shard != kNoTensor) {
+    // post_unshard: the all-gather read it on the unshard stream. Its event
+    // completes with the unit's reshard (stream order: the gather precedes
+    // the unit's compute).
+    if (mp_shard_done_.size() <= static_cast<size_t>(unit)) mp_shard_done_.resize(unit + 1);
+    mp_shard_done_[unit] = s_.tape->graph.DropUsedOn(mp_shard, kGatherStream);
+  }
   if (!fsdp2()) return;
   if (in_backward_) {
     s_.tape->graph.Drop(flat);
@@ -150,8 +261,21 @@ void FsdpStrategy::Prefetch(int unit) {
     prefetched_output_.resize(unit + 1, kNoTensor);
   if (prefetched_output_[unit] != kNoTensor) return;
   s_.tape->SetModule("fsdp.all_gather");
-  prefetched_output_[unit] = s_.tape->graph.Alloc(u.gather_bytes, Category::kCommunication,
-                                                  "fsdp::all_gather_output", s_.tape->module());
+  prefetched_output_[unit] = AllocFlatOutput(u);
+}
+
+// FSDP2's flat all-gather output, on the copy-in stream (implicit forward /
+// backward prefetch, _fsdp_param_group.py get_all_gather_streams), after the
+// offloaded inputs are staged; freed without record_stream (the streams wait
+// on the copy-out event instead).
+TensorId FsdpStrategy::AllocFlatOutput(const Unit& u) {
+  Graph& g = s_.tape->graph;
+  if (s_.layout.offload != Offload::kNone) StageFsdp2Offload(u);
+  const TensorId flat = g.Alloc(u.gather_bytes, Category::kCommunication, "fsdp::all_gather_output",
+                                s_.tape->module(), kGatherStream);
+  for (TensorId t : staged_inputs_) g.Drop(t);
+  staged_inputs_.clear();
+  return flat;
 }
 
 void FsdpStrategy::OnForwardUnit(int unit, bool begin) {
@@ -173,8 +297,12 @@ void FsdpStrategy::OnForwardUnit(int unit, bool begin) {
 }
 
 // FSDP2 foreach_reduce (torch 2.4-2.11): the unsharded gradients are copied
-// into one reduce-scatter input, freed, reduce-scattered into a 1/N output in
-// reduce_dtype, then accumulated into the fp32 sharded .grad.
+// into one reduce-scatter input (current stream), freed, reduce-scattered
+// into a 1/N output in reduce_dtype on reduce_scatter_stream, then
+// accumulated into the fp32 sharded .grad (allocated there too). FSDP1
+// _post_backward_hook (torch 2.4-2.13): on _post_backward_stream the padded
+// gradient and the sharded output are allocated, and the autograd gradient,
+// read there, is freed after record_stream(_post_backward_stream).
 void FsdpStrategy::ReduceUnit(int unit) {
   Unit& u = units_[unit];
   Graph& g = s_.tape->graph;
@@ -191,13 +319,9 @@ void FsdpStrategy::ReduceUnit(int unit) {
     g.Drop(reduce_scatter_state_);
     reduce_scatter_state_ = kNoTensor;
   }
-  const TensorId input =
-      g.Alloc(bytes, Category::kCommunication, "fsdp::reduce_scatter_input", module);
-  for (Param* p : u.params) {
-    if (p->grad == kNoTensor) continue;
-    g.Drop(p->grad);
-    p->grad = kNoTensor;
-  }
+  const TensorId input = g.Alloc(bytes, Category::kCommunication, "fsdp::reduce_scatter_input",
+                                 module, fsdp2() ? kDefaultStream : kReduceStream);
+  DropUnshardedGrads(u);
   // Without a separate reduce dtype FSDP2's sharded .grad are views of the
   // reduce-scatter output itself (the first backward of a step): allocated
   // here as the shards' gradients, no second copy.
@@ -205,26 +329,56 @@ void FsdpStrategy::ReduceUnit(int unit) {
   const TensorId output = output_is_grad
                               ? kNoTensor
                               : g.Alloc(CeilDiv(bytes, s_.world), Category::kCommunication,
-                                        "fsdp::reduce_scatter_output", module);
+                                        "fsdp::reduce_scatter_output", module, kReduceStream);
   if (fsdp2()) {
     reduce_scatter_state_ = input;
   } else {
     g.Drop(input);
   }
   if (s_.layout.offload == Offload::kNone) {
-    for (Param* p : u.params) {
-      if (!p->trainable) continue;
-      Param& shard = s_.shards[p - s_.tape->params.data()];
-      if (shard.grad == kNoTensor) {
-        shard.grad = g.Alloc(shard.numel * shard.elem_bytes, Category::kGradients,
-                             "fsdp::sharded_grad", p->module);
-      }
-    }
+    AllocShardedGrads(u);
+  } else if (!fsdp2() && output != kNoTensor) {
+    // FSDP1 CPUOffload: the device _saved_grad_shard stays until
+    // _post_backward_final_callback (prepare_gradient_for_optim); the
+    // offload copy reads it on the same stream.
+    offloaded_grads_.push_back(output);
+    return;
   }
   if (output != kNoTensor) g.Drop(output);
 }
 
+void FsdpStrategy::DropUnshardedGrads(Unit& u) {
+  Graph& g = s_.tape->graph;
+  // Completed reduces: at most two in flight (assumed like DeepSpeed's
+  // max_param_reduce_events; docs/parallel.md).
+  if (!fsdp2() && reduced_grads_.groups() > 2) reduced_grads_.CompleteOldest(g);
+  for (Param* p : u.params) {
+    if (p->grad == kNoTensor) continue;
+    if (fsdp2()) {
+      g.Drop(p->grad);  // unsharded_grads.clear(): same stream, no record_stream
+    } else {
+      reduced_grads_.Add(g.DropUsedOn(p->grad, kReduceStream));
+    }
+    p->grad = kNoTensor;
+  }
+  reduced_grads_.EndGroup();
+}
+
+void FsdpStrategy::AllocShardedGrads(const Unit& u) {
+  Graph& g = s_.tape->graph;
+  for (Param* p : u.params) {
+    if (!p->trainable) continue;
+    Param& shard = s_.shards[p - s_.tape->params.data()];
+    if (shard.grad == kNoTensor) {
+      shard.grad = g.Alloc(shard.numel * shard.elem_bytes, Category::kGradients,
+                           "fsdp::sharded_grad", p->module, kReduceStream);
+    }
+  }
+}
+
 void FsdpStrategy::AfterReleaseAll() {
+  for (TensorId t : offloaded_grads_) s_.tape->graph.Drop(t);
+  offloaded_grads_.clear();
   for (TensorId& t : prefetched_output_) {
     if (t != kNoTensor) s_.tape->graph.Drop(t);
     t = kNoTensor;

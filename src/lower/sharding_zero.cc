@@ -201,21 +201,50 @@ class Zero3Strategy final : public GatheringStrategy {
 
   void SetupBuffers() override;
 
+  // With overlap_comm (the stage-3 default, config.py overlap_comm_valid)
+  // parameters are gathered on __allgather_stream and released by free_param
+  // after record_stream on the computation stream
+  // (partitioned_param_coordinator.py __all_gather_params_,
+  // partition_parameters.py free_param; DeepSpeed 0.14-0.16).
+  uint32_t GatheredStream() const override { return kGatherStream; }
+  bool ReleaseRecordsDefaultStream() const override { return true; }
+
   void Gather(int unit) override {
     Unit& u = units_[unit];
     if (u.gathered != kNoTensor || u.gather_bytes == 0) return;
+    // The computation stream is assumed two units behind the CPU, as
+    // FSDP1's rate limiter enforces (docs/parallel.md); DeepSpeed's fetch
+    // throttle (__max_ongoing_fetch_events = 2) waits on the all-gather
+    // stream only.
+    WaitForOldestRelease();
     s_.tape->SetModule("zero3.all_gather");
     AllocGathered(u, "zero3::all_gather");
   }
 
-  // Gradients are copied into the ipg bucket and reduce-scattered into the
-  // persistent partition buffer; the full gradients are freed
-  // (stage3.py __add_grad_to_ipg_bucket / __reduce_and_partition_ipg_grads).
+  // Gradients are copied into the ipg bucket on reduce_and_partition_stream
+  // and reduce-scattered into the persistent partition buffer; each full
+  // gradient is freed after record_stream on that stream, and at most two
+  // reduces stay in flight (max_param_reduce_events: the oldest is waited
+  // for) (stage3.py __add_grad_to_ipg_bucket /
+  // __reduce_and_partition_ipg_grads, DeepSpeed 0.14-0.16).
   void ReduceUnit(int unit) override {
+    Graph& g = s_.tape->graph;
+    if (reduced_grads_.groups() > 2) reduced_grads_.CompleteOldest(g);
+    uint64_t partition_bytes = 0;
     for (Param* p : units_[unit].params) {
       if (p->grad == kNoTensor) continue;
-      s_.tape->graph.Drop(p->grad);
+      partition_bytes += CeilDiv(g.Bytes(p->grad), s_.world);
+      reduced_grads_.Add(g.DropUsedOn(p->grad, kReduceStream));
       p->grad = kNoTensor;
+    }
+    reduced_grads_.EndGroup();
+    if (s_.layout.offload != Offload::kNone && partition_bytes > 0) {
+      // offload_optimizer: partition_grads copies each rank partition to
+      // the host and back to a device buffer (grad_buffer.to(device)) on the
+      // same stream (stage3.py partition_grads, 0.16).
+      s_.tape->SetModule("zero3.reduce");
+      g.Drop(g.Alloc(partition_bytes, Category::kCommunication, "zero3::grad_partition_copy",
+                     s_.tape->module(), kReduceStream));
     }
   }
 
@@ -268,6 +297,9 @@ class Zero3Strategy final : public GatheringStrategy {
 
 void Zero3Strategy::SetupBuffers() {
   AssignUnits();
+  auto& names = s_.tape->out()->metadata();
+  names["stream.1"] = "all-gather (DeepSpeed)";
+  names["stream.2"] = "reduce-and-partition (DeepSpeed)";
   const bool offload = s_.layout.offload != Offload::kNone;
   if (!s_.layout.zero.zero_init) {
     // No zero.Init: engine._configure_distributed_model moves the whole half

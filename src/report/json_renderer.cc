@@ -66,6 +66,16 @@ Json Oom(const SimResult& sim) {
           {"free_device_bytes", oom.free_device_bytes}};
 }
 
+// Reserved bytes per CUDA stream when reserved peaked: side streams keep
+// cached blocks of their own.
+Json ReservedByStream(const SimResult& sim) {
+  Json out = Json::array();
+  for (const StreamBytes& s : sim.reserved_by_stream_at_peak) {
+    out.push_back({{"stream", s.stream}, {"name", s.name}, {"reserved_bytes", s.reserved_bytes}});
+  }
+  return out;
+}
+
 // The per-rank-class fields: the contract's numbers plus the extras. The top
 // level repeats these for the worst class.
 void AddRankFields(const Report& report, const RankReport& rank, Json* out) {
@@ -84,6 +94,13 @@ void AddRankFields(const Report& report, const RankReport& rank, Json* out) {
                {"event_index", sim.peak_event_index},
                {"reserved_bytes", sim.reserved_at_peak_bytes}};
   o["fragmentation_at_peak_bytes"] = FragmentationAtPeakBytes(sim);
+  if (sim.peak_active_bytes) {
+    o["peak_active_bytes"] = *sim.peak_active_bytes;
+  } else {
+    o["peak_active_bytes"] = nullptr;
+  }
+  o["reserved_by_stream"] =
+      sim.reserved_by_stream_at_peak.empty() ? Json(nullptr) : ReservedByStream(sim);
   o["device_view"] = {{"reserved_bytes", sim.peak_reserved_bytes},
                       {"cuda_context_bytes", rank.extras.cuda_context_bytes},
                       {"nccl_bytes", rank.extras.nccl_bytes},
@@ -146,7 +163,8 @@ Json ReportToJson(const Report& report) {
   root["headroom_bytes"] = report.headroom_bytes();
   root["needed_bytes"] = report.needed_bytes();
   root["worst_rank_class"] = worst.rank_class;
-  for (const char* key : {"peak", "fragmentation_at_peak_bytes", "device_view", "top_allocations",
+  for (const char* key : {"peak", "fragmentation_at_peak_bytes", "peak_active_bytes",
+                          "reserved_by_stream", "device_view", "top_allocations",
                           "live_at_peak_count", "oom", "full_requirement", "state_only"}) {
     root[key] = worst_fields[key];
   }

@@ -132,6 +132,28 @@ void RenderThreeNumbers(const RankReport& rank, std::string* out) {
   }
 }
 
+// Only when more than one stream allocated: what the side streams' own pools
+// and their delayed frees (record_stream) cost.
+void RenderStreams(const SimResult& sim, std::string* out) {
+  if (sim.reserved_by_stream_at_peak.size() < 2) return;
+  Line(out, fmt::format("  At the reserved peak ({}), by CUDA stream (each stream caches its own "
+                        "blocks):",
+                        FormatBytes(sim.peak_reserved_bytes)));
+  for (const StreamBytes& s : sim.reserved_by_stream_at_peak) {
+    // Names come from the lowering or a trace's validated metadata (no
+    // control characters); long ones are cut.
+    const std::string label = s.stream == 0 && s.name.empty() ? "default" : s.name.substr(0, 40);
+    Line(out, fmt::format("    {}{}", PadRight(fmt::format("stream {} {}", s.stream, label), 46),
+                          FormatBytes(s.reserved_bytes)));
+  }
+  const uint64_t active = sim.peak_active_bytes.value_or(0);
+  if (active > sim.peak_allocated_bytes) {
+    Line(out, fmt::format("  Freed tensors another stream still used kept active memory up to {} "
+                          "(torch.cuda.memory_stats() active_bytes.all.peak).",
+                          FormatBytes(active)));
+  }
+}
+
 void RenderPeak(const SimResult& sim, std::string* out) {
   Line(out);
   Line(out, "When the peak happens");
@@ -141,6 +163,7 @@ void RenderPeak(const SimResult& sim, std::string* out) {
   Line(out, fmt::format("  Reserved then: {}, of which {} is cached by the allocator but unused.",
                         FormatBytes(sim.reserved_at_peak_bytes),
                         FormatBytes(FragmentationAtPeakBytes(sim))));
+  RenderStreams(sim, out);
 }
 
 void RenderBreakdown(const SimResult& sim, bool state_only, std::string* out) {

@@ -64,5 +64,28 @@ TEST(Retention, StreamWithoutBackwardIsUnchangedInBytes) {
   EXPECT_EQ(Peak(out), Peak(s));
 }
 
+// A gradient used on another stream and freed in backward: its free moves to
+// the phase end, and so does the `x` that completes it, so the rewritten
+// stream is still valid and the use survives the renumbering.
+TEST(Retention, StreamUsesFollowTheirDeferredFree) {
+  EventStream s;
+  s.BeginPhase(1, Phase::kBackward);
+  s.Alloc(7, kMiB, Category::kGradients, "AccumulateGrad", "w");
+  s.RecordStream(7, 2);
+  s.Free(7);
+  s.UsesDone(7);
+  s.Alloc(8, kMiB, Category::kTemporaries, "mm", "w");
+  s.BeginPhase(1, Phase::kOptimizer);
+  const EventStream out = RetainGraphUntilEnd(s);
+  ASSERT_TRUE(out.Validate().ok()) << out.Validate().error().message;
+  std::vector<EventKind> kinds;
+  for (const Event& e : out.events()) kinds.push_back(e.kind);
+  EXPECT_EQ(kinds,
+            (std::vector<EventKind>{EventKind::kPhase, EventKind::kAlloc, EventKind::kRecordStream,
+                                    EventKind::kAlloc, EventKind::kFree, EventKind::kUsesDone,
+                                    EventKind::kPhase}));
+  EXPECT_EQ(out.events()[2].stream, 2u);
+}
+
 }  // namespace
 }  // namespace vramscope

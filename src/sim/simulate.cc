@@ -43,6 +43,9 @@ struct Replayer {
   // Ids whose allocation failed with OOM (when not stopping at OOM): their
   // frees are ignored.
   std::unordered_map<uint64_t, bool> failed;
+  // Freed ids whose memory waits for other streams' work (record_stream),
+  // with the allocator's ticket for that work; the newest free of an id.
+  std::unordered_map<uint64_t, FreeTicket> pending;
   CategoryBytes by_category{};
   uint32_t step = 0;
   Phase phase = Phase::kSetup;
@@ -71,7 +74,10 @@ struct Replayer {
         step = e.step;
         phase = e.phase;
         return Outcome::kOk;
-      case EventKind::kEmptyCache: allocator.EmptyCache(); return Outcome::kOk;
+      case EventKind::kEmptyCache:
+        allocator.EmptyCache();
+        pending.clear();  // empty_cache waited for every event
+        return Outcome::kOk;
       case EventKind::kAlloc: {
         if (e.size_bytes > kMaxSizeBytes) {
           return MakeError(
@@ -104,14 +110,37 @@ struct Replayer {
           return MakeError(fmt::format("event {}: free of id {} that is not live", index, e.id));
         }
         by_category[static_cast<int>(entry->category)] -= entry->block_bytes;
-        allocator.Free(entry->handle);
+        if (const FreeTicket ticket = allocator.Free(entry->handle); ticket != kNoPendingFree) {
+          pending[e.id] = ticket;
+        }
         if (track_peak_set && have_peak && entry->alloc_event <= peak_event) {
           freed_since_peak.push_back({e.id, *entry});
         }
         live.Erase(e.id);
         return Outcome::kOk;
       }
+      case EventKind::kRecordStream: return RecordStream(e, index);
+      case EventKind::kUsesDone: {
+        // Nothing pending when the use was on the allocation's own stream,
+        // in ideal mode, or after an empty_cache already waited for it.
+        if (auto it = pending.find(e.id); it != pending.end()) {
+          allocator.CompleteFreeEvents(it->second);
+          pending.erase(it);
+        }
+        return Outcome::kOk;
+      }
     }
+    return Outcome::kOk;
+  }
+
+  Result<Outcome> RecordStream(const Event& e, uint64_t index) {
+    const LiveEntry* entry = live.Find(e.id);
+    if (entry == nullptr) {
+      if (failed.count(e.id) != 0) return Outcome::kOk;
+      return MakeError(
+          fmt::format("event {}: record_stream of id {} that is not live", index, e.id));
+    }
+    allocator.RecordStream(entry->handle, e.stream);
     return Outcome::kOk;
   }
 
@@ -125,6 +154,17 @@ struct Replayer {
     return out;
   }
 };
+
+std::vector<StreamBytes> NamedStreams(const EventStream& stream,
+                                      const std::vector<StreamReserved>& reserved) {
+  std::vector<StreamBytes> out;
+  out.reserve(reserved.size());
+  for (const StreamReserved& r : reserved) {
+    auto it = stream.metadata().find(fmt::format("stream.{}", r.stream));
+    out.push_back({r.stream, it == stream.metadata().end() ? "" : it->second, r.reserved_bytes});
+  }
+  return out;
+}
 
 void ClosePhase(std::vector<PhasePeak>& phases, uint64_t allocated_bytes) {
   if (!phases.empty()) phases.back().allocated_at_end_bytes = allocated_bytes;
@@ -185,6 +225,11 @@ Result<SimResult> Simulate(const EventStream& stream, const SimOptions& options)
       }
       if (options.stop_at_oom) break;
     }
+    if (stats.reserved_bytes > result.peak_reserved_bytes) {
+      // The reserved peak only moves when a segment is created: rare.
+      result.peak_reserved_bytes = stats.reserved_bytes;
+      result.reserved_by_stream_at_peak = NamedStreams(stream, replay.allocator.ReservedByStream());
+    }
     PhasePeak& current = result.phases.back();
     current.peak_allocated_bytes = std::max(current.peak_allocated_bytes, stats.allocated_bytes);
     current.peak_reserved_bytes = std::max(current.peak_reserved_bytes, stats.reserved_bytes);
@@ -206,6 +251,7 @@ Result<SimResult> Simulate(const EventStream& stream, const SimOptions& options)
   result.final_stats = replay.allocator.stats();
   result.peak_reserved_bytes = result.final_stats.peak_reserved_bytes;
   result.peak_requested_bytes = result.final_stats.peak_requested_bytes;
+  result.peak_active_bytes = result.final_stats.peak_active_bytes;
   result.timeline = timeline.Finish();
   if (replay.have_peak && options.top_allocations > 0) {
     std::vector<LiveAt> live_at_peak = replay.LiveAtPeak();

@@ -58,6 +58,47 @@ TEST(Simulate, CachingAllocatorRoundsAndReserves) {
   EXPECT_EQ(r->peak_requested_bytes, 100u);
 }
 
+// A block used on another stream is reusable only after its `x` record: the
+// second 3 MiB allocation needs the free remainder of the segment, the third
+// (after `x`) takes the first block back. Reserved is split by stream at its
+// peak: stream 1's segment is the side stream's cost.
+TEST(Simulate, RecordStreamDelaysReuseUntilUsesDone) {
+  constexpr uint64_t MiB = 1 << 20;
+  EventStream s;
+  s.metadata()["stream.1"] = "all-gather";
+  s.Alloc(1, 3 * MiB, Category::kParameters, "gather", "", /*stream=*/1);
+  s.RecordStream(1, 0);
+  s.Free(1);
+  s.Alloc(2, 3 * MiB, Category::kParameters, "gather", "", 1);
+  s.UsesDone(1);
+  s.Alloc(3, 3 * MiB, Category::kParameters, "gather", "", 1);
+  s.Alloc(4, 3 * MiB, Category::kActivations, "mm", "", 0);
+  ASSERT_TRUE(s.Validate().ok());
+  auto r = Simulate(s, SimOptions{});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->peak_allocated_bytes, 9 * MiB);
+  EXPECT_EQ(r->final_stats.active_bytes, 9 * MiB);
+  EXPECT_EQ(r->peak_reserved_bytes, 40 * MiB);
+  EXPECT_EQ(r->reserved_by_stream_at_peak,
+            (std::vector<StreamBytes>{{0, "", 20 * MiB}, {1, "all-gather", 20 * MiB}}));
+  EXPECT_EQ(r->final_stats.num_device_alloc, 2u);
+  // Without the `x` the third allocation finds only 11 MiB free: a new segment.
+  EventStream late = s;
+  late.mutable_events().erase(late.mutable_events().begin() + 4);
+  auto r2 = Simulate(late, SimOptions{});
+  ASSERT_TRUE(r2.ok());
+  EXPECT_EQ(r2->final_stats.active_bytes, 12 * MiB);
+  EXPECT_EQ(r2->final_stats.num_device_alloc, 2u);
+}
+
+TEST(Simulate, RecordStreamOfUnknownIdIsAnError) {
+  EventStream s;
+  s.RecordStream(5, 1);
+  auto r = Simulate(s, SimOptions{});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().message, "event 0: record_stream of id 5 that is not live");
+}
+
 TEST(Simulate, FreeOfUnknownIdIsAnError) {
   EventStream s;
   s.Free(7);
