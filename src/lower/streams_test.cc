@@ -136,8 +136,7 @@ size_t CountKind(const EventStream& stream, EventKind kind) {
 TEST(Streams, Fsdp1ForwardGathersOnTheUnshardStreamUnderTheRateLimiter) {
   const EventStream s = Lowered(Sharded(DataParallel::kFsdp, 1));
   const OpTrace gathers(s, "fsdp::all_gather");
-  EXPECT_EQ(gathers.Of(PhaseEvents(s, 1, Phase::kForward)),
-            "Ga Gb Rb Gc Rc Xb Gd Rd Xc Ge Re");
+  EXPECT_EQ(gathers.Of(PhaseEvents(s, 1, Phase::kForward)), "Ga Gb Rb Gc Rc Xb Gd Rd Xc Ge Re");
   EXPECT_EQ(AllocStreams(s, "fsdp::all_gather"), (std::set<uint32_t>{1}));
   EXPECT_EQ(s.metadata().at("stream.1"), "unshard (FSDP1)");
 }
@@ -149,8 +148,7 @@ TEST(Streams, Fsdp1ForwardGathersOnTheUnshardStreamUnderTheRateLimiter) {
 TEST(Streams, Fsdp1BackwardPrefetchesUnderTheRateLimiter) {
   const EventStream s = Lowered(Sharded(DataParallel::kFsdp, 1));
   const OpTrace gathers(s, "fsdp::all_gather");
-  EXPECT_EQ(gathers.Of(PhaseEvents(s, 1, Phase::kBackward)),
-            "Xd Gf Gg Rf Xe Gh Rg Xf Gi Rh Ri Ra");
+  EXPECT_EQ(gathers.Of(PhaseEvents(s, 1, Phase::kBackward)), "Xd Gf Gg Rf Xe Gh Rg Xf Gi Rh Ri Ra");
 }
 
 // The unsharded gradients are freed after record_stream on the post-backward

@@ -110,6 +110,18 @@ std::vector<Assumption> DescribeAssumptions(const TrainingSetup& s) {
   out.push_back(
       {"steps", fmt::format("{} optimizer steps simulated; the peak is the worst of them", s.steps),
        "--steps"});
+  const bool side_streams =
+      s.parallel.dp_mode == DataParallel::kZero3 ||
+      (s.parallel.dp_mode == DataParallel::kFsdp && s.parallel.fsdp_version == 1);
+  if (side_streams) {
+    // docs/parallel.md "Side streams": FSDP1's limiter fixes it for the flat
+    // parameters; for the rest it is the model's assumption.
+    out.push_back({"GPU lag",
+                   "memory freed while a side stream still uses it (record_stream) is reusable "
+                   "once the computation is two layers further: FSDP1's rate limiter enforces this "
+                   "for gathered parameters, the rest is assumed",
+                   ""});
+  }
   return out;
 }
 
