@@ -9,6 +9,8 @@ packages=(
   nlohmann-json3-dev libcli11-dev libfmt-dev libcurl4-openssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-pytest python3-torch python3-torchvision
+  python3-dev pybind11-dev  # the Python package's engine module (python/core/)
+  python3-venv  # the wheel's smoke test installs it into a fresh virtual environment
   chromium  # headless browser: tests/html_test.py renders the HTML reports offline
 )
 missing=()
