@@ -166,3 +166,57 @@ def test_check_records_an_oom(tmp_path):
     [line] = (tmp_path / "oom.jsonl").read_text().splitlines()
     assert json.loads(line)["status"] == "oom"
     assert validate(tmp_path / "oom.jsonl")["summary"]["oom_runs"] == 1
+
+
+def test_oom_dumps_a_snapshot_and_explains_it(tmp_path, monkeypatch):
+    """On CUDA out-of-memory the check writes a snapshot (here: a recorded one from the tests'
+    data, as if torch had dumped it) and explains it."""
+    import shutil
+
+    snapshot = ROOT / "tests" / "data" / "snapshots" / "oom.pickle"
+    monkeypatch.setattr(torch.cuda.memory, "_dump_snapshot",
+                        lambda path: shutil.copy(snapshot, path))
+
+    class OutOfMemoryError(RuntimeError):
+        pass
+
+    out = io.StringIO()
+    check = vramscope.check("llama-3.2-1b", record=tmp_path / "oom.jsonl", out=out,
+                            snapshot_path=tmp_path / "oom.pickle",
+                            memory_reader=FakeCudaMemory(70 << 30, 79 << 30))
+    with pytest.raises(OutOfMemoryError):
+        with check:
+            raise OutOfMemoryError("CUDA out of memory")
+    assert check.explained.data["snapshot"] == vramscope.explain(snapshot).data["snapshot"]
+    assert check.explained.text().strip() in out.getvalue()
+
+
+class Args:
+    """The TrainingArguments fields the callback reads."""
+
+    def __init__(self, **fields):
+        base = {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 1,
+                "bf16": True, "fp16": False, "optim": "adamw_torch", "world_size": 8,
+                "gradient_checkpointing": False, "deepspeed": None, "fsdp": [],
+                "fsdp_config": {}, "hf_deepspeed_config": None}
+        self.__dict__.update(base, **fields)
+
+
+def test_trainer_knobs_read_deepspeed_fsdp_and_ddp(tmp_path):
+    from vramscope.integrations.transformers import trainer_knobs
+
+    model = tiny_llama()
+    ds = tmp_path / "ds.json"
+    ds.write_text(json.dumps({"zero_optimization": {
+        "stage": 3, "offload_optimizer": {"device": "cpu"}}}))
+    knobs = trainer_knobs(Args(deepspeed=str(ds)), model)
+    assert knobs == {"batch": 4, "grad_accum": 1, "precision": "bf16-mixed",
+                     "optimizer": "adamw", "attn": "sdpa", "gpus": 8, "zero": 3,
+                     "offload": "optimizer"}
+    knobs = trainer_knobs(Args(fsdp=["full_shard", "auto_wrap"], fsdp_config={"version": 2},
+                               gradient_checkpointing=True,
+                               gradient_checkpointing_kwargs={"use_reentrant": False}), model)
+    assert knobs["fsdp"] == "full" and knobs["fsdp_version"] == 2 and knobs["grad_ckpt"] == "full"
+    assert trainer_knobs(Args(), model)["ddp"] is True
+    # What they say is something the engine estimates.
+    assert vramscope.estimate("llama-3.2-1b", **knobs).data["ranks"]
