@@ -139,6 +139,33 @@ def test_report_renders_what_the_cli_writes(tmp_path):
     assert "<table>" in report._repr_html_() and "<svg" in report._repr_html_()
 
 
+def test_timeline_frame_with_pandas():
+    pd = pytest.importorskip("pandas")
+    report = vramscope.estimate("llama-3.2-1b")
+    frame = report.timeline_frame()
+    assert isinstance(frame, pd.DataFrame)
+    assert frame["allocated_bytes"].max() == report.peak_allocated_bytes
+
+
+def test_the_gil_is_released_while_the_engine_runs():
+    """A Python thread keeps running while another waits on a long sweep."""
+    import threading
+
+    done = threading.Event()
+    ticks = 0
+
+    def work():
+        vramscope.sweep("llama-3-8b", seq="256:8192:40", batch=[1, 2, 4])
+        done.set()
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    while not done.is_set():
+        ticks += 1
+    thread.join()
+    assert ticks > 10000  # with the GIL held, the loop would stall for the whole sweep
+
+
 def cli_error(*args):
     """The message of the CLI's one error line, without its prefix and "(see --help)"."""
     p = cli(*args)

@@ -128,6 +128,7 @@ class Report(Result):
         ax.set_ylabel("GiB")
         ax.set_title(f"{self.data.get('source', '')} on {self.data['gpu']['name']}")
         ax.legend()
+        ax.figure.tight_layout()
         return ax
 
     def _repr_html_(self) -> str:

@@ -60,6 +60,16 @@ def test_meta_module_config_and_catalog_give_the_same_estimate(alias):
         assert from_module.data[key] == from_config.data[key] == from_catalog.data[key], key
 
 
+def test_searches_take_model_objects():
+    config = catalog_config("qwen2.5-0.5b")
+    model = meta_model(config)
+    sweep = {"seq": "512:2048:3", "finetune": "lora"}
+    points = [p["peak_allocated_bytes"] for p in vramscope.sweep("qwen2.5-0.5b", **sweep).points]
+    assert [p["peak_allocated_bytes"] for p in vramscope.sweep(model, **sweep).points] == points
+    assert vramscope.fit(config, gpu="l4").max_batch == vramscope.fit("qwen2.5-0.5b",
+                                                                     gpu="l4").max_batch
+
+
 def test_meta_module_parameters_are_read_exactly():
     """A module that differs from its config (an extra parameter) is estimated as it is."""
     config = catalog_config("qwen2.5-0.5b")
