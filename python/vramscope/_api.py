@@ -10,7 +10,12 @@ from __future__ import annotations
 import os
 import warnings
 
-from . import _core
+try:
+    from . import _core
+except ImportError as e:  # the recorder-only install (python/pyproject.toml)
+    raise ImportError("vramscope's engine module (vramscope._core) is not installed here: "
+                      "this is the recorder alone (vramscope.trace); `pip install .` at the "
+                      "top of the repository installs the engine too") from e
 from ._knobs import check_keys, to_flags
 from ._model import resolve
 from ._report import Report, Result
