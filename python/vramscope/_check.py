@@ -57,16 +57,33 @@ def optimizer_knob(optimizer) -> str | None:
     return table.get(name)
 
 
+def _is_peft(model) -> bool:
+    return isinstance(getattr(model, "peft_config", None), dict) and bool(model.peft_config)
+
+
+def estimate_input(model):
+    """What to estimate for `model`: the object itself, except a PEFT model (LoRA layers
+    wrapped around the base ones, maybe quantized), which is its base config with the LoRA
+    knobs (model_knobs), as the engine lowers LoRA and QLoRA from the knobs."""
+    if _is_peft(model) and getattr(model, "config", None) is not None:
+        return model.config
+    return model
+
+
 def model_knobs(model) -> dict:
     """Knobs the model object says itself: LoRA (a PEFT model) and gradient checkpointing."""
     knobs = {}
-    peft_config = getattr(model, "peft_config", None)
-    if isinstance(peft_config, dict) and peft_config:
-        cfg = next(iter(peft_config.values()))
+    if _is_peft(model):
+        cfg = next(iter(model.peft_config.values()))
         if getattr(cfg, "r", None):
-            knobs["finetune"] = "lora"
+            quantized = getattr(model, "is_loaded_in_4bit", False) or \
+                getattr(getattr(model, "base_model", None), "is_loaded_in_4bit", False)
+            knobs["finetune"] = "qlora" if quantized else "lora"
             knobs["lora_rank"] = int(cfg.r)
             knobs["lora_dropout"] = float(getattr(cfg, "lora_dropout", 0.0) or 0.0)
+            targets = _lora_targets(getattr(cfg, "target_modules", None))
+            if targets:
+                knobs["lora_targets"] = targets
     if _checkpointing(model):
         knobs["grad_ckpt"] = "full"
     return knobs
@@ -99,7 +116,7 @@ class MemoryCheck:
     # -- the prediction ------------------------------------------------------
     def predict(self):
         from ._api import estimate
-        self.prediction = estimate(self.model, **self.knobs)
+        self.prediction = estimate(estimate_input(self.model), **self.knobs)
         self._print_prediction()
         return self.prediction
 
@@ -229,6 +246,22 @@ class MemoryCheck:
         if exc is None:
             self.finish()
         return False
+
+
+# PEFT target module names -> --lora-targets names.
+_LORA_TARGETS = {"q_proj": "q", "k_proj": "k", "v_proj": "v", "o_proj": "o", "gate_proj": "gate",
+                 "up_proj": "up", "down_proj": "down", "lm_head": "lm_head"}
+
+
+def _lora_targets(modules) -> str | None:
+    """--lora-targets for PEFT's target_modules; None when a name has no knob value."""
+    if isinstance(modules, str):
+        return "all-linear" if modules == "all-linear" else None
+    names = [_LORA_TARGETS.get(m) for m in (modules or [])]
+    if not names or None in names:
+        return None
+    order = list(_LORA_TARGETS.values())
+    return ",".join(sorted(set(names), key=order.index))
 
 
 def _checkpointing(model) -> bool:

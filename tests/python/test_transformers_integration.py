@@ -163,6 +163,21 @@ def test_check_around_a_plain_loop(tmp_path):
     assert row["predicted"]["peak_allocated_bytes"] == check.prediction.peak_allocated_bytes
 
 
+def test_check_of_a_peft_model_estimates_its_config_with_the_lora_knobs():
+    peft = pytest.importorskip("peft")
+    model = peft.get_peft_model(tiny_llama(), peft.LoraConfig(
+        r=4, lora_alpha=8, lora_dropout=0.1, target_modules=["q_proj", "v_proj", "o_proj"]))
+    check = vramscope.check(model, "adamw", batch=2, seq=16, precision="fp32", out=io.StringIO(),
+                            memory_reader=FakeCudaMemory(MiB, MiB))
+    assert {k: check.knobs[k] for k in ("finetune", "lora_rank", "lora_targets")} == \
+        {"finetune": "lora", "lora_rank": 4, "lora_targets": "q,v,o"}
+    report = check.predict()
+    want = vramscope.estimate(model.config, **check.knobs)
+    assert report.data["peak_allocated_bytes"] == want.data["peak_allocated_bytes"]
+    assert report.model["trainable_parameters"] == sum(
+        p.numel() for p in model.parameters() if p.requires_grad)
+
+
 def test_check_records_an_oom(tmp_path):
     class OutOfMemoryError(RuntimeError):  # torch.cuda.OutOfMemoryError's name
         pass
