@@ -44,7 +44,7 @@ function(vs_check_build_deps)
   execute_process(COMMAND ${PROJECT_SOURCE_DIR}/scripts/deps.sh --build RESULT_VARIABLE code)
   vs_missing_build_deps(still_missing)
   if(NOT code EQUAL 0 OR still_missing)
-    message(FATAL_ERROR "vramscope: scripts/deps.sh --build failed (exit ${code}); missing: "
-                        "${still_missing}")
+    message(FATAL_ERROR "vramscope: after scripts/deps.sh --build (exit ${code}) CMake still "
+                        "does not find: ${still_missing}")
   endif()
 endfunction()
