@@ -43,21 +43,21 @@ class Value {
   const std::vector<std::string>& warnings() const { return warnings_; }
   std::optional<std::string> text() const { return Render(value_.text); }
   std::optional<std::string> html() const { return Render(value_.html); }
-  std::optional<std::string> svg() const {
-    if (!value_.report) return std::nullopt;
-    return RenderSvg(*value_.report);
-  }
-  std::optional<std::string> csv() const {
-    if (!value_.report) return std::nullopt;
-    return RenderTimelineCsv(*value_.report);
-  }
+  std::optional<std::string> svg() const { return RenderReport(&RenderSvg); }
+  std::optional<std::string> csv() const { return RenderReport(&RenderTimelineCsv); }
   py::object timeline() const;
 
  private:
+  // Renders without the GIL; nullopt when there is nothing to render.
   static std::optional<std::string> Render(const std::function<std::string()>& render) {
     if (!render) return std::nullopt;
     py::gil_scoped_release release;
     return render();
+  }
+  std::optional<std::string> RenderReport(std::string (*render)(const Report&)) const {
+    if (!value_.report) return std::nullopt;
+    py::gil_scoped_release release;
+    return render(*value_.report);
   }
 
   cli::CommandValue value_;
