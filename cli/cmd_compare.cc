@@ -56,32 +56,32 @@ Result<CompareEstimateArgs> ParseCompareEstimateArgs(const std::vector<std::stri
 
 // The measured side comes from the snapshot stage, the predicted one from
 // Estimate (a stage above it), so the two meet here.
+Result<Comparison> ComputeCompare(const CompareArgs& args, const CompareEstimateArgs& estimate,
+                                  const ModelIo& io) {
+  VS_TRY(setup, estimate.knobs.ToSetup());
+  VS_TRY(gpu, FindGpu(setup.gpu));
+  ExplainOptions options;
+  options.device = args.device;
+  VS_TRY(measured, ExplainSnapshotFile(args.snapshot_path, gpu, options));
+  VS_TRY(model, ResolveModel(estimate.model, io));
+  estimate.knobs.Warn(model, setup);
+  VS_TRY(predicted, Estimate(model, setup));
+  predicted.report.source = estimate.model;
+  return CompareMeasured(measured, predicted.report);
+}
+
 int RunCompare(const CompareArgs& args) {
   auto estimate_args = ParseCompareEstimateArgs(args.estimate_args);
   if (!estimate_args.ok()) return FailBadInput(estimate_args.error());
-  auto setup = estimate_args->knobs.ToSetup();
-  if (!setup.ok()) return FailBadInput(setup.error());
-  auto gpu = FindGpu(setup->gpu);
-  if (!gpu.ok()) return FailBadInput(gpu.error());
-  ExplainOptions options;
-  options.device = args.device;
-  auto measured = ExplainSnapshotFile(args.snapshot_path, *gpu, options);
-  if (!measured.ok()) return FailBadInput(measured.error());
-  auto model = ResolveModel(estimate_args->model, LocalModelIo());
-  if (!model.ok()) return FailBadInput(model.error());
-  estimate_args->knobs.Warn(*model, *setup);
-  auto predicted = Estimate(*model, *setup);
-  if (!predicted.ok()) return FailBadInput(predicted.error());
-  predicted->report.source = estimate_args->model;
-
-  const Comparison comparison = CompareMeasured(*measured, predicted->report);
-  const std::string text = (args.json || estimate_args->json) ? RenderComparisonJson(comparison)
-                                                              : RenderComparisonText(comparison);
+  auto comparison = ComputeCompare(args, *estimate_args, LocalModelIo());
+  if (!comparison.ok()) return FailBadInput(comparison.error());
+  const std::string text = (args.json || estimate_args->json) ? RenderComparisonJson(*comparison)
+                                                              : RenderComparisonText(*comparison);
   std::fwrite(text.data(), 1, text.size(), stdout);
   return kExitOk;
 }
 
-RunFn SetupCompare(CLI::App* sub) {
+std::shared_ptr<CompareArgs> DeclareCompare(CLI::App* sub) {
   auto args = std::make_shared<CompareArgs>();
   sub->add_option("SNAPSHOT", args->snapshot_path,
                   "File written by torch.cuda.memory._dump_snapshot() (pickle) or its JSON form")
@@ -90,12 +90,31 @@ RunFn SetupCompare(CLI::App* sub) {
                   "After --: MODEL and the knobs of `vramscope estimate`");
   sub->add_option("--device", args->device, "CUDA device of the snapshot (default: most traced)");
   sub->add_flag("--json", args->json, "Print the comparison as JSON (integer bytes)");
+  return args;
+}
+
+RunFn SetupCompare(CLI::App* sub) {
+  auto args = DeclareCompare(sub);
   return [args] { return RunCompare(*args); };
+}
+
+ValueFn SetupCompareValue(CLI::App* sub) {
+  auto args = DeclareCompare(sub);
+  return [args](const ModelIo& io) -> Result<CommandValue> {
+    VS_TRY(estimate_args, ParseCompareEstimateArgs(args->estimate_args));
+    VS_TRY(comparison, ComputeCompare(*args, estimate_args, io));
+    auto shared = std::make_shared<const Comparison>(std::move(comparison));
+    CommandValue value;
+    value.json = RenderComparisonJson(*shared);
+    value.text = [shared] { return RenderComparisonText(*shared); };
+    return value;
+  };
 }
 
 }  // namespace
 
 extern const CommandSpec kCompareCommand = {
-    "compare", "Measured (snapshot) vs predicted (estimate) memory, side by side", &SetupCompare};
+    "compare", "Measured (snapshot) vs predicted (estimate) memory, side by side", &SetupCompare,
+    &SetupCompareValue};
 
 }  // namespace vramscope::cli

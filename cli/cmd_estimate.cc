@@ -23,26 +23,31 @@ struct EstimateArgs {
   OutputOptions out;
 };
 
-int RunEstimate(const EstimateArgs& args) {
-  auto setup = args.knobs.ToSetup();
-  if (!setup.ok()) return FailBadInput(setup.error());
-  auto model = ResolveModel(args.model, LocalModelIo());
-  if (!model.ok()) return FailBadInput(model.error());
-  args.knobs.Warn(*model, *setup);
+// The estimate of `args`, the model resolved through `io` (the CLI's disk,
+// environment and Hub, or the Python module's view of an in-memory model).
+Result<Estimated> ComputeEstimate(const EstimateArgs& args, const ModelIo& io) {
+  VS_TRY(setup, args.knobs.ToSetup());
+  VS_TRY(model, ResolveModel(args.model, io));
+  args.knobs.Warn(model, setup);
   EstimateOptions options;
   options.top_allocations = args.top;
   options.keep_events = !args.events_path.empty();
   options.explain = args.explain;
-  auto est = Estimate(*model, *setup, options);
+  VS_TRY(est, Estimate(model, setup, options));
+  est.report.source = args.model;
+  return std::move(est);
+}
+
+int RunEstimate(const EstimateArgs& args) {
+  auto est = ComputeEstimate(args, LocalModelIo());
   if (!est.ok()) return FailBadInput(est.error());
   const int events =
       WriteOutputFiles({{args.events_path, [&] { return WriteEventText(est->events); }}});
   if (events != kExitOk) return events;
-  est->report.source = args.model;
   return EmitReport(est->report, args.out);
 }
 
-RunFn SetupEstimate(CLI::App* sub) {
+std::shared_ptr<EstimateArgs> DeclareEstimate(CLI::App* sub) {
   auto args = std::make_shared<EstimateArgs>();
   sub->add_option("MODEL", args->model,
                   "Catalog alias, Hugging Face id, config.json path or model directory")
@@ -53,12 +58,26 @@ RunFn SetupEstimate(CLI::App* sub) {
   AddOutputFileOption(sub, "--events", &args->events_path,
                       "Also write the lowered event stream to FILE");
   AddOutputFlags(sub, &args->out);
+  return args;
+}
+
+RunFn SetupEstimate(CLI::App* sub) {
+  auto args = DeclareEstimate(sub);
   return [args] { return RunEstimate(*args); };
+}
+
+ValueFn SetupEstimateValue(CLI::App* sub) {
+  auto args = DeclareEstimate(sub);
+  return [args](const ModelIo& io) -> Result<CommandValue> {
+    VS_TRY(est, ComputeEstimate(*args, io));
+    return ReportValue(std::move(est.report));
+  };
 }
 
 }  // namespace
 
 extern const CommandSpec kEstimateCommand = {
-    "estimate", "Predict the GPU memory of training MODEL with the given knobs", &SetupEstimate};
+    "estimate", "Predict the GPU memory of training MODEL with the given knobs", &SetupEstimate,
+    &SetupEstimateValue};
 
 }  // namespace vramscope::cli

@@ -28,19 +28,22 @@ int EmitExplainJson(const MeasuredSnapshot& measured, const OutputOptions& out) 
   return WriteReportFiles(measured.report, out);
 }
 
-int RunExplain(const ExplainArgs& args) {
-  auto gpu = FindGpu(args.gpu);
-  if (!gpu.ok()) return FailBadInput(gpu.error());
+Result<MeasuredSnapshot> ComputeExplain(const ExplainArgs& args) {
+  VS_TRY(gpu, FindGpu(args.gpu));
   ExplainOptions options;
   options.device = args.device;
   options.top_allocations = args.top;
-  auto measured = ExplainSnapshotFile(args.snapshot_path, *gpu, options);
+  return ExplainSnapshotFile(args.snapshot_path, gpu, options);
+}
+
+int RunExplain(const ExplainArgs& args) {
+  auto measured = ComputeExplain(args);
   if (!measured.ok()) return FailBadInput(measured.error());
   if (!args.out.json) return EmitReport(measured->report, args.out);
   return EmitExplainJson(*measured, args.out);
 }
 
-RunFn SetupExplain(CLI::App* sub) {
+std::shared_ptr<ExplainArgs> DeclareExplain(CLI::App* sub) {
   auto args = std::make_shared<ExplainArgs>();
   sub->add_option("SNAPSHOT", args->snapshot_path,
                   "File written by torch.cuda.memory._dump_snapshot() (pickle) or its JSON form")
@@ -53,12 +56,29 @@ RunFn SetupExplain(CLI::App* sub) {
       "GPU catalog entry for the device total and the fit verdict (see `vramscope gpus`)");
   sub->add_option("--top", args->top, "How many allocations alive at the peak to list");
   AddOutputFlags(sub, &args->out);
+  return args;
+}
+
+RunFn SetupExplain(CLI::App* sub) {
+  auto args = DeclareExplain(sub);
   return [args] { return RunExplain(*args); };
+}
+
+// The value's JSON is explain --json's (the report and its "snapshot" object).
+ValueFn SetupExplainValue(CLI::App* sub) {
+  auto args = DeclareExplain(sub);
+  return [args](const ModelIo&) -> Result<CommandValue> {
+    VS_TRY(measured, ComputeExplain(*args));
+    CommandValue value = ReportValue(measured.report);
+    value.json = RenderExplainJson(measured);
+    return value;
+  };
 }
 
 }  // namespace
 
-extern const CommandSpec kExplainCommand = {
-    "explain", "Explain a measured run from a PyTorch memory snapshot", &SetupExplain};
+extern const CommandSpec kExplainCommand = {"explain",
+                                            "Explain a measured run from a PyTorch memory snapshot",
+                                            &SetupExplain, &SetupExplainValue};
 
 }  // namespace vramscope::cli

@@ -26,29 +26,28 @@ struct FitArgs {
   bool json = false;
 };
 
-int RunFit(const FitArgs& args) {
-  auto setup = args.knobs.ToSetup();
-  if (!setup.ok()) return FailBadInput(setup.error());
-  auto gpu = FindGpu(setup->gpu);
-  if (!gpu.ok()) return FailBadInput(gpu.error());
-  auto margin = ParseMargin(args.margin, gpu->usable_bytes);
-  if (!margin.ok()) return FailBadInput(margin.error());
-  auto model = ResolveModel(args.model, LocalModelIo());
-  if (!model.ok()) return FailBadInput(model.error());
-  args.knobs.Warn(*model, *setup);
+Result<FitResult> ComputeFit(const FitArgs& args, const ModelIo& io) {
+  VS_TRY(setup, args.knobs.ToSetup());
+  VS_TRY(gpu, FindGpu(setup.gpu));
+  VS_TRY(margin, ParseMargin(args.margin, gpu.usable_bytes));
+  VS_TRY(model, ResolveModel(args.model, io));
+  args.knobs.Warn(model, setup);
   FitOptions options;
-  options.margin_bytes = *margin;
+  options.margin_bytes = margin;
   options.max_batch = args.max_batch;
   options.max_seq = args.max_seq;
   // A parallel mode on the command line asks for the fewest GPUs too.
   options.search_gpus =
-      setup->parallel.dp_mode != DataParallel::kNone || setup->parallel.model_parallel();
+      setup.parallel.dp_mode != DataParallel::kNone || setup.parallel.model_parallel();
   if (args.max_gpus < 1 || args.max_gpus > 65536) {
-    return FailBadInput(
-        MakeError(fmt::format("--max-gpus: {} is outside 1..65536", args.max_gpus)));
+    return MakeError(fmt::format("--max-gpus: {} is outside 1..65536", args.max_gpus));
   }
   options.max_gpus = static_cast<uint32_t>(args.max_gpus);
-  auto fit = Fit(*model, *setup, options);
+  return Fit(model, setup, options);
+}
+
+int RunFit(const FitArgs& args) {
+  auto fit = ComputeFit(args, LocalModelIo());
   if (!fit.ok()) return FailBadInput(fit.error());
   const std::string text =
       args.json ? RenderFitJson(*fit, args.model) + "\n" : RenderFitText(*fit, args.model);
@@ -56,7 +55,7 @@ int RunFit(const FitArgs& args) {
   return kExitOk;
 }
 
-RunFn SetupFit(CLI::App* sub) {
+std::shared_ptr<FitArgs> DeclareFit(CLI::App* sub) {
   auto args = std::make_shared<FitArgs>();
   sub->add_option("MODEL", args->model,
                   "Catalog alias, Hugging Face id, config.json path or model directory")
@@ -73,12 +72,30 @@ RunFn SetupFit(CLI::App* sub) {
                   "With --ddp/--zero/--fsdp/--tp/--pp: the most GPUs the fewest-GPU search tries "
                   "(default 4096)");
   sub->add_flag("--json", args->json, "Print the result as JSON (integer bytes)");
+  return args;
+}
+
+RunFn SetupFit(CLI::App* sub) {
+  auto args = DeclareFit(sub);
   return [args] { return RunFit(*args); };
+}
+
+ValueFn SetupFitValue(CLI::App* sub) {
+  auto args = DeclareFit(sub);
+  return [args](const ModelIo& io) -> Result<CommandValue> {
+    VS_TRY(fit, ComputeFit(*args, io));
+    auto shared = std::make_shared<const FitResult>(std::move(fit));
+    CommandValue value;
+    value.json = RenderFitJson(*shared, args->model);
+    value.text = [shared, args] { return RenderFitText(*shared, args->model); };
+    return value;
+  };
 }
 
 }  // namespace
 
 extern const CommandSpec kFitCommand = {
-    "fit", "The largest micro-batch and the longest sequence of MODEL that fit the GPU", &SetupFit};
+    "fit", "The largest micro-batch and the longest sequence of MODEL that fit the GPU", &SetupFit,
+    &SetupFitValue};
 
 }  // namespace vramscope::cli

@@ -24,12 +24,10 @@ struct PlanArgs {
   const CLI::App* app = nullptr;
 };
 
-int RunPlan(const PlanArgs& args) {
-  auto setup = args.knobs.ToSetup();
-  if (!setup.ok()) return FailBadInput(setup.error());
-  auto model = ResolveModel(args.model, LocalModelIo());
-  if (!model.ok()) return FailBadInput(model.error());
-  args.knobs.Warn(*model, *setup);
+Result<PlanResult> ComputePlan(const PlanArgs& args, const ModelIo& io) {
+  VS_TRY(setup, args.knobs.ToSetup());
+  VS_TRY(model, ResolveModel(args.model, io));
+  args.knobs.Warn(model, setup);
   PlanOptions options;
   options.tokens_per_step = args.tokens_per_step;
   // A knob given on the command line is a choice already made.
@@ -40,8 +38,13 @@ int RunPlan(const PlanArgs& args) {
       args.app->count("--zero") + args.app->count("--fsdp") + args.app->count("--ddp") > 0;
   ProgressLine progress("plan: knob sets");
   options.progress = [&](size_t done, size_t total) { progress.Update(done, total); };
-  auto plan = Plan(*model, *setup, options);
+  auto plan = Plan(model, setup, options);
   progress.Done();
+  return plan;
+}
+
+int RunPlan(const PlanArgs& args) {
+  auto plan = ComputePlan(args, LocalModelIo());
   if (!plan.ok()) return FailBadInput(plan.error());
   const std::string text = args.json ? RenderPlanJson(*plan, args.model) + "\n"
                                      : RenderPlanText(*plan, args.model, args.top);
@@ -49,7 +52,7 @@ int RunPlan(const PlanArgs& args) {
   return WriteOutputFiles({{args.html_path, [&] { return RenderPlanHtml(*plan, args.model); }}});
 }
 
-RunFn SetupPlan(CLI::App* sub) {
+std::shared_ptr<PlanArgs> DeclarePlan(CLI::App* sub) {
   auto args = std::make_shared<PlanArgs>();
   args->app = sub;
   sub->add_option("MODEL", args->model,
@@ -62,13 +65,31 @@ RunFn SetupPlan(CLI::App* sub) {
   sub->add_flag("--json", args->json, "Print every strategy as JSON (integer bytes)");
   AddOutputFileOption(sub, "--html", &args->html_path,
                       "Also write a self-contained HTML page (every strategy) to FILE");
+  return args;
+}
+
+RunFn SetupPlan(CLI::App* sub) {
+  auto args = DeclarePlan(sub);
   return [args] { return RunPlan(*args); };
+}
+
+ValueFn SetupPlanValue(CLI::App* sub) {
+  auto args = DeclarePlan(sub);
+  return [args](const ModelIo& io) -> Result<CommandValue> {
+    VS_TRY(plan, ComputePlan(*args, io));
+    auto shared = std::make_shared<const PlanResult>(std::move(plan));
+    CommandValue value;
+    value.json = RenderPlanJson(*shared, args->model);
+    value.text = [shared, args] { return RenderPlanText(*shared, args->model, args->top); };
+    value.html = [shared, args] { return RenderPlanHtml(*shared, args->model); };
+    return value;
+  };
 }
 
 }  // namespace
 
 extern const CommandSpec kPlanCommand = {
     "plan", "Rank single-GPU training strategies for MODEL by tokens/s among those that fit",
-    &SetupPlan};
+    &SetupPlan, &SetupPlanValue};
 
 }  // namespace vramscope::cli

@@ -23,20 +23,17 @@ struct SimulateArgs {
   OutputOptions out;
 };
 
-int RunSimulate(const SimulateArgs& args) {
-  auto gpu = FindGpu(args.gpu);
-  if (!gpu.ok()) return FailBadInput(gpu.error());
-  auto conf = ParseAllocConf(args.alloc_conf);
-  if (!conf.ok()) return FailBadInput(conf.error());
-  auto stream = ReadEventFile(args.trace_path);
-  if (!stream.ok()) return FailBadInput(stream.error());
+Result<Report> ComputeSimulate(const SimulateArgs& args) {
+  VS_TRY(gpu, FindGpu(args.gpu));
+  VS_TRY(conf, ParseAllocConf(args.alloc_conf));
+  VS_TRY(stream, ReadEventFile(args.trace_path));
 
   SimOptions options;
-  options.alloc = *conf;
+  options.alloc = conf;
   options.top_allocations = args.top;
   // The allocator may reserve what the GPU has left after the CUDA context.
   options.device_limit_bytes =
-      gpu->usable_bytes > gpu->cuda_context_bytes ? gpu->usable_bytes - gpu->cuda_context_bytes : 0;
+      gpu.usable_bytes > gpu.cuda_context_bytes ? gpu.usable_bytes - gpu.cuda_context_bytes : 0;
   auto run = [&](const EventStream& events, const char* rank_class) -> Result<RankReport> {
     auto sim = Simulate(events, options);
     if (!sim.ok()) return MakeError(args.trace_path + ": " + sim.error().message);
@@ -47,7 +44,7 @@ int RunSimulate(const SimulateArgs& args) {
     if (auto full = AddFullRequirement(events, options, &rank); !full.ok()) {
       return MakeError(args.trace_path + ": " + full.error().message);
     }
-    rank.extras.cuda_context_bytes = gpu->cuda_context_bytes;
+    rank.extras.cuda_context_bytes = gpu.cuda_context_bytes;
     rank.device_total_bytes = DeviceTotalBytes(rank.sim, rank.extras);
     return rank;
   };
@@ -55,15 +52,15 @@ int RunSimulate(const SimulateArgs& args) {
   Report report;
   report.command = "simulate";
   report.source = args.trace_path;
-  report.gpu = *gpu;
-  report.knobs = {{"gpu", gpu->name}, {"alloc_conf", args.alloc_conf}};
-  auto as_recorded = run(*stream, args.retain_graph ? "as recorded (PyTorch frees early)" : "all");
-  if (!as_recorded.ok()) return FailBadInput(as_recorded.error());
+  report.gpu = gpu;
+  report.knobs = {{"gpu", gpu.name}, {"alloc_conf", args.alloc_conf}};
+  auto as_recorded = run(stream, args.retain_graph ? "as recorded (PyTorch frees early)" : "all");
+  if (!as_recorded.ok()) return as_recorded.error();
   report.ranks.push_back(std::move(*as_recorded));
   if (args.retain_graph) {
     report.knobs.emplace_back("retain_graph_until_end", "true");
-    auto retained = run(RetainGraphUntilEnd(*stream), "retain graph until end of backward");
-    if (!retained.ok()) return FailBadInput(retained.error());
+    auto retained = run(RetainGraphUntilEnd(stream), "retain graph until end of backward");
+    if (!retained.ok()) return retained.error();
     const uint64_t a = report.ranks[0].sim.peak_allocated_bytes;
     const uint64_t b = retained->sim.peak_allocated_bytes;
     report.explanation.push_back(fmt::format(
@@ -76,10 +73,16 @@ int RunSimulate(const SimulateArgs& args) {
   report.notes.push_back(
       "A recorded trace holds only what PyTorch allocated through its caching "
       "allocator; the device total adds the CUDA context of the GPU catalog entry.");
-  return EmitReport(report, args.out);
+  return report;
 }
 
-RunFn SetupSimulate(CLI::App* sub) {
+int RunSimulate(const SimulateArgs& args) {
+  auto report = ComputeSimulate(args);
+  if (!report.ok()) return FailBadInput(report.error());
+  return EmitReport(*report, args.out);
+}
+
+std::shared_ptr<SimulateArgs> DeclareSimulate(CLI::App* sub) {
   auto args = std::make_shared<SimulateArgs>();
   sub->add_option("TRACE", args->trace_path, "Event-stream file (docs/event-stream.md)")
       ->required();
@@ -92,12 +95,26 @@ RunFn SetupSimulate(CLI::App* sub) {
                 "Also replay as if saved tensors and intermediate gradients lived until the end "
                 "of each backward pass; report both side by side");
   AddOutputFlags(sub, &args->out);
+  return args;
+}
+
+RunFn SetupSimulate(CLI::App* sub) {
+  auto args = DeclareSimulate(sub);
   return [args] { return RunSimulate(*args); };
+}
+
+ValueFn SetupSimulateValue(CLI::App* sub) {
+  auto args = DeclareSimulate(sub);
+  return [args](const ModelIo&) -> Result<CommandValue> {
+    VS_TRY(report, ComputeSimulate(*args));
+    return ReportValue(std::move(report));
+  };
 }
 
 }  // namespace
 
 extern const CommandSpec kSimulateCommand = {
-    "simulate", "Replay an event-stream file through the allocator model", &SetupSimulate};
+    "simulate", "Replay an event-stream file through the allocator model", &SetupSimulate,
+    &SetupSimulateValue};
 
 }  // namespace vramscope::cli

@@ -55,20 +55,22 @@ Result<std::vector<SweepAxis>> ParseAxes(const SweepArgs& args, TrainingSetup* s
   return axes;
 }
 
-int RunSweep(const SweepArgs& args) {
-  auto setup = args.knobs.ToSetup();
-  if (!setup.ok()) return FailBadInput(setup.error());
-  auto axes = ParseAxes(args, &*setup);
-  if (!axes.ok()) return FailBadInput(axes.error());
-  auto model = ResolveModel(args.model, LocalModelIo());
-  if (!model.ok()) return FailBadInput(model.error());
-  args.knobs.Warn(*model, *setup);
+Result<SweepResult> ComputeSweep(const SweepArgs& args, const ModelIo& io) {
+  VS_TRY(setup, args.knobs.ToSetup());
+  VS_TRY(axes, ParseAxes(args, &setup));
+  VS_TRY(model, ResolveModel(args.model, io));
+  args.knobs.Warn(model, setup);
   ProgressLine progress("sweep: points");
-  auto sweep = Sweep(*model, *setup, *axes,
-                     [&](size_t done, size_t total) { progress.Update(done, total); });
+  auto sweep =
+      Sweep(model, setup, axes, [&](size_t done, size_t total) { progress.Update(done, total); });
   progress.Done();
+  if (sweep.ok()) sweep->source = args.model;
+  return sweep;
+}
+
+int RunSweep(const SweepArgs& args) {
+  auto sweep = ComputeSweep(args, LocalModelIo());
   if (!sweep.ok()) return FailBadInput(sweep.error());
-  sweep->source = args.model;
   const std::string text = args.json ? RenderSweepJson(*sweep) + "\n" : RenderSweepText(*sweep);
   std::fwrite(text.data(), 1, text.size(), stdout);
   return WriteOutputFiles({{args.csv_path, [&] { return RenderSweepCsv(*sweep); }},
@@ -76,7 +78,7 @@ int RunSweep(const SweepArgs& args) {
                            {args.html_path, [&] { return RenderSweepHtml(*sweep); }}});
 }
 
-RunFn SetupSweep(CLI::App* sub) {
+std::shared_ptr<SweepArgs> DeclareSweep(CLI::App* sub) {
   auto args = std::make_shared<SweepArgs>();
   args->app = sub;
   sub->add_option("MODEL", args->model,
@@ -98,13 +100,31 @@ RunFn SetupSweep(CLI::App* sub) {
                       "Also write a chart of memory against the swept knob (SVG) to FILE");
   AddOutputFileOption(sub, "--html", &args->html_path,
                       "Also write a self-contained HTML page (chart, table, knobs) to FILE");
+  return args;
+}
+
+RunFn SetupSweep(CLI::App* sub) {
+  auto args = DeclareSweep(sub);
   return [args] { return RunSweep(*args); };
+}
+
+ValueFn SetupSweepValue(CLI::App* sub) {
+  auto args = DeclareSweep(sub);
+  return [args](const ModelIo& io) -> Result<CommandValue> {
+    VS_TRY(sweep, ComputeSweep(*args, io));
+    auto shared = std::make_shared<const SweepResult>(std::move(sweep));
+    CommandValue value;
+    value.json = RenderSweepJson(*shared);
+    value.text = [shared] { return RenderSweepText(*shared); };
+    value.html = [shared] { return RenderSweepHtml(*shared); };
+    return value;
+  };
 }
 
 }  // namespace
 
 extern const CommandSpec kSweepCommand = {
     "sweep", "Estimate MODEL over a grid of one or two knobs (seq, batch, lora-rank, grad-accum)",
-    &SetupSweep};
+    &SetupSweep, &SetupSweepValue};
 
 }  // namespace vramscope::cli

@@ -23,4 +23,11 @@ const std::vector<CommandSpec>& Commands() {
   return table;
 }
 
+const CommandSpec* FindCommand(std::string_view name) {
+  for (const CommandSpec& spec : Commands()) {
+    if (name == spec.name) return &spec;
+  }
+  return nullptr;
+}
+
 }  // namespace vramscope::cli

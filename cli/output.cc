@@ -210,7 +210,9 @@ void CheckNumericFlags(CLI::App* sub) {
 
 namespace {
 std::vector<std::string>& PendingWarnings() {
-  static std::vector<std::string> lines;  // the CLI runs one command per process
+  // One list per thread: the CLI runs one command per process, the Python
+  // module one per calling thread.
+  thread_local std::vector<std::string> lines;
   return lines;
 }
 }  // namespace
@@ -248,6 +250,12 @@ void ProgressLine::Update(size_t done, size_t total) {
 }
 
 void DeferWarning(std::string line) { PendingWarnings().push_back(std::move(line)); }
+
+std::vector<std::string> TakeWarnings() {
+  std::vector<std::string> lines = std::move(PendingWarnings());
+  PendingWarnings().clear();
+  return lines;
+}
 
 int FlushWarnings(int exit_code) {
   if (exit_code == kExitOk) {

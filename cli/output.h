@@ -8,6 +8,7 @@
 #include <functional>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -70,6 +71,9 @@ std::string OneLine(std::string text);
 void DeferWarning(std::string line);
 // Prints the deferred warnings when `exit_code` is 0; returns `exit_code`.
 int FlushWarnings(int exit_code);
+// The deferred warnings of this thread, taken away (the Python module turns
+// them into Python warnings instead of printing them).
+std::vector<std::string> TakeWarnings();
 
 // A progress line on stderr for a long search: shown only when stderr is a
 // terminal and the work has run for more than a second, rewritten in place at

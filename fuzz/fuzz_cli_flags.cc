@@ -1,6 +1,6 @@
 // libFuzzer target for the command line: the whole subcommand table of
 // cli/commands.cc, declared exactly as main() declares it (BuildApp in
-// cli/main.cc), parsed from fuzzed argv. No subcommand runs.
+// cli/run_cli.cc), parsed from fuzzed argv. No subcommand runs.
 //
 // The input is the argument list, one argument per line ('\n'; a NUL ends an
 // argument early, as it would in a real argv). Checks, beyond "no crash, no
@@ -23,10 +23,6 @@
 #include <vector>
 
 #include "command.h"
-
-namespace vramscope::cli {
-void BuildApp(CLI::App& app, RunFn* chosen);  // cli/main.cc
-}  // namespace vramscope::cli
 
 namespace {
 

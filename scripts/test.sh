@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Quick start, step 2: every test. Installs and builds first if needed, then
-# runs the C++ suite (ctest), the Python suites (pytest, real PyTorch on
-# CPU) and the fidelity grid (real transformers / PEFT training steps on CPU
+# runs the C++ suite (ctest, with the Python package's tests), the Python suites (pytest,
+# real PyTorch on CPU), the wheel's smoke test in a fresh virtual environment and the
+# fidelity grid (real transformers / PEFT training steps on CPU
 # against the lowering, docs/fidelity.md); then the same C++ and end-to-end suite under AddressSanitizer +
 # UndefinedBehaviorSanitizer (build-asan/), and every libFuzzer target for 60 s
 # from that same build (docs/hardening.md). Any failure, sanitizer finding or
@@ -23,6 +24,7 @@ step build scripts/build.sh
 scripts/seed_ctest_costs.sh build  # the end-to-end tests first
 step ctest ctest --test-dir build --output-on-failure -j "$(nproc)"
 step pytest /usr/bin/python3 -m pytest -q python/tests tools/groundtruth/tests
+step wheel scripts/wheel_smoke.sh  # pip wheel . -> a fresh venv: CLI, API, recorder
 step fidelity .venv/tf5/bin/python -m pytest -q -p no:cacheprovider tools/reference/tests  # docs/fidelity.md
 step sanitize scripts/test_sanitize.sh
 step fuzz env FUZZ_BUILD_DIR=build-asan FUZZ_SECONDS=60 scripts/fuzz.sh

@@ -8,7 +8,7 @@ window. The recorder's peak is the trace file replayed with ideal accounting. Th
 mechanisms share nothing: one counts bytes in the allocator, the other storage sizes
 seen by a dispatch mode.
 
-    /usr/bin/python3 -m vramscope_trace.groundtruth_cpu [--out-dir DIR] [--json FILE]
+    /usr/bin/python3 -m vramscope.trace.groundtruth_cpu [--out-dir DIR] [--json FILE]
                                                        [--models resnet50,unet,nerf,gpt]
 
 prints one row per model; --out-dir keeps the traces, --json writes

@@ -1,6 +1,6 @@
 """What recording costs: a 7B Llama-like training step recorded on the meta device.
 
-    /usr/bin/python3 -m vramscope_trace.measure_cost [--steps 1] [--seq 512] [--out FILE]
+    /usr/bin/python3 -m vramscope.trace.measure_cost [--steps 1] [--seq 512] [--out FILE]
 
 Builds Llama-2-7B's shapes (32 layers, hidden 4096, MLP 11008, vocab 32000) on the
 meta device, so no parameter or activation memory exists, and records `steps` AdamW

@@ -11,7 +11,7 @@ from .recorder import Recorder
 def record(path, model=None, optimizer=None, inputs=None, device=None, meta=()):
     """Records the memory events of the code in the `with` block into `path`.
 
-        with vramscope_trace.record("step.events", model=model, optimizer=optimizer) as rec:
+        with vramscope.trace.record("step.events", model=model, optimizer=optimizer) as rec:
             loss = loss_fn(model(x), y); loss.backward(); optimizer.step()
         print(rec.result.peak_live_bytes)
 

@@ -1,0 +1,106 @@
+"""The commands as functions. Each builds the command line's flags from keyword
+arguments and runs the command in the engine (vramscope._core), which parses
+them with the CLI's own declarations and returns the library's result; the GIL
+is released while it runs, and sweep and plan spread their estimates over
+threads inside the engine.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+try:
+    from . import _core
+except ImportError as e:  # the recorder-only install (python/pyproject.toml)
+    raise ImportError("vramscope's engine module (vramscope._core) is not installed here: "
+                      "this is the recorder alone (vramscope.trace); `pip install .` at the "
+                      "top of the repository installs the engine too") from e
+from ._knobs import check_keys, to_flags
+from ._model import resolve
+from ._report import Report, Result
+
+# Output flags of the CLI: the Report / Result methods do their work here.
+_OUTPUT_FLAGS = ("json", "html", "svg", "csv", "events", "markdown")
+
+
+class VramscopeWarning(UserWarning):
+    """A knob that is allowed but likely not meant (the CLI's `vramscope: warning:` lines)."""
+
+
+def _run(command: str, args: list[str], files: dict | None = None, cls=Result):
+    value = _core.run_command(command, args, files or {})
+    for line in value.warnings:
+        warnings.warn(line, VramscopeWarning, stacklevel=3)
+    return cls(value, command)
+
+
+def _model_command(command: str, model, knobs: dict, cls=Result):
+    check_keys(knobs, _OUTPUT_FLAGS)
+    name, files = resolve(model)
+    return _run(command, [name] + to_flags(knobs), files, cls)
+
+
+def estimate(model, **knobs) -> Report:
+    """Predicts the memory of training `model` with `knobs` (`vramscope estimate MODEL ...`).
+
+    model: a catalog alias ("llama-3-8b"), a Hugging Face id, a config.json path or a model
+    directory, a transformers PretrainedConfig, or an nn.Module (on the meta device: its
+    parameters' names, shapes and dtypes are read exactly).
+    knobs: the CLI's flags with underscores (batch=4, seq=2048, finetune="lora",
+    grad_ckpt="full", gpu="a100-80g", zero=3, gpus=8, ...), and top=N, explain=True.
+    Raises ValueError with the CLI's message for a bad knob or model.
+    """
+    return _model_command("estimate", model, knobs, Report)
+
+
+def fit(model, **knobs) -> Result:
+    """The largest micro-batch and the longest sequence that fit (`vramscope fit`); also
+    margin="2GiB" or "5%", max_batch, max_seq, max_gpus. Result keys: max_batch, max_seq, ..."""
+    return _model_command("fit", model, knobs)
+
+
+def sweep(model, **knobs) -> Result:
+    """One estimate per grid point (`vramscope sweep`): seq, batch, lora_rank or grad_accum
+    take a grid, "START:STOP:COUNT" or a list ([512, 1024, 2048]); the first one given is the
+    x axis. Result keys: points, ..."""
+    return _model_command("sweep", model, knobs)
+
+
+def plan(model, **knobs) -> Result:
+    """Training strategies ranked by tokens/s among those that fit (`vramscope plan`); also
+    tokens_per_step, top. A knob given is a choice already made."""
+    return _model_command("plan", model, knobs)
+
+
+def simulate(trace: str | os.PathLike, **options) -> Report:
+    """Replays an event-stream file (`vramscope simulate TRACE`, e.g. one written by
+    vramscope.trace); options: gpu, alloc_conf, top, retain_graph_until_end."""
+    check_keys(options, _OUTPUT_FLAGS)
+    return _run("simulate", [os.fspath(trace)] + to_flags(options), cls=Report)
+
+
+def explain(snapshot: str | os.PathLike, **options) -> Report:
+    """What a measured run allocated, from a PyTorch memory snapshot (`vramscope explain`);
+    options: device, gpu, top. `report.data["snapshot"]` holds the snapshot analysis."""
+    check_keys(options, _OUTPUT_FLAGS)
+    return _run("explain", [os.fspath(snapshot)] + to_flags(options), cls=Report)
+
+
+def compare(snapshot: str | os.PathLike, model, device: int | None = None, **knobs) -> Result:
+    """Measured (a memory snapshot) next to predicted (`estimate(model, **knobs)`), per total,
+    category and phase (`vramscope compare SNAPSHOT -- MODEL knobs`)."""
+    check_keys(knobs, _OUTPUT_FLAGS)
+    name, files = resolve(model)
+    args = [os.fspath(snapshot)] + to_flags({"device": device}) + ["--", name] + to_flags(knobs)
+    return _run("compare", args, files)
+
+
+def models() -> list[dict]:
+    """The model catalog: alias, hub_id, family, reference_parameters."""
+    return _core.models()
+
+
+def gpus() -> list[dict]:
+    """The GPU catalog: name, display_name, total_bytes, usable_bytes."""
+    return _core.gpus()
