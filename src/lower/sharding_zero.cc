@@ -218,7 +218,17 @@ class Zero3Strategy final : public GatheringStrategy {
     // stream only.
     WaitForOldestRelease();
     s_.tape->SetModule("zero3.all_gather");
+    // offload_param: each partition is first copied to the device
+    // (p.ds_tensor.to(device) in all_gather_coalesced, on the all-gather
+    // stream) and freed once copied into the gather buffer
+    // (partition_parameters.py, DeepSpeed 0.14-0.16).
+    TensorId staged = kNoTensor;
+    if (s_.layout.offload == Offload::kParams) {
+      staged = s_.tape->graph.Alloc(CeilDiv(u.gather_bytes, s_.world), Category::kParameters,
+                                    "zero3::h2d_partition", s_.tape->module(), kGatherStream);
+    }
     AllocGathered(u, "zero3::all_gather");
+    s_.tape->graph.Drop(staged);
   }
 
   // Gradients are copied into the ipg bucket on reduce_and_partition_stream

@@ -200,6 +200,26 @@ TEST(Streams, Zero3GathersOnTheAllGatherStreamAndReleasesAfterRecordStream) {
   EXPECT_GE(done, recorded_on_2);
 }
 
+// offload_param: each gather first copies the rank's partition to the
+// device on the all-gather stream (a quarter of the gathered bytes on 4
+// ranks) and frees it once the gather buffer holds it.
+TEST(Streams, Zero3OffloadParamsStagesPartitionsOnTheAllGatherStream) {
+  TrainingSetup setup = Sharded(DataParallel::kZero3);
+  setup.parallel.offload = Offload::kParams;
+  const EventStream s = Lowered(setup);
+  EXPECT_EQ(AllocStreams(s, "zero3::h2d_partition"), (std::set<uint32_t>{1}));
+  std::vector<uint64_t> staged, gathered;
+  for (const Event& e : PhaseEvents(s, 1, Phase::kForward)) {
+    if (e.kind != EventKind::kAlloc) continue;
+    if (s.String(e.op) == "zero3::h2d_partition") staged.push_back(e.size_bytes);
+    if (s.String(e.op) == "zero3::all_gather") gathered.push_back(e.size_bytes);
+  }
+  ASSERT_EQ(staged.size(), gathered.size());
+  for (size_t i = 0; i < staged.size(); ++i) EXPECT_EQ(staged[i], (gathered[i] + 3) / 4);
+  const OpTrace trace(s, "zero3::h2d_partition");
+  EXPECT_EQ(trace.Of(PhaseEvents(s, 1, Phase::kForward)).substr(0, 11), "Ga Fa Gb Fb");
+}
+
 TEST(Streams, DdpAndZero12UseTheDefaultStreamOnly) {
   for (DataParallel mode : {DataParallel::kDdp, DataParallel::kZero1, DataParallel::kZero2}) {
     const EventStream s = Lowered(Sharded(mode));
