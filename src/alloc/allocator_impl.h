@@ -90,7 +90,7 @@ struct CachingAllocator::Impl {
   void ProcessEvents();
   void SynchronizeAndFreeEvents();
   // A pending block's last event completed: it goes back to its pool.
-  void FinishEvent(uint32_t block);
+  void FinishEvent(uint32_t block, FreeTicket ticket);
 
   // ---- inspect.cc
   std::vector<SegmentView> Segments() const;

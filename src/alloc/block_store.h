@@ -135,6 +135,7 @@ struct Pool {
 struct PendingEvent {
   uint64_t seq = 0;  // the event's number on its stream, from 1
   uint32_t block = kNil;
+  uint64_t ticket = 0;  // the free that recorded it (CachingAllocator's FreeTicket)
 };
 struct StreamEvents {
   uint64_t recorded = 0;           // events recorded on the stream so far

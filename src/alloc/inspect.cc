@@ -63,6 +63,7 @@ struct AllocatorState {
   const std::vector<uint64_t>& reserved_by_pool;
   const std::map<uint32_t, alloc::StreamEvents>& events_by_stream;
   const std::unordered_map<uint32_t, std::vector<uint32_t>>& stream_uses;
+  size_t open_tickets;
 };
 
 // What the walk over the segments' block lists adds up; the pool indexes and
@@ -71,8 +72,9 @@ struct BlockTotals {
   uint64_t segment_blocks = 0;  // live blocks that should be in some segment's list
   uint64_t visited = 0;         // blocks reached through the lists
   uint64_t allocated = 0, requested = 0, reserved = 0;
-  uint64_t pending = 0;                 // freed blocks waiting for other streams' events
-  uint64_t pending_events = 0;          // sum of their event counts
+  uint64_t pending = 0;         // freed blocks waiting for other streams' events
+  uint64_t pending_events = 0;  // sum of their event counts
+  uint64_t pending_blocks = 0;
   std::vector<uint64_t> pool_reserved;  // reserved per pool
   uint64_t ranges = 0;                  // contiguous mapped ranges (torch counts each as a segment)
   uint64_t free_mapped = 0, unmapped = 0;
@@ -140,6 +142,7 @@ Status CheckPendingBlock(const AllocatorState& a, uint32_t b, BlockTotals* total
   }
   totals->pending += block.size_bytes;
   totals->pending_events += block.event_count;
+  ++totals->pending_blocks;
   totals->requested += block.requested_bytes;
   return Ok{};
 }
@@ -298,6 +301,11 @@ Status CheckStreamEvents(const AllocatorState& a, const BlockTotals& totals) {
       return Violation(fmt::format("stream {} completed events it never recorded", stream));
     }
     queued += events.queue.size();
+  }
+  // A ticket is dropped once its block is cached: open ones name pending blocks.
+  if (a.open_tickets > totals.pending_blocks) {
+    return Violation(fmt::format("{} open free tickets for {} pending blocks", a.open_tickets,
+                                 totals.pending_blocks));
   }
   if (queued != totals.pending_events) {
     return Violation(

@@ -37,7 +37,7 @@ FreeTicket CachingAllocator::Impl::InsertEvents(uint32_t b) {
   for (uint32_t stream : uses.mapped()) {
     alloc::StreamEvents& events = events_by_stream[stream];
     const uint64_t seq = ++events.recorded;
-    events.queue.push_back({seq, b});
+    events.queue.push_back({seq, b, ticket});
     recorded.push_back({stream, seq});
     ++blocks[b].event_count;
   }
@@ -55,10 +55,13 @@ void CachingAllocator::Impl::CompleteFreeEvents(FreeTicket ticket) {
   events_to_process = true;
 }
 
-void CachingAllocator::Impl::FinishEvent(uint32_t b) {
+void CachingAllocator::Impl::FinishEvent(uint32_t b, FreeTicket ticket) {
   Block& block = blocks[b];
   VS_CHECK(block.event_count > 0 && !block.allocated);
-  if (--block.event_count == 0) FreeBlock(b);
+  if (--block.event_count != 0) return;
+  FreeBlock(b);
+  // Completed through a later ticket of the same streams: this one is moot.
+  tickets.erase(ticket);
 }
 
 // torch: process_events: per stream, in recording order, every event that
@@ -67,9 +70,9 @@ void CachingAllocator::Impl::ProcessEvents() {
   events_to_process = false;
   for (auto& [stream, events] : events_by_stream) {
     while (!events.queue.empty() && events.queue.front().seq <= events.completed) {
-      const uint32_t b = events.queue.front().block;
+      const alloc::PendingEvent e = events.queue.front();
       events.queue.pop_front();
-      FinishEvent(b);
+      FinishEvent(e.block, e.ticket);
     }
   }
 }
