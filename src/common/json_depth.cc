@@ -26,4 +26,14 @@ bool JsonNestsDeeperThan(std::string_view text, size_t max_depth) {
   return false;
 }
 
+std::optional<size_t> FindNulByte(std::string_view text) {
+  const size_t at = text.find('\0');
+  if (at == std::string_view::npos) return std::nullopt;
+  return at;
+}
+
+std::string NulByteProblem(size_t offset) {
+  return "NUL byte at byte " + std::to_string(offset) + " (JSON text has none)";
+}
+
 }  // namespace vramscope::common

@@ -103,6 +103,9 @@ Result<std::vector<fs::path>> FindShards(const FileSystem& files, const fs::path
   if (files.Stat(index) == FileSystem::Kind::kRegularFile) {
     Result<std::string> text = ReadSmallFile(files, index);
     if (!text.ok()) return text.error();
+    if (auto nul = common::FindNulByte(*text)) {
+      return MakeError(fmt::format("{}: {}", index.string(), common::NulByteProblem(*nul)));
+    }
     if (common::JsonNestsDeeperThan(*text, ingest::kMaxJsonDepth)) {
       return MakeError(fmt::format("{}: JSON nested deeper than {} levels", index.string(),
                                    ingest::kMaxJsonDepth));

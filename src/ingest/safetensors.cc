@@ -103,6 +103,9 @@ Result<std::vector<SafetensorsTensor>> ParseSafetensorsHeader(std::string_view p
                                  prefix.size() - 8, header_bytes));
   }
   std::string_view text = prefix.substr(8, header_bytes);
+  if (auto nul = common::FindNulByte(text)) {
+    return MakeError(fmt::format("{}: header: {}", name, common::NulByteProblem(*nul)));
+  }
   if (common::JsonNestsDeeperThan(text, kMaxJsonDepth)) {
     return MakeError(
         fmt::format("{}: header: JSON nested deeper than {} levels", name, kMaxJsonDepth));

@@ -254,6 +254,7 @@ void ForEachRecordLine(std::string_view text, Visit visit) {
 // One non-blank line of a results file: a record, compared or listed.
 Status ParseRecordLine(const Ctx& c, std::string_view line, std::string_view gpu_override,
                        MeasuredFile* file) {
+  if (auto nul = common::FindNulByte(line)) return c.Fail("line", common::NulByteProblem(*nul));
   if (common::JsonNestsDeeperThan(line, kMaxJsonDepth)) {
     return c.Fail("line", fmt::format("JSON nested deeper than {} levels", kMaxJsonDepth));
   }
@@ -371,6 +372,7 @@ Validation Validate(std::vector<MeasuredFile> files, const ModelIo& io) {
 
 Result<Thresholds> ParseThresholds(std::string_view text, std::string_view label) {
   Ctx c{std::string(label)};
+  if (auto nul = common::FindNulByte(text)) return c.Fail("file", common::NulByteProblem(*nul));
   if (common::JsonNestsDeeperThan(text, kMaxJsonDepth)) {
     return c.Fail("file", fmt::format("JSON nested deeper than {} levels", kMaxJsonDepth));
   }
