@@ -3,15 +3,18 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <string>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "vramscope/common/checked.h"
 #include "vramscope/common/json_depth.h"
 #include "vramscope/common/quote.h"
 #include "vramscope/common/version.h"
 #include "vramscope/estimate.h"
+#include "vramscope/lower.h"
 #include "vramscope/model.h"
 
 namespace vramscope {
@@ -323,7 +326,57 @@ double Percentile(std::vector<double> values, double p) {
   return values[rank - 1];
 }
 
-Validation Validate(std::vector<MeasuredFile> files, const ModelIo& io) {
+namespace {
+
+// Models by name as given in the records: each resolved once (a file of
+// many records names a few models).
+class ModelCache {
+ public:
+  explicit ModelCache(const ModelIo& io) : io_(io) {}
+  const Result<ModelSpec>& Get(const std::string& name) {
+    auto it = models_.find(name);
+    if (it == models_.end()) it = models_.emplace(name, ResolveModel(name, io_)).first;
+    return it->second;
+  }
+
+ private:
+  const ModelIo& io_;
+  std::map<std::string, Result<ModelSpec>> models_;
+};
+
+// The work budget of a whole validation (docs/hardening.md): the bound on
+// the events of every record's estimate, summed before any is estimated.
+// Records whose model does not resolve or whose own budget is exceeded fail
+// on their own (a row problem) and add nothing.
+Status CheckTotalWork(const std::vector<MeasuredFile>& files, ModelCache& models,
+                      uint64_t max_events) {
+  const uint64_t max_total_events =
+      common::CheckedMul(max_events, kBatchBudgetFactor).value_or(UINT64_MAX);
+  uint64_t total = 0;
+  size_t runs = 0;
+  for (const MeasuredFile& f : files) {
+    for (const MeasuredRun& run : f.runs) {
+      ++runs;
+      const Result<ModelSpec>& model = models.Get(run.model);
+      if (!model.ok()) continue;
+      auto work = EstimateLoweringWork(*model, run.setup);
+      if (!work.ok() || work->events > max_events) continue;
+      total = common::SaturatingAdd(total, work->events);
+    }
+  }
+  if (total <= max_total_events) return Ok{};
+  return MakeError(fmt::format(
+      "work budget: the {} records lower to about {} events in all, above the limit of {} ({} x "
+      "--max-events; raise --max-events, or validate fewer records at a time)",
+      runs, total, max_total_events, kBatchBudgetFactor));
+}
+
+}  // namespace
+
+Result<Validation> Validate(std::vector<MeasuredFile> files, const ModelIo& io,
+                            uint64_t max_events) {
+  ModelCache models(io);
+  if (Status s = CheckTotalWork(files, models, max_events); !s.ok()) return s.error();
   Validation v;
   std::vector<double> err_alloc, err_reserved, err_device;
   EstimateOptions options;
@@ -334,9 +387,10 @@ Validation Validate(std::vector<MeasuredFile> files, const ModelIo& io) {
     for (MeasuredRun& run : f.runs) {
       ValidationRow row;
       row.run = std::move(run);
+      row.run.setup.max_events = max_events;
       row.knobs = {{"model", row.run.model}};
       for (auto& kv : DescribeSetup(row.run.setup)) row.knobs.push_back(std::move(kv));
-      auto model = ResolveModel(row.run.model, io);
+      const Result<ModelSpec>& model = models.Get(row.run.model);
       if (!model.ok()) {
         row.problem = model.error().message;
       } else if (auto est = Estimate(*model, row.run.setup, options); !est.ok()) {

@@ -167,7 +167,7 @@ TEST(Validate, ErrorsAreRelativeToTheMeasurement) {
   ASSERT_TRUE(f.ok());
   std::vector<MeasuredFile> files;
   files.push_back(*f);
-  Validation v = Validate(std::move(files), ModelIo{});
+  Validation v = Validate(std::move(files), ModelIo{}).value();
   ASSERT_EQ(v.rows.size(), 2u);
   EXPECT_TRUE(v.rows[0].estimated) << v.rows[0].problem;
   EXPECT_EQ(v.rows[0].predicted_allocated_bytes, predicted);
@@ -196,7 +196,7 @@ TEST(Validate, MeasuredOomIsComparedWithTheFitVerdict) {
   auto f = ParseGroundTruth(rec.dump(), "r.jsonl");
   ASSERT_TRUE(f.ok()) << f.error().message;
   std::vector<MeasuredFile> files = {*f};
-  Validation v = Validate(std::move(files), ModelIo{});
+  Validation v = Validate(std::move(files), ModelIo{}).value();
   EXPECT_EQ(v.oom_runs, 1u);
   EXPECT_EQ(v.oom_predicted, 1u);
   EXPECT_EQ(v.allocated.count, 0u);
@@ -208,7 +208,7 @@ TEST(Validate, UnknownModelIsAGateFailure) {
   auto f = ParseGroundTruth(rec.dump(), "r.jsonl");
   ASSERT_TRUE(f.ok());
   std::vector<MeasuredFile> files = {*f};
-  Validation v = Validate(std::move(files), ModelIo{});
+  Validation v = Validate(std::move(files), ModelIo{}).value();
   ASSERT_EQ(v.rows.size(), 1u);
   EXPECT_FALSE(v.rows[0].estimated);
   EXPECT_EQ(CheckThresholds(v, Thresholds{}).size(), 1u);
