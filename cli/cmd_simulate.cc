@@ -1,6 +1,12 @@
 // vramscope simulate TRACE: replay a recorded or hand-written event stream
 // through the allocator model and report it like `estimate` does.
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
 #include <memory>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -9,6 +15,7 @@
 #include "vramscope/event_io.h"
 #include "vramscope/gpu.h"
 #include "vramscope/retention.h"
+#include "vramscope/setup.h"
 #include "vramscope/simulate.h"
 
 namespace vramscope::cli {
@@ -20,15 +27,72 @@ struct SimulateArgs {
   std::string alloc_conf;
   size_t top = 20;
   bool retain_graph = false;
+  uint64_t max_events = kDefaultMaxEvents;
   OutputOptions out;
 };
+
+// Live allocations a replayed trace may hold at once (docs/hardening.md).
+constexpr uint64_t kMaxLiveAllocations = uint64_t{1} << 20;
+
+// The most allocations alive at once in `stream`.
+uint64_t MaxLiveAllocations(const EventStream& stream) {
+  uint64_t live = 0, most = 0;
+  for (const Event& e : stream.events()) {
+    if (e.kind == EventKind::kAlloc) most = std::max(most, ++live);
+    if (e.kind == EventKind::kFree && live > 0) --live;
+  }
+  return most;
+}
+
+// True when the regular file at `path` has more than `max_lines` lines. Read
+// in 1 MiB chunks at disk speed, nothing kept, stopping as soon as the count
+// is over. Anything else (a pipe, a missing file) is false: the reader
+// reports it, or bounds it while reading.
+bool HasMoreLinesThan(const std::string& path, uint64_t max_lines) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return false;
+  std::vector<char> chunk(1 << 20);
+  uint64_t lines = 0;
+  size_t got = 0;
+  while (lines <= max_lines && (got = std::fread(chunk.data(), 1, chunk.size(), f)) > 0) {
+    lines += static_cast<uint64_t>(std::count(chunk.data(), chunk.data() + got, '\n'));
+  }
+  std::fclose(f);
+  return lines > max_lines;
+}
+
+// The work budget of a replay (docs/hardening.md): each record of the trace
+// is at most one event, and --retain-graph-until-end replays them all once
+// more (with every backward tensor alive to the end of its pass). A regular
+// file is measured before it is parsed, so an oversized one is refused in
+// the time it takes to read it, without memory; a pipe is bounded by the
+// reader's event limit while it is read.
+Result<EventReadLimits> TraceLimits(const SimulateArgs& args) {
+  const uint64_t replays = args.retain_graph ? 2 : 1;
+  EventReadLimits limits;
+  limits.max_events = std::min(limits.max_events, args.max_events / replays);
+  // What the simulator holds per live block is about 150 bytes; a training
+  // step keeps thousands alive, not millions.
+  limits.max_live_allocations = std::min(limits.max_live_allocations, kMaxLiveAllocations);
+  if (HasMoreLinesThan(args.trace_path, limits.max_events)) {
+    return MakeError(fmt::format(
+        "{}: work budget: more than {} records x {} replay(s) is above the limit of {} events "
+        "(--max-events; raise it to replay this trace anyway)",
+        args.trace_path, limits.max_events, replays, args.max_events));
+  }
+  return limits;
+}
 
 int RunSimulate(const SimulateArgs& args) {
   auto gpu = FindGpu(args.gpu);
   if (!gpu.ok()) return FailBadInput(gpu.error());
   auto conf = ParseAllocConf(args.alloc_conf);
   if (!conf.ok()) return FailBadInput(conf.error());
-  auto stream = ReadEventFile(args.trace_path);
+  auto limits = TraceLimits(args);
+  if (!limits.ok()) return FailBadInput(limits.error());
+  auto stream = ReadEventFile(args.trace_path, *limits);
   if (!stream.ok()) return FailBadInput(stream.error());
 
   SimOptions options;
@@ -62,7 +126,14 @@ int RunSimulate(const SimulateArgs& args) {
   report.ranks.push_back(std::move(*as_recorded));
   if (args.retain_graph) {
     report.knobs.emplace_back("retain_graph_until_end", "true");
-    auto retained = run(RetainGraphUntilEnd(*stream), "retain graph until end of backward");
+    const EventStream retained_stream = RetainGraphUntilEnd(*stream);
+    if (const uint64_t live = MaxLiveAllocations(retained_stream); live > kMaxLiveAllocations) {
+      return FailBadInput(MakeError(fmt::format(
+          "{}: --retain-graph-until-end: {} allocations would be alive at once, above the limit "
+          "of {}",
+          args.trace_path, live, kMaxLiveAllocations)));
+    }
+    auto retained = run(retained_stream, "retain graph until end of backward");
     if (!retained.ok()) return FailBadInput(retained.error());
     const uint64_t a = report.ranks[0].sim.peak_allocated_bytes;
     const uint64_t b = retained->sim.peak_allocated_bytes;
@@ -91,6 +162,9 @@ RunFn SetupSimulate(CLI::App* sub) {
   sub->add_flag("--retain-graph-until-end", args->retain_graph,
                 "Also replay as if saved tensors and intermediate gradients lived until the end "
                 "of each backward pass; report both side by side");
+  sub->add_option("--max-events", args->max_events,
+                  "Work budget: the most events to replay, counting each record once more with "
+                  "--retain-graph-until-end (default 2^24 = 16777216)");
   AddOutputFlags(sub, &args->out);
   return [args] { return RunSimulate(*args); };
 }
