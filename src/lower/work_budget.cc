@@ -24,13 +24,11 @@ namespace lower {
 namespace {
 
 constexpr uint64_t kEventsPerLayer = 1024;
-constexpr uint64_t kEventsPerExpertLoop = 128;     // transformers < 5
-constexpr uint64_t kEventsPerExpertStacked = 32;   // transformers >= 5
-constexpr uint64_t kEventsOutsideLayers = 512;     // embeddings, head, loss, scaler
+constexpr uint64_t kEventsPerExpertLoop = 128;    // transformers < 5
+constexpr uint64_t kEventsPerExpertStacked = 32;  // transformers >= 5
+constexpr uint64_t kEventsOutsideLayers = 512;    // embeddings, head, loss, scaler
 
-uint64_t Mul(uint64_t a, uint64_t b) {
-  return common::CheckedMul(a, b).value_or(UINT64_MAX);
-}
+uint64_t Mul(uint64_t a, uint64_t b) { return common::CheckedMul(a, b).value_or(UINT64_MAX); }
 
 uint64_t LayersOf(const RankClassPlan& plan, uint64_t model_layers) {
   uint64_t layers = 0;

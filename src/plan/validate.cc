@@ -32,6 +32,10 @@ constexpr int kSchemaVersion = 1;
 // record costs an Estimate() later, hence the cap on records per file.
 constexpr size_t kMaxJsonDepth = 64;
 constexpr size_t kMaxRecordsPerFile = 100'000;
+// One record (a line): real ones are a few KiB. nlohmann::json takes 10-30
+// times a line's bytes to hold it, so a 120 MB line of small numbers would
+// take gigabytes; longer lines are refused before any is parsed.
+constexpr size_t kMaxRecordBytes = size_t{1} << 20;
 constexpr size_t kMaxFieldBytesShown = 100;
 
 // Text from the file (keys, ids, reasons) made fit for a one-line message:
@@ -290,11 +294,22 @@ Result<MeasuredFile> ParseGroundTruth(std::string_view text, std::string_view la
   // Counted before anything is parsed, so an oversized file fails at once.
   size_t records = 0;
   size_t first_over_line = 0;
-  ForEachRecordLine(text, [&](size_t line_no, std::string_view) {
+  size_t long_line = 0, long_line_bytes = 0;
+  ForEachRecordLine(text, [&](size_t line_no, std::string_view line) {
+    if (line.size() > kMaxRecordBytes) {
+      long_line = line_no;
+      long_line_bytes = line.size();
+      return false;
+    }
     if (++records <= kMaxRecordsPerFile) return true;
     first_over_line = line_no;
     return false;
   });
+  if (long_line != 0) {
+    return Ctx{fmt::format("{}:{}", label, long_line)}.Fail(
+        "line", fmt::format("{} bytes is above the limit of {} bytes for one record",
+                            long_line_bytes, kMaxRecordBytes));
+  }
   if (first_over_line != 0) {
     return Ctx{fmt::format("{}:{}", label, first_over_line)}.Fail(
         "file", fmt::format("more than {} records", kMaxRecordsPerFile));
