@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <system_error>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -327,6 +328,26 @@ class NoFiles final : public FileSystem {
 
 namespace ingest {
 
+namespace {
+
+// Why a path that Stat() calls missing cannot be examined, when it exists in
+// some form: a symbolic link loop, a folder on the way without permission.
+// Empty when it is simply not there (then MODEL may be a catalog alias or a
+// Hub id), or when the file system gives no reason. The reason is the
+// system's, from FileSize.
+std::string WhyNotExamined(const FileSystem& files, const fs::path& path) {
+  Result<uint64_t> size = files.FileSize(path);
+  if (size.ok()) return {};
+  const std::string& reason = size.error().message;
+  for (std::errc e : {std::errc::too_many_symbolic_link_levels, std::errc::permission_denied,
+                      std::errc::filename_too_long, std::errc::io_error}) {
+    if (reason == std::make_error_code(e).message()) return reason;
+  }
+  return {};
+}
+
+}  // namespace
+
 const FileSystem& NoFileSystem() {
   static const NoFiles none;
   return none;
@@ -345,7 +366,11 @@ Result<ModelSpec> ResolveModelWithHub(std::string_view model, const FileSystem& 
     }
     case FileSystem::Kind::kOther:
       return MakeError(fmt::format("{}: not a regular file or directory", model));
-    case FileSystem::Kind::kMissing: break;
+    case FileSystem::Kind::kMissing:
+      if (std::string why = WhyNotExamined(files, path); !why.empty()) {
+        return MakeError(fmt::format("{}: cannot be examined ({})", model, why));
+      }
+      break;
   }
   if (FindCatalogEntry(model) != nullptr) return LoadCatalogModel(model);
   if (LooksLikeHubId(model)) return load_hub(model);
