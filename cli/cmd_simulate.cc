@@ -46,18 +46,31 @@ uint64_t MaxLiveAllocations(const EventStream& stream) {
 
 // True when the regular file at `path` has more than `max_lines` lines. Read
 // in 1 MiB chunks at disk speed, nothing kept, stopping as soon as the count
-// is over. Anything else (a pipe, a missing file) is false: the reader
-// reports it, or bounds it while reading.
-bool HasMoreLinesThan(const std::string& path, uint64_t max_lines) {
+// is over. False for anything the reader refuses at once by itself: not a
+// regular file (a pipe is bounded while read), over its size limit, a line
+// over its line limit (a sparse 16 GiB file of zeros is one such line).
+bool HasMoreLinesThan(const std::string& path, uint64_t max_lines, const EventReadLimits& limits) {
   struct stat st {};
   if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  if (static_cast<uint64_t>(st.st_size) > limits.max_file_bytes) return false;
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (f == nullptr) return false;
   std::vector<char> chunk(1 << 20);
-  uint64_t lines = 0;
+  uint64_t lines = 0, line_bytes = 0;
   size_t got = 0;
-  while (lines <= max_lines && (got = std::fread(chunk.data(), 1, chunk.size(), f)) > 0) {
-    lines += static_cast<uint64_t>(std::count(chunk.data(), chunk.data() + got, '\n'));
+  while (lines <= max_lines && line_bytes <= limits.max_line_bytes &&
+         (got = std::fread(chunk.data(), 1, chunk.size(), f)) > 0) {
+    const char* end = chunk.data() + got;
+    for (const char* p = chunk.data(); p < end;) {
+      const char* nl = static_cast<const char*>(std::memchr(p, '\n', static_cast<size_t>(end - p)));
+      if (nl == nullptr) {
+        line_bytes += static_cast<uint64_t>(end - p);
+        break;
+      }
+      line_bytes = 0;
+      ++lines;
+      p = nl + 1;
+    }
   }
   std::fclose(f);
   return lines > max_lines;
@@ -76,7 +89,7 @@ Result<EventReadLimits> TraceLimits(const SimulateArgs& args) {
   // What the simulator holds per live block is about 150 bytes; a training
   // step keeps thousands alive, not millions.
   limits.max_live_allocations = std::min(limits.max_live_allocations, kMaxLiveAllocations);
-  if (HasMoreLinesThan(args.trace_path, limits.max_events)) {
+  if (HasMoreLinesThan(args.trace_path, limits.max_events, limits)) {
     return MakeError(fmt::format(
         "{}: work budget: more than {} records x {} replay(s) is above the limit of {} events "
         "(--max-events; raise it to replay this trace anyway)",

@@ -15,6 +15,7 @@
 #include "hub.h"
 #include "param_list.h"
 #include "safetensors.h"
+#include "vramscope/common/quote.h"
 #include "vramscope/model.h"
 #include "vramscope/model_io.h"
 
@@ -330,6 +331,11 @@ namespace ingest {
 
 namespace {
 
+// MODEL as an error message shows it: the name may come from a results file
+// (validate), so control characters are escaped (a catalog alias or an
+// ordinary path reads unchanged).
+std::string Shown(std::string_view model) { return common::QuoteForMessage(model, 200, '\0'); }
+
 // Why a path that Stat() calls missing cannot be examined, when it exists in
 // some form: a symbolic link loop, a folder on the way without permission.
 // Empty when it is simply not there (then MODEL may be a catalog alias or a
@@ -365,10 +371,10 @@ Result<ModelSpec> ResolveModelWithHub(std::string_view model, const FileSystem& 
       return ParseModelConfig(*text, model);
     }
     case FileSystem::Kind::kOther:
-      return MakeError(fmt::format("{}: not a regular file or directory", model));
+      return MakeError(fmt::format("{}: not a regular file or directory", Shown(model)));
     case FileSystem::Kind::kMissing:
       if (std::string why = WhyNotExamined(files, path); !why.empty()) {
-        return MakeError(fmt::format("{}: cannot be examined ({})", model, why));
+        return MakeError(fmt::format("{}: cannot be examined ({})", Shown(model), why));
       }
       break;
   }
@@ -377,7 +383,7 @@ Result<ModelSpec> ResolveModelWithHub(std::string_view model, const FileSystem& 
   return MakeError(fmt::format(
       "{}: neither a config.json, a model directory, a catalog model (`vramscope models` lists "
       "them) nor a Hugging Face id (owner/name){}",
-      model, DidYouMean(model)));
+      Shown(model), DidYouMean(model)));
 }
 
 }  // namespace ingest

@@ -52,7 +52,7 @@ Result<Document> ParseJson(std::string_view text, std::string_view name,
 Result<Snapshot> ExtractSnapshot(Document& doc, std::string_view name, std::string format,
                                  bool shared_containers);
 
-// Rejects segments that no allocator state can have (docs/snapshot.md,
+// Rejects segments that no allocator state can have (docs/hardening.md,
 // "Consistency"): two segments of one device that overlap, or whose sizes sum
 // past 2^64 on one device. A segment's own blocks are checked as it is read.
 // Errors: "NAME: segments[3]: problem".
