@@ -513,6 +513,8 @@ ROUND2_FILES = {
                                                          "addr": i << 40, "size": G62,
                                                          "stream": 0} for i in range(5)]),
     "snapshot_frame_cycle.pickle": _self_containing_frames_pickle(),
+    "events_sizes_wrap.events": "vramscope-events 1\np 1 forward\n"
+                                + "".join(f"a {i} {G62} act\n" for i in range(1, 6)),
     # The product of limits: each field within its own.
     "config_10000_layers.json": _config("llama-3.2-1b.json", hidden_size=64, intermediate_size=128,
                                         num_attention_heads=2, num_key_value_heads=2, head_dim=32,
@@ -631,6 +633,9 @@ ROUND2_CASES = [
     ("snapshot-trace-allocs-wrap", ["explain", "{snapshot_trace_allocs_wrap.json}"], "2^64"),
     ("snapshot-trace-segments-wrap", ["replay", "{snapshot_trace_segments_wrap.json}"], "2^64"),
     ("snapshot-frame-cycle", ["explain", "{snapshot_frame_cycle.pickle}"], "contains itself"),
+    ("events-sizes-wrap", ["simulate", "{events_sizes_wrap.events}"], "2^64"),
+    ("events-sizes-wrap-ideal", ["simulate", "{events_sizes_wrap.events}", "--alloc-conf",
+                                 "ideal:True"], "2^64"),
     # unbounded work: each field within its limit, not their product
     ("10000-layers-estimate", ["estimate", "{config_10000_layers.json}"], "--max-events"),
     ("10000-layers-fit", ["fit", "{config_10000_layers.json}"], "--max-events"),
