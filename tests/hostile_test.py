@@ -654,6 +654,8 @@ ROUND2_CASES = [
      "--max-events"),
     ("grad-accum-4096-steps-16-sweep", ["sweep", "gpt2", "--grad-accum", "4096", "--steps", "16",
                                         "--batch", "1,2"], "--max-events"),
+    ("fit-search-x-events", ["fit", "gpt2", "--grad-accum", "1000", "--steps", "1"],
+     "estimates of this search"),
     ("sweep-points-x-events", ["sweep", "gpt2", "--grad-accum", "1000", "--steps", "1",
                                "--seq", "1:2048:16"], "16 points"),
     ("validate-records-x-events", ["validate", "{results_records_over_budget.jsonl}"],
@@ -715,7 +717,7 @@ def test_round2_a_model_name_from_a_results_file_reaches_stdout_escaped(made2):
 
 
 def test_round2_has_a_case_for_every_class():
-    assert len(ROUND2_CASES) >= 40
+    assert len(ROUND2_CASES) >= 60
     ids = [c[0] for c in ROUND2_CASES]
     assert len(set(ids)) == len(ids)
 
