@@ -478,6 +478,17 @@ def _self_containing_frames_pickle():
                          "device_traces": [[]]}, protocol=4)
 
 
+def _trace_entry_frames_cycle_pickle():
+    """A trace entry whose frame's name is the frame list holding it."""
+    import pickle
+    frame = {"name": "forward", "filename": "model.py", "line": 1}
+    frames = [frame]
+    frame["name"] = frames
+    return pickle.dumps({"segments": [], "device_traces": [[
+        {"action": "alloc", "addr": 1 << 40, "size": 512, "stream": 0, "frames": frames}]]},
+        protocol=4)
+
+
 # name -> file contents (str or bytes); the reader that takes each is in
 # ROUND2_CASES.
 ROUND2_FILES = {
@@ -513,6 +524,7 @@ ROUND2_FILES = {
                                                          "addr": i << 40, "size": G62,
                                                          "stream": 0} for i in range(5)]),
     "snapshot_frame_cycle.pickle": _self_containing_frames_pickle(),
+    "snapshot_entry_frame_cycle.pickle": _trace_entry_frames_cycle_pickle(),
     "events_sizes_wrap.events": "vramscope-events 1\np 1 forward\n"
                                 + "".join(f"a {i} {G62} act\n" for i in range(1, 6)),
     # The product of limits: each field within its own.
@@ -633,6 +645,8 @@ ROUND2_CASES = [
     ("snapshot-trace-allocs-wrap", ["explain", "{snapshot_trace_allocs_wrap.json}"], "2^64"),
     ("snapshot-trace-segments-wrap", ["replay", "{snapshot_trace_segments_wrap.json}"], "2^64"),
     ("snapshot-frame-cycle", ["explain", "{snapshot_frame_cycle.pickle}"], "contains itself"),
+    ("snapshot-entry-frame-cycle", ["replay", "{snapshot_entry_frame_cycle.pickle}"],
+     "contains itself"),
     ("events-sizes-wrap", ["simulate", "{events_sizes_wrap.events}"], "2^64"),
     ("events-sizes-wrap-ideal", ["simulate", "{events_sizes_wrap.events}", "--alloc-conf",
                                  "ideal:True"], "2^64"),
