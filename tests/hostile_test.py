@@ -668,7 +668,8 @@ ROUND2_CASES = [
      "--max-events"),
     ("grad-accum-4096-steps-16-sweep", ["sweep", "gpt2", "--grad-accum", "4096", "--steps", "16",
                                         "--batch", "1,2"], "--max-events"),
-    ("fit-search-x-events", ["fit", "gpt2", "--grad-accum", "1000", "--steps", "1"],
+    # (a lowered budget, so that the search stops after a few small estimates)
+    ("fit-search-x-events", ["fit", "gpt2", "--max-events", "100000"],
      "estimates of this search"),
     ("sweep-points-x-events", ["sweep", "gpt2", "--grad-accum", "1000", "--steps", "1",
                                "--seq", "1:2048:16"], "16 points"),
