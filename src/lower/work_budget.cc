@@ -28,7 +28,9 @@ constexpr uint64_t kEventsPerExpertLoop = 128;    // transformers < 5
 constexpr uint64_t kEventsPerExpertStacked = 32;  // transformers >= 5
 constexpr uint64_t kEventsOutsideLayers = 512;    // embeddings, head, loss, scaler
 
-uint64_t Mul(uint64_t a, uint64_t b) { return common::CheckedMul(a, b).value_or(UINT64_MAX); }
+uint64_t SaturatingMul(uint64_t a, uint64_t b) {
+  return common::CheckedMul(a, b).value_or(UINT64_MAX);
+}
 
 uint64_t LayersOf(const RankClassPlan& plan, uint64_t model_layers) {
   uint64_t layers = 0;
@@ -46,7 +48,8 @@ LoweringWork WorkOf(const ModelSpec& local, const TrainingSetup& setup,
   LoweringWork w;
   const uint64_t per_expert =
       setup.transformers_version < 500 ? kEventsPerExpertLoop : kEventsPerExpertStacked;
-  w.events_per_layer = common::SaturatingAdd(kEventsPerLayer, Mul(local.num_experts, per_expert));
+  w.events_per_layer =
+      common::SaturatingAdd(kEventsPerLayer, SaturatingMul(local.num_experts, per_expert));
   w.steps = setup.steps;
   w.rank_classes = plans.size();
   for (const RankClassPlan& plan : plans) {
@@ -54,9 +57,9 @@ LoweringWork WorkOf(const ModelSpec& local, const TrainingSetup& setup,
     w.micro_batches = std::max(w.micro_batches, SimulatedMicroBatches(setup, plan));
   }
   const uint64_t per_pass =
-      common::SaturatingAdd(Mul(w.layers, w.events_per_layer), kEventsOutsideLayers);
-  const uint64_t passes = Mul(common::SaturatingAdd(w.micro_batches, 1), w.steps);
-  w.events = Mul(Mul(per_pass, passes), w.rank_classes);
+      common::SaturatingAdd(SaturatingMul(w.layers, w.events_per_layer), kEventsOutsideLayers);
+  const uint64_t passes = SaturatingMul(common::SaturatingAdd(w.micro_batches, 1), w.steps);
+  w.events = SaturatingMul(SaturatingMul(per_pass, passes), w.rank_classes);
   return w;
 }
 
