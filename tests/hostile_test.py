@@ -17,6 +17,7 @@ import os
 import pathlib
 import stat
 import subprocess
+import tempfile
 import time
 
 import pytest
@@ -384,8 +385,7 @@ RSS_LIMIT_KIB = (1 << 20) * (3 if float(os.environ.get("VRAMSCOPE_TEST_TIME_FACT
 def run_measured(args, timeout=SECONDS + 1):
     """Runs the binary; returns (returncode, stderr text, seconds, peak RSS
     in KiB of that child alone)."""
-    with open(os.devnull, "wb") as devnull, \
-            __import__("tempfile").TemporaryFile() as err:
+    with open(os.devnull, "wb") as devnull, tempfile.TemporaryFile() as err:
         start = time.monotonic()
         p = subprocess.Popen([BIN, *args], stdout=devnull, stderr=err, stdin=subprocess.DEVNULL,
                              cwd=ROOT, env=ENV)
