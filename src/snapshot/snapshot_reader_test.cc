@@ -151,7 +151,7 @@ TEST(SnapshotReader, InconsistentSnapshotsAndTrailingBytesAreErrors) {
        "segments[0].blocks[0]: block at 0x2000 of 2048 bytes does not follow"},
       {R"({"segments": [], "device_traces": []})" + std::string("\0garbage", 8),
        "NUL byte at byte 37"},
-      {std::string("PK\x03\x04rest of a zip", 20), "this is a model checkpoint"},
+      {std::string("PK\x03\x04rest of a zip"), "this is a model checkpoint"},
   };
   for (const auto& [text, expected] : cases) {
     auto s = ParseSnapshot(text, "in.json");
