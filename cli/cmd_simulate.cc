@@ -1,6 +1,12 @@
 // vramscope simulate TRACE: replay a recorded or hand-written event stream
 // through the allocator model and report it like `estimate` does.
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
 #include <memory>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -9,6 +15,7 @@
 #include "vramscope/event_io.h"
 #include "vramscope/gpu.h"
 #include "vramscope/retention.h"
+#include "vramscope/setup.h"
 #include "vramscope/simulate.h"
 
 namespace vramscope::cli {
@@ -20,13 +27,82 @@ struct SimulateArgs {
   std::string alloc_conf;
   size_t top = 20;
   bool retain_graph = false;
+  uint64_t max_events = kDefaultMaxEvents;
   OutputOptions out;
 };
+
+// Live allocations a replayed trace may hold at once (docs/hardening.md).
+constexpr uint64_t kMaxLiveAllocations = uint64_t{1} << 20;
+
+// The most allocations alive at once in `stream`.
+uint64_t MaxLiveAllocations(const EventStream& stream) {
+  uint64_t live = 0, most = 0;
+  for (const Event& e : stream.events()) {
+    if (e.kind == EventKind::kAlloc) most = std::max(most, ++live);
+    if (e.kind == EventKind::kFree && live > 0) --live;
+  }
+  return most;
+}
+
+// True when the regular file at `path` has more than `max_lines` lines. Read
+// in 1 MiB chunks at disk speed, nothing kept, stopping as soon as the count
+// is over. False for anything the reader refuses at once by itself: not a
+// regular file (a pipe is bounded while read), over its size limit, a line
+// over its line limit (a sparse 16 GiB file of zeros is one such line).
+bool HasMoreLinesThan(const std::string& path, uint64_t max_lines, const EventReadLimits& limits) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  if (static_cast<uint64_t>(st.st_size) > limits.max_file_bytes) return false;
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return false;
+  std::vector<char> chunk(1 << 20);
+  uint64_t lines = 0, line_bytes = 0;
+  size_t got = 0;
+  while (lines <= max_lines && line_bytes <= limits.max_line_bytes &&
+         (got = std::fread(chunk.data(), 1, chunk.size(), f)) > 0) {
+    const char* end = chunk.data() + got;
+    for (const char* p = chunk.data(); p < end;) {
+      const char* nl = static_cast<const char*>(std::memchr(p, '\n', static_cast<size_t>(end - p)));
+      if (nl == nullptr) {
+        line_bytes += static_cast<uint64_t>(end - p);
+        break;
+      }
+      line_bytes = 0;
+      ++lines;
+      p = nl + 1;
+    }
+  }
+  std::fclose(f);
+  return lines > max_lines;
+}
+
+// The work budget of a replay (docs/hardening.md): each record of the trace
+// is at most one event, and --retain-graph-until-end replays them all once
+// more (with every backward tensor alive to the end of its pass). A regular
+// file is measured before it is parsed, so an oversized one is refused in
+// the time it takes to read it, without memory; a pipe is bounded by the
+// reader's event limit while it is read.
+Result<EventReadLimits> TraceLimits(const SimulateArgs& args) {
+  const uint64_t replays = args.retain_graph ? 2 : 1;
+  EventReadLimits limits;
+  limits.max_events = std::min(limits.max_events, args.max_events / replays);
+  // What the simulator holds per live block is about 150 bytes; a training
+  // step keeps thousands alive, not millions.
+  limits.max_live_allocations = std::min(limits.max_live_allocations, kMaxLiveAllocations);
+  if (HasMoreLinesThan(args.trace_path, limits.max_events, limits)) {
+    return MakeError(fmt::format(
+        "{}: work budget: more than {} records x {} replay(s) is above the limit of {} events "
+        "(--max-events; raise it to replay this trace anyway)",
+        args.trace_path, limits.max_events, replays, args.max_events));
+  }
+  return limits;
+}
 
 Result<Report> ComputeSimulate(const SimulateArgs& args) {
   VS_TRY(gpu, FindGpu(args.gpu));
   VS_TRY(conf, ParseAllocConf(args.alloc_conf));
-  VS_TRY(stream, ReadEventFile(args.trace_path));
+  VS_TRY(limits, TraceLimits(args));
+  VS_TRY(stream, ReadEventFile(args.trace_path, limits));
 
   SimOptions options;
   options.alloc = conf;
@@ -59,7 +135,14 @@ Result<Report> ComputeSimulate(const SimulateArgs& args) {
   report.ranks.push_back(std::move(*as_recorded));
   if (args.retain_graph) {
     report.knobs.emplace_back("retain_graph_until_end", "true");
-    auto retained = run(RetainGraphUntilEnd(stream), "retain graph until end of backward");
+    const EventStream retained_stream = RetainGraphUntilEnd(stream);
+    if (const uint64_t live = MaxLiveAllocations(retained_stream); live > kMaxLiveAllocations) {
+      return MakeError(fmt::format(
+          "{}: --retain-graph-until-end: {} allocations would be alive at once, above the limit "
+          "of {}",
+          args.trace_path, live, kMaxLiveAllocations));
+    }
+    auto retained = run(retained_stream, "retain graph until end of backward");
     if (!retained.ok()) return retained.error();
     const uint64_t a = report.ranks[0].sim.peak_allocated_bytes;
     const uint64_t b = retained->sim.peak_allocated_bytes;
@@ -94,6 +177,9 @@ std::shared_ptr<SimulateArgs> DeclareSimulate(CLI::App* sub) {
   sub->add_flag("--retain-graph-until-end", args->retain_graph,
                 "Also replay as if saved tensors and intermediate gradients lived until the end "
                 "of each backward pass; report both side by side");
+  sub->add_option("--max-events", args->max_events,
+                  "Work budget: the most events to replay, counting each record once more with "
+                  "--retain-graph-until-end (default 2^24 = 16777216)");
   AddOutputFlags(sub, &args->out);
   return args;
 }

@@ -22,6 +22,7 @@ struct ValidateArgs {
   std::string thresholds_path;
   bool json = false;
   bool markdown = false;
+  uint64_t max_events = kDefaultMaxEvents;
 };
 
 // A directory stands for the *.jsonl files directly in it, in name order.
@@ -60,7 +61,9 @@ int RunValidate(const ValidateArgs& args) {
     if (!t.ok()) return FailBadInput(t.error());
     thresholds = *t;
   }
-  const Validation v = Validate(std::move(files), LocalModelIo());
+  auto validated = Validate(std::move(files), LocalModelIo(), args.max_events);
+  if (!validated.ok()) return FailBadInput(validated.error());
+  const Validation& v = *validated;
   std::vector<std::string> failures;
   if (thresholds) failures = CheckThresholds(v, *thresholds);
   if (args.json) {
@@ -91,6 +94,9 @@ RunFn SetupValidate(CLI::App* sub) {
   sub->add_option("--thresholds", args->thresholds_path,
                   "Accuracy gate (JSON, e.g. data/groundtruth/thresholds.json): exit 3 when a "
                   "limit is exceeded");
+  sub->add_option("--max-events", args->max_events,
+                  "Work budget: the most events one record's estimate may take (default 2^24; "
+                  "all records together: 4 times it)");
   sub->add_flag("--json", args->json, "Machine-readable output (integer bytes, error fractions)");
   sub->add_flag("--markdown", args->markdown,
                 "The summary table as Markdown (README's accuracy section)");

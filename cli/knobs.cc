@@ -48,6 +48,9 @@ void AddKnobFlags(CLI::App* sub, KnobArgs* k) {
                   "cuda (default) or cpu: PyTorch's CPU kernels, only to compare with CPU "
                   "reference traces (docs/fidelity.md)");
   AddParallelFlags(sub, &k->parallel);
+  sub->add_option("--max-events", k->max_events,
+                  "Work budget: the most events one estimate may lower to (default 2^24 = "
+                  "16777216; a sweep's points together: 4 times it); raise it deliberately");
 }
 
 namespace {
@@ -85,6 +88,7 @@ Result<TrainingSetup> KnobArgs::ToSetup() const {
   s.seq = seq;
   s.grad_accum = grad_accum;
   s.steps = steps;
+  s.max_events = max_events;
   auto p = ParsePrecision(precision);
   if (!p.ok()) return p.error();
   s.precision = *p;

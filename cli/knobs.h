@@ -28,6 +28,7 @@ struct KnobArgs {
   bool no_attention_mask = false;
   bool activation_offload = false;
   double moe_capacity_factor = 0, moe_imbalance = 1;
+  uint64_t max_events = kDefaultMaxEvents;
   ParallelArgs parallel;
   // Which flags were given: `app` (set by AddKnobFlags) while it lives, else
   // `given`, filled by KeepGiven() before a short-lived app goes away.

@@ -180,6 +180,21 @@ std::string CheckNonNegativeInteger(const std::string& text) {
   return {};
 }
 
+// A signed flag (CLI11 "INT") holds at most 2^63-1: CLI11 2.1 would turn a
+// larger value into 2^63-1 and the range check would then quote that number,
+// not the one typed (--gpus 18446744073709551615 "is outside 1..1048576" as
+// 9223372036854775807).
+std::string CheckNonNegativeSignedInteger(const std::string& text) {
+  if (std::string problem = CheckNonNegativeInteger(text); !problem.empty()) return problem;
+  const std::string_view v = Trimmed(text);
+  char* end = nullptr;
+  const unsigned long long value = std::strtoull(std::string(v).c_str(), &end, 0);
+  if (value > static_cast<unsigned long long>(INT64_MAX)) {
+    return fmt::format("{} is out of range (over 2^63-1)", Quoted(v));
+  }
+  return {};
+}
+
 std::string CheckFinite(const std::string& text) {
   char* end = nullptr;
   const double d = std::strtod(text.c_str(), &end);
@@ -200,8 +215,10 @@ void CheckNumericFlags(CLI::App* sub) {
     std::string type = option->get_type_name();
     type = type.substr(0, type.find(':'));
     // No description: --help stays as it is.
-    if (type == "UINT" || type == "INT") {
+    if (type == "UINT") {
       option->check(CheckNonNegativeInteger, "", "non-negative");
+    } else if (type == "INT") {
+      option->check(CheckNonNegativeSignedInteger, "", "non-negative");
     } else if (type == "FLOAT") {
       option->check(CheckFinite, "", "finite");
     }

@@ -8,6 +8,13 @@
 #   scripts/fuzz.sh                                    # every target, 60 s each
 #   scripts/fuzz.sh fuzz_groundtruth fuzz_cli_flags    # only these
 #   FUZZ_SECONDS=3600 FUZZ_KEEP_CORPUS=1 scripts/fuzz.sh fuzz_event_reader
+#   scripts/fuzz.sh --long                             # the long run, below
+#
+# --long: every target (or those named) for an hour each (FUZZ_SECONDS
+# 3600), two at a time (FUZZ_JOBS 2: this project's machine has two cores),
+# grown corpora kept; at the end a summary for docs/hardening.md ("Last long
+# run": date, inputs executed, coverage, findings) is printed and written to
+# $FUZZ_BUILD_DIR/fuzz-long-summary.md. With 7 targets that is about 4 hours.
 #
 # Environment (defaults): FUZZ_SECONDS (60) per target; FUZZ_JOBS (nproc)
 # targets at once; FUZZ_RSS_MB (2048) memory limit per target; FUZZ_TIMEOUT
@@ -17,6 +24,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+long=0
+if [ "${1:-}" = --long ]; then
+  shift
+  long=1
+  FUZZ_SECONDS=${FUZZ_SECONDS:-3600}
+  FUZZ_JOBS=${FUZZ_JOBS:-2}
+  FUZZ_KEEP_CORPUS=${FUZZ_KEEP_CORPUS:-1}
+fi
 seconds=${FUZZ_SECONDS:-60}
 jobs=${FUZZ_JOBS:-$(nproc)}
 rss_mb=${FUZZ_RSS_MB:-2048}
@@ -106,13 +121,30 @@ done
 wait
 
 failed=0
+summary="$build/fuzz-long-summary.md"
+if [ "$long" = 1 ]; then
+  {
+    echo "Long fuzz run of $(date -u +%Y-%m-%d) (commit $(git rev-parse --short HEAD 2>/dev/null || echo ?)),"
+    echo "${seconds} s per target, ${jobs} at a time, on $(nproc) cores:"
+    echo
+    echo "| target | inputs executed | coverage (libFuzzer cov / ft) | findings |"
+    echo "|---|---|---|---|"
+  } >"$summary"
+fi
 for t in "${targets[@]}"; do
   rc=$(cat "$work/$t.rc")
   log="$work/$t.log"
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
   speed=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -n 1)
+  # The last status line libFuzzer printed: "#N DONE cov: C ft: F corp: ...".
+  cov=$(grep -Eo 'cov: [0-9]+ ft: [0-9]+' "$log" | tail -n 1 || true)
+  if [ "$long" = 1 ]; then
+    findings=none
+    [ "$rc" = 0 ] || findings="exit $rc, see $artifacts/$t"
+    echo "| \`$t\` | ${execs:-?} | ${cov:-?} | $findings |" >>"$summary"
+  fi
   if [ "$rc" = 0 ]; then
-    echo "fuzz.sh: $t: ok, ${execs:-?} inputs (${speed:-?}/s)"
+    echo "fuzz.sh: $t: ok, ${execs:-?} inputs (${speed:-?}/s), ${cov:-coverage ?}"
     continue
   fi
   failed=1
@@ -125,4 +157,8 @@ for t in "${targets[@]}"; do
   done
 done
 if [ "${FUZZ_KEEP_CORPUS:-0}" = 1 ]; then echo "fuzz.sh: grown corpora and logs kept in $work"; fi
+if [ "$long" = 1 ]; then
+  cat "$summary"
+  echo "fuzz.sh: summary written to $summary (copy it into docs/hardening.md, \"Last long run\")"
+fi
 exit "$failed"

@@ -17,6 +17,7 @@ import os
 import pathlib
 import stat
 import subprocess
+import tempfile
 import time
 
 import pytest
@@ -365,3 +366,381 @@ def test_validate_reads_standard_input_redirected_from_a_file():
 def test_validate_standard_input_over_the_size_limit(made):
     with open(made["results_over_256mib.jsonl"], "rb") as f:
         check_bad_input(["validate", "/dev/stdin"], names="/dev/stdin", stdin=f)
+
+
+# --- round 2 (issue 24): each class of input that broke the contract --------
+# Every case must exit 2 with one clean line, in under 5 s and under 1 GiB of
+# resident memory (the child's own peak, from wait4). Classes: silent
+# acceptance (a NUL byte and garbage after a valid document; snapshots whose
+# sums wrap, whose segments overlap, whose frames form a cycle), work that
+# passes each per-field limit but not their product (the work budget,
+# --max-events), terminal injection (control characters quoted from the
+# input), and misleading messages.
+
+# ASan's shadow memory counts in the resident size: 3x under a sanitizer.
+RSS_LIMIT_KIB = (1 << 20) * (3 if float(os.environ.get("VRAMSCOPE_TEST_TIME_FACTOR", "1")) > 1
+                             else 1)
+
+
+def run_measured(args, timeout=SECONDS + 1):
+    """Runs the binary; returns (returncode, stderr text, seconds, peak RSS
+    in KiB of that child alone)."""
+    with open(os.devnull, "wb") as devnull, tempfile.TemporaryFile() as err:
+        start = time.monotonic()
+        p = subprocess.Popen([BIN, *args], stdout=devnull, stderr=err, stdin=subprocess.DEVNULL,
+                             cwd=ROOT, env=ENV)
+        while True:
+            pid, status, usage = os.wait4(p.pid, os.WNOHANG)
+            if pid != 0:
+                break
+            if time.monotonic() - start > timeout:
+                p.kill()
+                pid, status, usage = os.wait4(p.pid, 0)
+                break
+            time.sleep(0.01)
+        seconds = time.monotonic() - start
+        p.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
+        err.seek(0)
+        return p.returncode, err.read().decode("utf-8", "replace"), seconds, usage.ru_maxrss
+
+
+def check_bounded(args, names=None):
+    """Exit 2, one printable "vramscope: error:" line containing `names`,
+    under SECONDS and RSS_LIMIT_KIB; no std::bad_alloc, abort or exit 1."""
+    code, stderr, seconds, rss_kib = run_measured(args)
+    assert code >= 0, f"killed by signal {-code}: {stderr[-2000:]}"
+    assert code == 2, (code, stderr[-2000:])
+    lines = stderr.splitlines()
+    assert len(lines) == 1, stderr[-2000:]
+    line = lines[0]
+    assert line.startswith("vramscope: error: "), line
+    assert "bad_alloc" not in line and "internal error" not in line, line
+    assert all(c == "\t" or ord(c) >= 0x20 for c in line), f"control character in {line!r}"
+    if names is not None:
+        assert names in line, (names, line)
+    assert seconds < SECONDS, f"{seconds:.1f} s"
+    assert rss_kib < RSS_LIMIT_KIB, f"{rss_kib >> 10} MiB resident"
+
+
+GPT2_CONFIG = (ROOT / "data" / "models" / "gpt2.json").read_text()
+GROUND_TRUTH = (ROOT / "fuzz" / "corpus" / "groundtruth" / "01_ok.jsonl").read_text().splitlines()[0]
+THRESHOLDS = (ROOT / "fuzz" / "corpus" / "groundtruth" / "20_thresholds.json").read_text()
+SNAPSHOT_JSON = (ROOT / "tests" / "data" / "snapshots" / "train_1step.json").read_text()
+SNAPSHOT_PICKLE = (ROOT / "tests" / "data" / "snapshots" / "train_p4.pickle").read_bytes()
+G62 = 1 << 62
+
+
+def _segment(address, total, blocks, device=0):
+    return {"device": device, "address": address, "total_size": total, "stream": 0,
+            "segment_type": "large", "blocks": blocks}
+
+
+def _block(size, address=None):
+    b = {"size": size, "state": "active_allocated", "requested_size": size}
+    if address is not None:
+        b["address"] = address
+    return b
+
+
+def _snapshot(segments, trace=()):
+    return json.dumps({"segments": segments, "device_traces": [list(trace)]})
+
+
+def _config(base, **changes):
+    c = json.loads((ROOT / "data" / "models" / base).read_text())
+    c.update(changes)
+    return json.dumps(c, ensure_ascii=False)
+
+
+def _record(**knobs):
+    r = json.loads(GROUND_TRUTH)
+    r["knobs"].update(knobs)
+    return json.dumps(r, ensure_ascii=False)
+
+
+def _torch_save_zip():
+    import io
+    import zipfile
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("archive/data.pkl", b"\x80\x02ccollections\nOrderedDict\nq\x00)Rq\x01.")
+        z.writestr("archive/version", "3\n")
+    return buf.getvalue()
+
+
+def _self_containing_frames_pickle():
+    import pickle
+    frames = []
+    frames.append(frames)
+    return pickle.dumps({"segments": [{"device": 0, "address": 1 << 40, "total_size": 512,
+                                       "blocks": [{"size": 512, "state": "active_allocated",
+                                                   "frames": frames}]}],
+                         "device_traces": [[]]}, protocol=4)
+
+
+def _trace_entry_frames_cycle_pickle():
+    """A trace entry whose frame's name is the frame list holding it."""
+    import pickle
+    frame = {"name": "forward", "filename": "model.py", "line": 1}
+    frames = [frame]
+    frame["name"] = frames
+    return pickle.dumps({"segments": [], "device_traces": [[
+        {"action": "alloc", "addr": 1 << 40, "size": 512, "stream": 0, "frames": frames}]]},
+        protocol=4)
+
+
+# name -> file contents (str or bytes); the reader that takes each is in
+# ROUND2_CASES.
+ROUND2_FILES = {
+    # Silent acceptance: a valid prefix, then NUL and garbage.
+    "config_nul_garbage.json": GPT2_CONFIG + "\0garbage{",
+    "config_nul_after_blank.json": GPT2_CONFIG + "\n\n\0",
+    "results_nul_garbage.jsonl": GROUND_TRUTH + "\0garbage\n",
+    "results_nul_second_line.jsonl": GROUND_TRUTH + "\n\0\n",
+    "thresholds_nul_garbage.json": THRESHOLDS + "\0garbage",
+    "snapshot_nul_garbage.json": SNAPSHOT_JSON + "\0garbage",
+    "snapshot_bytes_after_stop.pickle": SNAPSHOT_PICKLE + b"\0garbage",
+    "snapshot_second_pickle.pickle": SNAPSHOT_PICKLE + SNAPSHOT_PICKLE,
+    # Snapshots that no allocator state can be.
+    "snapshot_block_sum_wraps.json": _snapshot([_segment(1 << 40, 100,
+                                                         [_block(G62)] * 4 + [_block(100)])]),
+    "snapshot_segments_overlap.json": _snapshot([_segment(1 << 40, 4096, [_block(4096)]),
+                                                 _segment((1 << 40) + 2048, 4096,
+                                                          [_block(4096)])]),
+    "snapshot_reserved_overflows.json": _snapshot([_segment(i * G62, G62, [_block(G62)])
+                                                   for i in range(4)]),
+    "snapshot_segment_wraps.json": _snapshot([_segment((1 << 64) - 4096, 8192,
+                                                       [_block(8192)])]),
+    "snapshot_block_outside_segment.json": _snapshot([_segment(1 << 40, 4096,
+                                                               [_block(2048, 1 << 20),
+                                                                _block(2048)])]),
+    "snapshot_blocks_overlap.json": _snapshot([_segment(1 << 40, 4096,
+                                                        [_block(2048, 1 << 40),
+                                                         _block(2048, (1 << 40) + 1024)])]),
+    "snapshot_trace_allocs_wrap.json": _snapshot([], [{"action": "alloc", "addr": i << 40,
+                                                       "size": G62, "stream": 0}
+                                                      for i in range(5)]),
+    "snapshot_trace_segments_wrap.json": _snapshot([], [{"action": "segment_alloc",
+                                                         "addr": i << 40, "size": G62,
+                                                         "stream": 0} for i in range(5)]),
+    "snapshot_frame_cycle.pickle": _self_containing_frames_pickle(),
+    "snapshot_entry_frame_cycle.pickle": _trace_entry_frames_cycle_pickle(),
+    "events_sizes_wrap.events": "vramscope-events 1\np 1 forward\n"
+                                + "".join(f"a {i} {G62} act\n" for i in range(1, 6)),
+    # The product of limits: each field within its own.
+    "config_10000_layers.json": _config("llama-3.2-1b.json", hidden_size=64, intermediate_size=128,
+                                        num_attention_heads=2, num_key_value_heads=2, head_dim=32,
+                                        num_hidden_layers=10000, vocab_size=256),
+    "config_16384_experts.json": _config("mixtral-8x7b.json", hidden_size=64, intermediate_size=64,
+                                         num_attention_heads=2, num_key_value_heads=2, head_dim=32,
+                                         num_hidden_layers=2, vocab_size=256,
+                                         num_local_experts=16384),
+    "results_records_over_budget.jsonl": (_record(grad_accum=1000, steps=1) + "\n") * 100,
+    # Terminal injection: control characters in what a message quotes.
+    "config_esc_model_type.json": _config("gpt2.json", model_type="\x1b[31mevil\x07"),
+    "config_esc_activation.json": _config("gpt2.json", activation_function="\x1b]0;title\x07"),
+    "results_esc_knob_name.jsonl": _record(**{"\x1b[2Jbad": 1}) + "\n",
+    "results_esc_knob_value.jsonl": _record(precision="\x1b[2Jbf16") + "\n",
+    "results_esc_model.jsonl": _record(model="\x1b[2J\x1b[Hgpt2") + "\n",
+    "thresholds_esc_key.json": json.dumps({"\x1b[2Jpeak": {"median_abs_error": 0.1}},
+                                          ensure_ascii=False),
+    "thresholds_esc_limit.json": json.dumps({"peak_allocated": {"\x1b[2Jlim": 0.1}},
+                                            ensure_ascii=False),
+    "snapshot_esc_block_state.json": _snapshot([_segment(1 << 40, 512, [
+        {"size": 512, "state": "\x1b[2Jgone"}])]),
+    "snapshot_esc_segment_type.json": json.dumps({"segments": [
+        {**_segment(1 << 40, 512, [_block(512)]), "segment_type": "\x1b[5mhuge"}],
+        "device_traces": [[]]}, ensure_ascii=False),
+    # Misleading: a model checkpoint is not a memory snapshot.
+    "checkpoint_torch_save.pt": _torch_save_zip(),
+    "checkpoint_legacy.pt": (b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19."
+                             b"\x80\x02M\xe9\x03."),
+}
+
+
+@pytest.fixture(scope="module")
+def made2(tmp_path_factory):
+    """ROUND2_FILES written out, plus the large inputs, made cheaply at run
+    time: name -> path."""
+    d = tmp_path_factory.mktemp("hostile2")
+    out = {}
+    for name, data in ROUND2_FILES.items():
+        (d / name).write_bytes(data if isinstance(data, bytes) else data.encode())
+        out[name] = d / name
+    # 10 million allocations (forward, then backward), every one alive.
+    n = 10_000_000
+    with open(d / "events_10m_allocations.events", "w") as f:
+        f.write("vramscope-events 1\np 1 forward\n")
+        f.write("\n".join(f"a {i} 512 act" for i in range(1, n // 2)))
+        f.write("\np 1 backward\n")
+        f.write("\n".join(f"a {i} 512 act" for i in range(n // 2, n + 1)))
+        f.write("\n")
+    out["events_10m_allocations.events"] = d / "events_10m_allocations.events"
+    # 1.5 million short-lived allocations in backward: few alive as recorded,
+    # all of them with --retain-graph-until-end.
+    with open(d / "events_backward_churn.events", "w") as f:
+        f.write("vramscope-events 1\np 1 forward\np 1 backward\n")
+        f.write("".join(f"a {i} 512 act\nf {i}\n" for i in range(1, 1_500_001)))
+    out["events_backward_churn.events"] = d / "events_backward_churn.events"
+    # One 120 MB line of a results file (under the 256 MiB file limit).
+    (d / "results_120mb_line.jsonl").write_bytes(
+        b'{"format": "vramscope-groundtruth", "schema_version": 1, "status": "skipped", "x": ['
+        + b"1," * (60 << 20) + b"1]}\n")
+    out["results_120mb_line.jsonl"] = d / "results_120mb_line.jsonl"
+    # Model directories: a safetensors header of 99 MB of small entries, of
+    # one 99 MB metadata array, and headers / indexes with NUL and garbage.
+    entry = b'"t":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},'
+    headers = {
+        "model_99mb_entries": b"{" + entry * (99_000_000 // len(entry)) + b'"u":{"dtype":"F32",'
+                              b'"shape":[1],"data_offsets":[0,4]}}',
+        "model_99mb_metadata": b'{"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},'
+                               b'"__metadata__":{"x":[' + b"1," * 49_000_000 + b"1]}}",
+        "model_header_nul": b'{"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}\0garbage',
+        "model_header_esc_dtype": b'{"w":{"dtype":"\x1b[2JF32","shape":[1],'
+                                  b'"data_offsets":[0,4]}}',
+    }
+    for name, header in headers.items():
+        m = d / name
+        m.mkdir()
+        (m / "config.json").write_text(GPT2_CONFIG)
+        (m / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header
+                                              + b"\0" * 4)
+        out[name] = m
+    m = d / "model_index_nul"
+    m.mkdir()
+    (m / "config.json").write_text(GPT2_CONFIG)
+    (m / "model.safetensors.index.json").write_text('{"weight_map": {}}\0garbage')
+    out["model_index_nul"] = m
+    # A symbolic link loop.
+    os.symlink(d / "loop_b", d / "loop_a")
+    os.symlink(d / "loop_a", d / "loop_b")
+    out["loop"] = d / "loop_a"
+    return out
+
+
+EMPTY_RESULTS = str(HOSTILE / "empty.bin")
+# (id, command line with {NAME} for made2's paths, text the message must hold)
+ROUND2_CASES = [
+    # silent acceptance
+    ("config-nul", ["estimate", "{config_nul_garbage.json}"], "NUL byte"),
+    ("config-nul-after-blank", ["estimate", "{config_nul_after_blank.json}"], "NUL byte"),
+    ("safetensors-header-nul", ["estimate", "{model_header_nul}"], "NUL byte"),
+    ("safetensors-index-nul", ["estimate", "{model_index_nul}"], "NUL byte"),
+    ("results-nul", ["validate", "{results_nul_garbage.jsonl}"], "NUL byte"),
+    ("results-nul-line", ["validate", "{results_nul_second_line.jsonl}"], "NUL byte"),
+    ("thresholds-nul", ["validate", EMPTY_RESULTS, "--thresholds",
+                        "{thresholds_nul_garbage.json}"], "NUL byte"),
+    ("snapshot-json-nul", ["explain", "{snapshot_nul_garbage.json}"], "NUL byte"),
+    ("snapshot-pickle-trailing", ["explain", "{snapshot_bytes_after_stop.pickle}"], "after the STOP"),
+    ("snapshot-two-pickles", ["replay", "{snapshot_second_pickle.pickle}"], "after the STOP"),
+    ("snapshot-block-sum-wraps", ["explain", "{snapshot_block_sum_wraps.json}"], "blocks[0]"),
+    ("snapshot-block-sum-wraps-replay", ["replay", "{snapshot_block_sum_wraps.json}"], "blocks[0]"),
+    ("snapshot-segments-overlap", ["explain", "{snapshot_segments_overlap.json}"], "overlaps"),
+    ("snapshot-segments-overlap-compare", ["compare", "{snapshot_segments_overlap.json}", "--",
+                                           "gpt2"], "overlaps"),
+    ("snapshot-reserved-overflows", ["explain", "{snapshot_reserved_overflows.json}"], "2^64"),
+    ("snapshot-segment-wraps", ["explain", "{snapshot_segment_wraps.json}"], "2^64"),
+    ("snapshot-block-outside", ["explain", "{snapshot_block_outside_segment.json}"], "blocks[0]"),
+    ("snapshot-blocks-overlap", ["explain", "{snapshot_blocks_overlap.json}"], "blocks[1]"),
+    ("snapshot-trace-allocs-wrap", ["explain", "{snapshot_trace_allocs_wrap.json}"], "2^64"),
+    ("snapshot-trace-segments-wrap", ["replay", "{snapshot_trace_segments_wrap.json}"], "2^64"),
+    ("snapshot-frame-cycle", ["explain", "{snapshot_frame_cycle.pickle}"], "contains itself"),
+    ("snapshot-entry-frame-cycle", ["replay", "{snapshot_entry_frame_cycle.pickle}"],
+     "contains itself"),
+    ("events-sizes-wrap", ["simulate", "{events_sizes_wrap.events}"], "2^64"),
+    ("events-sizes-wrap-ideal", ["simulate", "{events_sizes_wrap.events}", "--alloc-conf",
+                                 "ideal:True"], "2^64"),
+    # unbounded work: each field within its limit, not their product
+    ("10000-layers-estimate", ["estimate", "{config_10000_layers.json}"], "--max-events"),
+    ("10000-layers-fit", ["fit", "{config_10000_layers.json}"], "--max-events"),
+    ("10000-layers-plan", ["plan", "{config_10000_layers.json}"], "--max-events"),
+    ("10000-layers-sweep", ["sweep", "{config_10000_layers.json}", "--seq", "128,256"],
+     "--max-events"),
+    ("10000-layers-compare", ["compare", SNAPSHOT, "--", "{config_10000_layers.json}"],
+     "--max-events"),
+    ("16384-experts-grad-accum-8", ["estimate", "{config_16384_experts.json}", "--grad-accum",
+                                    "8"], "--max-events"),
+    ("16384-experts-transformers-4", ["estimate", "{config_16384_experts.json}",
+                                      "--transformers-version", "4.57"], "--max-events"),
+    ("grad-accum-4096-steps-16", ["estimate", "gpt2", "--grad-accum", "4096", "--steps", "16"],
+     "4096 micro-batches"),
+    ("grad-accum-4096-steps-16-fit", ["fit", "gpt2", "--grad-accum", "4096", "--steps", "16"],
+     "--max-events"),
+    ("grad-accum-4096-steps-16-sweep", ["sweep", "gpt2", "--grad-accum", "4096", "--steps", "16",
+                                        "--batch", "1,2"], "--max-events"),
+    # (a lowered budget, so that the search stops after a few small estimates)
+    ("fit-search-x-events", ["fit", "gpt2", "--max-events", "100000"],
+     "estimates of this search"),
+    ("sweep-points-x-events", ["sweep", "gpt2", "--grad-accum", "1000", "--steps", "1",
+                               "--seq", "1:2048:16"], "16 points"),
+    ("validate-records-x-events", ["validate", "{results_records_over_budget.jsonl}"],
+     "100 records"),
+    ("events-10m-retain-graph", ["simulate", "{events_10m_allocations.events}",
+                                 "--retain-graph-until-end"], "--max-events"),
+    ("events-10m-live", ["simulate", "{events_10m_allocations.events}"], "live allocations"),
+    ("events-retained-live", ["simulate", "{events_backward_churn.events}",
+                              "--retain-graph-until-end"], "alive at once"),
+    ("results-120mb-line", ["validate", "{results_120mb_line.jsonl}"], "one record"),
+    ("safetensors-99mb-entries", ["estimate", "{model_99mb_entries}"], "JSON items"),
+    ("safetensors-99mb-metadata", ["estimate", "{model_99mb_metadata}"], "JSON items"),
+    # terminal injection
+    ("esc-model-type", ["estimate", "{config_esc_model_type.json}"], "\\x1b[31mevil"),
+    ("esc-activation", ["estimate", "{config_esc_activation.json}"], None),
+    ("esc-knob-name", ["validate", "{results_esc_knob_name.jsonl}"], "\\x1b[2Jbad"),
+    ("esc-knob-value", ["validate", "{results_esc_knob_value.jsonl}"], "\\x1b[2Jbf16"),
+    ("esc-thresholds-key", ["validate", EMPTY_RESULTS, "--thresholds",
+                            "{thresholds_esc_key.json}"], "\\x1b[2Jpeak"),
+    ("esc-thresholds-limit", ["validate", EMPTY_RESULTS, "--thresholds",
+                              "{thresholds_esc_limit.json}"], "\\x1b[2Jlim"),
+    ("esc-block-state", ["explain", "{snapshot_esc_block_state.json}"], "\\x1b[2Jgone"),
+    ("esc-segment-type", ["replay", "{snapshot_esc_segment_type.json}"], "\\x1b[5mhuge"),
+    ("esc-safetensors-dtype", ["estimate", "{model_header_esc_dtype}"], None),
+    # misleading messages
+    ("gpus-2^64-1", ["estimate", "gpt2", "--gpus", "18446744073709551615"],
+     "18446744073709551615"),
+    ("tp-2^63", ["estimate", "gpt2", "--gpus", "2", "--tp", "9223372036854775808"],
+     "9223372036854775808"),
+    ("checkpoint-zip-explain", ["explain", "{checkpoint_torch_save.pt}"], "model checkpoint"),
+    ("checkpoint-zip-compare", ["compare", "{checkpoint_torch_save.pt}", "--", "gpt2"],
+     "model checkpoint"),
+    ("checkpoint-legacy-replay", ["replay", "{checkpoint_legacy.pt}"], "model checkpoint"),
+    ("symlink-loop-estimate", ["estimate", "{loop}"], "symbolic links"),
+    ("symlink-loop-explain", ["explain", "{loop}"], "symbolic links"),
+    ("symlink-loop-validate", ["validate", "{loop}"], "symbolic links"),
+    ("symlink-loop-simulate", ["simulate", "{loop}"], "symbolic links"),
+]
+
+
+def _fill(arg, made):
+    if arg.startswith("{") and arg.endswith("}"):
+        return str(made[arg[1:-1]])
+    return arg
+
+
+@pytest.mark.parametrize("args,names", [pytest.param(a, n, id=i) for i, a, n in ROUND2_CASES])
+def test_round2_hostile_input_exit_2_bounded(made2, args, names):
+    check_bounded([_fill(a, made2) for a in args], names=names)
+
+
+def test_round2_a_model_name_from_a_results_file_reaches_stdout_escaped(made2):
+    """validate prints a record's problem (here: its model name, which has
+    an ESC sequence, names nothing) in its table: escaped, not raw."""
+    p, seconds = run(["validate", str(made2["results_esc_model.jsonl"])])
+    assert p.returncode == 0, p.stderr.decode("utf-8", "replace")[-2000:]
+    assert b"\x1b" not in p.stdout and b"\\x1b[2J" in p.stdout, p.stdout[-2000:]
+    assert seconds < SECONDS
+
+
+def test_round2_has_a_case_for_every_class():
+    assert len(ROUND2_CASES) >= 60
+    ids = [c[0] for c in ROUND2_CASES]
+    assert len(set(ids)) == len(ids)
+
+
+def test_published_configs_of_every_family_estimate_cleanly():
+    """OPT-350m (do_layer_norm_before: false) once crashed; every published
+    config of data/models is a fuzz seed too (src/ingest/catalog_test.cc)."""
+    for name in ["opt-350m.json", "qwen3-30b-a3b.json", "gemma-3-4b.json", "bert-base-uncased.json"]:
+        code, stderr, seconds, rss_kib = run_measured(
+            ["estimate", str(ROOT / "data" / "models" / name)], timeout=30)
+        assert code == 0, stderr[-2000:]

@@ -46,6 +46,38 @@ Result<std::vector<LoweredRank>> LowerRankClasses(const ModelSpec& model,
                                                   const TrainingSetup& setup, const GpuSpec& gpu,
                                                   const RankClassCallback& each = {});
 
+// The work budget (docs/hardening.md, "Work budget"): an upper bound on the
+// events lowering `setup` produces, computed from the model's shape before
+// anything is lowered, so that a setup whose fields are each within their
+// limits but whose product is not (10 000 layers, 16 384 experts,
+// --grad-accum 4096 --steps 16) is refused in microseconds instead of
+// running out of memory. The bound is the product of the factors below
+// (plus a constant per layer stack), each rank class counted as the worst.
+struct LoweringWork {
+  uint64_t events = 0;  // saturates at 2^64 - 1
+  uint64_t layers = 0;  // decoder / encoder layers of the largest rank class
+  // Events of one layer in one micro-batch (forward + backward), an upper
+  // bound measured over every family and knob (1024), plus per local expert
+  // 128 with transformers < 5 (one nn.Linear per expert) or 32.
+  uint64_t events_per_layer = 0;
+  uint64_t micro_batches = 0;  // simulated per step (the optimizer counts as one more)
+  uint64_t steps = 0;
+  uint64_t rank_classes = 0;
+};
+
+// The bound for `setup` (its parallel layout checked as LowerRankClasses
+// does: an invalid layout is an Error here too).
+Result<LoweringWork> EstimateLoweringWork(const ModelSpec& model, const TrainingSetup& setup);
+
+// "about 61 440 000 events (10000 layers x 1024 events per layer x (1
+// micro-batch + 1 optimizer step) x 3 steps x 1 rank class)": the product,
+// for messages.
+std::string DescribeWork(const LoweringWork& work);
+
+// The Error LowerRankClasses returns when `work` is over `max_events`, with
+// the product, the limit and the flag that raises it.
+Status CheckWorkBudget(const LoweringWork& work, uint64_t max_events);
+
 // Knobs that are allowed but probably not what the user meant (a sequence
 // beyond the model's positions, library versions outside those the rules were
 // read from): one line each, for stderr. Impossible combinations are errors of

@@ -11,6 +11,16 @@
 
 namespace vramscope {
 
+// The work budget's default (--max-events; docs/hardening.md, "Work budget"):
+// every catalog model with the default knobs needs under a tenth of it. An
+// event costs about 170 bytes and 1.5 us to lower and simulate, and the bound
+// over-counts real setups about 1-4 times, so a setup just under it takes
+// at most about 2.5 GiB and half a minute.
+inline constexpr uint64_t kDefaultMaxEvents = uint64_t{1} << 24;
+// A sweep's points, or validate's records, together: this many times the
+// budget of one estimate (docs/hardening.md).
+inline constexpr uint64_t kBatchBudgetFactor = 4;
+
 enum class Precision : uint8_t {
   kFp32,       // fp32 weights, no autocast
   kFp16Mixed,  // fp32 weights + autocast(fp16) + GradScaler
@@ -83,6 +93,10 @@ struct TrainingSetup {
   DeviceRules device_rules = DeviceRules::kCuda;
   // GPUs and how they share the work (one GPU by default).
   ParallelLayout parallel;
+  // Not a training knob: the work budget (--max-events), the most events
+  // the lowering may be expected to produce for this setup (EstimateLoweringWork
+  // in lower.h). Not shown in reports.
+  uint64_t max_events = kDefaultMaxEvents;
 };
 
 // What the lowering accepts (Lower rejects a setup outside these, with the

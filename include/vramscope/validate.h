@@ -83,8 +83,14 @@ struct Validation {
 };
 
 // Estimates every run (one Estimate() each, its model resolved through `io`:
-// a path, the catalog, the Hub) and computes the statistics.
-Validation Validate(std::vector<MeasuredFile> files, const ModelIo& io);
+// a path, the catalog, the Hub, once per distinct name) and computes the
+// statistics. `max_events` is each estimate's work budget (--max-events; a
+// record over it gets a row problem); before anything is estimated, the
+// bounds of all records together must stay within kBatchBudgetFactor x
+// `max_events`, else
+// an Error naming the total and the limit (docs/hardening.md).
+Result<Validation> Validate(std::vector<MeasuredFile> files, const ModelIo& io,
+                            uint64_t max_events = kDefaultMaxEvents);
 
 // Nearest-rank percentile of unsorted values (p in (0, 1]); 0 when empty.
 double Percentile(std::vector<double> values, double p);

@@ -28,5 +28,17 @@ TEST(JsonNestsDeeperThan, StrayClosingBracketsDoNotUnderflow) {
   EXPECT_FALSE(JsonNestsDeeperThan("]]]]}}}}[", 1));
 }
 
+TEST(JsonHasMoreItemsThan, CountsCommasAndOpeningBracketsOutsideStrings) {
+  EXPECT_FALSE(JsonHasMoreItemsThan("{\"a\": [1, 2]}", 3));  // { [ ,
+  EXPECT_TRUE(JsonHasMoreItemsThan("{\"a\": [1, 2, 3]}", 3));
+  EXPECT_FALSE(JsonHasMoreItemsThan("{\"a,[{\\\",\": 1}", 1));  // inside the string
+}
+
+TEST(FindNulByte, FindsTheFirstNulByte) {
+  EXPECT_EQ(FindNulByte("{}"), std::nullopt);
+  EXPECT_EQ(FindNulByte(std::string_view("{}\0x\0", 5)), 2u);
+  EXPECT_EQ(NulByteProblem(2), "NUL byte at byte 2 (JSON text has none)");
+}
+
 }  // namespace
 }  // namespace vramscope::common

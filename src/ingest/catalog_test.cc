@@ -3,6 +3,7 @@
 // with the source named in reference_source).
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 #include <sstream>
@@ -108,6 +109,30 @@ TEST(CatalogTest, DataFilesAreNamedAfterTheirAlias) {
     EXPECT_TRUE(root.contains("model_type")) << entry.path();
   }
   EXPECT_EQ(files, ModelCatalog().size()) << "the build embeds a stale catalog: re-run cmake";
+}
+
+// Published configs of every supported family are fuzz seeds
+// (fuzz/corpus/model_config, docs/hardening.md): each catalog config is
+// there byte for byte, and every model_type the parser supports has one.
+// OPT-350m (do_layer_norm_before: false) once crashed the lowering.
+TEST(CatalogTest, EveryFamilyHasAPublishedConfigAmongTheFuzzSeeds) {
+  namespace fs = std::filesystem;
+  const fs::path root(VS_SOURCE_DIR);
+  std::set<std::string> families;
+  for (const auto& entry : fs::directory_iterator(root / "data/models")) {
+    if (entry.path().extension() != ".json") continue;
+    std::ifstream in(entry.path(), std::ios::binary);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::ifstream seed_in(root / "fuzz/corpus/model_config" / entry.path().filename(),
+                          std::ios::binary);
+    const std::string seed((std::istreambuf_iterator<char>(seed_in)),
+                           std::istreambuf_iterator<char>());
+    EXPECT_EQ(seed, text) << entry.path().filename() << " is not a fuzz seed (copy it)";
+    families.insert(nlohmann::json::parse(text).value("model_type", ""));
+  }
+  for (const std::string& type : SupportedModelTypes()) {
+    EXPECT_TRUE(families.count(type)) << "no published config of " << type << " in data/models";
+  }
 }
 
 TEST(CatalogTest, LooksUpAliasesAndHubIdsIgnoringCase) {

@@ -123,6 +123,9 @@ fs::path ExpandHome(std::string_view path, const char* home) {
 
 // The config text when `text` is a JSON object, else what is wrong with it.
 Result<std::string> CheckConfigJson(std::string text, std::string_view what) {
+  if (auto nul = common::FindNulByte(text)) {
+    return MakeError(fmt::format("{}: {}", what, common::NulByteProblem(*nul)));
+  }
   if (common::JsonNestsDeeperThan(text, kMaxJsonDepth)) {
     return MakeError(fmt::format("{} is JSON nested deeper than {} levels", what, kMaxJsonDepth));
   }

@@ -119,6 +119,9 @@ const std::vector<std::string>& SupportedModelTypes() {
 }
 
 Result<ModelSpec> ParseModelConfig(std::string_view json_text, std::string_view name) {
+  if (auto nul = common::FindNulByte(json_text)) {
+    return MakeError(fmt::format("{}: {}", name, common::NulByteProblem(*nul)));
+  }
   if (common::JsonNestsDeeperThan(json_text, ingest::kMaxJsonDepth)) {
     return MakeError(
         fmt::format("{}: JSON nested deeper than {} levels", name, ingest::kMaxJsonDepth));

@@ -299,5 +299,13 @@ TEST(ParseConfigErrorsTest, HostileNestingAndText) {
   ExpectMentions(long_value, R"(got string "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"...)");
 }
 
+// nlohmann's lexer took a NUL as the end of its input: a valid config
+// followed by NUL and garbage was read as the config alone (issue 24).
+TEST(ParseConfigErrorsTest, NulAfterTheDocumentIsAnError) {
+  const std::string config = R"({"model_type": "llama"})";
+  ExpectMentions(ErrorOf(config + std::string("\0garbage", 8)), "NUL byte at byte 23");
+  ExpectMentions(ErrorOf(config + "\n" + std::string(1, '\0')), "NUL byte at byte 24");
+}
+
 }  // namespace
 }  // namespace vramscope

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <system_error>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -14,6 +15,7 @@
 #include "hub.h"
 #include "param_list.h"
 #include "safetensors.h"
+#include "vramscope/common/quote.h"
 #include "vramscope/model.h"
 #include "vramscope/model_io.h"
 
@@ -103,6 +105,9 @@ Result<std::vector<fs::path>> FindShards(const FileSystem& files, const fs::path
   if (files.Stat(index) == FileSystem::Kind::kRegularFile) {
     Result<std::string> text = ReadSmallFile(files, index);
     if (!text.ok()) return text.error();
+    if (auto nul = common::FindNulByte(*text)) {
+      return MakeError(fmt::format("{}: {}", index.string(), common::NulByteProblem(*nul)));
+    }
     if (common::JsonNestsDeeperThan(*text, ingest::kMaxJsonDepth)) {
       return MakeError(fmt::format("{}: JSON nested deeper than {} levels", index.string(),
                                    ingest::kMaxJsonDepth));
@@ -324,6 +329,31 @@ class NoFiles final : public FileSystem {
 
 namespace ingest {
 
+namespace {
+
+// MODEL as an error message shows it: the name may come from a results file
+// (validate), so control characters are escaped (a catalog alias or an
+// ordinary path reads unchanged).
+std::string Shown(std::string_view model) { return common::QuoteForMessage(model, 200, '\0'); }
+
+// Why a path that Stat() calls missing cannot be examined, when it exists in
+// some form: a symbolic link loop, a folder on the way without permission.
+// Empty when it is simply not there (then MODEL may be a catalog alias or a
+// Hub id), or when the file system gives no reason. The reason is the
+// system's, from FileSize.
+std::string WhyNotExamined(const FileSystem& files, const fs::path& path) {
+  Result<uint64_t> size = files.FileSize(path);
+  if (size.ok()) return {};
+  const std::string& reason = size.error().message;
+  for (std::errc e : {std::errc::too_many_symbolic_link_levels, std::errc::permission_denied,
+                      std::errc::filename_too_long, std::errc::io_error}) {
+    if (reason == std::make_error_code(e).message()) return reason;
+  }
+  return {};
+}
+
+}  // namespace
+
 const FileSystem& NoFileSystem() {
   static const NoFiles none;
   return none;
@@ -341,15 +371,19 @@ Result<ModelSpec> ResolveModelWithHub(std::string_view model, const FileSystem& 
       return ParseModelConfig(*text, model);
     }
     case FileSystem::Kind::kOther:
-      return MakeError(fmt::format("{}: not a regular file or directory", model));
-    case FileSystem::Kind::kMissing: break;
+      return MakeError(fmt::format("{}: not a regular file or directory", Shown(model)));
+    case FileSystem::Kind::kMissing:
+      if (std::string why = WhyNotExamined(files, path); !why.empty()) {
+        return MakeError(fmt::format("{}: cannot be examined ({})", Shown(model), why));
+      }
+      break;
   }
   if (FindCatalogEntry(model) != nullptr) return LoadCatalogModel(model);
   if (LooksLikeHubId(model)) return load_hub(model);
   return MakeError(fmt::format(
       "{}: neither a config.json, a model directory, a catalog model (`vramscope models` lists "
       "them) nor a Hugging Face id (owner/name){}",
-      model, DidYouMean(model)));
+      Shown(model), DidYouMean(model)));
 }
 
 }  // namespace ingest

@@ -103,9 +103,21 @@ Result<std::vector<SafetensorsTensor>> ParseSafetensorsHeader(std::string_view p
                                  prefix.size() - 8, header_bytes));
   }
   std::string_view text = prefix.substr(8, header_bytes);
+  if (auto nul = common::FindNulByte(text)) {
+    return MakeError(fmt::format("{}: header: {}", name, common::NulByteProblem(*nul)));
+  }
   if (common::JsonNestsDeeperThan(text, kMaxJsonDepth)) {
     return MakeError(
         fmt::format("{}: header: JSON nested deeper than {} levels", name, kMaxJsonDepth));
+  }
+  // A tensor's entry has about 8 items plus one per dimension; the header
+  // of a checkpoint within kMaxTensors needs far fewer than this. Checked
+  // before parsing: 99 MB of tiny entries took 3 GB as a parsed document.
+  constexpr size_t kMaxHeaderItems = kMaxTensors * 16 + 65536;
+  if (common::JsonHasMoreItemsThan(text, kMaxHeaderItems)) {
+    return MakeError(fmt::format(
+        "{}: header: more than {} JSON items (a checkpoint within {} tensors has fewer)", name,
+        kMaxHeaderItems, kMaxTensors));
   }
   nlohmann::json header = nlohmann::json::parse(text, nullptr, false);
   if (header.is_discarded() || !header.is_object()) {

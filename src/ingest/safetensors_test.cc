@@ -143,5 +143,18 @@ TEST(SafetensorsTest, ReadsOnlyTheHeaderFromDisk) {
   EXPECT_TRUE(IsOneLine(liar.error().message));
 }
 
+// Issue 24: a NUL and garbage after the header's object, and a header of
+// more JSON items than any checkpoint within kMaxTensors has, are refused
+// before parsing (99 MB of tiny entries took 3 GB as a document).
+TEST(SafetensorsTest, NulAfterTheHeaderAndTooManyItemsAreErrors) {
+  const std::string header = R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})";
+  EXPECT_NE(HeaderErrorOf(WithHeader(header + std::string("\0xx", 3), 4)).find("header: NUL byte"),
+            std::string::npos);
+  std::string many = R"({"__metadata__": {"x": [)";
+  for (int i = 0; i < 3'300'000; ++i) many += "1,";
+  many += "1]}}";
+  EXPECT_NE(HeaderErrorOf(WithHeader(many, 0)).find("JSON items"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace vramscope::ingest

@@ -318,9 +318,7 @@ class RankLowerer {
     const ParallelLayout& layout = setup_.parallel;
     const uint64_t requested =
         layout.pp > 1 && layout.microbatches > 0 ? layout.microbatches : setup_.grad_accum;
-    const uint64_t simulated = layout.pp > 1 && plan_.chunks.size() == 1
-                                   ? std::min<uint64_t>(requested, plan_.warmup + 2)
-                                   : requested;
+    const uint64_t simulated = lower::SimulatedMicroBatches(setup_, plan_);
     if (simulated < requested) {
       result_.notes.push_back(
           fmt::format("pipeline: {} of {} micro-batches per step simulated on each stage; 1F1B "
@@ -476,6 +474,9 @@ Result<std::vector<LoweredRank>> LowerRankClasses(const ModelSpec& model,
   // (Megatron-LM / Transformer Engine ring attention).
   local_setup.seq = setup.seq / setup.parallel.cp;
   VS_TRY(plans, PlanRankClasses(local, local_setup));
+  // Before anything is lowered: the events this will produce (lower.h).
+  if (Status s = CheckWorkBudget(WorkOf(local, local_setup, plans), setup.max_events); !s.ok())
+    return s.error();
   // Rank classes share nothing mutable: lowered concurrently, one thread each,
   // and each handed to `each` on its own thread as soon as it is lowered.
   std::vector<LoweredRank> out(plans.size());

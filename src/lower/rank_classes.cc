@@ -160,6 +160,14 @@ Status CheckPipeline(const ModelSpec& model, const ParallelLayout& l) {
 
 }  // namespace
 
+uint64_t SimulatedMicroBatches(const TrainingSetup& setup, const RankClassPlan& plan) {
+  const ParallelLayout& layout = setup.parallel;
+  const uint64_t requested =
+      layout.pp > 1 && layout.microbatches > 0 ? layout.microbatches : setup.grad_accum;
+  return layout.pp > 1 && plan.chunks.size() == 1 ? std::min<uint64_t>(requested, plan.warmup + 2)
+                                                  : requested;
+}
+
 Result<std::vector<RankClassPlan>> PlanRankClasses(const ModelSpec& model,
                                                    const TrainingSetup& setup) {
   const ParallelLayout& l = setup.parallel;

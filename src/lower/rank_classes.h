@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "transformer.h"
+#include "vramscope/lower.h"
 #include "vramscope/model.h"
 #include "vramscope/parallel.h"
 #include "vramscope/result.h"
@@ -39,6 +40,17 @@ Result<ModelSpec> ShardModel(const ModelSpec& model, const TrainingSetup& setup)
 // The rank classes of the layout (one when pp == 1).
 Result<std::vector<RankClassPlan>> PlanRankClasses(const ModelSpec& model,
                                                    const TrainingSetup& setup);
+
+// Micro-batches the lowering simulates per optimizer step for `plan`: the
+// requested ones (--microbatches under pipeline parallelism, else
+// --grad-accum), but with one model chunk per stage 1F1B repeats the same
+// memory pattern after its warm-up, so only warm-up + 2 are simulated.
+uint64_t SimulatedMicroBatches(const TrainingSetup& setup, const RankClassPlan& plan);
+
+// The work budget's bound (vramscope/lower.h, EstimateLoweringWork) for the
+// rank classes `plans` of the sharded model `local` (work_budget.cc).
+LoweringWork WorkOf(const ModelSpec& local, const TrainingSetup& setup,
+                    const std::vector<RankClassPlan>& plans);
 
 // Bytes NCCL keeps on each rank for its communicators, outside PyTorch's
 // allocator (docs/parallel.md: how it is estimated).

@@ -11,7 +11,9 @@
 #include <fmt/format.h>
 
 #include "search.h"
+#include "vramscope/common/checked.h"
 #include "vramscope/estimate.h"
+#include "vramscope/lower.h"
 #include "vramscope/plan.h"
 
 namespace vramscope {
@@ -41,6 +43,7 @@ class EstimateCache {
     TrainingSetup s = setup_;
     s.batch = batch;
     s.seq = seq;
+    if (Status st = SpendWork(s); !st.ok()) return st.error();
     EstimateOptions options;
     options.timeline = false;  // searches need the peaks only
     options.top_allocations = 0;
@@ -55,6 +58,24 @@ class EstimateCache {
   uint64_t size() const { return reports_.size(); }
 
  private:
+  // The work budget of the whole search (docs/hardening.md): the bounds of
+  // its estimates together within kBatchBudgetFactor x --max-events. Each
+  // estimate checks its own bound; a search of ~40 estimates just under it
+  // would take many minutes.
+  Status SpendWork(const TrainingSetup& s) {
+    auto work = EstimateLoweringWork(model_, s);
+    if (!work.ok()) return Ok{};  // Estimate reports it
+    spent_events_ = common::SaturatingAdd(spent_events_, work->events);
+    const uint64_t limit =
+        common::CheckedMul(s.max_events, kBatchBudgetFactor).value_or(UINT64_MAX);
+    if (spent_events_ <= limit) return Ok{};
+    return MakeError(fmt::format(
+        "work budget: the {} estimates of this search lower to about {} events in all, above "
+        "the limit of {} ({} x --max-events; raise --max-events to search anyway)",
+        reports_.size() + 1, spent_events_, limit, kBatchBudgetFactor));
+  }
+
+  uint64_t spent_events_ = 0;
   const ModelSpec& model_;
   const TrainingSetup& setup_;
   // std::map: pointers to its values stay valid as it grows.

@@ -3,6 +3,7 @@
 // `vramscope estimate` prints for those knobs. Points run on several threads
 // (parallel_for.h); each writes only its own slot, so the result does not
 // depend on the number of threads.
+#include <algorithm>
 #include <mutex>
 #include <optional>
 #include <utility>
@@ -10,7 +11,9 @@
 #include <fmt/format.h>
 
 #include "parallel_for.h"
+#include "vramscope/common/checked.h"
 #include "vramscope/estimate.h"
+#include "vramscope/lower.h"
 #include "vramscope/plan.h"
 
 namespace vramscope {
@@ -63,6 +66,37 @@ std::string PointLabel(const std::vector<SweepAxis>& axes, const std::vector<uin
 
 }  // namespace
 
+namespace {
+
+// The work budget of a sweep (docs/hardening.md): points x events, the sum
+// of every point's bound, within kBatchBudgetFactor x --max-events before any
+// point runs. A
+// point over its own budget is left to fail as the sweep reaches it.
+Status CheckSweepWork(const ModelSpec& model, const TrainingSetup& setup,
+                      const std::vector<SweepAxis>& axes) {
+  const size_t inner = axes.size() == 2 ? axes[1].values.size() : 1;
+  const size_t total = axes[0].values.size() * inner;
+  uint64_t sum = 0, largest = 0;
+  for (size_t i = 0; i < total; ++i) {
+    TrainingSetup s = WithKnob(setup, axes[0].variable, axes[0].values[i / inner]);
+    if (axes.size() == 2) s = WithKnob(std::move(s), axes[1].variable, axes[1].values[i % inner]);
+    auto work = EstimateLoweringWork(model, s);
+    if (!work.ok() || work->events > setup.max_events) continue;
+    sum = common::SaturatingAdd(sum, work->events);
+    largest = std::max(largest, work->events);
+  }
+  const uint64_t limit =
+      common::CheckedMul(setup.max_events, kBatchBudgetFactor).value_or(UINT64_MAX);
+  if (sum <= limit) return Ok{};
+  return MakeError(
+      fmt::format("work budget: the {} points of this sweep lower to about {} events in all (up "
+                  "to {} each), above the limit of {} ({} x --max-events; raise --max-events, or "
+                  "sweep fewer points)",
+                  total, sum, largest, limit, kBatchBudgetFactor));
+}
+
+}  // namespace
+
 TrainingSetup WithKnob(TrainingSetup setup, SweepVariable variable, uint64_t value) {
   switch (variable) {
     case SweepVariable::kSeq: setup.seq = value; break;
@@ -76,6 +110,7 @@ TrainingSetup WithKnob(TrainingSetup setup, SweepVariable variable, uint64_t val
 Result<SweepResult> Sweep(const ModelSpec& model, const TrainingSetup& setup,
                           const std::vector<SweepAxis>& axes, const Progress& progress) {
   if (Status s = CheckAxes(axes); !s.ok()) return s.error();
+  if (Status s = CheckSweepWork(model, setup, axes); !s.ok()) return s.error();
   SweepResult out;
   out.source = model.name;
   out.axes = axes;

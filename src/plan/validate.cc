@@ -3,15 +3,18 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <string>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "vramscope/common/checked.h"
 #include "vramscope/common/json_depth.h"
 #include "vramscope/common/quote.h"
 #include "vramscope/common/version.h"
 #include "vramscope/estimate.h"
+#include "vramscope/lower.h"
 #include "vramscope/model.h"
 
 namespace vramscope {
@@ -29,6 +32,10 @@ constexpr int kSchemaVersion = 1;
 // record costs an Estimate() later, hence the cap on records per file.
 constexpr size_t kMaxJsonDepth = 64;
 constexpr size_t kMaxRecordsPerFile = 100'000;
+// One record (a line): real ones are a few KiB. nlohmann::json takes 10-30
+// times a line's bytes to hold it, so a 120 MB line of small numbers would
+// take gigabytes; longer lines are refused before any is parsed.
+constexpr size_t kMaxRecordBytes = size_t{1} << 20;
 constexpr size_t kMaxFieldBytesShown = 100;
 
 // Text from the file (keys, ids, reasons) made fit for a one-line message:
@@ -254,6 +261,7 @@ void ForEachRecordLine(std::string_view text, Visit visit) {
 // One non-blank line of a results file: a record, compared or listed.
 Status ParseRecordLine(const Ctx& c, std::string_view line, std::string_view gpu_override,
                        MeasuredFile* file) {
+  if (auto nul = common::FindNulByte(line)) return c.Fail("line", common::NulByteProblem(*nul));
   if (common::JsonNestsDeeperThan(line, kMaxJsonDepth)) {
     return c.Fail("line", fmt::format("JSON nested deeper than {} levels", kMaxJsonDepth));
   }
@@ -286,11 +294,22 @@ Result<MeasuredFile> ParseGroundTruth(std::string_view text, std::string_view la
   // Counted before anything is parsed, so an oversized file fails at once.
   size_t records = 0;
   size_t first_over_line = 0;
-  ForEachRecordLine(text, [&](size_t line_no, std::string_view) {
+  size_t long_line = 0, long_line_bytes = 0;
+  ForEachRecordLine(text, [&](size_t line_no, std::string_view line) {
+    if (line.size() > kMaxRecordBytes) {
+      long_line = line_no;
+      long_line_bytes = line.size();
+      return false;
+    }
     if (++records <= kMaxRecordsPerFile) return true;
     first_over_line = line_no;
     return false;
   });
+  if (long_line != 0) {
+    return Ctx{fmt::format("{}:{}", label, long_line)}.Fail(
+        "line", fmt::format("{} bytes is above the limit of {} bytes for one record",
+                            long_line_bytes, kMaxRecordBytes));
+  }
   if (first_over_line != 0) {
     return Ctx{fmt::format("{}:{}", label, first_over_line)}.Fail(
         "file", fmt::format("more than {} records", kMaxRecordsPerFile));
@@ -322,7 +341,57 @@ double Percentile(std::vector<double> values, double p) {
   return values[rank - 1];
 }
 
-Validation Validate(std::vector<MeasuredFile> files, const ModelIo& io) {
+namespace {
+
+// Models by name as given in the records: each resolved once (a file of
+// many records names a few models).
+class ModelCache {
+ public:
+  explicit ModelCache(const ModelIo& io) : io_(io) {}
+  const Result<ModelSpec>& Get(const std::string& name) {
+    auto it = models_.find(name);
+    if (it == models_.end()) it = models_.emplace(name, ResolveModel(name, io_)).first;
+    return it->second;
+  }
+
+ private:
+  const ModelIo& io_;
+  std::map<std::string, Result<ModelSpec>> models_;
+};
+
+// The work budget of a whole validation (docs/hardening.md): the bound on
+// the events of every record's estimate, summed before any is estimated.
+// Records whose model does not resolve or whose own budget is exceeded fail
+// on their own (a row problem) and add nothing.
+Status CheckTotalWork(const std::vector<MeasuredFile>& files, ModelCache& models,
+                      uint64_t max_events) {
+  const uint64_t max_total_events =
+      common::CheckedMul(max_events, kBatchBudgetFactor).value_or(UINT64_MAX);
+  uint64_t total = 0;
+  size_t runs = 0;
+  for (const MeasuredFile& f : files) {
+    for (const MeasuredRun& run : f.runs) {
+      ++runs;
+      const Result<ModelSpec>& model = models.Get(run.model);
+      if (!model.ok()) continue;
+      auto work = EstimateLoweringWork(*model, run.setup);
+      if (!work.ok() || work->events > max_events) continue;
+      total = common::SaturatingAdd(total, work->events);
+    }
+  }
+  if (total <= max_total_events) return Ok{};
+  return MakeError(fmt::format(
+      "work budget: the {} records lower to about {} events in all, above the limit of {} ({} x "
+      "--max-events; raise --max-events, or validate fewer records at a time)",
+      runs, total, max_total_events, kBatchBudgetFactor));
+}
+
+}  // namespace
+
+Result<Validation> Validate(std::vector<MeasuredFile> files, const ModelIo& io,
+                            uint64_t max_events) {
+  ModelCache models(io);
+  if (Status s = CheckTotalWork(files, models, max_events); !s.ok()) return s.error();
   Validation v;
   std::vector<double> err_alloc, err_reserved, err_device;
   EstimateOptions options;
@@ -333,9 +402,10 @@ Validation Validate(std::vector<MeasuredFile> files, const ModelIo& io) {
     for (MeasuredRun& run : f.runs) {
       ValidationRow row;
       row.run = std::move(run);
+      row.run.setup.max_events = max_events;
       row.knobs = {{"model", row.run.model}};
       for (auto& kv : DescribeSetup(row.run.setup)) row.knobs.push_back(std::move(kv));
-      auto model = ResolveModel(row.run.model, io);
+      const Result<ModelSpec>& model = models.Get(row.run.model);
       if (!model.ok()) {
         row.problem = model.error().message;
       } else if (auto est = Estimate(*model, row.run.setup, options); !est.ok()) {
@@ -371,6 +441,7 @@ Validation Validate(std::vector<MeasuredFile> files, const ModelIo& io) {
 
 Result<Thresholds> ParseThresholds(std::string_view text, std::string_view label) {
   Ctx c{std::string(label)};
+  if (auto nul = common::FindNulByte(text)) return c.Fail("file", common::NulByteProblem(*nul));
   if (common::JsonNestsDeeperThan(text, kMaxJsonDepth)) {
     return c.Fail("file", fmt::format("JSON nested deeper than {} levels", kMaxJsonDepth));
   }

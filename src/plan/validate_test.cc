@@ -119,6 +119,21 @@ TEST(ValidateParse, HostileRecords) {
   ASSERT_FALSE(deep.ok());
   EXPECT_EQ(deep.error().message, "r.jsonl:2: line: JSON nested deeper than 64 levels");
 
+  // Issue 24: a NUL after a record, and a line over 1 MiB, before parsing.
+  const std::string ok = Record("ok", 3 * kGiB, 4 * kGiB).dump();
+  auto nul = ParseGroundTruth(ok + std::string("\0garbage", 8), "r.jsonl");
+  ASSERT_FALSE(nul.ok());
+  EXPECT_NE(nul.error().message.find("r.jsonl:1: line: NUL byte at byte"), std::string::npos)
+      << nul.error().message;
+  auto long_line = ParseGroundTruth(ok + "\n" + std::string((1 << 20) + 1, ' ') + "x", "r.jsonl");
+  ASSERT_FALSE(long_line.ok());
+  EXPECT_NE(long_line.error().message.find("r.jsonl:2: line: 1048578 bytes is above the limit"),
+            std::string::npos)
+      << long_line.error().message;
+  auto thresholds = ParseThresholds(R"({"peak_allocated": {}})" + std::string("\0x", 2), "t.json");
+  ASSERT_FALSE(thresholds.ok());
+  EXPECT_NE(thresholds.error().message.find("t.json: file: NUL byte"), std::string::npos);
+
   auto rec = Record("ok", 3 * kGiB, 4 * kGiB);
   rec["knobs"]["evil\x1b[2J\n" + std::string(500, 'k')] = "x";
   auto key = ParseGroundTruth(rec.dump(), "r.jsonl");
@@ -167,7 +182,7 @@ TEST(Validate, ErrorsAreRelativeToTheMeasurement) {
   ASSERT_TRUE(f.ok());
   std::vector<MeasuredFile> files;
   files.push_back(*f);
-  Validation v = Validate(std::move(files), ModelIo{});
+  Validation v = Validate(std::move(files), ModelIo{}).value();
   ASSERT_EQ(v.rows.size(), 2u);
   EXPECT_TRUE(v.rows[0].estimated) << v.rows[0].problem;
   EXPECT_EQ(v.rows[0].predicted_allocated_bytes, predicted);
@@ -196,7 +211,7 @@ TEST(Validate, MeasuredOomIsComparedWithTheFitVerdict) {
   auto f = ParseGroundTruth(rec.dump(), "r.jsonl");
   ASSERT_TRUE(f.ok()) << f.error().message;
   std::vector<MeasuredFile> files = {*f};
-  Validation v = Validate(std::move(files), ModelIo{});
+  Validation v = Validate(std::move(files), ModelIo{}).value();
   EXPECT_EQ(v.oom_runs, 1u);
   EXPECT_EQ(v.oom_predicted, 1u);
   EXPECT_EQ(v.allocated.count, 0u);
@@ -208,7 +223,7 @@ TEST(Validate, UnknownModelIsAGateFailure) {
   auto f = ParseGroundTruth(rec.dump(), "r.jsonl");
   ASSERT_TRUE(f.ok());
   std::vector<MeasuredFile> files = {*f};
-  Validation v = Validate(std::move(files), ModelIo{});
+  Validation v = Validate(std::move(files), ModelIo{}).value();
   ASSERT_EQ(v.rows.size(), 1u);
   EXPECT_FALSE(v.rows[0].estimated);
   EXPECT_EQ(CheckThresholds(v, Thresholds{}).size(), 1u);

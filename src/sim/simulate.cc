@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "live_map.h"
+#include "vramscope/common/checked.h"
 #include "vramscope/simulate.h"
 #include "vramscope/timeline_sampler.h"
 
@@ -192,9 +193,35 @@ std::vector<LiveAllocation> TopAtPeak(const EventStream& stream, std::vector<Liv
   return top;
 }
 
+// Every running total of the replay (allocated, reserved, requested, per
+// category) is at most the sum of the stream's allocation sizes, each counted
+// as the allocator may round it: at most doubled (roundup_power2_divisions)
+// plus a 20 MiB segment's worth. When that sum fits 64 bits no total can
+// wrap; a stream that needs more (five allocations of 2^62 bytes, each within
+// the format's limit) is refused instead of replayed with wrapped numbers
+// (docs/hardening.md). One pass, no allocation.
+Status CheckSizesFit64Bits(const EventStream& stream) {
+  constexpr uint64_t kRoundingSlackBytes = uint64_t{20} << 20;
+  uint64_t sum = 0;
+  for (const Event& e : stream.events()) {
+    if (e.kind != EventKind::kAlloc) continue;
+    const auto doubled = common::CheckedMul(e.size_bytes, 2);
+    const auto next = doubled ? common::CheckedAdd(sum, *doubled + kRoundingSlackBytes)
+                              : std::nullopt;  // size <= 2^62: doubled + slack fits
+    if (!next) {
+      return MakeError(
+          "the allocation sizes of the stream sum past 2^64 bytes (counting the allocator's "
+          "rounding): no device has that much memory, and the totals would wrap");
+    }
+    sum = *next;
+  }
+  return Ok{};
+}
+
 }  // namespace
 
 Result<SimResult> Simulate(const EventStream& stream, const SimOptions& options) {
+  if (Status s = CheckSizesFit64Bits(stream); !s.ok()) return s.error();
   SimResult result;
   Replayer replay(options);
   TimelineSampler timeline(options.max_timeline_points);

@@ -107,6 +107,19 @@ TEST(Simulate, FreeOfUnknownIdIsAnError) {
   EXPECT_EQ(r.error().message, "event 0: free of id 7 that is not live");
 }
 
+// Five allocations of 2^62 bytes are each within the format's limit, but
+// their sum is not: refused, not replayed with wrapped totals (issue 24).
+TEST(Simulate, SizesSummingPast64BitsAreAnError) {
+  EventStream s;
+  for (uint64_t id = 1; id <= 5; ++id) s.Alloc(id, kMaxSizeBytes, Category::kActivations);
+  auto r = Simulate(s, Ideal());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("past 2^64"), std::string::npos) << r.error().message;
+  EventStream one;  // the largest allocation alone is still replayed
+  one.Alloc(1, kMaxSizeBytes, Category::kActivations);
+  EXPECT_TRUE(Simulate(one, Ideal()).ok());
+}
+
 TEST(Simulate, DoubleAllocIsAnError) {
   EventStream s;
   s.Alloc(7, 1, Category::kOther);

@@ -17,6 +17,7 @@
 #include "frame_table.h"
 #include "readers.h"
 #include "vramscope/alloc_config.h"
+#include "vramscope/common/checked.h"
 #include "vramscope/common/quote.h"
 
 namespace vramscope {
@@ -83,6 +84,7 @@ class Extractor {
 
   Status Segments(Value list, const Path& path);
   Status Segment(Value dict, const Path& path);
+  Status Blocks(Value list, const Path& segment_path, SnapshotSegment* seg);
   Status Block(Value dict, uint64_t computed_address, const Path& path, SnapshotBlock* block);
   Status Traces(Value list, const Path& path);
   Status Entry(Value dict, const Path& path, TraceEntry* entry);
@@ -202,7 +204,8 @@ Status Extractor::Segments(Value list, const Path& path) {
     if (status.ok()) status = Segment(seg, path.Index(i));
     ++i;
   });
-  return status;
+  if (!status.ok()) return status;
+  return CheckSegmentLayout(out_->segments, name_);
 }
 
 Status Extractor::Segment(Value dict, const Path& path) {
@@ -216,6 +219,10 @@ Status Extractor::Segment(Value dict, const Path& path) {
   if (!doc_.Find(dict, "total_size", &v)) return Fail(path, "no \"total_size\"");
   VS_TRY(total, Size(v, path.Key("total_size")));
   seg.total_bytes = total;
+  if (!common::CheckedAdd(seg.address, seg.total_bytes)) {
+    return Fail(path, fmt::format("address 0x{:x} + total_size {} runs past 2^64", seg.address,
+                                  seg.total_bytes));
+  }
   if (doc_.Find(dict, "device", &v)) {
     int64_t device = 0;
     if (!doc_.ToInt64(v, &device) || device < 0 || device > 1 << 20) {
@@ -244,28 +251,47 @@ Status Extractor::Segment(Value dict, const Path& path) {
     seg.stack = stack;
   }
   if (!doc_.Find(dict, "blocks", &v)) return Fail(path, "no \"blocks\"");
-  const Path blocks_path = path.Key("blocks");
-  if (v.kind() != Kind::kList) return WrongKind(blocks_path, "a list", v);
-  seg.blocks.reserve(doc_.Size(v));
+  if (Status s = Blocks(v, path, &seg); !s.ok()) return s;
+  out_->segments.push_back(std::move(seg));
+  return Ok{};
+}
+
+// A segment's blocks tile it, as the allocator's block chain does
+// (Block::prev/next are address neighbours): in address order, none before
+// the previous one's end or past the segment's, sizes summing to total_size
+// (checked sums: sizes of 2^62 each would wrap to a plausible total).
+Status Extractor::Blocks(Value list, const Path& segment_path, SnapshotSegment* seg) {
+  const Path path = segment_path.Key("blocks");
+  if (list.kind() != Kind::kList) return WrongKind(path, "a list", list);
+  seg->blocks.reserve(doc_.Size(list));
+  const uint64_t segment_end = seg->address + seg->total_bytes;  // checked by the caller
   uint64_t i = 0;
-  uint64_t next_address = seg.address;
-  uint64_t sum = 0;
+  uint64_t next_address = seg->address;
+  uint64_t sum = 0;  // <= total_bytes: the blocks do not overlap and lie inside
   Status status = Ok{};
-  doc_.ForEachWord(v, [&](Value b) {
+  doc_.ForEachWord(list, [&](Value b) {
     if (!status.ok()) return;
     SnapshotBlock block;
-    status = Block(b, next_address, blocks_path.Index(i++), &block);
+    const Path at = path.Index(i++);
+    status = Block(b, next_address, at, &block);
     if (!status.ok()) return;
-    next_address = block.address + block.size_bytes;
+    const auto end = common::CheckedAdd(block.address, block.size_bytes);
+    if (block.address < next_address || !end || *end > segment_end) {
+      status =
+          Fail(at, fmt::format("block at 0x{:x} of {} bytes does not follow the previous "
+                               "block inside its segment (0x{:x}, {} bytes)",
+                               block.address, block.size_bytes, seg->address, seg->total_bytes));
+      return;
+    }
+    next_address = *end;
     sum += block.size_bytes;
-    seg.blocks.push_back(block);
+    seg->blocks.push_back(block);
   });
   if (!status.ok()) return status;
-  if (sum != seg.total_bytes) {
-    return Fail(path, fmt::format("block sizes sum to {} bytes but total_size is {}", sum,
-                                  seg.total_bytes));
+  if (sum != seg->total_bytes) {
+    return Fail(segment_path, fmt::format("block sizes sum to {} bytes but total_size is {}", sum,
+                                          seg->total_bytes));
   }
-  out_->segments.push_back(std::move(seg));
   return Ok{};
 }
 

@@ -11,6 +11,7 @@
 
 #include "entry_decoder.h"
 #include "readers.h"
+#include "vramscope/common/json_depth.h"
 #include "vramscope/common/quote.h"
 
 namespace vramscope::snapshot {
@@ -155,6 +156,9 @@ class Builder final : public nlohmann::json_sax<nlohmann::json> {
 
 Result<Document> ParseJson(std::string_view text, std::string_view name,
                            const SnapshotReadLimits& limits) {
+  if (auto nul = common::FindNulByte(text)) {
+    return MakeError(fmt::format("{}: JSON: {}", name, common::NulByteProblem(*nul)));
+  }
   Builder builder(name, limits, text.size());
   try {
     const bool ok = nlohmann::json::sax_parse(text.begin(), text.end(), &builder);

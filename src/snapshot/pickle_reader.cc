@@ -747,6 +747,14 @@ Result<Document> Machine::Run(int* protocol) {
     }
     if (!Step(op, &stop)) return error_;
   }
+  if (p_ != end_) {
+    // A snapshot is one pickle; more after STOP would be silently ignored
+    // (a second pickle, or garbage appended to a valid one).
+    op_offset_ = static_cast<uint64_t>(p_ - begin_);
+    Fail(fmt::format("{} more bytes after the STOP opcode (a snapshot is one pickle)",
+                     static_cast<uint64_t>(end_ - p_)));
+    return error_;
+  }
   if (protocol_ < 0) {
     // Protocols 0 and 1 have no PROTO opcode; Python 3 and PyTorch never
     // write them for a snapshot.

@@ -27,8 +27,9 @@ class InputWindow {
   virtual void Consumed(uint64_t offset) = 0;
 };
 
-// Parses one pickle (the first; bytes after its STOP are ignored, as
-// pickle.load does). Errors: "NAME: offset N: problem". `protocol` receives
+// Parses one pickle. Bytes after its STOP are an error (pickle.load would
+// ignore them; a snapshot file is one pickle, and garbage appended to a
+// valid one must not pass unnoticed). Errors: "NAME: offset N: problem". `protocol` receives
 // the PROTO number. Dicts that decode as trace entries become entries
 // (unless limits.compact_trace_entries is false). `window`, if given, is
 // told as the input is consumed.
@@ -50,6 +51,12 @@ Result<Document> ParseJson(std::string_view text, std::string_view name,
 // `shared_containers`: true for pickles (memo references share containers).
 Result<Snapshot> ExtractSnapshot(Document& doc, std::string_view name, std::string format,
                                  bool shared_containers);
+
+// Rejects segments that no allocator state can have (docs/hardening.md,
+// "Consistency"): two segments of one device that overlap, or whose sizes sum
+// past 2^64 on one device. A segment's own blocks are checked as it is read.
+// Errors: "NAME: segments[3]: problem".
+Status CheckSegmentLayout(const std::vector<SnapshotSegment>& segments, std::string_view name);
 
 // Rejects a Document whose containers nest deeper than `max_depth` or contain
 // themselves (a pickle memo can build cycles), from the root and from the

@@ -1,9 +1,12 @@
 #include "reconstruct.h"
 
+#include "vramscope/common/checked.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <unordered_map>
 
 namespace vramscope::snapshot {
@@ -145,6 +148,34 @@ uint64_t RecordBound(const Snapshot& snapshot, int device, const Trace& entries)
     if (s.device == device) bound += s.blocks.size();
   }
   return bound;
+}
+
+// Every running total of explain and replay (allocated, requested,
+// reserved, per category, the reserved bytes before the trace) is at most
+// the sum of every size the device's trace and final segments name, each
+// counted twice plus 512 bytes (a block is the request rounded up, at most
+// doubled by roundup_power2_divisions, at least 512 bytes). When that sum
+// fits 64 bits no total can wrap. A real trace is far from it (2^64 bytes is
+// 16 EiB); a forged one, such as five allocs of 2^62 bytes, is refused
+// instead of explained with wrapped numbers.
+Status CheckSizesFit64Bits(const Snapshot& snapshot, int device, const Trace& entries) {
+  std::optional<uint64_t> sum = 0;
+  auto add = [&sum](uint64_t size_bytes) {
+    if (sum) sum = common::CheckedAdd(*sum, size_bytes);
+    if (sum) sum = common::CheckedAdd(*sum, size_bytes);
+    if (sum) sum = common::CheckedAdd(*sum, 512);
+  };
+  for (const TraceEntry e : entries) {
+    if (e.action != TraceAction::kOom && e.action != TraceAction::kOther) add(e.size_bytes);
+  }
+  for (const SnapshotSegment& s : snapshot.segments) {
+    if (s.device == device) add(s.total_bytes);
+  }
+  if (sum) return Ok{};
+  return MakeError(fmt::format(
+      "device_traces[{}]: the sizes of its trace entries and segments sum past 2^64 bytes (no "
+      "device has that much memory; the totals would wrap)",
+      device));
 }
 
 // Pass 1 over the trace: matches allocs with frees by address into records,
@@ -323,6 +354,7 @@ Result<Reconstruction> Reconstruct(const Snapshot& snapshot, int device) {
     return MakeError(
         fmt::format("{} trace entries: more than this reader handles (2^32)", entries.size()));
   }
+  if (Status s = CheckSizesFit64Bits(snapshot, device, entries); !s.ok()) return s.error();
   r.records.reserve(RecordBound(snapshot, device, entries));
   r.entry_record.assign(entries.size(), kNoRecord);
   TraceMatcher matcher(snapshot, &r);

@@ -104,6 +104,24 @@ class MappedFile final : public snapshot::InputWindow {
   uint64_t released_ = 0;
 };
 
+// What torch.save writes, told apart before the pickle machine would refuse
+// it as "would import or call a Python object" (true, but not the point): a
+// zip archive (torch >= 1.6, `_use_new_zipfile_serialization`) or the legacy
+// format, a pickle of the magic number 0x1950a86a20f9469cfc6c first
+// (torch/serialization.py, MAGIC_NUMBER; LONG1 of 10 bytes, little endian).
+// Returns an empty view for anything else.
+std::string_view CheckpointKind(std::string_view bytes) {
+  using namespace std::string_view_literals;
+  if (bytes.starts_with("PK\x03\x04"sv) || bytes.starts_with("PK\x05\x06"sv)) {
+    return "a zip archive, as torch.save writes";
+  }
+  constexpr std::string_view kLegacyMagic = "\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"sv;
+  if (bytes.size() > 2 && bytes[0] == '\x80' && bytes.substr(2).starts_with(kLegacyMagic)) {
+    return "a legacy torch.save file (its magic number first)";
+  }
+  return {};
+}
+
 Result<Snapshot> Parse(std::string_view bytes, std::string_view name,
                        const SnapshotReadLimits& limits, snapshot::InputWindow* window) {
   if (bytes.size() > limits.max_file_bytes) {
@@ -111,6 +129,12 @@ Result<Snapshot> Parse(std::string_view bytes, std::string_view name,
                                  name, bytes.size(), limits.max_file_bytes));
   }
   if (bytes.empty()) return MakeError(fmt::format("{}: empty file", name));
+  if (std::string_view kind = CheckpointKind(bytes); !kind.empty()) {
+    return MakeError(
+        fmt::format("{}: {}: this is a model checkpoint, not a memory snapshot (a snapshot is what "
+                    "torch.cuda.memory._dump_snapshot writes)",
+                    name, kind));
+  }
   const auto first = static_cast<unsigned char>(bytes[0]);
   // PROTO (protocol 2+), or any other opcode: a protocol 0/1 pickle still
   // goes through the pickle machine, which names what it refuses (GLOBAL...).

@@ -129,6 +129,57 @@ TEST(SnapshotReader, ErrorsNameTheField) {
   }
 }
 
+// Consistency (docs/hardening.md): what no allocator state can be is an
+// error, never explained with wrapped numbers; one document per file; a
+// torch.save checkpoint is named as such.
+TEST(SnapshotReader, InconsistentSnapshotsAndTrailingBytesAreErrors) {
+  const std::string g62 = std::to_string(uint64_t{1} << 62);
+  const std::string block = R"({"size": )" + g62 + R"(, "state": "active_allocated"})";
+  const std::pair<std::string, const char*> cases[] = {
+      // Four blocks of 2^62 and one of 100 bytes: the sum wraps to 100.
+      {R"({"segments": [{"address": 4096, "total_size": 100, "blocks": [)" + block + "," + block +
+           "," + block + "," + block + R"(, {"size": 100, "state": "inactive"}]}]})",
+       "segments[0].blocks[0]: block at 0x1000"},
+      {R"({"segments": [{"address": 0, "total_size": 4096, "blocks": [{"size": 4096, "state": )"
+       R"("inactive"}]}, {"address": 2048, "total_size": 4096, "blocks": [{"size": 4096, )"
+       R"("state": "inactive"}]}]})",
+       "segments[1]: overlaps segments[0]"},
+      {R"({"segments": [{"address": 18446744073709547520, "total_size": 8192, "blocks": []}]})",
+       "segments[0]: address 0xfffffffffffff000 + total_size 8192 runs past 2^64"},
+      {R"({"segments": [{"address": 4096, "total_size": 4096, "blocks": [{"address": 8192, )"
+       R"("size": 2048, "state": "inactive"}, {"size": 2048, "state": "inactive"}]}]})",
+       "segments[0].blocks[0]: block at 0x2000 of 2048 bytes does not follow"},
+      {R"({"segments": [], "device_traces": []})" + std::string("\0garbage", 8),
+       "NUL byte at byte 37"},
+      {std::string("PK\x03\x04rest of a zip"), "this is a model checkpoint"},
+  };
+  for (const auto& [text, expected] : cases) {
+    auto s = ParseSnapshot(text, "in.json");
+    ASSERT_FALSE(s.ok()) << text;
+    EXPECT_NE(s.error().message.find(expected), std::string::npos) << s.error().message;
+  }
+  std::string pickle = ReadBytes(DataPath("train_p4.pickle"));
+  auto twice = ParseSnapshot(pickle + pickle, "twice.pickle");
+  ASSERT_FALSE(twice.ok());
+  EXPECT_NE(twice.error().message.find("after the STOP opcode"), std::string::npos)
+      << twice.error().message;
+}
+
+TEST(SnapshotReader, TraceSizesThatWouldWrapAreRefusedWhenMeasured) {
+  std::string trace;
+  for (int i = 0; i < 5; ++i) {
+    if (i > 0) trace += ",";
+    trace += R"({"action": "alloc", "addr": )" + std::to_string((i + 1) * 4096) + R"(, "size": )" +
+             std::to_string(uint64_t{1} << 62) + "}";
+  }
+  auto s = ParseSnapshot(R"({"segments": [], "device_traces": [[)" + trace + "]]}", "in.json");
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  auto run = MeasureSnapshot(*s);
+  ASSERT_FALSE(run.ok());
+  EXPECT_NE(run.error().message.find("sum past 2^64"), std::string::npos) << run.error().message;
+  EXPECT_FALSE(SnapshotToEventStream(*s).ok());
+}
+
 TEST(SnapshotReader, FileErrors) {
   auto missing = ReadSnapshotFile("/nonexistent/snap.pickle");
   ASSERT_FALSE(missing.ok());
