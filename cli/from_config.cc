@@ -63,10 +63,10 @@ Result<std::optional<int64_t>> Number(const Reader& r, const Json& parent, const
   auto it = parent.find(key);
   if (it == parent.end() || it->is_null()) return std::optional<int64_t>{};
   if (it->is_string() && it->get<std::string>() == "auto") return std::optional<int64_t>{};
-  const bool whole = it->is_number_integer() ||
-                     (it->is_number_float() && std::isfinite(it->get<double>()) &&
-                      std::floor(it->get<double>()) == it->get<double>() &&
-                      std::fabs(it->get<double>()) < 9e15);
+  const bool whole =
+      it->is_number_integer() ||
+      (it->is_number_float() && std::isfinite(it->get<double>()) &&
+       std::floor(it->get<double>()) == it->get<double>() && std::fabs(it->get<double>()) < 9e15);
   if (!whole) return r.Bad(path, fmt::format("{} is not a whole number or \"auto\"", Shown(*it)));
   const int64_t v = it->is_number_float() ? static_cast<int64_t>(it->get<double>())
                     : it->is_number_unsigned() && it->get<uint64_t>() > uint64_t(INT64_MAX)
@@ -95,7 +95,6 @@ Result<std::string> String(const Reader& r, const Json& parent, const char* key,
   return it->get<std::string>();
 }
 
-
 // The ZeRO offload blocks (runtime/zero/offload_config.py, 0.14-0.16: device
 // none|cpu|nvme). offload_param is read by stage 3 only (stage_1_and_2.py
 // never looks at it), and vramscope's --offload params includes the optimizer.
@@ -108,8 +107,8 @@ Status ReadZeroOffload(const Reader& r, const Json& zero, int64_t stage) {
     VS_TRY(device, String(r, *block, "device", path + ".device"));
     if (device.empty() || device == "none") continue;
     if (device != "cpu" && device != "nvme") {
-      return r.Bad(path + ".device", fmt::format("{} is not one of none, cpu, nvme",
-                                                 Shown(Json(device))));
+      return r.Bad(path + ".device",
+                   fmt::format("{} is not one of none, cpu, nvme", Shown(Json(device))));
     }
     if (device == "nvme") {
       r.NotModelled(path + ".device",
@@ -187,7 +186,8 @@ Status ReadZero(const Reader& r, const Json& root) {
     r.NotModelled("zero_optimization.overlap_comm",
                   fmt::format("{}: vramscope models stage {}'s default", *overlap, s));
   }
-  VS_TRY(contiguous, Bool(r, *zero, "contiguous_gradients", "zero_optimization.contiguous_gradients"));
+  VS_TRY(contiguous,
+         Bool(r, *zero, "contiguous_gradients", "zero_optimization.contiguous_gradients"));
   if (contiguous && !*contiguous) {
     r.NotModelled("zero_optimization.contiguous_gradients", "false: modelled as true");
   }
@@ -225,8 +225,8 @@ Status ReadDeepSpeedPrecision(const Reader& r, const Json& root) {
 // the world size is --gpus. "auto" is left to TrainingArguments or flags.
 Status ReadDeepSpeedBatch(const Reader& r, const Json& root) {
   constexpr int64_t kMaxBatch = int64_t{1} << 32;
-  VS_TRY(micro, Number(r, root, "train_micro_batch_size_per_gpu",
-                       "train_micro_batch_size_per_gpu", 1, kMaxBatch));
+  VS_TRY(micro, Number(r, root, "train_micro_batch_size_per_gpu", "train_micro_batch_size_per_gpu",
+                       1, kMaxBatch));
   VS_TRY(accum, Number(r, root, "gradient_accumulation_steps", "gradient_accumulation_steps", 1,
                        kMaxBatch));
   VS_TRY(total, Number(r, root, "train_batch_size", "train_batch_size", 1, int64_t{1} << 50));
@@ -235,9 +235,9 @@ Status ReadDeepSpeedBatch(const Reader& r, const Json& root) {
   if (micro && accum && total) {
     const int64_t per_gpu = *micro * *accum;
     if (*total % per_gpu != 0) {
-      return r.Bad("train_batch_size",
-                    fmt::format("{} is not a multiple of micro-batch x accumulation ({})", *total,
-                                per_gpu));
+      return r.Bad(
+          "train_batch_size",
+          fmt::format("{} is not a multiple of micro-batch x accumulation ({})", *total, per_gpu));
     }
     r.Set("--gpus", std::to_string(*total / per_gpu), "train_batch_size");
   }
@@ -259,8 +259,8 @@ Status ReadDeepSpeedOptimizer(const Reader& r, const Json& root) {
   } else if (lower == "lion") {
     r.Set("--optimizer", "lion", "optimizer.type");
   } else if (!lower.empty()) {
-    r.NotModelled("optimizer.type", fmt::format("{}: the optimizer is left to --optimizer",
-                                                Shown(Json(type))));
+    r.NotModelled("optimizer.type",
+                  fmt::format("{}: the optimizer is left to --optimizer", Shown(Json(type))));
   }
   return Ok{};
 }
@@ -270,8 +270,8 @@ Status ReadDeepSpeedOptimizer(const Reader& r, const Json& root) {
 // gradient_clipping, steps_per_print, ...) does not change memory.
 void ListDeepSpeedNotModelled(const Reader& r, const Json& root) {
   if (auto ac = root.find("activation_checkpointing"); ac != root.end() && ac->is_object()) {
-    for (const char* key : {"partition_activations", "cpu_checkpointing",
-                            "contiguous_memory_optimization"}) {
+    for (const char* key :
+         {"partition_activations", "cpu_checkpointing", "contiguous_memory_optimization"}) {
       if (ac->value(key, Json(false)) == true) {
         r.NotModelled(fmt::format("activation_checkpointing.{}", key),
                       "DeepSpeed's own checkpointing API; HF models use torch.utils.checkpoint");
@@ -398,13 +398,20 @@ Status ReadHfFsdp(const Reader& r, const Json& root) {
   std::string sharding;
   bool offload = false;
   for (const std::string& o : options) {
-    if (o == "full_shard") sharding = "full";
-    else if (o == "shard_grad_op") sharding = "grad-op";
-    else if (o == "hybrid_shard" || o == "hybrid_shard_zero2") sharding = "hybrid";
-    else if (o == "offload") offload = true;
-    else if (o == "no_shard") r.NotModelled("fsdp", "no_shard: left to the layout flags");
-    else if (o != "auto_wrap") return r.Bad("fsdp", fmt::format("{} is not an FSDP option", Shown(Json(o))));
-    if (o == "hybrid_shard_zero2") r.NotModelled("fsdp", "hybrid_shard_zero2: modelled as hybrid_shard");
+    if (o == "full_shard")
+      sharding = "full";
+    else if (o == "shard_grad_op")
+      sharding = "grad-op";
+    else if (o == "hybrid_shard" || o == "hybrid_shard_zero2")
+      sharding = "hybrid";
+    else if (o == "offload")
+      offload = true;
+    else if (o == "no_shard")
+      r.NotModelled("fsdp", "no_shard: left to the layout flags");
+    else if (o != "auto_wrap")
+      return r.Bad("fsdp", fmt::format("{} is not an FSDP option", Shown(Json(o))));
+    if (o == "hybrid_shard_zero2")
+      r.NotModelled("fsdp", "hybrid_shard_zero2: modelled as hybrid_shard");
   }
   if (sharding.empty()) return Ok{};
   r.Set("--fsdp", sharding, "fsdp");
@@ -460,8 +467,9 @@ void ListHfNotModelled(const Reader& r, const Json& root) {
   if (on("auto_find_batch_size")) r.NotModelled("auto_find_batch_size", "not modelled");
   if (on("use_liger_kernel")) {
     r.Set("--loss", "fused-linear", "use_liger_kernel");
-    r.NotModelled("use_liger_kernel", "modelled as --loss fused-linear; the other Liger kernels "
-                                      "(RMSNorm, SwiGLU, RoPE) are not");
+    r.NotModelled("use_liger_kernel",
+                  "modelled as --loss fused-linear; the other Liger kernels "
+                  "(RMSNorm, SwiGLU, RoPE) are not");
   }
 }
 
@@ -479,8 +487,8 @@ Status ReadTrainingArguments(const Reader& r, const Json& root) {
 
 // Which format: keys only DeepSpeed has, then keys only TrainingArguments has.
 bool LooksLikeDeepSpeed(const Json& root) {
-  for (const char* key : {"zero_optimization", "train_micro_batch_size_per_gpu",
-                          "train_batch_size", "zero_allow_untested_optimizer"}) {
+  for (const char* key : {"zero_optimization", "train_micro_batch_size_per_gpu", "train_batch_size",
+                          "zero_allow_untested_optimizer"}) {
     if (root.contains(key)) return true;
   }
   for (const char* key : {"fp16", "bf16", "optimizer"}) {
@@ -490,8 +498,8 @@ bool LooksLikeDeepSpeed(const Json& root) {
 }
 
 bool LooksLikeTrainingArguments(const Json& root) {
-  for (const char* key : {"per_device_train_batch_size", "output_dir", "optim", "deepspeed",
-                          "fsdp", "gradient_checkpointing", "learning_rate"}) {
+  for (const char* key : {"per_device_train_batch_size", "output_dir", "optim", "deepspeed", "fsdp",
+                          "gradient_checkpointing", "learning_rate"}) {
     if (root.contains(key)) return true;
   }
   return false;
