@@ -153,3 +153,17 @@ def test_fit_sweep_plan_accept_from():
 def test_help_mentions_from():
     for cmd in ("estimate", "fit", "sweep", "plan"):
         assert "--from" in run(cmd, "--help").stdout
+
+
+def test_hf_checkpointing_default_follows_transformers_version():
+    # No use_reentrant: reentrant in transformers 4.35-4.57, non-reentrant in 5.x.
+    old = estimate("--from", CFG / "hf_fsdp.json", "--gpus", 8, "--transformers-version", "4.57")
+    flags = ["--gpus", 8] + HF_FSDP + ["--transformers-version", "4.57"]
+    flags[flags.index("--grad-ckpt") + 1] = "reentrant"
+    assert numbers(old) == numbers(estimate(*flags))
+
+
+def test_unmodelled_keys_warn_on_every_command():
+    p = run("fit", MODEL, "--from", CFG / "ds_zero3_offload.json")
+    assert p.returncode == 0, p.stderr
+    assert "activation_checkpointing.cpu_checkpointing" in p.stderr and "not modelled" in p.stderr
