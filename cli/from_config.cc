@@ -362,11 +362,13 @@ Status ReadHfCheckpointing(const Reader& r, const Json& root) {
 
 // fsdp's options as a list (to_dict) or one space-separated string
 // (training_args.py FSDPOption: full_shard, shard_grad_op, hybrid_shard,
-// hybrid_shard_zero2, no_shard, offload, auto_wrap).
+// hybrid_shard_zero2, no_shard, offload, auto_wrap). transformers 5.x also
+// takes fsdp=true with the sharding in fsdp_config: the option "true".
 Result<std::vector<std::string>> FsdpOptions(const Reader& r, const Json& root) {
   std::vector<std::string> options;
   auto it = root.find("fsdp");
   if (it == root.end() || it->is_null() || *it == false) return options;
+  if (*it == true) return std::vector<std::string>{"true"};
   auto add_words = [&](const std::string& text) {
     size_t start = 0;
     while (start < text.size()) {
@@ -384,45 +386,78 @@ Result<std::vector<std::string>> FsdpOptions(const Reader& r, const Json& root) 
       add_words(v.get<std::string>());
     }
   } else {
-    return r.Bad("fsdp", fmt::format("{} is not a string or a list of strings", Shown(*it)));
+    return r.Bad("fsdp", fmt::format("{} is not true, a string or a list of strings", Shown(*it)));
   }
   return options;
 }
 
-// FSDP (training_args.py __post_init__ fsdp / fsdp_config, 4.57 / 5.x;
-// accelerate FullyShardedDataParallelPlugin). fsdp_config keys may carry the
-// "fsdp_" prefix, which TrainingArguments strips; "version" defaults to 1.
-Status ReadHfFsdp(const Reader& r, const Json& root) {
-  VS_TRY(options, FsdpOptions(r, root));
-  if (options.empty()) return Ok{};
-  std::string sharding;
-  bool offload = false;
-  for (const std::string& o : options) {
-    if (o == "full_shard")
-      sharding = "full";
-    else if (o == "shard_grad_op")
-      sharding = "grad-op";
-    else if (o == "hybrid_shard" || o == "hybrid_shard_zero2")
-      sharding = "hybrid";
-    else if (o == "offload")
-      offload = true;
-    else if (o == "no_shard")
-      r.NotModelled("fsdp", "no_shard: left to the layout flags");
-    else if (o != "auto_wrap")
-      return r.Bad("fsdp", fmt::format("{} is not an FSDP option", Shown(Json(o))));
-    if (o == "hybrid_shard_zero2")
-      r.NotModelled("fsdp", "hybrid_shard_zero2: modelled as hybrid_shard");
+// One FSDP option (or an FSDP1 reshard_after_forward strategy name) into
+// *sharding / *offload; an unknown one is an error naming `key`.
+Status FsdpOption(const Reader& r, const std::string& o, const char* key, std::string* sharding,
+                  bool* offload) {
+  if (o == "full_shard") {
+    *sharding = "full";
+  } else if (o == "shard_grad_op") {
+    *sharding = "grad-op";
+  } else if (o == "hybrid_shard" || o == "hybrid_shard_zero2") {
+    *sharding = "hybrid";
+    if (o == "hybrid_shard_zero2") r.NotModelled(key, "hybrid_shard_zero2: modelled as hybrid");
+  } else if (o == "offload") {
+    *offload = true;
+  } else if (o == "no_shard") {
+    r.NotModelled(key, "no_shard: left to the layout flags");
+  } else if (o != "auto_wrap") {
+    return r.Bad(key, fmt::format("{} is not an FSDP option", Shown(Json(o))));
   }
-  if (sharding.empty()) return Ok{};
-  r.Set("--fsdp", sharding, "fsdp");
-  if (offload) r.Set("--offload", "params", "fsdp (offload)");
+  return Ok{};
+}
+
+// fsdp_config with the "fsdp_" prefix stripped, as TrainingArguments does.
+Result<Json> FsdpConfig(const Reader& r, const Json& root) {
   VS_TRY(config, Object(r, root, "fsdp_config", "fsdp_config"));
   Json cfg = Json::object();
   if (config) {
     for (const auto& [k, v] : config->items()) cfg[k.rfind("fsdp_", 0) == 0 ? k.substr(5) : k] = v;
   }
+  return cfg;
+}
+
+// FSDP (training_args.py, 4.57: __post_init__ fsdp -> accelerate's FSDP_*
+// environment, FSDP1 unless accelerate's config says otherwise; 5.x:
+// _apply_legacy_fsdp_to_config and fsdp_config "version", default 2,
+// "reshard_after_forward" true/false = full_shard/shard_grad_op for FSDP2,
+// a strategy name for FSDP1, "cpu_offload").
+Status ReadHfFsdp(const Reader& r, const Json& root) {
+  VS_TRY(options, FsdpOptions(r, root));
+  if (options.empty()) return Ok{};
+  VS_TRY(cfg, FsdpConfig(r, root));
+  std::string sharding = options.front() == "true" ? "full" : "";
+  bool offload = false;
+  for (const std::string& o : options) {
+    if (o == "true") continue;
+    if (Status st = FsdpOption(r, o, "fsdp", &sharding, &offload); !st.ok()) return st;
+  }
+  if (auto raf = cfg.find("reshard_after_forward"); raf != cfg.end() && !raf->is_null()) {
+    if (raf->is_boolean()) {
+      sharding = *raf == true ? "full" : "grad-op";
+    } else if (!raf->is_string()) {
+      return r.Bad("fsdp_config.reshard_after_forward",
+                   fmt::format("{} is not true, false or a strategy name", Shown(*raf)));
+    } else if (Status st = FsdpOption(r, raf->get<std::string>(),
+                                      "fsdp_config.reshard_after_forward", &sharding, &offload);
+               !st.ok()) {
+      return st;
+    }
+  }
+  VS_TRY(cpu_offload, Bool(r, cfg, "cpu_offload", "fsdp_config.cpu_offload"));
+  offload = offload || cpu_offload.value_or(false);
+  if (sharding.empty()) return Ok{};
+  r.Set("--fsdp", sharding, "fsdp");
+  if (offload) r.Set("--offload", "params", "fsdp offload");
   VS_TRY(version, Number(r, cfg, "version", "fsdp_config.version", 1, 2));
-  r.Set("--fsdp-version", std::to_string(version.value_or(1)), "fsdp_config.version");
+  const int64_t default_version = r.transformers_major >= 5 ? 2 : 1;
+  r.Set("--fsdp-version", std::to_string(version.value_or(default_version)),
+        version ? "fsdp_config.version" : "fsdp (the transformers version's default)");
   VS_TRY(ckpt, Bool(r, cfg, "activation_checkpointing", "fsdp_config.activation_checkpointing"));
   // accelerate wraps each layer in checkpoint_wrapper (CheckpointImpl.NO_REENTRANT).
   if (ckpt.value_or(false)) r.Set("--grad-ckpt", "full", "fsdp_config.activation_checkpointing");

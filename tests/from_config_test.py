@@ -167,3 +167,23 @@ def test_unmodelled_keys_warn_on_every_command():
     p = run("fit", MODEL, "--from", CFG / "ds_zero3_offload.json")
     assert p.returncode == 0, p.stderr
     assert "activation_checkpointing.cpu_checkpointing" in p.stderr and "not modelled" in p.stderr
+
+
+def test_hf_fsdp_true_with_the_sharding_in_fsdp_config(tmp_path):
+    # transformers 5.x: fsdp=true, fsdp_config.reshard_after_forward false is
+    # shard_grad_op under FSDP2 (the 5.x default version), cpu_offload offloads.
+    path = write(tmp_path, "fsdp5.json", json.dumps({
+        "output_dir": "x", "fsdp": True,
+        "fsdp_config": {"reshard_after_forward": False, "cpu_offload": True}}))
+    assert numbers(estimate("--from", path, "--gpus", 4)) == numbers(estimate(
+        "--gpus", 4, "--fsdp", "grad-op", "--offload", "params", "--fsdp-version", 2))
+
+
+def test_hf_fsdp_version_default_follows_transformers_version(tmp_path):
+    # 4.57 leaves the version to accelerate (FSDP1 by default); 5.x defaults to 2.
+    path = write(tmp_path, "fsdp4.json", json.dumps({"output_dir": "x", "fsdp": "full_shard"}))
+    old = estimate("--from", path, "--gpus", 4, "--transformers-version", "4.57")
+    assert numbers(old) == numbers(estimate("--gpus", 4, "--fsdp", "full", "--fsdp-version", 1,
+                                            "--transformers-version", "4.57"))
+    assert numbers(estimate("--from", path, "--gpus", 4)) == numbers(
+        estimate("--gpus", 4, "--fsdp", "full", "--fsdp-version", 2))
