@@ -301,14 +301,26 @@ Status ReadDeepSpeed(const Reader& r, const Json& root) {
 constexpr std::pair<std::string_view, const char*> kHfOptimizers[] = {
     {"adamw_torch", "adamw"},  // torch.optim.AdamW (foreach on CUDA)
     {"adamw_torch_fused", "adamw-fused"},
-    {"adamw_hf", "adamw-forloop"},  // transformers.AdamW (4.x only): a per-parameter loop
     {"adamw_bnb_8bit", "adamw-8bit"},
     {"adamw_8bit", "adamw-8bit"},
     {"paged_adamw_8bit", "paged-adamw-8bit"},
     {"paged_adamw_32bit", "paged-adamw"},
     {"adafactor", "adafactor"},
-    {"sgd", "sgd"},  // torch.optim.SGD without momentum
+    {"sgd", "sgd"},  // torch.optim.SGD; momentum from optim_args (SgdFlag)
 };
+
+// HF's "sgd" takes momentum from optim_args ("momentum=0.9,nesterov=True";
+// trainer_optimizer.py _get_sgd in 5.x, trainer.py in 4.57): any non-zero
+// momentum keeps a momentum buffer.
+const char* SgdFlag(const Json& root) {
+  auto it = root.find("optim_args");
+  if (it == root.end() || !it->is_string()) return "sgd";
+  const std::string args = it->get<std::string>();
+  const size_t at = args.find("momentum=");
+  if (at == std::string::npos) return "sgd";
+  const double momentum = std::atof(args.c_str() + at + 9);
+  return momentum != 0 ? "sgd-momentum" : "sgd";
+}
 
 // per_device_train_batch_size, gradient_accumulation_steps, bf16 / fp16
 // (autocast with fp32 weights: *-mixed; neither: fp32), optim.
@@ -332,6 +344,7 @@ Status ReadHfBasics(const Reader& r, const Json& root) {
   if (!optim.empty()) {
     const char* flag = nullptr;
     for (const auto& [name, value] : kHfOptimizers) flag = name == optim ? value : flag;
+    if (optim == "sgd") flag = SgdFlag(root);
     if (flag) {
       r.Set("--optimizer", flag, "optim");
     } else {

@@ -187,3 +187,15 @@ def test_hf_fsdp_version_default_follows_transformers_version(tmp_path):
                                             "--transformers-version", "4.57"))
     assert numbers(estimate("--from", path, "--gpus", 4)) == numbers(
         estimate("--gpus", 4, "--fsdp", "full", "--fsdp-version", 2))
+
+
+@pytest.mark.parametrize("optim,optim_args,flag", [
+    ("adamw_torch", None, "adamw"), ("adamw_torch_fused", None, "adamw-fused"),
+    ("adamw_8bit", None, "adamw-8bit"), ("paged_adamw_8bit", None, "paged-adamw-8bit"),
+    ("adafactor", None, "adafactor"), ("sgd", None, "sgd"),
+    ("sgd", "momentum=0.9,nesterov=True", "sgd-momentum"),
+])
+def test_hf_optim_names(tmp_path, optim, optim_args, flag):
+    path = write(tmp_path, "optim.json", json.dumps(
+        {"output_dir": "x", "optim": optim, "optim_args": optim_args}))
+    assert numbers(estimate("--from", path)) == numbers(estimate("--optimizer", flag))
