@@ -26,7 +26,8 @@ struct EstimateArgs {
 // The estimate of `args`, the model resolved through `io` (the CLI's disk,
 // environment and Hub, or the Python module's view of an in-memory model).
 Result<Estimated> ComputeEstimate(const EstimateArgs& args, const ModelIo& io) {
-  VS_TRY(setup, args.knobs.ToSetup());
+  FromConfig from;
+  VS_TRY(setup, args.knobs.ToSetup(&from));
   VS_TRY(model, ResolveModel(args.model, io));
   args.knobs.Warn(model, setup);
   EstimateOptions options;
@@ -35,6 +36,7 @@ Result<Estimated> ComputeEstimate(const EstimateArgs& args, const ModelIo& io) {
   options.explain = args.explain;
   VS_TRY(est, Estimate(model, setup, options));
   est.report.source = args.model;
+  AddFromAssumptions(from, &est.report);
   return std::move(est);
 }
 
@@ -53,6 +55,7 @@ std::shared_ptr<EstimateArgs> DeclareEstimate(CLI::App* sub) {
                   "Catalog alias, Hugging Face id, config.json path or model directory")
       ->required();
   AddKnobFlags(sub, &args->knobs);
+  AddFromFlag(sub, &args->knobs);
   sub->add_option("--top", args->top, "How many allocations alive at the peak to list");
   sub->add_flag("--explain", args->explain, "Say in plain words what is alive at the peak and why");
   AddOutputFileOption(sub, "--events", &args->events_path,

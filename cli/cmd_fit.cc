@@ -61,6 +61,7 @@ std::shared_ptr<FitArgs> DeclareFit(CLI::App* sub) {
                   "Catalog alias, Hugging Face id, config.json path or model directory")
       ->required();
   AddKnobFlags(sub, &args->knobs);
+  AddFromFlag(sub, &args->knobs);
   sub->add_option(
       "--margin", args->margin,
       "Memory to keep free: GiB (2, 1.5GiB) or a share of usable memory (5%); default 0");

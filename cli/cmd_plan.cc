@@ -25,17 +25,18 @@ struct PlanArgs {
 };
 
 Result<PlanResult> ComputePlan(const PlanArgs& args, const ModelIo& io) {
-  VS_TRY(setup, args.knobs.ToSetup());
+  FromConfig from;
+  VS_TRY(setup, args.knobs.ToSetup(&from));
   VS_TRY(model, ResolveModel(args.model, io));
   args.knobs.Warn(model, setup);
   PlanOptions options;
   options.tokens_per_step = args.tokens_per_step;
-  // A knob given on the command line is a choice already made.
-  options.keep_finetune = args.app->count("--finetune") > 0;
-  options.keep_optimizer = args.app->count("--optimizer") > 0;
-  options.keep_precision = args.app->count("--precision") > 0;
-  options.keep_parallel =
-      args.app->count("--zero") + args.app->count("--fsdp") + args.app->count("--ddp") > 0;
+  // A knob given on the command line or by a --from file is a choice already made.
+  auto chosen = [&](const char* flag) { return args.app->count(flag) > 0 || FromSets(from, flag); };
+  options.keep_finetune = chosen("--finetune");
+  options.keep_optimizer = chosen("--optimizer");
+  options.keep_precision = chosen("--precision");
+  options.keep_parallel = chosen("--zero") || chosen("--fsdp") || chosen("--ddp");
   ProgressLine progress("plan: knob sets");
   options.progress = [&](size_t done, size_t total) { progress.Update(done, total); };
   auto plan = Plan(model, setup, options);
@@ -59,6 +60,7 @@ std::shared_ptr<PlanArgs> DeclarePlan(CLI::App* sub) {
                   "Catalog alias, Hugging Face id, config.json path or model directory")
       ->required();
   AddKnobFlags(sub, &args->knobs);
+  AddFromFlag(sub, &args->knobs);
   sub->add_option("--tokens-per-step", args->tokens_per_step,
                   "Tokens per optimizer step, a multiple of --seq (default 16 x --seq)");
   sub->add_option("--top", args->top, "How many fitting strategies to list (default 10)");

@@ -85,6 +85,7 @@ std::shared_ptr<SweepArgs> DeclareSweep(CLI::App* sub) {
                   "Catalog alias, Hugging Face id, config.json path or model directory")
       ->required();
   AddKnobFlags(sub, &args->knobs);
+  AddFromFlag(sub, &args->knobs);
   // The sweepable knobs take a grid here instead of one number.
   for (GridFlag& g : args->grids) {
     const std::string flag(SweepVariableFlag(g.variable));

@@ -82,7 +82,88 @@ void KnobArgs::Warn(const ModelSpec& model, const TrainingSetup& setup) const {
   for (std::string& line : lines) DeferWarning(std::move(line));
 }
 
-Result<TrainingSetup> KnobArgs::ToSetup() const {
+void AddFromFlag(CLI::App* sub, KnobArgs* k) {
+  sub->add_option("--from", k->from_files,
+                  "Read knobs from FILE: a DeepSpeed config JSON or HF TrainingArguments JSON "
+                  "(repeatable; flags given here win; docs/configs.md)");
+}
+
+void AddFromAssumptions(const FromConfig& from, Report* report) {
+  for (const FileKnob& k : from.knobs) {
+    report->assumptions.push_back(
+        {"from file", fmt::format("{} {} (from {}: {})", k.flag, k.value, k.file, k.key), k.flag});
+  }
+  for (const std::string& line : from.not_modelled) {
+    report->assumptions.push_back({"unmodelled", line, ""});
+  }
+}
+
+bool FromSets(const FromConfig& from, std::string_view flag) {
+  return std::any_of(from.knobs.begin(), from.knobs.end(),
+                     [&](const FileKnob& k) { return k.flag == flag; });
+}
+
+// A knob of a --from file into the flag's field (the value is well-formed:
+// from_config.cc writes it). The data-parallel mode is one choice: any of
+// --ddp/--zero/--fsdp on the command line overrides the file's.
+void KnobArgs::SetFromFile(const FileKnob& k) {
+  const std::pair<const char*, std::string*> strings[] = {
+      {"--precision", &precision},      {"--optimizer", &optimizer},
+      {"--grad-ckpt", &grad_ckpt},      {"--loss", &loss},
+      {"--zero", &parallel.zero},       {"--fsdp", &parallel.fsdp},
+      {"--offload", &parallel.offload}, {"--zero-buckets", &parallel.zero_buckets}};
+  const std::pair<const char*, int64_t*> ints[] = {
+      {"--gpus", &parallel.gpus},
+      {"--fsdp-version", &parallel.fsdp_version},
+      {"--ddp-bucket-cap-mb", &parallel.ddp_bucket_cap_mb},
+      {"--zero-sub-group-size", &parallel.zero_sub_group_size},
+      {"--zero-reduce-bucket-size", &parallel.zero_reduce_bucket_size},
+      {"--zero-prefetch-bucket-size", &parallel.zero_prefetch_bucket_size},
+      {"--zero-max-live-parameters", &parallel.zero_max_live_parameters},
+      {"--zero-max-reuse-distance", &parallel.zero_max_reuse_distance},
+      {"--zero-persistence-threshold", &parallel.zero_persistence_threshold}};
+  for (const auto& [flag, field] : strings) {
+    if (k.flag == flag) *field = k.value;
+  }
+  for (const auto& [flag, field] : ints) {
+    if (k.flag == flag) *field = std::stoll(k.value);
+  }
+  if (k.flag == "--batch") batch = std::stoull(k.value);
+  if (k.flag == "--grad-accum") grad_accum = std::stoull(k.value);
+}
+
+Result<KnobArgs> KnobArgs::WithFiles(FromConfig* from) const {
+  VS_TRY(config, ReadConfigFiles(from_files, std::atoi(transformers_version.c_str())));
+  KnobArgs merged = *this;
+  merged.from_files.clear();
+  const bool mode_given = Given("--ddp") || Given("--zero") || Given("--fsdp");
+  FromConfig applied;
+  for (const FileKnob& k : config.knobs) {
+    if (Given(k.flag.c_str())) continue;
+    if (mode_given && (k.flag == "--zero" || k.flag == "--fsdp")) continue;
+    // A later file's data-parallel mode replaces an earlier file's.
+    const std::string other = k.flag == "--zero" ? "--fsdp" : k.flag == "--fsdp" ? "--zero" : "";
+    if (!other.empty()) merged.SetFromFile({other, "", k.file, k.key});
+    merged.SetFromFile(k);
+    std::erase_if(applied.knobs,
+                  [&](const FileKnob& a) { return a.flag == k.flag || a.flag == other; });
+    applied.knobs.push_back(k);
+  }
+  for (const std::string& line : config.not_modelled) {
+    DeferWarning(fmt::format("--from {}: not modelled, the estimate ignores it", line));
+  }
+  applied.not_modelled = std::move(config.not_modelled);
+  if (from) *from = std::move(applied);
+  return merged;
+}
+
+Result<TrainingSetup> KnobArgs::ToSetup(FromConfig* from) const {
+  if (from_files.empty()) return Convert();
+  VS_TRY(merged, WithFiles(from));
+  return merged.Convert();
+}
+
+Result<TrainingSetup> KnobArgs::Convert() const {
   TrainingSetup s;
   s.batch = batch;
   s.seq = seq;

@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "from_config.h"
 #include "parallel_flags.h"
 #include "vramscope/model.h"
 #include "vramscope/report.h"
@@ -30,18 +31,35 @@ struct KnobArgs {
   double moe_capacity_factor = 0, moe_imbalance = 1;
   uint64_t max_events = kDefaultMaxEvents;
   ParallelArgs parallel;
+  // --from FILE (repeatable): knobs read from a DeepSpeed config or
+  // TrainingArguments JSON; a flag given on the command line wins.
+  std::vector<std::string> from_files;
   // Which flags were given: `app` (set by AddKnobFlags) while it lives, else
   // `given`, filled by KeepGiven() before a short-lived app goes away.
   CLI::App* app = nullptr;
   std::vector<std::string> given;
   void KeepGiven();
   bool Given(const char* flag) const;
-  Result<TrainingSetup> ToSetup() const;
+  // With `from`, also the knobs the --from files set (those no flag overrode)
+  // and the keys they hold that vramscope does not model.
+  Result<TrainingSetup> ToSetup(FromConfig* from = nullptr) const;
   // Defers one warning (DeferWarning) per knob that is allowed but likely not
   // meant (SetupWarnings, LoRA flags without LoRA).
   void Warn(const ModelSpec& model, const TrainingSetup& setup) const;
+
+ private:
+  Result<TrainingSetup> Convert() const;
+  Result<KnobArgs> WithFiles(FromConfig* from) const;
+  void SetFromFile(const FileKnob& knob);
 };
 
 void AddKnobFlags(CLI::App* sub, KnobArgs* knobs);
+// --from FILE, for the commands that read config files (estimate, fit, sweep, plan).
+void AddFromFlag(CLI::App* sub, KnobArgs* knobs);
+// One "Assumed" line per knob a --from file set and per key it holds that is
+// not modelled, so that a report says where each knob came from.
+void AddFromAssumptions(const FromConfig& from, Report* report);
+// Whether a --from file set `flag`.
+bool FromSets(const FromConfig& from, std::string_view flag);
 
 }  // namespace vramscope::cli

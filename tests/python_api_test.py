@@ -226,3 +226,19 @@ def test_notebook_example_runs(tmp_path):
     assert "peak allocated" in p.stdout
     assert (tmp_path / "llama-3-8b.html").stat().st_size > 1000
     assert (tmp_path / "timeline.svg").read_text().startswith("<")
+
+
+def test_from_config_files():
+    """from_= is --from (docs/configs.md); a list repeats the flag, one file each."""
+    cfg = ROOT / "examples" / "configs"
+    ds, hf = cfg / "ds_zero3_offload.json", cfg / "hf_fsdp.json"
+    assert to_flags({"from_": [hf, str(ds)]}) == ["--from", str(hf), "--from", str(ds)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = vramscope.estimate("qwen2.5-0.5b", from_=ds).data
+        both = vramscope.estimate("qwen2.5-0.5b", from_=[hf, ds]).data
+    assert got == cli_json("estimate", "qwen2.5-0.5b", "--from", str(ds))
+    assert both == cli_json("estimate", "qwen2.5-0.5b", "--from", str(hf), "--from", str(ds))
+    with pytest.raises(ValueError) as e:
+        vramscope.estimate("qwen2.5-0.5b", from_=cfg / "absent.json")
+    assert "absent.json: no such file" in str(e.value)

@@ -2,7 +2,8 @@
 
 The knob names and values are the CLI's (DESIGN.md): `lora_rank=8` is
 `--lora-rank 8`, `grad_ckpt="full"` is `--grad-ckpt full`, `sp=True` is `--sp`,
-`lora_targets=["q", "v"]` is `--lora-targets q,v`. The engine parses the flags
+`lora_targets=["q", "v"]` is `--lora-targets q,v`, `from_=["ds.json", "args.json"]`
+is `--from ds.json --from args.json`. The engine parses the flags
 with the CLI's own declarations, so an unknown knob or a bad value raises
 ValueError with the CLI's message.
 """
@@ -26,6 +27,10 @@ def to_flags(knobs: dict) -> list[str]:
             continue
         if value is True:
             flags.append(flag)
+        elif isinstance(value, (list, tuple)) and flag == "--from":
+            # --from is repeatable (one config file each), not a comma list.
+            for v in value:
+                flags += [flag, os.fspath(v)]
         elif isinstance(value, (list, tuple)):
             flags += [flag, ",".join(str(v) for v in value)]
         elif isinstance(value, os.PathLike):

@@ -1,0 +1,596 @@
+// --from FILE: DeepSpeed config JSON and HF TrainingArguments JSON to flags.
+// Each mapping cites the library code it follows; docs/configs.md has the
+// table. No file is opened here but through the injected reader.
+#include "from_config.h"
+
+#include <cmath>
+#include <filesystem>
+#include <optional>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "output.h"
+#include "vramscope/common/json_depth.h"
+#include "vramscope/common/quote.h"
+
+namespace vramscope::cli {
+// A named namespace, not an anonymous one: the CLI is a unity build, and these
+// short names must not meet another file's helpers.
+namespace fromcfg {
+
+using Json = nlohmann::json;
+
+// Deeper than any real config; guards nlohmann's recursion (docs/hardening.md).
+constexpr size_t kMaxConfigDepth = 64;
+
+std::string Shown(const Json& v) {
+  return common::QuoteForMessage(v.dump(), common::kQuotedBytes, '\'');
+}
+
+// The state of reading one file: where knobs and errors go.
+struct Reader {
+  std::string file;
+  FromConfig* out;
+  int transformers_major;
+  const ConfigFileReader* read;
+
+  Error Bad(std::string_view key, std::string_view why) const {
+    return MakeError(fmt::format("{}: {}: {}", file, key, why));
+  }
+  void Set(std::string flag, std::string value, std::string key) const {
+    out->knobs.push_back({std::move(flag), std::move(value), file, std::move(key)});
+  }
+  void NotModelled(std::string_view key, std::string_view why) const {
+    out->not_modelled.push_back(fmt::format("{}: {} ({})", file, key, why));
+  }
+};
+
+// An object member that must be an object when present (null: absent).
+Result<const Json*> Object(const Reader& r, const Json& parent, const char* key,
+                           const std::string& path) {
+  auto it = parent.find(key);
+  if (it == parent.end() || it->is_null()) return static_cast<const Json*>(nullptr);
+  if (!it->is_object()) return r.Bad(path, fmt::format("{} is not an object", Shown(*it)));
+  return &*it;
+}
+
+// A whole number in lo..hi, or "auto" (nullopt), or absent (nullopt).
+// DeepSpeed's pydantic config takes 1e9 as an int (runtime/zero/config.py
+// declares the sizes `int`, coercing whole floats), so 5e8 is read as 500000000.
+Result<std::optional<int64_t>> Number(const Reader& r, const Json& parent, const char* key,
+                                      const std::string& path, int64_t lo, int64_t hi) {
+  auto it = parent.find(key);
+  if (it == parent.end() || it->is_null()) return std::optional<int64_t>{};
+  if (it->is_string() && it->get<std::string>() == "auto") return std::optional<int64_t>{};
+  const bool whole =
+      it->is_number_integer() ||
+      (it->is_number_float() && std::isfinite(it->get<double>()) &&
+       std::floor(it->get<double>()) == it->get<double>() && std::fabs(it->get<double>()) < 9e15);
+  if (!whole) return r.Bad(path, fmt::format("{} is not a whole number or \"auto\"", Shown(*it)));
+  const int64_t v = it->is_number_float() ? static_cast<int64_t>(it->get<double>())
+                    : it->is_number_unsigned() && it->get<uint64_t>() > uint64_t(INT64_MAX)
+                        ? INT64_MAX
+                        : it->get<int64_t>();
+  if (v < lo || v > hi) return r.Bad(path, fmt::format("{} is outside {}..{}", v, lo, hi));
+  return std::optional<int64_t>{v};
+}
+
+// A boolean, or "auto" / absent (nullopt).
+Result<std::optional<bool>> Bool(const Reader& r, const Json& parent, const char* key,
+                                 const std::string& path) {
+  auto it = parent.find(key);
+  if (it == parent.end() || it->is_null()) return std::optional<bool>{};
+  if (it->is_string() && it->get<std::string>() == "auto") return std::optional<bool>{};
+  if (!it->is_boolean()) return r.Bad(path, fmt::format("{} is not true or false", Shown(*it)));
+  return std::optional<bool>{it->get<bool>()};
+}
+
+// A string member, or "" when absent / null.
+Result<std::string> String(const Reader& r, const Json& parent, const char* key,
+                           const std::string& path) {
+  auto it = parent.find(key);
+  if (it == parent.end() || it->is_null()) return std::string();
+  if (!it->is_string()) return r.Bad(path, fmt::format("{} is not a string", Shown(*it)));
+  return it->get<std::string>();
+}
+
+// The ZeRO offload blocks (runtime/zero/offload_config.py, 0.14-0.16: device
+// none|cpu|nvme). offload_param is read by stage 3 only (stage_1_and_2.py
+// never looks at it), and vramscope's --offload params includes the optimizer.
+Status ReadZeroOffload(const Reader& r, const Json& zero, int64_t stage) {
+  bool optimizer = false, params = false;
+  for (const char* key : {"offload_optimizer", "offload_param"}) {
+    const std::string path = fmt::format("zero_optimization.{}", key);
+    VS_TRY(block, Object(r, zero, key, path));
+    if (!block) continue;
+    VS_TRY(device, String(r, *block, "device", path + ".device"));
+    if (device.empty() || device == "none") continue;
+    if (device != "cpu" && device != "nvme") {
+      return r.Bad(path + ".device",
+                   fmt::format("{} is not one of none, cpu, nvme", Shown(Json(device))));
+    }
+    if (device == "nvme") {
+      r.NotModelled(path + ".device",
+                    "nvme: modelled as cpu; the GPU side is alike, host and NVMe buffers are not");
+    }
+    (key == std::string_view("offload_param") ? params : optimizer) = true;
+  }
+  if (params && stage != 3) {
+    r.NotModelled("zero_optimization.offload_param", "ignored by DeepSpeed below stage 3");
+    params = false;
+  }
+  if (params && !optimizer) {
+    r.NotModelled("zero_optimization.offload_param",
+                  "without offload_optimizer: modelled as --offload params, which offloads both");
+  }
+  if (params) {
+    r.Set("--offload", "params", "zero_optimization.offload_param.device");
+  } else if (optimizer) {
+    r.Set("--offload", "optimizer", "zero_optimization.offload_optimizer.device");
+  }
+  return Ok{};
+}
+
+// The ZeRO sizes (runtime/zero/config.py, 0.14-0.16). "auto" is filled by HF
+// (transformers integrations/deepspeed.py HfTrainerDeepSpeedConfig
+// trainer_config_finalize: reduce_bucket_size = hidden^2, prefetch = 0.9
+// hidden^2, persistence threshold = 10 hidden): --zero-buckets hf-auto. A
+// key left out keeps DeepSpeed's default, so those are then set explicitly.
+Status ReadZeroSizes(const Reader& r, const Json& zero) {
+  struct Size {
+    const char* key;
+    const char* flag;
+    int64_t deepspeed_default;  // elements; 0: not an "auto" key
+  };
+  static constexpr Size kSizes[] = {
+      {"reduce_bucket_size", "--zero-reduce-bucket-size", 500'000'000},
+      {"stage3_prefetch_bucket_size", "--zero-prefetch-bucket-size", 50'000'000},
+      {"stage3_param_persistence_threshold", "--zero-persistence-threshold", 100'000},
+      {"sub_group_size", "--zero-sub-group-size", 0},
+      {"stage3_max_live_parameters", "--zero-max-live-parameters", 0},
+      {"stage3_max_reuse_distance", "--zero-max-reuse-distance", 0}};
+  bool any_auto = false;
+  for (const Size& s : kSizes) {
+    auto it = zero.find(s.key);
+    any_auto = any_auto || (s.deepspeed_default > 0 && it != zero.end() && *it == "auto");
+  }
+  if (any_auto) r.Set("--zero-buckets", "hf-auto", "zero_optimization (\"auto\" sizes)");
+  for (const Size& s : kSizes) {
+    const std::string path = fmt::format("zero_optimization.{}", s.key);
+    const int64_t lo = s.key == std::string_view("sub_group_size") ? 1 : 0;
+    VS_TRY(v, Number(r, zero, s.key, path, lo, int64_t{1} << 40));
+    if (v) {
+      r.Set(s.flag, std::to_string(*v), path);
+    } else if (any_auto && s.deepspeed_default > 0 && !zero.contains(s.key)) {
+      r.Set(s.flag, std::to_string(s.deepspeed_default), path + " (absent: DeepSpeed default)");
+    }
+  }
+  return Ok{};
+}
+
+// zero_optimization (runtime/zero/config.py, 0.14-0.16): stage 0..3 (0: no
+// ZeRO, nothing to set), offload, sizes; the switches vramscope does not model.
+Status ReadZero(const Reader& r, const Json& root) {
+  VS_TRY(zero, Object(r, root, "zero_optimization", "zero_optimization"));
+  if (!zero) return Ok{};
+  VS_TRY(stage, Number(r, *zero, "stage", "zero_optimization.stage", 0, 3));
+  const int64_t s = stage.value_or(0);  // DeepSpeed's default stage is 0
+  if (s > 0) r.Set("--zero", std::to_string(s), "zero_optimization.stage");
+  if (Status st = ReadZeroOffload(r, *zero, s); !st.ok()) return st;
+  if (Status st = ReadZeroSizes(r, *zero); !st.ok()) return st;
+  // overlap_comm: DeepSpeed defaults it on for stage 3 and off below
+  // (config.py overlap_comm_valid); vramscope models those defaults only.
+  VS_TRY(overlap, Bool(r, *zero, "overlap_comm", "zero_optimization.overlap_comm"));
+  if (overlap && *overlap != (s == 3)) {
+    r.NotModelled("zero_optimization.overlap_comm",
+                  fmt::format("{}: vramscope models stage {}'s default", *overlap, s));
+  }
+  VS_TRY(contiguous,
+         Bool(r, *zero, "contiguous_gradients", "zero_optimization.contiguous_gradients"));
+  if (contiguous && !*contiguous) {
+    r.NotModelled("zero_optimization.contiguous_gradients", "false: modelled as true");
+  }
+  for (const char* key : {"zero_quantized_weights", "zero_quantized_gradients",
+                          "zero_hpz_partition_size", "mics_shard_size"}) {
+    auto it = zero->find(key);
+    if (it != zero->end() && !it->is_null() && *it != false && *it != 0 && *it != 1 && *it != -1)
+      r.NotModelled(fmt::format("zero_optimization.{}", key), "ZeRO++ / MiCS");
+  }
+  return Ok{};
+}
+
+// fp16 / bf16 blocks (runtime/config.py get_fp16_enabled / get_bfloat16_enabled,
+// 0.14-0.16; "bfloat16" is the older name of "bf16"). DeepSpeed casts the
+// module to half and keeps fp32 master weights: vramscope's *-mixed under
+// --zero (docs/parallel.md). "auto" is left to TrainingArguments / --precision.
+Status ReadDeepSpeedPrecision(const Reader& r, const Json& root) {
+  std::optional<bool> fp16, bf16;
+  for (const char* key : {"fp16", "bf16", "bfloat16"}) {
+    VS_TRY(block, Object(r, root, key, key));
+    if (!block) continue;
+    VS_TRY(enabled, Bool(r, *block, "enabled", fmt::format("{}.enabled", key)));
+    if (enabled && *enabled) (key == std::string_view("fp16") ? fp16 : bf16) = true;
+  }
+  if (fp16 && bf16) {
+    return r.Bad("fp16.enabled", "and bf16.enabled are both true (DeepSpeed refuses both)");
+  }
+  if (fp16) r.Set("--precision", "fp16-mixed", "fp16.enabled");
+  if (bf16) r.Set("--precision", "bf16-mixed", "bf16.enabled");
+  return Ok{};
+}
+
+// Batch keys (runtime/config.py _batch_assertion, 0.14-0.16): train_batch_size
+// = micro x accumulation x data-parallel world size, so with all three given
+// the world size is --gpus. "auto" is left to TrainingArguments or flags.
+Status ReadDeepSpeedBatch(const Reader& r, const Json& root) {
+  constexpr int64_t kMaxBatch = int64_t{1} << 32;
+  VS_TRY(micro, Number(r, root, "train_micro_batch_size_per_gpu", "train_micro_batch_size_per_gpu",
+                       1, kMaxBatch));
+  VS_TRY(accum, Number(r, root, "gradient_accumulation_steps", "gradient_accumulation_steps", 1,
+                       kMaxBatch));
+  VS_TRY(total, Number(r, root, "train_batch_size", "train_batch_size", 1, int64_t{1} << 50));
+  if (micro) r.Set("--batch", std::to_string(*micro), "train_micro_batch_size_per_gpu");
+  if (accum) r.Set("--grad-accum", std::to_string(*accum), "gradient_accumulation_steps");
+  if (micro && accum && total) {
+    const int64_t per_gpu = *micro * *accum;
+    if (*total % per_gpu != 0) {
+      return r.Bad(
+          "train_batch_size",
+          fmt::format("{} is not a multiple of micro-batch x accumulation ({})", *total, per_gpu));
+    }
+    r.Set("--gpus", std::to_string(*total / per_gpu), "train_batch_size");
+  }
+  return Ok{};
+}
+
+// The optimizer block (runtime/config.py get_optimizer_name lower-cases a
+// DEEPSPEED_OPTIMIZERS name; engine._configure_basic_optimizer builds
+// FusedAdam for "adam"/"adamw" on the GPU, DeepSpeedCPUAdam when offloaded,
+// FusedLion for "lion"). Without the block HF Trainer builds its own (optim).
+Status ReadDeepSpeedOptimizer(const Reader& r, const Json& root) {
+  VS_TRY(block, Object(r, root, "optimizer", "optimizer"));
+  if (!block) return Ok{};
+  VS_TRY(type, String(r, *block, "type", "optimizer.type"));
+  std::string lower;
+  for (char c : type) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower == "adam" || lower == "adamw") {
+    r.Set("--optimizer", "adamw-fused", "optimizer.type");
+  } else if (lower == "lion") {
+    r.Set("--optimizer", "lion", "optimizer.type");
+  } else if (!lower.empty()) {
+    r.NotModelled("optimizer.type",
+                  fmt::format("{}: the optimizer is left to --optimizer", Shown(Json(type))));
+  }
+  return Ok{};
+}
+
+// Keys that change memory and that vramscope does not model; a present,
+// non-default value is listed. Everything else (scheduler, logging,
+// gradient_clipping, steps_per_print, ...) does not change memory.
+void ListDeepSpeedNotModelled(const Reader& r, const Json& root) {
+  if (auto ac = root.find("activation_checkpointing"); ac != root.end() && ac->is_object()) {
+    for (const char* key :
+         {"partition_activations", "cpu_checkpointing", "contiguous_memory_optimization"}) {
+      if (ac->value(key, Json(false)) == true) {
+        r.NotModelled(fmt::format("activation_checkpointing.{}", key),
+                      "DeepSpeed's own checkpointing API; HF models use torch.utils.checkpoint");
+      }
+    }
+  }
+  for (const char* key : {"communication_data_type", "data_types", "amp", "torch_autocast",
+                          "compile", "tensor_parallel", "sparse_attention"}) {
+    auto it = root.find(key);
+    if (it == root.end() || it->is_null()) continue;
+    if (it->is_object() && it->value("enabled", Json(true)) == false) continue;
+    r.NotModelled(key, "not modelled");
+  }
+}
+
+Status ReadDeepSpeed(const Reader& r, const Json& root) {
+  if (Status st = ReadZero(r, root); !st.ok()) return st;
+  if (Status st = ReadDeepSpeedPrecision(r, root); !st.ok()) return st;
+  if (Status st = ReadDeepSpeedBatch(r, root); !st.ok()) return st;
+  if (Status st = ReadDeepSpeedOptimizer(r, root); !st.ok()) return st;
+  ListDeepSpeedNotModelled(r, root);
+  return Ok{};
+}
+
+// TrainingArguments.optim (transformers training_args.py OptimizerNames and
+// trainer.py get_optimizer_cls_and_kwargs, 4.57 / 5.x) -> --optimizer.
+constexpr std::pair<std::string_view, const char*> kHfOptimizers[] = {
+    {"adamw_torch", "adamw"},  // torch.optim.AdamW (foreach on CUDA)
+    {"adamw_torch_fused", "adamw-fused"},
+    {"adamw_bnb_8bit", "adamw-8bit"},
+    {"adamw_8bit", "adamw-8bit"},
+    {"paged_adamw_8bit", "paged-adamw-8bit"},
+    {"paged_adamw_32bit", "paged-adamw"},
+    {"adafactor", "adafactor"},
+    {"sgd", "sgd"},  // torch.optim.SGD; momentum from optim_args (SgdFlag)
+};
+
+// HF's "sgd" takes momentum from optim_args ("momentum=0.9,nesterov=True";
+// trainer_optimizer.py _get_sgd in 5.x, trainer.py in 4.57): any non-zero
+// momentum keeps a momentum buffer.
+const char* SgdFlag(const Json& root) {
+  auto it = root.find("optim_args");
+  if (it == root.end() || !it->is_string()) return "sgd";
+  const std::string args = it->get<std::string>();
+  const size_t at = args.find("momentum=");
+  if (at == std::string::npos) return "sgd";
+  const double momentum = std::atof(args.c_str() + at + 9);
+  return momentum != 0 ? "sgd-momentum" : "sgd";
+}
+
+// per_device_train_batch_size, gradient_accumulation_steps, bf16 / fp16
+// (autocast with fp32 weights: *-mixed; neither: fp32), optim.
+Status ReadHfBasics(const Reader& r, const Json& root) {
+  constexpr int64_t kMaxBatch = int64_t{1} << 32;
+  VS_TRY(batch, Number(r, root, "per_device_train_batch_size", "per_device_train_batch_size", 1,
+                       kMaxBatch));
+  if (batch) r.Set("--batch", std::to_string(*batch), "per_device_train_batch_size");
+  VS_TRY(accum, Number(r, root, "gradient_accumulation_steps", "gradient_accumulation_steps", 1,
+                       kMaxBatch));
+  if (accum) r.Set("--grad-accum", std::to_string(*accum), "gradient_accumulation_steps");
+  VS_TRY(bf16, Bool(r, root, "bf16", "bf16"));
+  VS_TRY(fp16, Bool(r, root, "fp16", "fp16"));
+  if (bf16.value_or(false) && fp16.value_or(false)) {
+    return r.Bad("bf16", "and fp16 are both true (TrainingArguments refuses both)");
+  }
+  if (bf16.value_or(false)) r.Set("--precision", "bf16-mixed", "bf16");
+  if (fp16.value_or(false)) r.Set("--precision", "fp16-mixed", "fp16");
+  if (bf16 && fp16 && !*bf16 && !*fp16) r.Set("--precision", "fp32", "bf16, fp16");
+  VS_TRY(optim, String(r, root, "optim", "optim"));
+  if (!optim.empty()) {
+    const char* flag = nullptr;
+    for (const auto& [name, value] : kHfOptimizers) flag = name == optim ? value : flag;
+    if (optim == "sgd") flag = SgdFlag(root);
+    if (flag) {
+      r.Set("--optimizer", flag, "optim");
+    } else {
+      r.NotModelled("optim", fmt::format("{}: left to --optimizer", Shown(Json(optim))));
+    }
+  }
+  return Ok{};
+}
+
+// gradient_checkpointing (+ gradient_checkpointing_kwargs.use_reentrant).
+// Without kwargs, modeling_utils.py gradient_checkpointing_enable picks
+// use_reentrant=True in transformers 4.35-4.57 and False in 5.x
+// (docs/lowering.md), so the file's mode follows --transformers-version.
+Status ReadHfCheckpointing(const Reader& r, const Json& root) {
+  VS_TRY(on, Bool(r, root, "gradient_checkpointing", "gradient_checkpointing"));
+  if (!on || !*on) return Ok{};
+  VS_TRY(kwargs, Object(r, root, "gradient_checkpointing_kwargs", "gradient_checkpointing_kwargs"));
+  std::optional<bool> reentrant;
+  if (kwargs) {
+    VS_TRY(v, Bool(r, *kwargs, "use_reentrant", "gradient_checkpointing_kwargs.use_reentrant"));
+    reentrant = v;
+  }
+  const bool re = reentrant.value_or(r.transformers_major < 5);
+  r.Set("--grad-ckpt", re ? "reentrant" : "full",
+        reentrant ? "gradient_checkpointing_kwargs.use_reentrant" : "gradient_checkpointing");
+  return Ok{};
+}
+
+// fsdp's options as a list (to_dict) or one space-separated string
+// (training_args.py FSDPOption: full_shard, shard_grad_op, hybrid_shard,
+// hybrid_shard_zero2, no_shard, offload, auto_wrap). transformers 5.x also
+// takes fsdp=true with the sharding in fsdp_config: the option "true".
+Result<std::vector<std::string>> FsdpOptions(const Reader& r, const Json& root) {
+  std::vector<std::string> options;
+  auto it = root.find("fsdp");
+  if (it == root.end() || it->is_null() || *it == false) return options;
+  if (*it == true) return std::vector<std::string>{"true"};
+  auto add_words = [&](const std::string& text) {
+    size_t start = 0;
+    while (start < text.size()) {
+      size_t end = text.find(' ', start);
+      if (end == std::string::npos) end = text.size();
+      if (end > start) options.push_back(text.substr(start, end - start));
+      start = end + 1;
+    }
+  };
+  if (it->is_string()) {
+    add_words(it->get<std::string>());
+  } else if (it->is_array()) {
+    for (const Json& v : *it) {
+      if (!v.is_string()) return r.Bad("fsdp", fmt::format("{} is not a string", Shown(v)));
+      add_words(v.get<std::string>());
+    }
+  } else {
+    return r.Bad("fsdp", fmt::format("{} is not true, a string or a list of strings", Shown(*it)));
+  }
+  return options;
+}
+
+// One FSDP option (or an FSDP1 reshard_after_forward strategy name) into
+// *sharding / *offload; an unknown one is an error naming `key`.
+Status FsdpOption(const Reader& r, const std::string& o, const char* key, std::string* sharding,
+                  bool* offload) {
+  if (o == "full_shard") {
+    *sharding = "full";
+  } else if (o == "shard_grad_op") {
+    *sharding = "grad-op";
+  } else if (o == "hybrid_shard" || o == "hybrid_shard_zero2") {
+    *sharding = "hybrid";
+    if (o == "hybrid_shard_zero2") r.NotModelled(key, "hybrid_shard_zero2: modelled as hybrid");
+  } else if (o == "offload") {
+    *offload = true;
+  } else if (o == "no_shard") {
+    r.NotModelled(key, "no_shard: left to the layout flags");
+  } else if (o != "auto_wrap") {
+    return r.Bad(key, fmt::format("{} is not an FSDP option", Shown(Json(o))));
+  }
+  return Ok{};
+}
+
+// fsdp_config with the "fsdp_" prefix stripped, as TrainingArguments does.
+Result<Json> FsdpConfig(const Reader& r, const Json& root) {
+  VS_TRY(config, Object(r, root, "fsdp_config", "fsdp_config"));
+  Json cfg = Json::object();
+  if (config) {
+    for (const auto& [k, v] : config->items()) cfg[k.rfind("fsdp_", 0) == 0 ? k.substr(5) : k] = v;
+  }
+  return cfg;
+}
+
+// FSDP (training_args.py, 4.57: __post_init__ fsdp -> accelerate's FSDP_*
+// environment, FSDP1 unless accelerate's config says otherwise; 5.x:
+// _apply_legacy_fsdp_to_config and fsdp_config "version", default 2,
+// "reshard_after_forward" true/false = full_shard/shard_grad_op for FSDP2,
+// a strategy name for FSDP1, "cpu_offload").
+Status ReadHfFsdp(const Reader& r, const Json& root) {
+  VS_TRY(options, FsdpOptions(r, root));
+  if (options.empty()) return Ok{};
+  VS_TRY(cfg, FsdpConfig(r, root));
+  std::string sharding = options.front() == "true" ? "full" : "";
+  bool offload = false;
+  for (const std::string& o : options) {
+    if (o == "true") continue;
+    if (Status st = FsdpOption(r, o, "fsdp", &sharding, &offload); !st.ok()) return st;
+  }
+  if (auto raf = cfg.find("reshard_after_forward"); raf != cfg.end() && !raf->is_null()) {
+    if (raf->is_boolean()) {
+      sharding = *raf == true ? "full" : "grad-op";
+    } else if (!raf->is_string()) {
+      return r.Bad("fsdp_config.reshard_after_forward",
+                   fmt::format("{} is not true, false or a strategy name", Shown(*raf)));
+    } else if (Status st = FsdpOption(r, raf->get<std::string>(),
+                                      "fsdp_config.reshard_after_forward", &sharding, &offload);
+               !st.ok()) {
+      return st;
+    }
+  }
+  VS_TRY(cpu_offload, Bool(r, cfg, "cpu_offload", "fsdp_config.cpu_offload"));
+  offload = offload || cpu_offload.value_or(false);
+  if (sharding.empty()) return Ok{};
+  r.Set("--fsdp", sharding, "fsdp");
+  if (offload) r.Set("--offload", "params", "fsdp offload");
+  VS_TRY(version, Number(r, cfg, "version", "fsdp_config.version", 1, 2));
+  const int64_t default_version = r.transformers_major >= 5 ? 2 : 1;
+  r.Set("--fsdp-version", std::to_string(version.value_or(default_version)),
+        version ? "fsdp_config.version" : "fsdp (the transformers version's default)");
+  VS_TRY(ckpt, Bool(r, cfg, "activation_checkpointing", "fsdp_config.activation_checkpointing"));
+  // accelerate wraps each layer in checkpoint_wrapper (CheckpointImpl.NO_REENTRANT).
+  if (ckpt.value_or(false)) r.Set("--grad-ckpt", "full", "fsdp_config.activation_checkpointing");
+  return Ok{};
+}
+
+Status ParseRoot(const Reader& r, const std::string& text, bool allow_hf);
+
+// "deepspeed": a config dict, or a path read as a DeepSpeed config (relative
+// to the TrainingArguments file, as HfTrainerDeepSpeedConfig reads it
+// relative to the working directory the file was written for).
+Status ReadHfDeepSpeed(const Reader& r, const Json& root) {
+  auto it = root.find("deepspeed");
+  if (it == root.end() || it->is_null()) return Ok{};
+  VS_TRY(fsdp, FsdpOptions(r, root));
+  if (!fsdp.empty()) {
+    return r.Bad("deepspeed", "and fsdp are both set (TrainingArguments refuses both)");
+  }
+  if (it->is_object()) return ReadDeepSpeed(r, *it);
+  if (!it->is_string()) {
+    return r.Bad("deepspeed", fmt::format("{} is not a path or an object", Shown(*it)));
+  }
+  std::filesystem::path path(it->get<std::string>());
+  if (path.is_relative()) path = std::filesystem::path(r.file).parent_path() / path;
+  auto text = (*r.read)(path.string());
+  if (!text.ok()) return r.Bad("deepspeed", text.error().message);
+  Reader inner{path.string(), r.out, r.transformers_major, r.read};
+  return ParseRoot(inner, *text, /*allow_hf=*/false);
+}
+
+// TrainingArguments keys that change memory and are not modelled.
+void ListHfNotModelled(const Reader& r, const Json& root) {
+  auto on = [&](const char* key) {
+    auto it = root.find(key);
+    return it != root.end() && !it->is_null() && *it != false && *it != 0 && *it != "" &&
+           *it != Json::array();
+  };
+  if (on("torch_compile")) r.NotModelled("torch_compile", "compiled graphs are not modelled");
+  if (on("torch_empty_cache_steps")) r.NotModelled("torch_empty_cache_steps", "not modelled");
+  if (on("label_smoothing_factor")) r.NotModelled("label_smoothing_factor", "not modelled");
+  if (on("optim_target_modules")) r.NotModelled("optim_target_modules", "GaLore / APOLLO");
+  if (on("auto_find_batch_size")) r.NotModelled("auto_find_batch_size", "not modelled");
+  if (on("use_liger_kernel")) {
+    r.Set("--loss", "fused-linear", "use_liger_kernel");
+    r.NotModelled("use_liger_kernel",
+                  "modelled as --loss fused-linear; the other Liger kernels "
+                  "(RMSNorm, SwiGLU, RoPE) are not");
+  }
+}
+
+Status ReadTrainingArguments(const Reader& r, const Json& root) {
+  if (Status st = ReadHfBasics(r, root); !st.ok()) return st;
+  if (Status st = ReadHfCheckpointing(r, root); !st.ok()) return st;
+  VS_TRY(cap, Number(r, root, "ddp_bucket_cap_mb", "ddp_bucket_cap_mb", 1, 1 << 16));
+  if (cap) r.Set("--ddp-bucket-cap-mb", std::to_string(*cap), "ddp_bucket_cap_mb");
+  if (Status st = ReadHfFsdp(r, root); !st.ok()) return st;
+  ListHfNotModelled(r, root);
+  // Last: DeepSpeed's own blocks win over optim (HF does not build an
+  // optimizer when the DeepSpeed config has one).
+  return ReadHfDeepSpeed(r, root);
+}
+
+// Which format: keys only DeepSpeed has, then keys only TrainingArguments has.
+bool LooksLikeDeepSpeed(const Json& root) {
+  for (const char* key : {"zero_optimization", "train_micro_batch_size_per_gpu", "train_batch_size",
+                          "zero_allow_untested_optimizer"}) {
+    if (root.contains(key)) return true;
+  }
+  for (const char* key : {"fp16", "bf16", "optimizer"}) {
+    if (root.contains(key) && root[key].is_object()) return true;
+  }
+  return false;
+}
+
+bool LooksLikeTrainingArguments(const Json& root) {
+  for (const char* key : {"per_device_train_batch_size", "output_dir", "optim", "deepspeed", "fsdp",
+                          "gradient_checkpointing", "learning_rate"}) {
+    if (root.contains(key)) return true;
+  }
+  return false;
+}
+
+Status ParseRoot(const Reader& r, const std::string& text, bool allow_hf) {
+  if (text.find('\0') != std::string::npos) {
+    return MakeError(fmt::format("{}: contains a NUL byte, not a JSON text", r.file));
+  }
+  if (common::JsonNestsDeeperThan(text, kMaxConfigDepth)) {
+    return MakeError(fmt::format("{}: nested deeper than {} levels", r.file, kMaxConfigDepth));
+  }
+  const Json root = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded()) return MakeError(fmt::format("{}: not valid JSON", r.file));
+  if (!root.is_object()) return MakeError(fmt::format("{}: not a JSON object", r.file));
+  if (LooksLikeDeepSpeed(root)) return ReadDeepSpeed(r, root);
+  if (allow_hf && LooksLikeTrainingArguments(root)) return ReadTrainingArguments(r, root);
+  return MakeError(fmt::format(
+      "{}: neither a DeepSpeed config nor TrainingArguments JSON (no key such as "
+      "zero_optimization, train_micro_batch_size_per_gpu or per_device_train_batch_size)",
+      r.file));
+}
+
+}  // namespace fromcfg
+
+Status ParseConfigText(const std::string& file, const std::string& text, int transformers_major,
+                       const ConfigFileReader& read, FromConfig* out) {
+  const fromcfg::Reader r{file, out, transformers_major, &read};
+  return fromcfg::ParseRoot(r, text, /*allow_hf=*/true);
+}
+
+Result<FromConfig> ReadConfigFiles(const std::vector<std::string>& paths, int transformers_major) {
+  const ConfigFileReader read = [](const std::string& path) {
+    return ReadTextFile(path, kMaxConfigFileBytes);
+  };
+  FromConfig config;
+  for (const std::string& path : paths) {
+    VS_TRY(text, read(path));
+    if (Status st = ParseConfigText(path, text, transformers_major, read, &config); !st.ok()) {
+      return st.error();
+    }
+  }
+  return config;
+}
+
+}  // namespace vramscope::cli

@@ -1,0 +1,43 @@
+// --from FILE: the knobs of a DeepSpeed config JSON or of Hugging Face
+// TrainingArguments saved as JSON (docs/configs.md), as flag assignments that
+// flags given on the command line override.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "vramscope/result.h"
+
+namespace vramscope::cli {
+
+// One knob a file sets: `flag` (a flag of DESIGN.md) takes `value`, read from
+// `key` of `file`.
+struct FileKnob {
+  std::string flag, value, file, key;
+};
+
+struct FromConfig {
+  std::vector<FileKnob> knobs;  // in reading order: a later one wins
+  // "FILE: KEY (why)" for each key that changes memory but is not modelled.
+  std::vector<std::string> not_modelled;
+};
+
+// Largest --from file read (and largest DeepSpeed config it points to).
+inline constexpr uint64_t kMaxConfigFileBytes = uint64_t{16} << 20;
+
+// Reads a file named inside a config ("deepspeed": "ds.json"); the CLI's
+// bounded ReadTextFile, or a map in tests. Errors name the path.
+using ConfigFileReader = std::function<Result<std::string>(const std::string& path)>;
+
+// Pure: the knobs of the config `text` that came from `file`, appended to
+// *out. `transformers_major` picks HF's version-dependent defaults (the
+// gradient-checkpointing mode). An Error is one line, "FILE: KEY: why".
+Status ParseConfigText(const std::string& file, const std::string& text, int transformers_major,
+                       const ConfigFileReader& read, FromConfig* out);
+
+// Reads each of `paths` (at most kMaxConfigFileBytes each) and parses it.
+Result<FromConfig> ReadConfigFiles(const std::vector<std::string>& paths, int transformers_major);
+
+}  // namespace vramscope::cli
