@@ -2,12 +2,45 @@
 // changes it (issue 18: a report says what it assumed).
 #include <fmt/format.h>
 
+#include <optional>
+
 #include "vramscope/estimate.h"
 
 namespace vramscope {
 namespace {
 
+// Under *-mixed precision the sharding engines do not autocast fp32 weights
+// (docs/parallel.md, sharding.h casts_model_to_half).
+std::optional<std::string> EngineWeights(const TrainingSetup& s) {
+  const bool mixed = s.precision == Precision::kBf16Mixed || s.precision == Precision::kFp16Mixed;
+  if (!mixed) return std::nullopt;
+  const char* half = s.precision == Precision::kBf16Mixed ? "bf16" : "fp16";
+  if (s.parallel.model_parallel()) {
+    return fmt::format(
+        "Megatron-LM: {} parameters, an fp32 gradient buffer (main_grad), fp32 main "
+        "parameters and optimizer state",
+        half);
+  }
+  switch (s.parallel.dp_mode) {
+    case DataParallel::kZero1:
+    case DataParallel::kZero2:
+    case DataParallel::kZero3:
+      return fmt::format(
+          "DeepSpeed casts the module to {} (no autocast); fp32 master partitions "
+          "and optimizer state",
+          half);
+    case DataParallel::kFsdp:
+      return fmt::format(
+          "accelerate upcasts trainable parameters to fp32 and FSDP shards them; "
+          "MixedPrecision gathers and computes in {}; fp32 sharded gradients and "
+          "optimizer state",
+          half);
+    default: return std::nullopt;
+  }
+}
+
 std::string Weights(const TrainingSetup& s) {
+  if (std::optional<std::string> engine = EngineWeights(s)) return *engine;
   switch (s.precision) {
     case Precision::kFp32: return "fp32 weights, gradients and optimizer state; no autocast";
     case Precision::kBf16Mixed:
