@@ -7,6 +7,7 @@
 // events, strings and metadata when the file's strings were already in
 // first-use order with no duplicates (the writer's own output always is).
 #include <charconv>
+#include <map>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -38,10 +39,16 @@ class Writer {
     // Version 1 readers know every record but `u` and `x`: files without
     // them stay version 1.
     out_ += UsesStreamRecords(stream_.events()) ? "vramscope-events 2\n" : "vramscope-events 1\n";
+    // Keys that differ only past the cut (or in what sanitizing replaces)
+    // would be written twice, and a reader keeps the last: write each
+    // written key once, with the value a reader would keep.
+    std::map<std::string, std::string> written;
     for (const auto& [key, value] : stream_.metadata()) {
+      written[SanitizeToken(key, kMaxKeyBytes)] = SanitizeText(value, kMaxTextBytes);
+    }
+    for (const auto& [key, text] : written) {
       out_ += "meta ";
-      out_ += SanitizeToken(key, kMaxKeyBytes);
-      const std::string text = SanitizeText(value, kMaxTextBytes);
+      out_ += key;
       if (!text.empty()) {
         out_ += ' ';
         out_ += text;

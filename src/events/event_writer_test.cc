@@ -119,6 +119,19 @@ TEST(EventWriter, ExtremeValuesRoundTrip) {
   EXPECT_EQ(back.strings(), s.strings());
 }
 
+// Two keys that agree in their first 1024 bytes are cut to the same written
+// key: it is written once, with the value a reader keeps (the later one), so
+// writing what was read back gives the same bytes (found by the fuzzer).
+TEST(EventWriter, KeysEqualAfterTheCutAreWrittenOnce) {
+  EventStream s;
+  const std::string stem(1024, 'k');
+  s.metadata()[stem + "a"] = "first";
+  s.metadata()[stem + "b"] = "second";
+  const std::string text = WriteEventText(s);
+  EXPECT_EQ(text, "vramscope-events 1\nmeta " + stem + " second\n");
+  EXPECT_EQ(WriteEventText(ParseOk(text)), text);
+}
+
 // Streams with record_stream events are written as version 2 (version-1
 // readers would reject `u` and `x`); others stay version 1.
 TEST(EventWriter, StreamRecordsAreWrittenAsVersion2) {
