@@ -42,6 +42,9 @@ def parse_args(argv):
                    help="kill a configuration's worker after S seconds (default 600)")
     p.add_argument("--time-budget", type=float, metavar="S",
                    help="start no configuration after S seconds; --resume continues later")
+    p.add_argument("--overlap", action="store_true",
+                   help="start the next configuration's worker while the current one measures "
+                        "(its imports overlap; it waits to touch the GPU until the current exits)")
     p.add_argument("--resume", action="store_true",
                    help="append to --out, skipping ids already recorded there")
     p.add_argument("--models-dir", action="append", type=Path, default=[], metavar="DIR",
@@ -135,6 +138,7 @@ def main(argv=None):
         snapshot_patterns=tuple(args.snapshot_only),
         snapshot_max_entries=args.snapshot_max_entries,
         resume=args.resume,
+        overlap=args.overlap,
         model_dirs=model_dirs,
         python=args.python,
         command=shlex.join([Path(sys.executable).name] + sys.argv),

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the smoke grid, then the default grid, within one global time budget,
+# Runs the smoke grid, then the main grid, within one global time budget,
 # and prints a summary. Meant for a GPU box with torch + transformers + peft
 # installed and no network; run from anywhere:
 #
@@ -7,16 +7,22 @@
 #
 # OUTDIR defaults to $OUT (the device tool's result folder) or ./groundtruth-out.
 # Environment knobs:
+#   GT_GRID       the main grid's name in grids/ (default "default"; "quick" for
+#                 a short lease)
 #   GT_BUDGET_S   total seconds for both grids (default 1320 = 22 min)
 #   GT_TIMEOUT_S  per-configuration timeout (default 300)
 #   GT_SNAPSHOTS  glob of configurations whose step-2 memory snapshot is kept
 #                 (default: the smoke grid's three; "none" for no snapshots)
+#   GT_OVERLAP    1 (default): start each worker while the previous one measures,
+#                 so imports overlap GPU work (measure.py --overlap); 0: one at a time
 #   PYTHON        interpreter with torch (default python3)
 #
 # Writes at most 7 files (the device tool returns 8): log.txt, smoke.jsonl,
-# default.jsonl, summary.txt and up to 3 snapshot pickles (gzipped when larger
+# <grid>.jsonl, summary.txt and up to 3 snapshot pickles (gzipped when larger
 # than 15 MiB). A configuration that fails, OOMs or times out is a result, so
-# the script goes on; it exits non-zero only if a grid could not run at all.
+# the script goes on; it exits non-zero only if a grid could not run at all, or
+# when no smoke configuration measured (then the main grid is not started: the
+# log says why, and the lease is not spent on a broken harness).
 set -u
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -24,6 +30,9 @@ out="${1:-${OUT:-$PWD/groundtruth-out}}"
 budget="${GT_BUDGET_S:-1320}"
 timeout="${GT_TIMEOUT_S:-300}"
 python="${PYTHON:-python3}"
+grid="${GT_GRID:-default}"
+overlap_args=(--overlap)
+[ "${GT_OVERLAP:-1}" = "0" ] && overlap_args=()
 snap_dir="$out/snapshots"
 mkdir -p "$out"
 log="$out/log.txt"
@@ -53,7 +62,8 @@ run_grid() {  # name, extra args...
   fi
   echo "== $name grid, ${left}s left" | tee -a "$log"
   "$python" "$here/measure.py" --grid "$here/grids/$name.toml" --out "$out/$name.jsonl" \
-      --resume --timeout-per-config "$timeout" --time-budget "$left" "$@" 2>&1 | tee -a "$log"
+      --resume --timeout-per-config "$timeout" --time-budget "$left" "${overlap_args[@]}" "$@" \
+      2>&1 | tee -a "$log"
   local rc=${PIPESTATUS[0]}
   if [ "$rc" -ne 0 ]; then
     echo "== $name grid: measure.py exited $rc" | tee -a "$log"
@@ -61,15 +71,22 @@ run_grid() {  # name, extra args...
   fi
 }
 
-if [ "${GT_SNAPSHOTS:-}" = "none" ]; then
+smoke_measured() {  # at least one smoke configuration ended "ok" or "oom"
+  grep -qE '"status": "(ok|oom)"' "$out/smoke.jsonl" 2>/dev/null
+}
+
+if [ "${GT_SNAPSHOTS:-}" = "none" ] || [ -n "${GT_SNAPSHOTS:-}" ]; then
   run_grid smoke
-  run_grid default
-elif [ -n "${GT_SNAPSHOTS:-}" ]; then
-  run_grid smoke
-  run_grid default "${snap_args[@]}" --snapshot-only "$GT_SNAPSHOTS"
 else
   run_grid smoke "${snap_args[@]}"
-  run_grid default
+fi
+if ! smoke_measured; then
+  echo "== no smoke configuration measured: the $grid grid is not started" | tee -a "$log"
+  status=1
+elif [ "${GT_SNAPSHOTS:-}" = "none" ] || [ -z "${GT_SNAPSHOTS:-}" ]; then
+  run_grid "$grid"
+else
+  run_grid "$grid" "${snap_args[@]}" --snapshot-only "$GT_SNAPSHOTS"
 fi
 
 # Keep every returned file under the device tool's 16 MiB limit.
@@ -81,7 +98,7 @@ if [ -d "$snap_dir" ]; then
 fi
 
 files=()
-for f in "$out/smoke.jsonl" "$out/default.jsonl"; do [ -e "$f" ] && files+=("$f"); done
+for f in "$out/smoke.jsonl" "$out/$grid.jsonl"; do [ -e "$f" ] && files+=("$f"); done
 if [ "${#files[@]}" -gt 0 ]; then
   "$python" "$here/measure.py" --summarize "${files[@]}" | tee "$out/summary.txt"
 fi

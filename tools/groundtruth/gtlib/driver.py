@@ -12,6 +12,7 @@ fsync'ed, so an interrupted run leaves whole lines).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -54,6 +55,7 @@ class Options:
     command: str = ""
     env: dict | None = None             # environment recorded for records made by the driver
     worker_argv: list | None = None     # seam for tests: replaces [python, -m, gtlib.worker]
+    overlap: bool = False               # start the next worker (gated) during the current one
     log: object = sys.stderr
 
 
@@ -146,6 +148,16 @@ def _tail(path, limit=STDERR_TAIL_CHARS):
 
 def measure_config(config, opts, harness, remaining_s=None):
     """Produces the (validated) record of one configuration."""
+    job = launch_config(config, opts, harness, gated=False)
+    return job if isinstance(job, dict) else job.run(opts, remaining_s)
+
+
+def launch_config(config, opts, harness, gated):
+    """The record of a configuration that needs no worker (skipped), or its started WorkerJob.
+
+    gated: the worker imports its libraries, then waits for WorkerJob.run's "go"
+    before it touches the GPU (see Options.overlap).
+    """
     env = opts.env or envmod.capture_environment()
     record = schema.new_record(config.id, config.name, config.knobs, config.label, env,
                                opts.command, dict(harness))
@@ -163,10 +175,21 @@ def measure_config(config, opts, harness, remaining_s=None):
         if missing:
             return schema.mark_skipped(
                 record, f"needs {', '.join(missing)}, which cannot be imported here")
+    job = WorkerJob(config, record, resolved, plan, opts, harness, gated)
+    job.start(opts)
+    return job
 
-    timeout = opts.timeout_s if remaining_s is None else max(1.0, min(opts.timeout_s, remaining_s))
-    with tempfile.TemporaryDirectory(prefix="vramscope-gt-job-") as tmp:
-        tmp = Path(tmp)
+
+class WorkerJob:
+    """One configuration's worker process and its job directory (removed by finish)."""
+
+    def __init__(self, config, record, resolved, plan, opts, harness, gated):
+        self.record, self.gated = record, gated
+        self.proc = None
+        self._tmp = tempfile.TemporaryDirectory(prefix="vramscope-gt-job-")
+        tmp = Path(self._tmp.name)
+        self.job_path, self.result_path = tmp / "job.json", tmp / "result.json"
+        self.stderr_path = tmp / "stderr.txt"
         job = {
             "config": {"id": config.id, "name": config.name, "knobs": config.knobs,
                        "label": config.label},
@@ -176,58 +199,81 @@ def measure_config(config, opts, harness, remaining_s=None):
             "snapshot": None,
             "command": opts.command,
             "harness": harness,
-            "env": env,
-            "prepare_timeout_s": timeout,
+            "env": record["env"],
+            "prepare_timeout_s": opts.timeout_s,
             "scratch_dir": str(tmp / "scratch"),
+            "wait_for_go": gated,
         }
         (tmp / "scratch").mkdir()
         if _wants_snapshot(config, opts):
             opts.snapshot_dir.mkdir(parents=True, exist_ok=True)
             job["snapshot"] = {"path": str((opts.snapshot_dir / f"{config.id}.pickle").resolve()),
                                "max_entries": opts.snapshot_max_entries}
-        job_path, result_path, stderr_path = tmp / "job.json", tmp / "result.json", tmp / "stderr.txt"
-        job_path.write_text(json.dumps(job), encoding="utf-8")
+        self.job_path.write_text(json.dumps(job), encoding="utf-8")
+
+    def start(self, opts):
         argv = (opts.worker_argv or [opts.python, "-m", "gtlib.worker"]) + [
-            "--job", str(job_path), "--result", str(result_path)]
-        rc, timed_out = _run_worker(argv, worker_environment(config.knobs["alloc_conf"]),
-                                    stderr_path, timeout, opts)
-        tail = _tail(stderr_path)
+            "--job", str(self.job_path), "--result", str(self.result_path)]
+        with open(self.stderr_path, "wb") as err:
+            self.proc = subprocess.Popen(
+                argv, cwd=str(TOOL_DIR), env=worker_environment(self.record["knobs"]["alloc_conf"]),
+                stdin=subprocess.PIPE if self.gated else subprocess.DEVNULL, stdout=err,
+                stderr=subprocess.STDOUT, start_new_session=True)
+
+    def run(self, opts, remaining_s=None):
+        """Lets the worker measure (the timeout counts from here); returns the record."""
+        timeout = opts.timeout_s if remaining_s is None else max(1.0, min(opts.timeout_s,
+                                                                          remaining_s))
+        try:
+            if self.gated:
+                with contextlib.suppress(OSError):  # a worker that already died: reported below
+                    self.proc.stdin.write(b"go\n")
+                    self.proc.stdin.close()
+            rc, timed_out = _wait_worker(self.proc, timeout)
+            return self._finish(rc, timed_out, timeout)
+        finally:
+            self._tmp.cleanup()
+
+    def withdraw(self):
+        """Ends a started worker that will not run (time budget spent)."""
+        _kill_group(self.proc)
+        self._tmp.cleanup()
+
+    def _finish(self, rc, timed_out, timeout):
+        record = self.record
+        tail = _tail(self.stderr_path)
         record["harness"].update(worker_exit_code=rc, stderr_tail=tail)
         if timed_out:
             return schema.mark_error(record, "timeout",
                                      f"no result within {timeout:.0f} s; the worker was killed")
-        if not result_path.exists():
+        if not self.result_path.exists():
             return schema.mark_error(record, "crash",
                                      f"the worker exited with code {rc} without a result")
         try:
-            worker_record = json.loads(result_path.read_text(encoding="utf-8"))
+            worker_record = json.loads(self.result_path.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as e:
             return schema.mark_error(record, "invalid-result", f"unreadable worker result: {e}")
-    if isinstance(worker_record, dict):
-        worker_record.setdefault("harness", {}).update(worker_exit_code=rc, stderr_tail=tail)
-    problems = schema.validate_result(worker_record)
-    if problems:
-        # The raw record is kept for diagnosis; the error record itself stays valid.
-        record["harness"]["invalid_worker_record"] = worker_record
-        return schema.mark_error(record, "invalid-result",
-                                 "the worker's record failed validation: " + "; ".join(problems[:20]))
-    return worker_record
+        if isinstance(worker_record, dict):
+            worker_record.setdefault("harness", {}).update(worker_exit_code=rc, stderr_tail=tail)
+        problems = schema.validate_result(worker_record)
+        if problems:
+            # The raw record is kept for diagnosis; the error record itself stays valid.
+            record["harness"]["invalid_worker_record"] = worker_record
+            return schema.mark_error(record, "invalid-result", "the worker's record failed "
+                                     "validation: " + "; ".join(problems[:20]))
+        return worker_record
 
 
-def _run_worker(argv, env, stderr_path, timeout, opts):
-    """Runs the worker in its own process group; kills the whole group on timeout."""
-    with open(stderr_path, "wb") as err:
-        proc = subprocess.Popen(argv, cwd=str(TOOL_DIR), env=env, stdin=subprocess.DEVNULL,
-                                stdout=err, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            rc = proc.wait(timeout=timeout)
-            return rc, False
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            return proc.returncode, True
-        except BaseException:
-            _kill_group(proc)
-            raise
+def _wait_worker(proc, timeout):
+    """Waits for the worker (its own process group); kills the whole group on timeout."""
+    try:
+        return proc.wait(timeout=timeout), False
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        return proc.returncode, True
+    except BaseException:
+        _kill_group(proc)
+        raise
 
 
 def _kill_group(proc):
@@ -242,34 +288,55 @@ def _kill_group(proc):
 
 
 def run_configs(configs, opts, clock=time.monotonic):
-    """Measures `configs` in order into opts.out_path; returns a RunSummary."""
+    """Measures `configs` in order into opts.out_path; returns a RunSummary.
+
+    With opts.overlap the next configuration's worker is started (gated) while
+    the current one measures, so Python and library imports overlap GPU work;
+    only one worker at a time ever touches the GPU.
+    """
     start = clock()
     summary = RunSummary()
-    harness = {"version": HARNESS_VERSION, "git_commit": git_commit()}
+    harness = {"version": HARNESS_VERSION, "git_commit": git_commit(),
+               "overlapped_imports": bool(opts.overlap)}
     done = read_done_ids(opts.out_path) if opts.resume else set()
     opts.out_path.parent.mkdir(parents=True, exist_ok=True)
     mode = "a" if opts.resume else "w"
     todo = [c for c in configs if c.id not in done]
     summary.already_done = len(configs) - len(todo)
-    with open(opts.out_path, mode, encoding="utf-8") as out:
-        for index, config in enumerate(todo, start=1):
-            remaining = None
-            if opts.time_budget_s is not None:
-                remaining = opts.time_budget_s - (clock() - start)
-                if remaining < MIN_LAUNCH_SECONDS:
-                    summary.not_run = len(todo) - index + 1
-                    print(f"time budget spent: {summary.not_run} configuration(s) not run "
-                          "(run again with --resume to continue)", file=opts.log)
-                    break
-            t0 = clock()
-            record = measure_config(config, opts, harness, remaining)
-            out.write(json.dumps(record, sort_keys=False) + "\n")
-            out.flush()
-            os.fsync(out.fileno())
-            summary.counts[record["status"]] += 1
-            print(progress_line(index, len(todo), record, clock() - t0), file=opts.log, flush=True)
+    launched = None  # the next configuration's started worker (overlap), or its record
+    try:
+        with open(opts.out_path, mode, encoding="utf-8") as out:
+            for index, config in enumerate(todo, start=1):
+                remaining = None
+                if opts.time_budget_s is not None:
+                    remaining = opts.time_budget_s - (clock() - start)
+                    if remaining < MIN_LAUNCH_SECONDS:
+                        summary.not_run = len(todo) - index + 1
+                        print(f"time budget spent: {summary.not_run} configuration(s) not run "
+                              "(run again with --resume to continue)", file=opts.log)
+                        break
+                t0 = clock()
+                current = launched or launch_config(config, opts, harness, opts.overlap)
+                launched = None
+                if opts.overlap and index < len(todo):
+                    launched = launch_config(todo[index], opts, harness, True)
+                record = current if isinstance(current, dict) else current.run(opts, remaining)
+                _append(out, record)
+                summary.counts[record["status"]] += 1
+                print(progress_line(index, len(todo), record, clock() - t0), file=opts.log,
+                      flush=True)
+    finally:
+        if isinstance(launched, WorkerJob):
+            launched.withdraw()
     summary.elapsed_s = clock() - start
     return summary
+
+
+def _append(out, record):
+    """One line, flushed and fsync'ed: an interrupted run leaves whole lines."""
+    out.write(json.dumps(record, sort_keys=False) + "\n")
+    out.flush()
+    os.fsync(out.fileno())
 
 
 def progress_line(index, total, record, seconds):

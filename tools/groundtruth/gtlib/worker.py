@@ -205,10 +205,10 @@ def build_optimizer(torch, model, spec):
     return cls(params, **spec["kwargs"])
 
 
-def make_scaler(torch):
+def make_scaler(torch, device="cuda"):
     amp = getattr(torch, "amp", None)
     if amp is not None and hasattr(amp, "GradScaler"):
-        return amp.GradScaler("cuda")
+        return amp.GradScaler(device)
     return torch.cuda.amp.GradScaler()
 
 
@@ -287,6 +287,8 @@ def measure(job, job_path, record, clock=time.perf_counter):
         import peft  # noqa: F401
     if "bitsandbytes" in plan["requires"]:
         import bitsandbytes  # noqa: F401
+    if job.get("wait_for_go") and not wait_for_go(sys.stdin):
+        raise SystemExit(0)  # the driver withdrew this job (time budget spent): no result
 
     # The driver's job directory (removed by the driver even if this process is killed)
     # holds QLoRA's saved weights; a standalone run uses a temporary directory.
@@ -298,31 +300,44 @@ def measure(job, job_path, record, clock=time.perf_counter):
         _measure_on_gpu(torch, job, plan, record, scratch, clock)
 
 
-def _measure_on_gpu(torch, job, plan, record, scratch, clock):
-    probe = loop.CudaProbe(torch)
-    torch.cuda.init()
-    tiny = torch.zeros(1, device="cuda")
-    probe.sync()
-    context_bytes = probe.device_used() - probe.reserved()
-    del tiny
-    torch.cuda.empty_cache()
-    record["env"] = envmod.capture_environment(torch, probe_gpu=True)
+def wait_for_go(stream):
+    """Blocks until the driver writes "go" (it does once the GPU is free); False on EOF.
+
+    The driver starts the next configuration's worker while the current one
+    runs, so its imports (seconds of CPU time) overlap the GPU work; the GPU
+    itself is touched only after "go", when the previous worker has exited.
+    """
+    return stream.readline().strip() == "go"
+
+
+def _measure_on_gpu(torch, job, plan, record, scratch, clock, device="cuda", probe=None):
+    """Measures on the GPU; device="cpu" with a probe is the CPU test seam (real libraries)."""
+    context_bytes = None
+    if device == "cuda":
+        probe = loop.CudaProbe(torch)
+        torch.cuda.init()
+        tiny = torch.zeros(1, device="cuda")
+        probe.sync()
+        context_bytes = probe.device_used() - probe.reserved()
+        del tiny
+        torch.cuda.empty_cache()
+        record["env"] = envmod.capture_environment(torch, probe_gpu=True)
     state = {}
 
     def setup():
         torch.manual_seed(0)
-        model, hf, applied = build_model(torch, job, plan, scratch)
+        model, hf, applied = build_model(torch, job, plan, scratch, device)
         record["model"] = model_facts(torch, model, hf, job["model"], applied)
         optimizer = build_optimizer(torch, model, plan["optimizer"])
-        scaler = make_scaler(torch) if plan["precision"]["grad_scaler"] else None
+        scaler = make_scaler(torch, device) if plan["precision"]["grad_scaler"] else None
         autocast = None
         if plan["precision"]["autocast_dtype"]:
             dtype = getattr(torch, plan["precision"]["autocast_dtype"])
-            autocast = lambda: torch.autocast("cuda", dtype=dtype)  # noqa: E731
+            autocast = lambda: torch.autocast(device, dtype=dtype)  # noqa: E731
         batch, seq = plan["batch"]["shape"]
-        generator = torch.Generator(device="cuda")
+        generator = torch.Generator(device=device)
         generator.manual_seed(0)
-        input_ids = torch.randint(0, plan["batch"]["vocab_size"], (batch, seq), device="cuda",
+        input_ids = torch.randint(0, plan["batch"]["vocab_size"], (batch, seq), device=device,
                                   generator=generator)
         labels = input_ids  # the same tensor: labels = input_ids, no copy
         state.update(model=model, optimizer=optimizer, scaler=scaler, autocast=autocast,
@@ -337,8 +352,8 @@ def _measure_on_gpu(torch, job, plan, record, scratch, clock):
     if job.get("snapshot"):
         snapshot = SnapshotHooks(torch, job["snapshot"]["path"], min(2, plan["steps"]),
                                  job["snapshot"]["max_entries"])
-    measure_with(probe, record, setup, steps, snapshot, clock,
-                 context_bytes=context_bytes, smi=envmod.nvidia_smi_process_used_bytes)
+    measure_with(probe, record, setup, steps, snapshot, clock, context_bytes=context_bytes,
+                 smi=envmod.nvidia_smi_process_used_bytes if device == "cuda" else None)
 
 
 def measure_with(probe, record, setup, steps, snapshot=None, clock=time.perf_counter,

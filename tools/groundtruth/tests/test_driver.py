@@ -24,6 +24,12 @@ FAKE_WORKER = textwrap.dedent('''
     job = json.load(open(args["--job"]))
     cfg = job["config"]
     seq = cfg["knobs"]["seq"]
+    started = time.time()
+    if job.get("wait_for_go") and sys.stdin.readline().strip() != "go":
+        sys.exit(0)
+    went = time.time()
+    if seq == 555:
+        time.sleep(0.5)
     if seq == 111:
         time.sleep(60)
     if seq == 222:
@@ -37,6 +43,7 @@ FAKE_WORKER = textwrap.dedent('''
     rec["plan"] = job["plan"]
     rec["harness"]["seen_alloc_conf"] = os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
     rec["harness"]["seen_offline"] = os.environ.get("HF_HUB_OFFLINE")
+    rec["harness"]["times"] = [started, went, time.time()]
     point = {"allocated_bytes": 1, "reserved_bytes": 2, "device_used_bytes": 3}
     ph = {"step": 1, "micro_batch": 0, "phase": "forward", "completed": True,
           "begin_allocated_bytes": 1, "begin_reserved_bytes": 2, "peak_allocated_bytes": 5,
@@ -227,3 +234,28 @@ def test_missing_modules_prefers_the_worker_interpreters_answer():
     assert driver.missing_modules(["json", "peft"], {"peft": False, "json": True}) == ["peft"]
     assert driver.missing_modules(["json"], {}) == []
     assert driver.missing_modules(["no_such_module_vramscope"]) == ["no_such_module_vramscope"]
+
+
+def test_overlap_starts_the_next_worker_early_but_lets_it_measure_only_after(tmp_path,
+                                                                             fake_worker):
+    cs = configs('[[sweep]]\nmodel = "tiny-llama"\nsweep = { seq = [555, 556, 557] }')
+    opts = options(tmp_path, fake_worker, overlap=True)
+    summary = driver.run_configs(cs, opts)
+    assert summary.counts["ok"] == 3
+    recs = read(opts.out_path)
+    times = [r["harness"]["times"] for r in recs]
+    assert all(r["harness"]["overlapped_imports"] for r in recs)
+    # the second worker was started while the first measured (it sleeps 0.5 s) ...
+    assert times[1][0] < times[0][2]
+    # ... and was let go only after the first had finished
+    for before, after in zip(times, times[1:]):
+        assert after[1] >= before[2]
+
+
+def test_overlap_withdraws_the_started_worker_when_the_budget_is_spent(tmp_path, fake_worker):
+    cs = configs('[[sweep]]\nmodel = "tiny-llama"\nsweep = { seq = [555, 556] }')
+    ticks = itertools.count(0, 15)
+    opts = options(tmp_path, fake_worker, overlap=True, time_budget_s=40)
+    summary = driver.run_configs(cs, opts, clock=lambda: next(ticks))
+    assert summary.counts["ok"] == 1 and summary.not_run == 1
+    assert len(read(opts.out_path)) == 1
