@@ -37,6 +37,8 @@ void AddKnobFlags(CLI::App* sub, KnobArgs* k) {
                 "Step each parameter from its post-accumulate-grad hook (torch >= 2.1)");
   sub->add_flag("--no-attention-mask", k->no_attention_mask,
                 "The batch has no attention_mask (model(input_ids=..., labels=...) alone)");
+  sub->add_flag("--no-use-cache", k->no_use_cache,
+                "The script sets model.config.use_cache = False: no KV cache in training");
   sub->add_flag("--activation-offload", k->activation_offload,
                 "Forward under torch.autograd.graph.save_on_cpu(pin_memory=True): saved tensors "
                 "live in host memory");
@@ -203,6 +205,7 @@ Result<TrainingSetup> KnobArgs::Convert() const {
   s.alloc_conf = alloc_conf;
   s.optimizer_in_backward = optimizer_in_backward;
   s.attention_mask = !no_attention_mask;
+  s.use_cache = !no_use_cache;
   s.activation_offload = activation_offload;
   s.moe_capacity_factor = moe_capacity_factor;
   s.moe_imbalance = moe_imbalance;

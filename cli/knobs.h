@@ -27,6 +27,7 @@ struct KnobArgs {
   std::string gpu = "h100-80g", alloc_conf, device_rules = "cuda";
   bool optimizer_in_backward = false;
   bool no_attention_mask = false;
+  bool no_use_cache = false;
   bool activation_offload = false;
   double moe_capacity_factor = 0, moe_imbalance = 1;
   uint64_t max_events = kDefaultMaxEvents;

@@ -88,6 +88,10 @@ struct TrainingSetup {
   // transformers 4.54-4.x turns into a materialized causal mask when no cache
   // is in use (lower/transformer.cc).
   bool attention_mask = true;
+  // false: the script sets model.config.use_cache = False (as the ground-truth
+  // harness and many training scripts do), so no DynamicCache is made in
+  // training whatever config.json says (lower/transformer.cc MakesTrainingCache).
+  bool use_cache = true;
   std::string gpu = "h100-80g";
   std::string alloc_conf;
   DeviceRules device_rules = DeviceRules::kCuda;

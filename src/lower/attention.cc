@@ -188,6 +188,20 @@ Var FlashKernel(Tape& tape, const AttnPlan& plan, const AttnShape& shape, const 
   return copy;
 }
 
+// softmax(x, dim=-1) without a dtype. CUDA autocast gives it one: softmax.int
+// is in AT_FORALL_FP32_SET_OPT_DTYPE (ATen/autocast_mode.h, torch 2.13), so a
+// half input is copied to fp32 (at::softmax's toType) and _softmax saves an
+// fp32 result. CPU autocast has no such rule (the fidelity grid's CPU traces).
+Var SoftmaxNoDtype(Tape& tape, const Var& w) {
+  if (!tape.autocast || tape.cpu_rules || w.elem_bytes == kF32) {
+    return UnaryOp(tape, w, "aten::_softmax", "SoftmaxBackward0", true);
+  }
+  Var w32 = Cast(tape, w, kF32);
+  Var probs = UnaryOp(tape, w32, "aten::_softmax", "SoftmaxBackward0", true);
+  tape.Drop(w32);
+  return probs;
+}
+
 Var MathKernel(Tape& tape, const AttnPlan& plan, const AttnShape& shape, const Var& q_in,
                const Var& k_in, const Var& v_in, const Var* mask, double dropout, Var* weights) {
   const bool kv_head_major = shape.kv_head_major;
@@ -231,14 +245,25 @@ Var MathKernel(Tape& tape, const AttnPlan& plan, const AttnShape& shape, const V
     probs = Cast(tape, p32, e);
     tape.Drop(p32);
   } else {
-    probs = UnaryOp(tape, w, "aten::_softmax", "SoftmaxBackward0", true);
+    probs = SoftmaxNoDtype(tape, w);
     if (!plan.legacy_bert) tape.Drop(w);
+  }
+  if (plan.probs_to_v_dtype) {
+    // GPT-2: attn_weights.type(value.dtype) (4.57.6 / 5.24.0 eager_attention_forward).
+    Var back = Cast(tape, probs, e);
+    tape.Drop(probs);
+    probs = back;
   }
   Var dropped = Dropout(tape, probs, dropout);
   tape.Drop(probs);
-  // attn_output = torch.matmul(attn_weights, value)
+  // attn_output = torch.matmul(attn_weights, value). matmul is on both autocast
+  // lower-precision lists (ATen/autocast_mode.h and autocast_mode.cpp, torch
+  // 2.13): fp32 probabilities (BERT's, or scores promoted by an fp32 mask) are
+  // cast to the compute dtype, and the cast is what the matmul saves.
   Var v = MatmulOperand(tape, v_in, kv_head_major, broadcast);
-  Var ctx = Bmm(tape, dropped, v, q_numel, e);
+  Var lhs = tape.autocast ? Cast(tape, dropped, e) : tape.Share(dropped);
+  Var ctx = Bmm(tape, lhs, v, q_numel, e);
+  tape.Drop(lhs);
   if (weights) *weights = tape.Share(dropped);  // eager_attention_forward returns it
   tape.Drop(dropped);
   tape.Drop(v);

@@ -38,6 +38,7 @@ struct AttnPlan {
   bool repeat_kv = false;           // k/v expanded to all query heads before the kernel
   bool gqa_native = true;           // kernel reads kv heads directly (no expansion)
   bool fp32_softmax = true;         // eager: softmax(..., dtype=float32)
+  bool probs_to_v_dtype = false;    // eager: probabilities cast to v's dtype (GPT-2)
   bool causal_mask_tensor = false;  // a (b,1,s,s) mask tensor is built
   // k/v keep fewer heads than q into the kernel without enable_gqa
   // (KvSharing::kBroadcast): matmul copies them to every head.

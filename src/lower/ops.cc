@@ -284,7 +284,14 @@ Var AddScalar(Tape& tape, const Var& a) {
 
 // torch.pow(x, 3.0): PowBackward0 saves x; its backward computes
 // grad * (3 * x.pow(2)), two x-sized temporaries beside the result.
-Var Cube(Tape& tape, const Var& x) {
+// CUDA autocast runs pow in fp32 (pow.Tensor_Scalar is in AT_FORALL_FP32,
+// ATen/autocast_mode.h, torch 2.13): a half x is copied to fp32 first, and
+// that copy is what PowBackward0 saves; the fp32 result then promotes the
+// rest of the expression (gelu_new's tanh, its sum and product) to fp32.
+// CPU autocast has no pow in its fp32 list (the fidelity grid's CPU traces).
+Var Cube(Tape& tape, const Var& x_in) {
+  const bool upcast = tape.autocast && !tape.cpu_rules;
+  Var x = upcast ? Cast(tape, x_in, kF32) : tape.Share(x_in);
   Var out = tape.New(x.numel, x.elem_bytes, Category::kTemporaries, "aten::pow");
   if (AnyGrad(tape, x)) {
     NodeId n = tape.Node("PowBackward0", &out);
@@ -293,6 +300,7 @@ Var Cube(Tape& tape, const Var& x) {
     tape.graph.Workspace(n, x.bytes());
     EdgeIf(tape, n, x);
   }
+  tape.Drop(x);
   return out;
 }
 

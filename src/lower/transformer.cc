@@ -144,7 +144,7 @@ Var Norm(Tape& tape, const ModelSpec& spec, const Var& x, Param* w, Param* b, co
 // condition (5.24.0). Megatron-style layouts run Megatron's model, which has
 // no such cache.
 bool MakesTrainingCache(const ModelSpec& spec, const TrainingSetup& setup, bool ckpt) {
-  if (!spec.use_cache || ckpt || setup.transformers_version < 436 ||
+  if (!spec.use_cache || !setup.use_cache || ckpt || setup.transformers_version < 436 ||
       setup.parallel.model_parallel()) {
     return false;
   }
@@ -1172,6 +1172,7 @@ LayerShared PrepareLayers(Tape& tape, const ModelSpec& spec, const TrainingSetup
   // .to(query.dtype); GPT-2 (softmax(attn_weights, dim=-1)) and Falcon
   // (dtype=hidden_states.dtype) stay in the scores' dtype (4.57.6 / 5.24.0).
   if (spec.model_type == "gpt2" || spec.model_type == "falcon") sh.plan.fp32_softmax = false;
+  sh.plan.probs_to_v_dtype = spec.model_type == "gpt2";
   sh.plan.softcap = spec.attn_logit_softcapping > 0 && sh.plan.kernel == AttnKernel::kMath;
   sh.plan.legacy_stablelm = spec.model_type == "stablelm" && setup.transformers_version < 500 &&
                             setup.attn == Attention::kEager;
