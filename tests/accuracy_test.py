@@ -26,3 +26,30 @@ def test_readme_accuracy_table_is_generated():
     m = re.search(r"<!-- accuracy:begin -->\n(.*?)<!-- accuracy:end -->", readme, re.S)
     assert m, "README.md lacks the accuracy markers"
     assert m.group(1).rstrip("\n") == table, "README accuracy table is stale: run scripts/update_accuracy.sh"
+
+
+def _measured_context_mib(gpu_name):
+    """The most common (device used - reserved) at a phase's end, MiB, over the committed
+    ok records of one GPU: the driver's context plus the kernels a training step loaded."""
+    import collections
+    import json
+    counts = collections.Counter()
+    for path in DATA.glob("*.jsonl"):
+        for line in path.read_text().splitlines():
+            rec = json.loads(line)
+            if rec["status"] != "ok" or rec["env"]["gpu"]["name"] != gpu_name:
+                continue
+            for ph in rec["phases"]:
+                counts[round((ph["end_device_used_bytes"] - ph["end_reserved_bytes"]) / 2**20)] += 1
+    return counts.most_common(1)[0][0] if counts else None
+
+
+def test_h100_context_figure_is_the_measured_one():
+    # gpu_catalog.cc takes the H100 80GB's context from these measurements; this
+    # recomputes it from the records so that the constant cannot drift from the data.
+    measured = _measured_context_mib("NVIDIA H100 80GB HBM3")
+    assert measured is not None
+    import json
+    gpus = json.loads(run("gpus", "--json").stdout)
+    entry = next(g for g in gpus if g["name"] == "h100-80g")
+    assert abs(entry["cuda_context_bytes"] / 2**20 - measured) <= 4, (entry, measured)

@@ -69,13 +69,15 @@ TEST(GpuCatalog, CublasWorkspaceFollowsPyTorchDefaults) {
 }
 
 // CUDA context (gpu_catalog.cc, ContextBytes): 256 MiB plus 1 KiB of stack
-// per resident thread (SMs x max threads per SM). H100 SXM: 132 SMs x 2048.
+// per resident thread (SMs x max threads per SM). H200: 132 SMs x 2048.
 // The public bare-context measurements (426 MiB on an A100 80GB, 108 SMs x
 // 2048, and on an RTX 6000 Ada) must stay below the figure, which also
-// covers the kernels a training step loads, by less than 128 MiB.
+// covers the kernels a training step loads, by less than 128 MiB. The
+// H100 80GB's figure is measured instead (tests/accuracy_test.py checks it
+// against data/groundtruth).
 TEST(GpuCatalog, ContextIsBasePlusStackPerResidentThread) {
-  EXPECT_EQ(FindGpu("h100-80g")->cuda_context_bytes, 256 * kMiB + 132u * 2048 * 1024);
-  EXPECT_EQ(FindGpu("h100-80g")->cuda_context_bytes, 520 * kMiB);
+  EXPECT_EQ(FindGpu("h200")->cuda_context_bytes, 256 * kMiB + 132u * 2048 * 1024);
+  EXPECT_EQ(FindGpu("h200")->cuda_context_bytes, 520 * kMiB);
   const uint64_t a100 = FindGpu("a100-80g")->cuda_context_bytes;
   EXPECT_EQ(a100, 256 * kMiB + 108u * 2048 * 1024);
   EXPECT_GT(a100, 426 * kMiB);

@@ -135,6 +135,17 @@ std::vector<Assumption> DescribeAssumptions(const TrainingSetup& s) {
                      ? "every row full length, with an attention_mask as collators add one"
                      : "input_ids and labels only, no attention_mask",
                  s.attention_mask ? "--no-attention-mask" : ""});
+  if (s.grad_ckpt == GradCkpt::kNone && s.transformers_version >= 436 &&
+      !s.parallel.model_parallel()) {
+    // lower/transformer.cc MakesTrainingCache: the cost the ground-truth harness
+    // and many scripts avoid with model.config.use_cache = False.
+    out.push_back({"KV cache",
+                   s.use_cache ? "use_cache as config.json says: where it is on, transformers keeps "
+                                 "each layer's keys and values in a DynamicCache until the output "
+                                 "is dropped (no checkpointing)"
+                               : "none: the script sets model.config.use_cache = False",
+                   s.use_cache ? "--no-use-cache" : ""});
+  }
   out.push_back(
       {"libraries",
        fmt::format("transformers {}.{} and torch {}.{} behaviour", s.transformers_version / 100,
