@@ -140,10 +140,11 @@ std::vector<Assumption> DescribeAssumptions(const TrainingSetup& s) {
     // lower/transformer.cc MakesTrainingCache: the cost the ground-truth harness
     // and many scripts avoid with model.config.use_cache = False.
     out.push_back({"KV cache",
-                   s.use_cache ? "use_cache as config.json says: where it is on, transformers keeps "
-                                 "each layer's keys and values in a DynamicCache until the output "
-                                 "is dropped (no checkpointing)"
-                               : "none: the script sets model.config.use_cache = False",
+                   s.use_cache
+                       ? "use_cache as config.json says: where it is on, transformers keeps "
+                         "each layer's keys and values in a DynamicCache until the output "
+                         "is dropped (no checkpointing)"
+                       : "none: the script sets model.config.use_cache = False",
                    s.use_cache ? "--no-use-cache" : ""});
   }
   out.push_back(
