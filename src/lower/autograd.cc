@@ -281,9 +281,17 @@ void Graph::Deliver(NodeId target, uint32_t slot, TensorId grad, uint32_t from_r
   // gradient, when autograd holds its last reference (can_accumulate_inplace);
   // a dense incoming gradient is never the target. Gradients bound for a
   // parameter (tied weights: the head's and the embedding's) arrive as views
-  // (the linear weight's gradient passes through TBackward0) and are summed out
-  // of place (seen in the torch 2.13 trace of tied embeddings).
-  if (tensors_[buffered].refs == 1 && !node.is_accumulate) {
+  // when the linear weight's gradient passes through TBackward0 and are then
+  // summed out of place; under autocast the head's gradient is ToCopyBackward0's
+  // fresh fp32 copy and is added to in place. Both seen with torch 2.13's
+  // profiler (aten::add of a new [vocab, hidden] tensor in fp32, aten::add_
+  // under bf16 autocast) and in the H100 measurements of Qwen2.5 with
+  // checkpointing (docs/groundtruth.md). Under a TorchDispatchMode, as when the
+  // trace recorder watches the run, the sum is out of place there too (torch
+  // 2.13; tools/reference/tests/test_torch_facts.py shows both).
+  const bool into_buffered =
+      !node.is_accumulate || (tensors_[buffered].from_cast && !under_dispatch_mode);
+  if (tensors_[buffered].refs == 1 && into_buffered) {
     Drop(grad);
   } else {
     const TensorId sum =
@@ -358,7 +366,9 @@ std::vector<std::pair<const GradOut*, TensorId>> Graph::ProduceGrads(const Node&
   for (const GradOut& g : node.outs) {
     if (g.mode == GradOut::Mode::kNew) {
       const Category category = nodes_[g.target].is_accumulate ? Category::kGradients : g.category;
-      produced.emplace_back(&g, Alloc(g.bytes, category, op, node.module));
+      const TensorId t = Alloc(g.bytes, category, op, node.module);
+      tensors_[t].from_cast = op == "ToCopyBackward0";
+      produced.emplace_back(&g, t);
     } else {
       const TensorId incoming = node.slots[g.pass_slot];
       if (incoming == kNoTensor) continue;  // undefined gradient passes as undefined

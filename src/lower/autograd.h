@@ -92,6 +92,10 @@ class Graph {
   // Tensor.register_post_accumulate_grad_hook (torch >= 2.1): called with a
   // parameter's grad slot each time AccumulateGrad has stored into it.
   std::function<void(TensorId* grad_slot)> post_accumulate_hook;
+  // The run is recorded under a TorchDispatchMode (vramscope's trace recorder, the
+  // CPU fidelity check): a parameter's buffered gradient is then never added to
+  // in place (Deliver).
+  bool under_dispatch_mode = false;
   // torch.autograd.graph.save_on_cpu(pin_memory=True) (torch 1.10-2.11): a
   // saved tensor is copied to pinned host memory when saved (the graph keeps
   // no GPU reference) and copied back to the GPU when its node runs.
@@ -150,6 +154,7 @@ class Graph {
     uint64_t event_id = 0;
     uint64_t event_index = 0;  // its alloc event in the stream
     int32_t refs = 0;
+    bool from_cast = false;  // made by ToCopyBackward0: a fresh, dense tensor
   };
   // A temporary that autograd saves is an activation (saved for backward).
   void MarkSaved(TensorId t);

@@ -250,6 +250,7 @@ class RankLowerer {
     tape_.compute_bytes = setup_.precision == Precision::kFp32 ? kF32 : kHalf;
     tape_.lora_dropout = setup_.lora_dropout;
     tape_.cpu_rules = setup_.device_rules == DeviceRules::kCpu;
+    tape_.graph.under_dispatch_mode = tape_.cpu_rules;
     PlaceParameters(tape_, model_, setup_, plan_.chunks, rules);
     if (setup_.finetune == Finetune::kFull) return uint64_t{0};
     const std::vector<StageSpan>& chunks = plan_.chunks;

@@ -1,0 +1,63 @@
+"""Facts about real PyTorch that the lowering's rules rest on, checked with the installed
+torch and transformers (CI runs this under .venv/tf5, torch 2.13 CPU).
+
+Each test states one behaviour of the library, not of vramscope: when a torch release
+changes it, the test fails and names the rule in src/lower that must follow.
+"""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+
+VOCAB, HIDDEN = 4096, 128
+
+
+class PassThrough(TorchDispatchMode):
+    """A dispatch mode that changes nothing, as the trace recorder's does."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+def tied_embedding_accumulations(autocast, under_mode):
+    """The aten ops that sum the two gradients of a tied [vocab, hidden] weight."""
+    cfg = transformers.Qwen2Config(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=256,
+                                   num_hidden_layers=1, num_attention_heads=4,
+                                   num_key_value_heads=2, tie_word_embeddings=True)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa")
+    model.config.use_cache = False
+    model.train()
+    ids = torch.randint(0, VOCAB, (1, 32))
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        loss = model(input_ids=ids, labels=ids).loss
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                record_shapes=True) as prof:
+        if under_mode:
+            with PassThrough():
+                loss.backward()
+        else:
+            loss.backward()
+    return [e.name for e in prof.events()
+            if e.name in ("aten::add", "aten::add_") and e.input_shapes
+            and list(e.input_shapes[0]) == [VOCAB, HIDDEN]]
+
+
+def test_tied_weight_gradients_are_summed_in_place_under_autocast():
+    # The head's gradient reaches the weight through ToCopyBackward0 (a fresh fp32
+    # copy) and the embedding's is added into it: autograd/input_buffer.cpp
+    # accumulate(). Rule: Graph::Deliver, Tensor::from_cast (src/lower/autograd.cc).
+    assert tied_embedding_accumulations(autocast=True, under_mode=False) == ["aten::add_"]
+
+
+def test_tied_weight_gradients_are_summed_out_of_place_without_autocast():
+    # In one precision the head's gradient arrives as TBackward0's view: out of place.
+    assert tied_embedding_accumulations(autocast=False, under_mode=False) == ["aten::add"]
+
+
+def test_a_dispatch_mode_makes_the_sum_out_of_place():
+    # What the trace recorder (a TorchDispatchMode) sees differs from the plain run
+    # here: Graph::under_dispatch_mode, set with --device-rules cpu for the fidelity grid.
+    assert "aten::add" in tied_embedding_accumulations(autocast=True, under_mode=True)
