@@ -282,10 +282,16 @@ Var MlmHeadLoss(Tape& tape, const ModelSpec& spec, const EncoderParams& ep,
   Var scores = Linear(tape, hn, *ep.decoder, ep.decoder_b, t, spec.vocab_size);
   tape.Drop(hn);
   // BertForMaskedLM: CrossEntropyLoss()(scores.view(-1, vocab), labels.view(-1)),
-  // no explicit upcast; under autocast cross_entropy's log_softmax is an fp32
-  // op, so the scores are cast to fp32 first.
+  // no explicit upcast. Under CUDA autocast see CrossEntropyLossHalfCudaAutocast;
+  // under CPU autocast log_softmax returns fp32 from the half scores (the CPU
+  // fidelity traces), modelled as a cast first.
   // `prediction_scores` stays a local (and the returned logits) until the
   // forward returns.
+  if (tape.autocast && !tape.cpu_rules) {
+    Var loss = CrossEntropyLossHalfCudaAutocast(tape, scores);
+    tape.Drop(scores);
+    return loss;
+  }
   Var logits = tape.autocast ? Cast(tape, scores, kF32) : tape.Share(scores);
   Var loss = CrossEntropyLoss(tape, logits);
   tape.Drop(logits);

@@ -16,5 +16,7 @@ Var CausalLmLoss(Tape& tape, const TrainingSetup& setup, const Var& hidden, Para
 // F.cross_entropy(logits, labels) = log_softmax (saves its output, in the
 // logits' dtype) + nll_loss; backward allocates two logits-sized gradients.
 Var CrossEntropyLoss(Tape& tape, const Var& logits);
+// F.cross_entropy on half logits under CUDA autocast (no explicit upcast first).
+Var CrossEntropyLossHalfCudaAutocast(Tape& tape, const Var& logits);
 
 }  // namespace vramscope::lower

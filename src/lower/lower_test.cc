@@ -284,17 +284,23 @@ TEST(Lower, BertMaskedLmSteadyStateAndHead) {
       // buffers (position_ids, token_type_ids: [1, max_position_embeddings]).
       EXPECT_EQ(r.final_stats.allocated_bytes,
                 m->ParameterCount() * 4 * 3 + 2 * m->max_position_embeddings * 8);
-      // The MLM head's log_softmax output is saved: [tokens, vocab] fp32
-      // under bf16 autocast (cross_entropy runs in fp32).
-      bool found = false;
+      // The MLM head's log_softmax output is saved: [tokens, vocab] in bf16
+      // under CUDA bf16 autocast (cross_entropy passes the scores' dtype),
+      // then nll_loss's fp32 copy of it (fp32 autocast list), saved too.
+      bool found = false, copied = false;
       const EventStream& es = lowered->stream;
       for (const Event& e : es.events()) {
-        if (e.kind == EventKind::kAlloc && es.String(e.op) == "aten::_log_softmax") {
-          EXPECT_EQ(e.size_bytes, 2u * 64u * 3000u * 4u);
+        if (e.kind != EventKind::kAlloc) continue;
+        if (es.String(e.op) == "aten::_log_softmax") {
+          EXPECT_EQ(e.size_bytes, 2u * 64u * 3000u * 2u);
           found = true;
+        }
+        if (es.String(e.op) == "aten::_to_copy" && e.size_bytes == 2u * 64u * 3000u * 4u) {
+          copied = true;
         }
       }
       EXPECT_TRUE(found);
+      EXPECT_TRUE(copied);
     }
   }
   TrainingSetup s;
