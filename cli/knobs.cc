@@ -39,6 +39,9 @@ void AddKnobFlags(CLI::App* sub, KnobArgs* k) {
                 "The batch has no attention_mask (model(input_ids=..., labels=...) alone)");
   sub->add_flag("--no-use-cache", k->no_use_cache,
                 "The script sets model.config.use_cache = False: no KV cache in training");
+  sub->add_flag("--built-on-gpu", k->built_on_gpu,
+                "The model is built with from_config under torch.device('cuda') (from scratch), "
+                "not loaded with from_pretrained");
   sub->add_flag("--activation-offload", k->activation_offload,
                 "Forward under torch.autograd.graph.save_on_cpu(pin_memory=True): saved tensors "
                 "live in host memory");
@@ -206,6 +209,7 @@ Result<TrainingSetup> KnobArgs::Convert() const {
   s.optimizer_in_backward = optimizer_in_backward;
   s.attention_mask = !no_attention_mask;
   s.use_cache = !no_use_cache;
+  s.built_on_gpu = built_on_gpu;
   s.activation_offload = activation_offload;
   s.moe_capacity_factor = moe_capacity_factor;
   s.moe_imbalance = moe_imbalance;

@@ -28,6 +28,7 @@ struct KnobArgs {
   bool optimizer_in_backward = false;
   bool no_attention_mask = false;
   bool no_use_cache = false;
+  bool built_on_gpu = false;
   bool activation_offload = false;
   double moe_capacity_factor = 0, moe_imbalance = 1;
   uint64_t max_events = kDefaultMaxEvents;

@@ -29,9 +29,12 @@ def predicted(knobs):
         if key in ("model", "steps"):
             continue
         flags += [f"--{key.replace('_', '-')}", str(value)]
-    # The versions record() writes in its environment: validate predicts with them.
+    # The versions record() writes in its environment: validate predicts with them,
+    # and with what every harness run does (no attention mask, use_cache off, the
+    # model built on the GPU from its config).
     p = run("estimate", knobs["model"], "--gpu", "h100-80g", "--steps", str(knobs["steps"]),
-            "--transformers-version", "4.57", "--torch-version", "2.11", "--json", *flags)
+            "--transformers-version", "4.57", "--torch-version", "2.11", "--json",
+            "--no-attention-mask", "--no-use-cache", "--built-on-gpu", *flags)
     assert p.returncode == 0, p.stderr
     return json.loads(p.stdout)
 
@@ -51,6 +54,7 @@ def record(user_knobs, status="ok", scale=1.0):
     p = predicted(k)
     alloc = int(p["peak_allocated_bytes"] * scale)
     reserved = int(p["peak_reserved_bytes"] * scale)
+    device = int(p["device_total_bytes"] * scale)  # reserved + the catalog's CUDA context
     point = {"allocated_bytes": 0, "reserved_bytes": 0, "device_used_bytes": 600 << 20}
     rec.update(
         status="ok", plan={"plan_version": 1},
@@ -62,13 +66,13 @@ def record(user_knobs, status="ok", scale=1.0):
                 "before_model": point, "setup": {**point, "peak_allocated_bytes": 1,
                                                  "peak_reserved_bytes": 1},
                 "peak_allocated_bytes": alloc, "peak_reserved_bytes": reserved,
-                "peak_device_used_bytes": reserved + (500 << 20), "num_alloc_retries": 0,
+                "peak_device_used_bytes": device, "num_alloc_retries": 0,
                 "num_ooms": 0, "allocator_stats": {}, "nvidia_smi_process_bytes": None},
         phases=[{"step": 1, "micro_batch": 0, "phase": "forward", "completed": True,
                  "begin_allocated_bytes": 0, "begin_reserved_bytes": 0,
                  "peak_allocated_bytes": alloc, "peak_reserved_bytes": reserved,
                  "end_allocated_bytes": 0, "end_reserved_bytes": reserved,
-                 "end_device_used_bytes": reserved, "duration_ms": 1.0}])
+                 "end_device_used_bytes": device, "duration_ms": 1.0}])
     assert schema.validate_result(rec) == [], schema.validate_result(rec)
     return rec
 

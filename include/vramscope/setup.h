@@ -92,6 +92,11 @@ struct TrainingSetup {
   // harness and many training scripts do), so no DynamicCache is made in
   // training whatever config.json says (lower/transformer.cc MakesTrainingCache).
   bool use_cache = true;
+  // The model is built with from_config under torch.device("cuda") (pretraining
+  // from scratch, and the ground-truth harness) rather than loaded with
+  // from_pretrained: a tied head's own weight exists from its construction
+  // until post_init ties it (lower/placement.cc PlaceParameters).
+  bool built_on_gpu = false;
   std::string gpu = "h100-80g";
   std::string alloc_conf;
   DeviceRules device_rules = DeviceRules::kCuda;

@@ -221,9 +221,11 @@ Result<std::optional<MeasuredRun>> ParseRecord(const Ctx& c, const json& rec,
   (void)k_ok;
   // What every harness run does beside the knobs (docs/groundtruth.md, "What is
   // measured"): model(input_ids=..., labels=...) with no attention_mask, and
-  // config.use_cache = False set before training (gtlib/worker.py build_model).
+  // config.use_cache = False set before training, and the model built with
+  // from_config directly on the GPU (gtlib/worker.py build_model).
   run.setup.attention_mask = false;
   run.setup.use_cache = false;
+  run.setup.built_on_gpu = true;
   VS_TRY(env, Member(c, rec, "env", "env"));
   if (!env->is_object()) return c.Fail("env", "expected an object");
   run.setup.torch_version = PackageVersion(*env, "torch", run.setup.torch_version);
