@@ -150,6 +150,36 @@ TEST(MoeGrouped, TwoGroupedMatmulsPerLayerOverAllPairs) {
   EXPECT_EQ(ops["aten::silu"], (std::map<uint64_t, int>{{s * inter * bf16, 2}}));
 }
 
+// The experts' parameter storage at setup, by size (module names aside).
+std::map<uint64_t, int> ExpertParamAllocs(const TrainingSetup& s) {
+  auto m = ParseModelConfig(kTinyMixtral, "tiny-moe");
+  EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.error().message);
+  GpuSpec gpu;
+  gpu.usable_bytes = uint64_t{80} << 30;
+  auto lowered = LowerTraining(*m, s, gpu);
+  EXPECT_TRUE(lowered.ok()) << (lowered.ok() ? "" : lowered.error().message);
+  const EventStream& stream = lowered->stream;
+  std::map<uint64_t, int> sizes;
+  for (const Event& e : stream.events()) {
+    if (e.kind == EventKind::kPhase) break;  // setup only
+    if (e.kind == EventKind::kAlloc &&
+        std::string(stream.String(e.module)).find(".experts.") != std::string::npos)
+      ++sizes[e.size_bytes];
+  }
+  return sizes;
+}
+
+// transformers 5.x MixtralExperts: gate_up_proj [E, 2I, h] and down_proj
+// [E, h, I], one storage each per layer; 4.x: one nn.Linear per expert matrix.
+TEST(MoeGrouped, ExpertsAreTwoStackedStoragesPerLayer) {
+  const uint64_t e = 4, h = 64, inter = 128, bf16 = 2;
+  EXPECT_EQ(ExpertParamAllocs(GroupedSetup()),
+            (std::map<uint64_t, int>{{e * 2 * inter * h * bf16, 2}, {e * h * inter * bf16, 2}}));
+  TrainingSetup old = GroupedSetup();
+  old.transformers_version = 457;
+  EXPECT_EQ(ExpertParamAllocs(old), (std::map<uint64_t, int>{{inter * h * bf16, 2 * 3 * 4}}));
+}
+
 TEST(MoeGrouped, OlderReleasesKeepThePerExpertLoop) {
   TrainingSetup s = GroupedSetup();
   s.transformers_version = 457;
