@@ -135,18 +135,24 @@ Var FusedLinearLoss(Tape& tape, const Var& hidden, Param& head, uint64_t tokens,
   return loss;
 }
 
+// log_softmax in the logits' dtype; LogSoftmaxBackward0 saves its result.
+Var LogSoftmaxSavingResult(Tape& tape, const Var& logits) {
+  Var lsm = tape.New(logits.numel, logits.elem_bytes, Category::kLoss, "aten::_log_softmax");
+  if (logits.requires_grad() && tape.grad_enabled) {
+    NodeId n = tape.Node("LogSoftmaxBackward0", &lsm);
+    tape.graph.Save(n, lsm.t);
+    tape.graph.Edge(n, logits, logits.bytes());
+  }
+  return lsm;
+}
+
 }  // namespace
 
 // F.cross_entropy = log_softmax (saves its output) + nll_loss (saves the
 // target and total_weight). Backward: nll_loss_backward allocates a zeroed
 // full-size gradient; _log_softmax_backward_data another.
 Var CrossEntropyLoss(Tape& tape, const Var& logits32) {
-  Var lsm = tape.New(logits32.numel, logits32.elem_bytes, Category::kLoss, "aten::_log_softmax");
-  if (logits32.requires_grad() && tape.grad_enabled) {
-    NodeId n = tape.Node("LogSoftmaxBackward0", &lsm);
-    tape.graph.Save(n, lsm.t);
-    tape.graph.Edge(n, logits32, logits32.bytes());
-  }
+  Var lsm = LogSoftmaxSavingResult(tape, logits32);
   Var loss = tape.New(1, kF32, Category::kLoss, "aten::nll_loss_forward");
   if (lsm.requires_grad() && tape.grad_enabled) {
     NodeId n = tape.Node("NllLossBackward0", &loss);
@@ -165,12 +171,7 @@ Var CrossEntropyLoss(Tape& tape, const Var& logits32) {
 // nll_loss_backward takes self). Seen on the H100: BERT's masked-LM loss holds
 // the half log-probabilities and their fp32 copy until backward.
 Var CrossEntropyLossHalfCudaAutocast(Tape& tape, const Var& logits) {
-  Var lsm = tape.New(logits.numel, logits.elem_bytes, Category::kLoss, "aten::_log_softmax");
-  if (logits.requires_grad() && tape.grad_enabled) {
-    NodeId n = tape.Node("LogSoftmaxBackward0", &lsm);
-    tape.graph.Save(n, lsm.t);
-    tape.graph.Edge(n, logits, logits.bytes());
-  }
+  Var lsm = LogSoftmaxSavingResult(tape, logits);
   Var lsm32 = Cast(tape, lsm, kF32);
   tape.Drop(lsm);
   Var loss = tape.New(1, kF32, Category::kLoss, "aten::nll_loss_forward");

@@ -49,17 +49,22 @@ constexpr const char* kTinyMixtral = R"({
   "max_position_embeddings": 512, "tie_word_embeddings": false, "torch_dtype": "bfloat16"
 })";
 
-// Bytes of the expert inputs (hidden_states[top_x], [n, h] in bf16) that one
-// step's forward allocates, keyed by size.
-std::map<uint64_t, int> ExpertInputs(const TrainingSetup& s) {
-  auto m = ParseModelConfig(kTinyMixtral, "tiny-mixtral");
+// The event stream of `config` lowered with `s` on an 80 GiB GPU.
+EventStream LowerTiny(const TrainingSetup& s, const char* config = kTinyMixtral) {
+  auto m = ParseModelConfig(config, "tiny-moe");
   EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.error().message);
   GpuSpec gpu;
   gpu.usable_bytes = uint64_t{80} << 30;
   auto lowered = LowerTraining(*m, s, gpu);
   EXPECT_TRUE(lowered.ok()) << (lowered.ok() ? "" : lowered.error().message);
-  const EventStream& stream = lowered->stream;
-  const uint32_t index_op = const_cast<EventStream&>(stream).Intern("aten::index");
+  return lowered.ok() ? std::move(lowered->stream) : EventStream{};
+}
+
+// Bytes of the expert inputs (hidden_states[top_x], [n, h] in bf16) that one
+// step's forward allocates, keyed by size.
+std::map<uint64_t, int> ExpertInputs(const TrainingSetup& s) {
+  EventStream stream = LowerTiny(s);
+  const uint32_t index_op = stream.Intern("aten::index");
   std::map<uint64_t, int> sizes;
   bool forward = false;
   for (const Event& e : stream.events()) {
@@ -100,13 +105,7 @@ TEST(Moe, LoweringAllocatesTheRoutedTokens) {
 // k = 2, 2 layers) at 1 x 128 tokens in bf16: S = 256.
 std::map<std::string, std::map<uint64_t, int>> ForwardAllocsByOp(
     const TrainingSetup& s, const char* config = kTinyMixtral) {
-  auto m = ParseModelConfig(config, "tiny-moe");
-  EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.error().message);
-  GpuSpec gpu;
-  gpu.usable_bytes = uint64_t{80} << 30;
-  auto lowered = LowerTraining(*m, s, gpu);
-  EXPECT_TRUE(lowered.ok()) << (lowered.ok() ? "" : lowered.error().message);
-  EventStream& stream = lowered->stream;
+  const EventStream stream = LowerTiny(s, config);
   std::map<std::string, std::map<uint64_t, int>> by_op;
   bool forward = false;
   for (const Event& e : stream.events()) {
@@ -152,13 +151,7 @@ TEST(MoeGrouped, TwoGroupedMatmulsPerLayerOverAllPairs) {
 
 // The experts' parameter storage at setup, by size (module names aside).
 std::map<uint64_t, int> ExpertParamAllocs(const TrainingSetup& s) {
-  auto m = ParseModelConfig(kTinyMixtral, "tiny-moe");
-  EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.error().message);
-  GpuSpec gpu;
-  gpu.usable_bytes = uint64_t{80} << 30;
-  auto lowered = LowerTraining(*m, s, gpu);
-  EXPECT_TRUE(lowered.ok()) << (lowered.ok() ? "" : lowered.error().message);
-  const EventStream& stream = lowered->stream;
+  const EventStream stream = LowerTiny(s);
   std::map<uint64_t, int> sizes;
   for (const Event& e : stream.events()) {
     if (e.kind == EventKind::kPhase) break;  // setup only
