@@ -575,6 +575,16 @@ Result<std::optional<bool>> Truth(const Reader& r, const Json& parent, const cha
   return r.Bad(path, fmt::format("{} is not true or false", Shown(*it)));
 }
 
+// YAML 1.1 (PyYAML, which accelerate uses) reads an unquoted NO / no as
+// false, which accelerate then refuses; `accelerate config` quotes it.
+Status NotUnquotedNo(const Reader& r, const Json& root, const char* key, const char* word) {
+  auto it = root.find(key);
+  if (it == root.end() || !it->is_boolean()) return Ok{};
+  return r.Bad(key, fmt::format("{} is not a string (YAML reads an unquoted {} as false: "
+                                "write '{}', as `accelerate config` does)",
+                                Shown(*it), word, word));
+}
+
 // num_processes is the total over all machines (launch.py: nproc_per_node =
 // num_processes // num_machines, nnodes = num_machines): --gpus. -1, the
 // ClusterConfig default, means "given at launch": left to --gpus.
@@ -604,6 +614,7 @@ Status ReadAccelerateProcesses(const Reader& r, const Json& root, const std::str
 // JSON readers map them); fp8 is not modelled. An older config's `fp16: true`
 // stands for mixed_precision fp16 (config_args.py process_config).
 Status ReadAcceleratePrecision(const Reader& r, const Json& root) {
+  if (Status st = NotUnquotedNo(r, root, "mixed_precision", "no"); !st.ok()) return st;
   VS_TRY(mp, String(r, root, "mixed_precision", "mixed_precision"));
   if (mp.empty()) {
     VS_TRY(fp16, Bool(r, root, "fp16", "fp16"));
@@ -854,6 +865,7 @@ Status ReadAccelerate(const Reader& r, const Json& root) {
         "compute_environment",
         fmt::format("{} is not LOCAL_MACHINE (SageMaker configs are not read)", Shown(Json(env))));
   }
+  if (Status st = NotUnquotedNo(r, root, "distributed_type", "NO"); !st.ok()) return st;
   VS_TRY(type, String(r, root, "distributed_type", "distributed_type"));
   if (type.empty()) return r.Bad("distributed_type", "missing (accelerate requires it)");
   if (Status st = ReadAccelerateProcesses(r, root, type); !st.ok()) return st;

@@ -126,14 +126,11 @@ Status CheckNode(const yaml_event_t& e) {
 Status Step(const yaml_event_t& e, size_t max_depth, Builder* b, bool* end) {
   if (Status st = CheckNode(e); !st.ok()) return st;
   switch (e.type) {
-    case YAML_STREAM_END_EVENT:
-      *end = true;
-      return Ok{};
+    case YAML_STREAM_END_EVENT: *end = true; return Ok{};
     case YAML_DOCUMENT_START_EVENT:
       if (b->done) return Refused(e, "a second document (---) is");
       return Ok{};
-    case YAML_ALIAS_EVENT:
-      return Refused(e, "an alias (*) is");
+    case YAML_ALIAS_EVENT: return Refused(e, "an alias (*) is");
     case YAML_SCALAR_EVENT: {
       const std::string_view s(reinterpret_cast<const char*>(e.data.scalar.value),
                                e.data.scalar.length);
@@ -154,8 +151,7 @@ Status Step(const yaml_event_t& e, size_t max_depth, Builder* b, bool* end) {
       b->stack.pop_back();
       return b->Add(std::move(v));
     }
-    default:
-      return Ok{};  // stream start, document end
+    default: return Ok{};  // stream start, document end
   }
 }
 
