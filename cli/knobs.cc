@@ -86,8 +86,8 @@ void KnobArgs::Warn(const ModelSpec& model, const TrainingSetup& setup) const {
 
 void AddFromFlag(CLI::App* sub, KnobArgs* k) {
   sub->add_option("--from", k->from_files,
-                  "Read knobs from FILE: a DeepSpeed config JSON or HF TrainingArguments JSON "
-                  "(repeatable; flags given here win; docs/configs.md)");
+                  "Read knobs from FILE: a DeepSpeed config JSON, HF TrainingArguments JSON or an "
+                  "accelerate config YAML (repeatable; flags given here win; docs/configs.md)");
 }
 
 void AddFromAssumptions(const FromConfig& from, Report* report) {
