@@ -31,14 +31,27 @@ void Die(const char* what, const std::string& detail) {
   std::abort();
 }
 
-constexpr std::string_view kFlags[] = {
-    "--precision",      "--optimizer",         "--grad-ckpt",
-    "--loss",           "--zero",              "--fsdp",
-    "--offload",        "--zero-buckets",      "--gpus",
-    "--gpus-per-node",  "--fsdp-version",      "--ddp-bucket-cap-mb",
-    "--ddp",            "--batch",             "--grad-accum",
-    "--zero-sub-group-size", "--zero-reduce-bucket-size", "--zero-prefetch-bucket-size",
-    "--zero-max-live-parameters", "--zero-max-reuse-distance", "--zero-persistence-threshold"};
+constexpr std::string_view kFlags[] = {"--precision",
+                                       "--optimizer",
+                                       "--grad-ckpt",
+                                       "--loss",
+                                       "--zero",
+                                       "--fsdp",
+                                       "--offload",
+                                       "--zero-buckets",
+                                       "--gpus",
+                                       "--gpus-per-node",
+                                       "--fsdp-version",
+                                       "--ddp-bucket-cap-mb",
+                                       "--ddp",
+                                       "--batch",
+                                       "--grad-accum",
+                                       "--zero-sub-group-size",
+                                       "--zero-reduce-bucket-size",
+                                       "--zero-prefetch-bucket-size",
+                                       "--zero-max-live-parameters",
+                                       "--zero-max-reuse-distance",
+                                       "--zero-persistence-threshold"};
 
 void ParseAs(const std::string& file, const std::string& text) {
   using namespace vramscope;
