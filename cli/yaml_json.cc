@@ -42,7 +42,10 @@ Json PlainScalar(std::string_view s) {
   const std::string_view body = digits.size() && (digits[0] == '-' || digits[0] == '+')
                                     ? std::string_view(digits).substr(1)
                                     : std::string_view(digits);
-  const bool all_digits = !body.empty() && body.find_first_not_of("0123456789") == body.npos;
+  // A leading 0 is octal in YAML 1.1 (PyYAML: 010 is 8); like 0x.., 0b.. and
+  // 1:30 (base 60) it stays a string here, an error where a number is due.
+  const bool all_digits = !body.empty() && body.find_first_not_of("0123456789") == body.npos &&
+                          (body.size() == 1 || body[0] != '0');
   if (all_digits && body.size() <= 18) return Json(std::strtoll(digits.c_str(), nullptr, 10));
   if (all_digits) return Json(std::strtod(digits.c_str(), nullptr));
   if (body == ".inf" || body == ".Inf" || body == ".INF") {

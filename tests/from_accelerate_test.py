@@ -190,6 +190,7 @@ def test_deepspeed_config_file_is_relative_to_the_yaml(tmp_path):
     ("badtype.yaml", "distributed_type: SIDEWAYS\n", "distributed_type"),
     ("badmp.yaml", "distributed_type: 'NO'\nmixed_precision: fp4\n", "mixed_precision"),
     ("procs.yaml", "distributed_type: MULTI_GPU\nnum_processes: two\n", "num_processes"),
+    ("octal.yaml", "distributed_type: MULTI_GPU\nnum_processes: 010\n", "num_processes"),
     ("procs0.yaml", "distributed_type: MULTI_GPU\nnum_processes: 0\n", "num_processes"),
     ("machines.yaml", "distributed_type: MULTI_GPU\nnum_processes: 9\nnum_machines: 2\n",
      "num_processes"),
