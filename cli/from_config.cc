@@ -13,6 +13,7 @@
 #include "output.h"
 #include "vramscope/common/json_depth.h"
 #include "vramscope/common/quote.h"
+#include "yaml_json.h"
 
 namespace vramscope::cli {
 // A named namespace, not an anonymous one: the CLI is a unity build, and these
@@ -34,15 +35,26 @@ struct Reader {
   FromConfig* out;
   int transformers_major;
   const ConfigFileReader* read;
+  // Key names as the file spells them, when the keys read are a DeepSpeed
+  // config built from another format's (accelerate's deepspeed_config).
+  const std::vector<std::pair<std::string, std::string>>* rename = nullptr;
 
+  std::string Key(std::string_view key) const {
+    if (rename) {
+      for (const auto& [from, to] : *rename) {
+        if (key == from) return to;
+      }
+    }
+    return std::string(key);
+  }
   Error Bad(std::string_view key, std::string_view why) const {
-    return MakeError(fmt::format("{}: {}: {}", file, key, why));
+    return MakeError(fmt::format("{}: {}: {}", file, Key(key), why));
   }
   void Set(std::string flag, std::string value, std::string key) const {
-    out->knobs.push_back({std::move(flag), std::move(value), file, std::move(key)});
+    out->knobs.push_back({std::move(flag), std::move(value), file, Key(key)});
   }
   void NotModelled(std::string_view key, std::string_view why) const {
-    out->not_modelled.push_back(fmt::format("{}: {} ({})", file, key, why));
+    out->not_modelled.push_back(fmt::format("{}: {} ({})", file, Key(key), why));
   }
 };
 
@@ -479,6 +491,17 @@ Status ReadHfFsdp(const Reader& r, const Json& root) {
 
 Status ParseRoot(const Reader& r, const std::string& text, bool allow_hf);
 
+// A DeepSpeed config JSON named by `key` of the file being read; a relative
+// path is relative to that file.
+Status ReadDeepSpeedFile(const Reader& r, const std::string& name, std::string_view key) {
+  std::filesystem::path path(name);
+  if (path.is_relative()) path = std::filesystem::path(r.file).parent_path() / path;
+  auto text = (*r.read)(path.string());
+  if (!text.ok()) return r.Bad(key, text.error().message);
+  Reader inner{path.string(), r.out, r.transformers_major, r.read};
+  return ParseRoot(inner, *text, /*allow_hf=*/false);
+}
+
 // "deepspeed": a config dict, or a path read as a DeepSpeed config (relative
 // to the TrainingArguments file, as HfTrainerDeepSpeedConfig reads it
 // relative to the working directory the file was written for).
@@ -493,12 +516,7 @@ Status ReadHfDeepSpeed(const Reader& r, const Json& root) {
   if (!it->is_string()) {
     return r.Bad("deepspeed", fmt::format("{} is not a path or an object", Shown(*it)));
   }
-  std::filesystem::path path(it->get<std::string>());
-  if (path.is_relative()) path = std::filesystem::path(r.file).parent_path() / path;
-  auto text = (*r.read)(path.string());
-  if (!text.ok()) return r.Bad("deepspeed", text.error().message);
-  Reader inner{path.string(), r.out, r.transformers_major, r.read};
-  return ParseRoot(inner, *text, /*allow_hf=*/false);
+  return ReadDeepSpeedFile(r, it->get<std::string>(), "deepspeed");
 }
 
 // TrainingArguments keys that change memory and are not modelled.
@@ -533,6 +551,334 @@ Status ReadTrainingArguments(const Reader& r, const Json& root) {
   return ReadHfDeepSpeed(r, root);
 }
 
+// --- accelerate's config file (accelerate 1.15: commands/config/config_args.py
+// ClusterConfig, commands/launch.py, utils/launch.py, utils/dataclasses.py) ---
+
+// A boolean as accelerate takes it: true/false, or one of str_to_bool's
+// strings (utils/environment.py: y/yes/t/true/on/1, n/no/f/false/off/0),
+// since launch.py passes the fsdp_* keys through the environment as text.
+Result<std::optional<bool>> Truth(const Reader& r, const Json& parent, const char* key,
+                                  const std::string& path) {
+  auto it = parent.find(key);
+  if (it == parent.end() || it->is_null()) return std::optional<bool>{};
+  if (it->is_boolean()) return std::optional<bool>{it->get<bool>()};
+  if (it->is_string()) {
+    std::string v;
+    for (char c : it->get<std::string>()) v += static_cast<char>(std::tolower((unsigned char)c));
+    for (const char* t : {"y", "yes", "t", "true", "on", "1"}) {
+      if (v == t) return std::optional<bool>{true};
+    }
+    for (const char* f : {"n", "no", "f", "false", "off", "0"}) {
+      if (v == f) return std::optional<bool>{false};
+    }
+  }
+  return r.Bad(path, fmt::format("{} is not true or false", Shown(*it)));
+}
+
+// YAML 1.1 (PyYAML, which accelerate uses) reads an unquoted NO / no as
+// false, which accelerate then refuses; `accelerate config` quotes it.
+Status NotUnquotedNo(const Reader& r, const Json& root, const char* key, const char* word) {
+  auto it = root.find(key);
+  if (it == root.end() || !it->is_boolean()) return Ok{};
+  return r.Bad(key, fmt::format("{} is not a string (YAML reads an unquoted {} as false: "
+                                "write '{}', as `accelerate config` does)",
+                                Shown(*it), word, word));
+}
+
+// num_processes is the total over all machines (launch.py: nproc_per_node =
+// num_processes // num_machines, nnodes = num_machines): --gpus. -1, the
+// ClusterConfig default, means "given at launch": left to --gpus.
+Status ReadAccelerateProcesses(const Reader& r, const Json& root, const std::string& type) {
+  VS_TRY(n, Number(r, root, "num_processes", "num_processes", -1, 1 << 20));
+  VS_TRY(machines, Number(r, root, "num_machines", "num_machines", 1, 1 << 16));
+  if (n && *n == 0) return r.Bad("num_processes", "0 is not a count of processes (or -1)");
+  if (type == "NO" || !n || *n < 0) return Ok{};
+  const int64_t m = machines.value_or(1);
+  if (*n % m != 0) {
+    return r.Bad("num_processes", fmt::format("{} is not a multiple of num_machines ({})", *n, m));
+  }
+  r.Set("--gpus", std::to_string(*n), "num_processes");
+  if (m > 1) {
+    if (*n / m > 64) {
+      return r.Bad("num_processes",
+                   fmt::format("{} / num_machines {} is over 64 GPUs per node", *n, m));
+    }
+    r.Set("--gpus-per-node", std::to_string(*n / m), "num_processes / num_machines");
+  }
+  return Ok{};
+}
+
+// mixed_precision (utils/dataclasses.py PrecisionType, lower-cased by
+// launch.py): no -> fp32, fp16 / bf16 -> *-mixed (autocast with fp32 weights
+// under DDP / FSDP, DeepSpeed's fp16 / bf16 blocks under DEEPSPEED, as the
+// JSON readers map them); fp8 is not modelled. An older config's `fp16: true`
+// stands for mixed_precision fp16 (config_args.py process_config).
+Status ReadAcceleratePrecision(const Reader& r, const Json& root) {
+  if (Status st = NotUnquotedNo(r, root, "mixed_precision", "no"); !st.ok()) return st;
+  VS_TRY(mp, String(r, root, "mixed_precision", "mixed_precision"));
+  if (mp.empty()) {
+    VS_TRY(fp16, Bool(r, root, "fp16", "fp16"));
+    if (fp16.value_or(false)) r.Set("--precision", "fp16-mixed", "fp16");
+    return Ok{};
+  }
+  std::string lower;
+  for (char c : mp) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower == "no") {
+    r.Set("--precision", "fp32", "mixed_precision");
+  } else if (lower == "fp16" || lower == "bf16") {
+    r.Set("--precision", lower + "-mixed", "mixed_precision");
+  } else if (lower == "fp8") {
+    r.NotModelled("mixed_precision", "fp8: left to --precision");
+  } else {
+    return r.Bad("mixed_precision",
+                 fmt::format("{} is not one of no, fp16, bf16, fp8", Shown(Json(mp))));
+  }
+  return Ok{};
+}
+
+// constants.py FSDP_SHARDING_STRATEGY; FullyShardedDataParallelPlugin takes
+// a name (any case) or its 1-based number (torch's ShardingStrategy values).
+constexpr const char* kAccelerateStrategies[] = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD",
+                                                 "HYBRID_SHARD", "HYBRID_SHARD_ZERO2"};
+
+// An FSDP1 sharding strategy into --fsdp's value through FsdpOption, the
+// TrainingArguments mapping ("" for NO_SHARD: left to the layout flags).
+Result<std::string> AccelerateStrategy(const Reader& r, const Json& v, const char* key) {
+  std::string name = v.is_string() ? v.get<std::string>() : "";
+  for (char& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  int64_t number = 0;
+  if (v.is_number_integer()) number = v.get<int64_t>();
+  if (name.size() == 1 && name[0] >= '1' && name[0] <= '5') number = name[0] - '0';
+  if (number >= 1 && number <= 5) name = kAccelerateStrategies[number - 1];
+  bool known = false;
+  for (const char* s : kAccelerateStrategies) known = known || name == s;
+  if (!known) {
+    return r.Bad(key, fmt::format("{} is not one of FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, "
+                                  "HYBRID_SHARD, HYBRID_SHARD_ZERO2 or 1..5",
+                                  Shown(v)));
+  }
+  std::string option;
+  for (char c : name) option += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  std::string sharding;
+  bool offload = false;
+  if (Status st = FsdpOption(r, option, key, &sharding, &offload); !st.ok()) return st.error();
+  return sharding;
+}
+
+// The sharding (utils/dataclasses.py FullyShardedDataParallelPlugin
+// __post_init__, accelerator.py "sharding_strategy or reshard_after_forward"):
+// FSDP1 takes fsdp_sharding_strategy first, then fsdp_reshard_after_forward as
+// a strategy name (what `accelerate config` writes); FSDP2 takes
+// fsdp_reshard_after_forward as a boolean (true: full, false: grad-op).
+// Absent: FULL_SHARD / true. Sets *key to the key it came from.
+Result<std::string> AccelerateSharding(const Reader& r, const Json& cfg, int64_t version,
+                                       std::string* key) {
+  auto strategy = cfg.find("sharding_strategy");
+  auto raf = cfg.find("reshard_after_forward");
+  const bool has_strategy = strategy != cfg.end() && !strategy->is_null();
+  const bool has_raf = raf != cfg.end() && !raf->is_null();
+  *key = "fsdp_config (absent: accelerate's default, full shard)";
+  if (version == 1 && has_strategy) {
+    *key = "fsdp_config.fsdp_sharding_strategy";
+    return AccelerateStrategy(r, *strategy, "fsdp_config.fsdp_sharding_strategy");
+  }
+  if (has_strategy) {
+    r.NotModelled("fsdp_config.fsdp_sharding_strategy",
+                  "ignored by FSDP2, which follows fsdp_reshard_after_forward");
+  }
+  if (!has_raf) return std::string("full");
+  *key = "fsdp_config.fsdp_reshard_after_forward";
+  if (version == 1) {
+    if (raf->is_boolean()) {
+      return r.Bad(*key, fmt::format("{} is FSDP2's form; FSDP1 takes a strategy name "
+                                     "(accelerate refuses a boolean)",
+                                     Shown(*raf)));
+    }
+    return AccelerateStrategy(r, *raf, "fsdp_config.fsdp_reshard_after_forward");
+  }
+  VS_TRY(reshard, Truth(r, cfg, "reshard_after_forward", *key));
+  return std::string(reshard.value_or(true) ? "full" : "grad-op");
+}
+
+// FSDP keys that change memory and are not modelled, at a non-default value.
+void ListAccelerateFsdpNotModelled(const Reader& r, const Json& cfg) {
+  if (cfg.value("activation_checkpointing_offload", Json(false)) == true) {
+    r.NotModelled("fsdp_config.fsdp_activation_checkpointing_offload",
+                  "checkpointed inputs offloaded to the CPU");
+  }
+  if (auto p = cfg.find("auto_wrap_policy");
+      p != cfg.end() && p->is_string() && *p != "TRANSFORMER_BASED_WRAP") {
+    r.NotModelled("fsdp_config.fsdp_auto_wrap_policy",
+                  fmt::format("{}: vramscope wraps each transformer layer", Shown(*p)));
+  }
+  if (auto p = cfg.find("backward_prefetch");
+      p != cfg.end() && p->is_string() && *p != "BACKWARD_PRE") {
+    r.NotModelled("fsdp_config.fsdp_backward_prefetch",
+                  fmt::format("{}: modelled as BACKWARD_PRE", Shown(*p)));
+  }
+  if (cfg.value("forward_prefetch", Json(false)) == true) {
+    r.NotModelled("fsdp_config.fsdp_forward_prefetch", "true: not modelled");
+  }
+}
+
+// distributed_type FSDP: fsdp_config's keys with the fsdp_ prefix stripped, as
+// launch.py copies them (fsdp_version, default 1; the sharding; fsdp_offload_params;
+// fsdp_activation_checkpointing: checkpoint_wrapper, non-reentrant).
+Status ReadAccelerateFsdp(const Reader& r, const Json& root) {
+  VS_TRY(cfg, FsdpConfig(r, root));
+  VS_TRY(version, Number(r, cfg, "version", "fsdp_config.fsdp_version", 1, 2));
+  const int64_t v = version.value_or(1);  // launch.py --fsdp_version default "1"
+  std::string key;
+  VS_TRY(sharding, AccelerateSharding(r, cfg, v, &key));
+  ListAccelerateFsdpNotModelled(r, cfg);
+  if (sharding.empty()) return Ok{};  // NO_SHARD: listed by FsdpOption
+  r.Set("--fsdp", sharding, key);
+  r.Set("--fsdp-version", std::to_string(v),
+        version ? "fsdp_config.fsdp_version" : "fsdp_config (absent: accelerate's default, 1)");
+  VS_TRY(offload, Truth(r, cfg, "offload_params", "fsdp_config.fsdp_offload_params"));
+  if (offload.value_or(false)) r.Set("--offload", "params", "fsdp_config.fsdp_offload_params");
+  VS_TRY(ckpt,
+         Truth(r, cfg, "activation_checkpointing", "fsdp_config.fsdp_activation_checkpointing"));
+  if (ckpt.value_or(false)) {
+    r.Set("--grad-ckpt", "full", "fsdp_config.fsdp_activation_checkpointing");
+  }
+  return Ok{};
+}
+
+// The deepspeed_config keys that DeepSpeedPlugin maps to a DeepSpeed config
+// (utils/dataclasses.py plugin_to_config_mapping), which it refuses next to
+// deepspeed_config_file (_deepspeed_config_checks).
+constexpr std::pair<const char*, const char*> kAccelerateDeepSpeedKeys[] = {
+    {"zero_stage", "zero_optimization.stage"},
+    {"offload_optimizer_device", "zero_optimization.offload_optimizer.device"},
+    {"offload_param_device", "zero_optimization.offload_param.device"},
+    {"gradient_accumulation_steps", "gradient_accumulation_steps"},
+    {"gradient_clipping", ""},
+    {"zero3_save_16bit_model", ""},
+    {"offload_optimizer_nvme_path", ""},
+    {"offload_param_nvme_path", ""}};
+
+// deepspeed_config_file: read through the DeepSpeed reader, the other keys
+// refused as accelerate does (mixed_precision too, launch.py
+// mp_from_config_flag).
+Status ReadAccelerateDeepSpeedFile(const Reader& r, const Json& root, const Json& cfg,
+                                   const std::string& file) {
+  for (const auto& [key, unused] : kAccelerateDeepSpeedKeys) {
+    if (cfg.contains(key)) {
+      return r.Bad(fmt::format("deepspeed_config.{}", key),
+                   "and deepspeed_config_file are both set (accelerate refuses both: "
+                   "set it in the DeepSpeed config)");
+    }
+  }
+  if (root.contains("mixed_precision") && !root["mixed_precision"].is_null()) {
+    return r.Bad("mixed_precision",
+                 "and deepspeed_config.deepspeed_config_file are both set (accelerate refuses "
+                 "both: set fp16 / bf16 in the DeepSpeed config)");
+  }
+  return ReadDeepSpeedFile(r, file, "deepspeed_config.deepspeed_config_file");
+}
+
+// distributed_type DEEPSPEED: deepspeed_config_file, or the keys
+// DeepSpeedPlugin turns into a DeepSpeed config (zero_stage, default 2;
+// offload_*_device; gradient_accumulation_steps), read by the DeepSpeed
+// reader under the accelerate key names.
+Status ReadAccelerateDeepSpeed(const Reader& r, const Json& root) {
+  VS_TRY(block, Object(r, root, "deepspeed_config", "deepspeed_config"));
+  const Json cfg = block ? *block : Json::object();
+  VS_TRY(file, String(r, cfg, "deepspeed_config_file", "deepspeed_config.deepspeed_config_file"));
+  if (!file.empty() && file != "none") return ReadAccelerateDeepSpeedFile(r, root, cfg, file);
+  Json ds = {{"zero_optimization", {{"stage", cfg.value("zero_stage", Json(2))}}}};
+  std::vector<std::pair<std::string, std::string>> rename;
+  for (const auto& [key, ds_key] : kAccelerateDeepSpeedKeys) {
+    if (*ds_key == '\0') continue;
+    const std::string name = fmt::format("deepspeed_config.{}", key);
+    const bool absent_stage = !cfg.contains(key) && std::string_view(key) == "zero_stage";
+    rename.emplace_back(ds_key, absent_stage ? name + " (absent: accelerate's default 2)" : name);
+    auto it = cfg.find(key);
+    if (it == cfg.end() || std::string_view(key) == "zero_stage") continue;
+    if (std::string_view(key) == "gradient_accumulation_steps") {
+      ds[key] = *it;
+    } else {
+      const bool optimizer = std::string_view(key) == "offload_optimizer_device";
+      ds["zero_optimization"][optimizer ? "offload_optimizer" : "offload_param"]["device"] = *it;
+    }
+  }
+  rename.emplace_back("zero_optimization.offload_param", "deepspeed_config.offload_param_device");
+  Reader inner = r;
+  inner.rename = &rename;
+  return ReadDeepSpeed(inner, ds);
+}
+
+// Top-level keys that change memory and are not modelled.
+void ListAccelerateNotModelled(const Reader& r, const Json& root) {
+  std::string backend;
+  if (auto d = root.find("dynamo_config"); d != root.end() && d->is_object()) {
+    backend = d->value("dynamo_backend", Json("NO")).is_string()
+                  ? d->value("dynamo_backend", std::string("NO"))
+                  : "?";
+  } else if (auto b = root.find("dynamo_backend"); b != root.end() && b->is_string()) {
+    backend = b->get<std::string>();
+  }
+  if (!backend.empty() && backend != "NO" && backend != "no") {
+    r.NotModelled("dynamo_config.dynamo_backend", "compiled graphs are not modelled");
+  }
+  if (auto p = root.find("parallelism_config"); p != root.end() && p->is_object() && !p->empty()) {
+    r.NotModelled("parallelism_config", "accelerate's ParallelismConfig: give --tp / --cp");
+  }
+  if (root.value("use_cpu", Json(false)) == true) {
+    r.NotModelled("use_cpu", "training on the CPU");
+  }
+}
+
+// distributed_type (utils/dataclasses.py DistributedType): NO (one process),
+// MULTI_GPU (DDP), FSDP, DEEPSPEED; the other types are not modelled.
+Status ReadAccelerateType(const Reader& r, const Json& root, const std::string& type) {
+  if (type == "MULTI_GPU") {
+    r.Set("--ddp", "true", "distributed_type");
+  } else if (type == "FSDP") {
+    return ReadAccelerateFsdp(r, root);
+  } else if (type == "DEEPSPEED") {
+    return ReadAccelerateDeepSpeed(r, root);
+  } else if (type != "NO") {
+    static constexpr const char* kOthers[] = {
+        "MULTI_CPU", "MULTI_NPU", "MULTI_MLU",   "MULTI_SDAA", "MULTI_MUSA",
+        "MULTI_XPU", "XLA",       "MEGATRON_LM", "MULTI_HPU",  "MULTI_NEURON"};
+    bool known = false;
+    for (const char* o : kOthers) known = known || type == o;
+    if (!known) {
+      return r.Bad("distributed_type",
+                   fmt::format("{} is not one of NO, MULTI_GPU, FSDP, DEEPSPEED, MULTI_CPU, "
+                               "MULTI_XPU, XLA, MEGATRON_LM, ...",
+                               Shown(Json(type))));
+    }
+    r.NotModelled("distributed_type", fmt::format("{}: left to the layout flags", type));
+  }
+  return Ok{};
+}
+
+// An accelerate config (ClusterConfig): compute_environment LOCAL_MACHINE,
+// distributed_type required (config_args.py process_config).
+Status ReadAccelerate(const Reader& r, const Json& root) {
+  VS_TRY(env, String(r, root, "compute_environment", "compute_environment"));
+  if (!env.empty() && env != "LOCAL_MACHINE") {
+    return r.Bad(
+        "compute_environment",
+        fmt::format("{} is not LOCAL_MACHINE (SageMaker configs are not read)", Shown(Json(env))));
+  }
+  if (Status st = NotUnquotedNo(r, root, "distributed_type", "NO"); !st.ok()) return st;
+  VS_TRY(type, String(r, root, "distributed_type", "distributed_type"));
+  if (type.empty()) return r.Bad("distributed_type", "missing (accelerate requires it)");
+  if (Status st = ReadAccelerateProcesses(r, root, type); !st.ok()) return st;
+  if (Status st = ReadAcceleratePrecision(r, root); !st.ok()) return st;
+  if (Status st = ReadAccelerateType(r, root, type); !st.ok()) return st;
+  ListAccelerateNotModelled(r, root);
+  return Ok{};
+}
+
+bool LooksLikeAccelerate(const Json& root) {
+  return root.contains("distributed_type") || root.contains("compute_environment");
+}
+
 // Which format: keys only DeepSpeed has, then keys only TrainingArguments has.
 bool LooksLikeDeepSpeed(const Json& root) {
   for (const char* key : {"zero_optimization", "train_micro_batch_size_per_gpu", "train_batch_size",
@@ -553,9 +899,35 @@ bool LooksLikeTrainingArguments(const Json& root) {
   return false;
 }
 
+// A .yaml / .yml file is YAML; so is any other that does not start with '{'
+// or '[' and reads as a YAML mapping with an accelerate key (accelerate's own
+// config may be .json too, then read as JSON). nullopt: read as JSON.
+Result<std::optional<Json>> ParseYaml(const Reader& r, const std::string& text) {
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  if (first != std::string::npos && (text[first] == '{' || text[first] == '[')) {
+    return std::optional<Json>{};
+  }
+  const std::string ext = std::filesystem::path(r.file).extension().string();
+  const bool named_yaml = ext == ".yaml" || ext == ".yml" || ext == ".YAML" || ext == ".YML";
+  auto root = YamlToJson(text, kMaxConfigDepth);
+  if (named_yaml && !root.ok())
+    return MakeError(fmt::format("{}: {}", r.file, root.error().message));
+  if (named_yaml && !root->is_object()) {
+    return MakeError(fmt::format("{}: not a YAML mapping (an accelerate config)", r.file));
+  }
+  if (named_yaml || (root.ok() && root->is_object() && LooksLikeAccelerate(*root))) {
+    return std::optional<Json>{std::move(*root)};
+  }
+  return std::optional<Json>{};
+}
+
 Status ParseRoot(const Reader& r, const std::string& text, bool allow_hf) {
   if (text.find('\0') != std::string::npos) {
     return MakeError(fmt::format("{}: contains a NUL byte, not a JSON text", r.file));
+  }
+  if (allow_hf) {
+    VS_TRY(yaml, ParseYaml(r, text));
+    if (yaml) return ReadAccelerate(r, *yaml);
   }
   if (common::JsonNestsDeeperThan(text, kMaxConfigDepth)) {
     return MakeError(fmt::format("{}: nested deeper than {} levels", r.file, kMaxConfigDepth));
@@ -563,6 +935,7 @@ Status ParseRoot(const Reader& r, const std::string& text, bool allow_hf) {
   const Json root = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded()) return MakeError(fmt::format("{}: not valid JSON", r.file));
   if (!root.is_object()) return MakeError(fmt::format("{}: not a JSON object", r.file));
+  if (allow_hf && LooksLikeAccelerate(root)) return ReadAccelerate(r, root);
   if (LooksLikeDeepSpeed(root)) return ReadDeepSpeed(r, root);
   if (allow_hf && LooksLikeTrainingArguments(root)) return ReadTrainingArguments(r, root);
   return MakeError(fmt::format(

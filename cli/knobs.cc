@@ -89,8 +89,8 @@ void KnobArgs::Warn(const ModelSpec& model, const TrainingSetup& setup) const {
 
 void AddFromFlag(CLI::App* sub, KnobArgs* k) {
   sub->add_option("--from", k->from_files,
-                  "Read knobs from FILE: a DeepSpeed config JSON or HF TrainingArguments JSON "
-                  "(repeatable; flags given here win; docs/configs.md)");
+                  "Read knobs from FILE: a DeepSpeed config JSON, HF TrainingArguments JSON or an "
+                  "accelerate config YAML (repeatable; flags given here win; docs/configs.md)");
 }
 
 void AddFromAssumptions(const FromConfig& from, Report* report) {
@@ -119,6 +119,7 @@ void KnobArgs::SetFromFile(const FileKnob& k) {
       {"--offload", &parallel.offload}, {"--zero-buckets", &parallel.zero_buckets}};
   const std::pair<const char*, int64_t*> ints[] = {
       {"--gpus", &parallel.gpus},
+      {"--gpus-per-node", &parallel.gpus_per_node},
       {"--fsdp-version", &parallel.fsdp_version},
       {"--ddp-bucket-cap-mb", &parallel.ddp_bucket_cap_mb},
       {"--zero-sub-group-size", &parallel.zero_sub_group_size},
@@ -133,6 +134,7 @@ void KnobArgs::SetFromFile(const FileKnob& k) {
   for (const auto& [flag, field] : ints) {
     if (k.flag == flag) *field = std::stoll(k.value);
   }
+  if (k.flag == "--ddp") parallel.ddp = k.value == "true";
   if (k.flag == "--batch") batch = std::stoull(k.value);
   if (k.flag == "--grad-accum") grad_accum = std::stoull(k.value);
 }
@@ -145,13 +147,19 @@ Result<KnobArgs> KnobArgs::WithFiles(FromConfig* from) const {
   FromConfig applied;
   for (const FileKnob& k : config.knobs) {
     if (Given(k.flag.c_str())) continue;
-    if (mode_given && (k.flag == "--zero" || k.flag == "--fsdp")) continue;
+    const bool mode = k.flag == "--ddp" || k.flag == "--zero" || k.flag == "--fsdp";
+    if (mode_given && mode) continue;
     // A later file's data-parallel mode replaces an earlier file's.
-    const std::string other = k.flag == "--zero" ? "--fsdp" : k.flag == "--fsdp" ? "--zero" : "";
-    if (!other.empty()) merged.SetFromFile({other, "", k.file, k.key});
+    if (mode) {
+      for (const char* other : {"--ddp", "--zero", "--fsdp"}) {
+        if (k.flag != other) merged.SetFromFile({other, "", k.file, k.key});
+      }
+    }
     merged.SetFromFile(k);
-    std::erase_if(applied.knobs,
-                  [&](const FileKnob& a) { return a.flag == k.flag || a.flag == other; });
+    std::erase_if(applied.knobs, [&](const FileKnob& a) {
+      return a.flag == k.flag ||
+             (mode && (a.flag == "--ddp" || a.flag == "--zero" || a.flag == "--fsdp"));
+    });
     applied.knobs.push_back(k);
   }
   for (const std::string& line : config.not_modelled) {

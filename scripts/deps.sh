@@ -7,13 +7,14 @@
 #                             with VRAMSCOPE_INSTALL_DEPS=1 (cmake/build_deps.cmake)
 set -euo pipefail
 build_packages=(
-  g++ nlohmann-json3-dev libcli11-dev libfmt-dev libcurl4-openssl-dev python3-dev
+  g++ nlohmann-json3-dev libcli11-dev libfmt-dev libcurl4-openssl-dev libyaml-dev python3-dev
 )
 packages=(
   cmake ninja-build g++ pkg-config
   clang libclang-rt-14-dev  # libFuzzer and the sanitizer runtimes (a Recommends of clang)
   clang-format-14  # scripts/format.sh: the C++ sources follow .clang-format
   nlohmann-json3-dev libcli11-dev libfmt-dev libcurl4-openssl-dev
+  libyaml-dev  # --from reads accelerate's config YAML (optional: cli/CMakeLists.txt)
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-pytest python3-torch python3-torchvision
   python3-dev pybind11-dev  # the Python package's engine module (python/core/)

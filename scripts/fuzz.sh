@@ -14,7 +14,7 @@
 # 3600), two at a time (FUZZ_JOBS 2: this project's machine has two cores),
 # grown corpora kept; at the end a summary for docs/hardening.md ("Last long
 # run": date, inputs executed, coverage, findings) is printed and written to
-# $FUZZ_BUILD_DIR/fuzz-long-summary.md. With 7 targets that is about 4 hours.
+# $FUZZ_BUILD_DIR/fuzz-long-summary.md. With 8 targets that is about 4 hours.
 #
 # Environment (defaults): FUZZ_SECONDS (60) per target; FUZZ_JOBS (nproc)
 # targets at once; FUZZ_RSS_MB (2048) memory limit per target; FUZZ_TIMEOUT
