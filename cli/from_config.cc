@@ -665,10 +665,12 @@ Result<std::string> AccelerateStrategy(const Reader& r, const Json& v, const cha
   return sharding;
 }
 
-// The sharding (utils/dataclasses.py FullyShardedDataParallelPlugin
-// __post_init__, accelerator.py "sharding_strategy or reshard_after_forward"):
-// FSDP1 takes fsdp_sharding_strategy first, then fsdp_reshard_after_forward as
-// a strategy name (what `accelerate config` writes); FSDP2 takes
+// The sharding that `accelerate launch` 1.15 runs (utils/launch.py,
+// utils/dataclasses.py FullyShardedDataParallelPlugin __post_init__,
+// accelerator.py "sharding_strategy or reshard_after_forward"): for FSDP1 the
+// launcher always exports FSDP_SHARDING_STRATEGY (the file's
+// fsdp_sharding_strategy, else FULL_SHARD) and the plugin takes it first, so
+// fsdp_reshard_after_forward never decides; FSDP2 takes
 // fsdp_reshard_after_forward as a boolean (true: full, false: grad-op).
 // Absent: FULL_SHARD / true. Sets *key to the key it came from.
 Result<std::string> AccelerateSharding(const Reader& r, const Json& cfg, int64_t version,
@@ -686,16 +688,16 @@ Result<std::string> AccelerateSharding(const Reader& r, const Json& cfg, int64_t
     r.NotModelled("fsdp_config.fsdp_sharding_strategy",
                   "ignored by FSDP2, which follows fsdp_reshard_after_forward");
   }
+  if (version == 1) {
+    if (has_raf) {
+      *key =
+          "fsdp_config (no fsdp_sharding_strategy: accelerate launch exports FULL_SHARD, which "
+          "FSDP1 takes before fsdp_reshard_after_forward)";
+    }
+    return std::string("full");
+  }
   if (!has_raf) return std::string("full");
   *key = "fsdp_config.fsdp_reshard_after_forward";
-  if (version == 1) {
-    if (raf->is_boolean()) {
-      return r.Bad(*key, fmt::format("{} is FSDP2's form; FSDP1 takes a strategy name "
-                                     "(accelerate refuses a boolean)",
-                                     Shown(*raf)));
-    }
-    return AccelerateStrategy(r, *raf, "fsdp_config.fsdp_reshard_after_forward");
-  }
   VS_TRY(reshard, Truth(r, cfg, "reshard_after_forward", *key));
   return std::string(reshard.value_or(true) ? "full" : "grad-op");
 }

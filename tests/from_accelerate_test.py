@@ -99,7 +99,9 @@ def acc(tmp_path, body, name="acc.yaml"):
      ["--gpus", 16, "--gpus-per-node", 8, "--fsdp", "hybrid", "--fsdp-version", 1]),
     ("distributed_type: FSDP\nnum_processes: 4\nfsdp_config:\n"
      "  fsdp_reshard_after_forward: SHARD_GRAD_OP\n  fsdp_offload_params: true\n",
-     ["--gpus", 4, "--fsdp", "grad-op", "--fsdp-version", 1, "--offload", "params"]),
+     # FSDP1: accelerate launch exports FSDP_SHARDING_STRATEGY=FULL_SHARD (no
+     # fsdp_sharding_strategy in the file), which the plugin takes first.
+     ["--gpus", 4, "--fsdp", "full", "--fsdp-version", 1, "--offload", "params"]),
     ("distributed_type: FSDP\nnum_processes: 4\nfsdp_config:\n  fsdp_version: 2\n"
      "  fsdp_reshard_after_forward: false\n  fsdp_activation_checkpointing: 'true'\n",
      ["--gpus", 4, "--fsdp", "grad-op", "--fsdp-version", 2, "--grad-ckpt", "full"]),
@@ -208,8 +210,6 @@ def test_deepspeed_config_file_is_relative_to_the_yaml(tmp_path):
                        "  deepspeed_config_file: nowhere/ds.json\n", "deepspeed_config_file"),
     ("strategy.yaml", "distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: SIDEWAYS\n",
      "fsdp_config.fsdp_sharding_strategy"),
-    ("raf1.yaml", "distributed_type: FSDP\nfsdp_config:\n  fsdp_reshard_after_forward: true\n",
-     "fsdp_config.fsdp_reshard_after_forward"),
     ("raf2.yaml", "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n"
                   "  fsdp_reshard_after_forward: maybe\n", "fsdp_config.fsdp_reshard_after_forward"),
     ("version.yaml", "distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 3\n",
