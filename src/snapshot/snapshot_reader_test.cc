@@ -180,6 +180,24 @@ TEST(SnapshotReader, TraceSizesThatWouldWrapAreRefusedWhenMeasured) {
   EXPECT_FALSE(SnapshotToEventStream(*s).ok());
 }
 
+// Two allocs just under 2^62 bytes: within the 2 x size + 512 bound this
+// reader once used, past the replay simulator's 2 x size + 20 MiB. The reader
+// must refuse whatever the simulator would (a fuzz_snapshot_reader finding).
+TEST(SnapshotReader, AcceptedTracesAlwaysReplay) {
+  const uint64_t size = (uint64_t{1} << 62) - 193952;
+  std::string trace;
+  for (int i = 0; i < 2; ++i) {
+    if (i > 0) trace += ",";
+    trace += R"({"action": "alloc", "addr": )" + std::to_string((i + 1) * 4096) + R"(, "size": )" +
+             std::to_string(size) + "}";
+  }
+  auto s = ParseSnapshot(R"({"segments": [], "device_traces": [[)" + trace + "]]}", "in.json");
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  auto run = MeasureSnapshot(*s);
+  ASSERT_FALSE(run.ok());
+  EXPECT_NE(run.error().message.find("sum past 2^64"), std::string::npos) << run.error().message;
+}
+
 TEST(SnapshotReader, FileErrors) {
   auto missing = ReadSnapshotFile("/nonexistent/snap.pickle");
   ASSERT_FALSE(missing.ok());
