@@ -11,8 +11,9 @@
 #                 a short lease)
 #   GT_BUDGET_S   total seconds for both grids (default 1320 = 22 min)
 #   GT_TIMEOUT_S  per-configuration timeout (default 300)
-#   GT_SNAPSHOTS  glob of configurations whose step-2 memory snapshot is kept
-#                 (default: the smoke grid's three; "none" for no snapshots)
+#   GT_SNAPSHOTS  globs (comma-separated) of main-grid configurations whose step-2
+#                 memory snapshot is kept (default: the smoke grid's three; "none"
+#                 for no snapshots; at most 3 come back, the device tool's file limit)
 #   GT_OVERLAP    1 (default): start each worker while the previous one measures,
 #                 so imports overlap GPU work (measure.py --overlap); 0: one at a time
 #   PYTHON        interpreter with torch (default python3)
@@ -86,7 +87,10 @@ if ! smoke_measured; then
 elif [ "${GT_SNAPSHOTS:-}" = "none" ] || [ -z "${GT_SNAPSHOTS:-}" ]; then
   run_grid "$grid"
 else
-  run_grid "$grid" "${snap_args[@]}" --snapshot-only "$GT_SNAPSHOTS"
+  only_args=()
+  IFS=',' read -r -a snap_globs <<<"$GT_SNAPSHOTS"
+  for g in "${snap_globs[@]}"; do only_args+=(--snapshot-only "$g"); done
+  run_grid "$grid" "${snap_args[@]}" "${only_args[@]}"
 fi
 
 # Keep every returned file under the device tool's 16 MiB limit.

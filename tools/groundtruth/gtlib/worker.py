@@ -82,14 +82,18 @@ def _from_config(torch, transformers, config, build, device="cuda"):
         return cls.from_config(config, **kwargs)
 
 
-def prepare_4bit_source(job_path, out_dir):
-    """QLoRA helper: random weights in the compute dtype, saved for from_pretrained."""
+def prepare_4bit_source(job_path, out_dir, device="cuda"):
+    """QLoRA helper: random weights in the compute dtype, saved for from_pretrained.
+
+    Built on the GPU by default (random initialisation of billions of weights is
+    minutes on a CPU); this process exits before the measuring one touches CUDA.
+    """
     import torch
     import transformers
     job = json.loads(Path(job_path).read_text(encoding="utf-8"))
     torch.manual_seed(0)
     config = _load_hf_config(transformers, job["model"]["config"])
-    model = _from_config(torch, transformers, config, job["plan"]["build"])
+    model = _from_config(torch, transformers, config, job["plan"]["build"], device)
     model.save_pretrained(out_dir, safe_serialization=True)
 
 
