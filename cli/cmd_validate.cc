@@ -78,6 +78,9 @@ int RunValidate(const ValidateArgs& args) {
       std::fputs(failures.empty() ? "\nAccuracy gate: passed\n" : "\nAccuracy gate: FAILED\n",
                  stdout);
       for (const std::string& f : failures) std::fprintf(stdout, "  %s\n", f.c_str());
+      for (const auto& [id, why] : thresholds->known_gaps) {
+        std::fprintf(stdout, "  outside the gate (a known gap): %s: %s\n", id.c_str(), why.c_str());
+      }
     }
   }
   return failures.empty() ? kExitOk : kExitAccuracy;

@@ -126,8 +126,10 @@ Var MatmulOperand(Tape& tape, const Var& x, bool head_major, uint64_t broadcast_
 // trace, BERT tf4/tf5 LoRA bf16-mixed: layer 0's q clone is freed at once).
 Var Bmm(Tape& tape, const Var& a, const Var& b, uint64_t numel, uint8_t bytes) {
   Var out = tape.New(numel, bytes, Category::kTemporaries, "aten::bmm");
+  tape.graph.ForwardGemm();
   if (tape.grad_enabled && (a.requires_grad() || b.requires_grad())) {
     NodeId n = tape.Node("BmmBackward0", &out);
+    tape.graph.Gemm(n, /*second_input_first=*/true);
     if (b.requires_grad()) tape.graph.Save(n, a.t);
     if (a.requires_grad()) tape.graph.Save(n, b.t);
     tape.graph.Edge(n, a, a.bytes());
@@ -288,6 +290,24 @@ Var ScaleInto(Tape& tape, const Var& x, uint8_t bytes, std::string_view op) {
   return out;
 }
 
+// at::_safe_softmax (aten/src/ATen/native/transformers/attention.cpp,
+// CompositeExplicitAutograd): softmax, then a bool mask of the -inf scores
+// (one byte per score) and its all() over the last dim, which zero the fully
+// masked rows; both go before it returns (torch 2.13's profiler on CPU:
+// softmax's output, then isneginf's bool of numel bytes and all's small one;
+// where writes no new tensor). Kernel scratch below the op: an op-level
+// recorder (the CPU reference, docs/trace-recorder.md) never sees it, so the
+// CPU rules leave it out. The H100 measurements of falcon-7b (SDPA's math
+// path) showed it in the forward peak.
+void SafeSoftmaxScratch(Tape& tape, uint64_t scores, uint64_t keys) {
+  if (tape.cpu_rules) return;
+  Var neg_inf = tape.New(scores, kBool, Category::kTemporaries, "aten::isneginf");
+  Var rows =
+      tape.New(scores / std::max<uint64_t>(keys, 1), kBool, Category::kTemporaries, "aten::all");
+  tape.Drop(neg_inf);
+  tape.Drop(rows);
+}
+
 // _scaled_dot_product_attention_math (aten/src/ATen/native/transformers/
 // attention.cpp, torch 2.x; CompositeImplicit, so autograd records its ops):
 // fp16/bf16 inputs are copied to fp32 first; q and k^T are each scaled by
@@ -348,6 +368,7 @@ Var SdpaMathKernel(Tape& tape, const AttnPlan& plan, const AttnShape& shape, con
   tape.Drop(k_op);
   // The mask is added in place; _safe_softmax and dropout each replace `attn`.
   Var probs = UnaryOp(tape, attn, "aten::_safe_softmax", "SafeSoftmaxBackward0", true);
+  SafeSoftmaxScratch(tape, scores, shape.seq);
   tape.Drop(attn);
   Var dropped = Dropout(tape, probs, dropout);
   tape.Drop(probs);

@@ -181,6 +181,21 @@ void Graph::EdgePass(NodeId n, const Var& input, uint32_t from_slot) {
 
 void Graph::Workspace(NodeId n, uint64_t bytes) { nodes_[n].workspace.push_back(bytes); }
 
+void Graph::Gemm(NodeId n, bool second_input_first) {
+  if (n == kNoNode) return;
+  nodes_[n].gemm = true;
+  nodes_[n].second_input_first = second_input_first;
+}
+
+void Graph::MakeWorkspace(uint64_t* pending_bytes) {
+  if (*pending_bytes == 0) return;
+  const uint32_t region = region_;
+  region_ = kNoRegion;
+  Alloc(*pending_bytes, Category::kWorkspace, "cublas_workspace", Intern("cublas"));
+  region_ = region;
+  *pending_bytes = 0;
+}
+
 void Graph::BeginCheckpoint(bool reentrant) {
   VS_CHECK(region_ == kNoRegion);
   regions_.emplace_back();
@@ -363,12 +378,17 @@ std::vector<std::pair<const GradOut*, TensorId>> Graph::ProduceGrads(const Node&
                                                                      std::string_view op) {
   std::vector<std::pair<const GradOut*, TensorId>> produced;
   produced.reserve(node.outs.size());
-  for (const GradOut& g : node.outs) {
+  const size_t n = node.outs.size();
+  for (size_t i = 0; i < n; ++i) {
+    const GradOut& g = node.outs[node.second_input_first ? n - 1 - i : i];
     if (g.mode == GradOut::Mode::kNew) {
       const Category category = nodes_[g.target].is_accumulate ? Category::kGradients : g.category;
       const TensorId t = Alloc(g.bytes, category, op, node.module);
       tensors_[t].from_cast = op == "ToCopyBackward0";
       produced.emplace_back(&g, t);
+      // The gemm writing this gradient is the autograd thread's first: its
+      // handle's workspace comes now, after the output.
+      if (node.gemm) MakeWorkspace(&backward_workspace_bytes_);
     } else {
       const TensorId incoming = node.slots[g.pass_slot];
       if (incoming == kNoTensor) continue;  // undefined gradient passes as undefined
@@ -376,6 +396,8 @@ std::vector<std::pair<const GradOut*, TensorId>> Graph::ProduceGrads(const Node&
       produced.emplace_back(&g, incoming);
     }
   }
+  // The engine hands them on in input (edge) order whatever order made them.
+  if (node.second_input_first) std::reverse(produced.begin(), produced.end());
   return produced;
 }
 

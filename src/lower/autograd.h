@@ -122,6 +122,27 @@ class Graph {
   // Transient allocations alive while `n` runs in backward, freed in order
   // after its gradients are computed.
   void Workspace(NodeId n, uint64_t bytes);
+  // `n`'s backward runs cuBLAS gemms (mm, addmm, bmm, a matmul). Its generated
+  // code computes the input gradients in the alphabetical order of the
+  // argument names (torch 2.13 CPU, seen with a TorchDispatchMode: mm and bmm
+  // (self, mat2) make mat2's gradient first, addmm (self, mat1, mat2) mat1's,
+  // addmv (self, mat, vec) mat's, baddbmm (self, batch1, batch2) batch1's):
+  // `second_input_first` for mm and bmm, whose edges are (self, mat2).
+  void Gemm(NodeId n, bool second_input_first);
+
+  // --- cuBLAS workspaces ----------------------------------------------------
+  // One workspace per cuBLAS handle, allocated through the caching allocator
+  // by the handle's first gemm and kept for the process's life
+  // (CublasHandlePool.cpp getCurrentCUDABlasHandle -> getNewWorkspace, torch
+  // 2.3+). The forward runs on the main thread's handle, backward on the
+  // autograd engine's device thread and its own handle: each workspace appears
+  // at that thread's first gemm, after the gemm's output is allocated, not at
+  // the start of the pass. 0 bytes: none (CPU rules, a GPU without one).
+  void SetCublasWorkspaces(uint64_t bytes) {
+    forward_workspace_bytes_ = backward_workspace_bytes_ = bytes;
+  }
+  // A forward op is about to run a gemm (its output is allocated).
+  void ForwardGemm() { MakeWorkspace(&forward_workspace_bytes_); }
 
   // --- checkpoint regions (gradient checkpointing) --------------------------
   void BeginCheckpoint(bool reentrant);
@@ -159,6 +180,7 @@ class Graph {
   // A temporary that autograd saves is an activation (saved for backward).
   void MarkSaved(TensorId t);
   uint64_t host_live_bytes_ = 0, host_peak_bytes_ = 0;
+  uint64_t forward_workspace_bytes_ = 0, backward_workspace_bytes_ = 0;  // still to make
   struct Node {
     uint64_t seq = 0;
     uint32_t op = 0;
@@ -175,6 +197,8 @@ class Graph {
     std::vector<GradOut> outs;
     std::vector<uint64_t> workspace;
     std::vector<std::pair<uint64_t, Category>> offloaded;  // saved on the host
+    bool gemm = false;                                     // runs cuBLAS gemms (Gemm)
+    bool second_input_first = false;  // its gradients are made in reverse edge order
   };
   // A recorded checkpoint region: how to recompute its saved tensors.
   struct ScriptOp {
@@ -198,6 +222,9 @@ class Graph {
   static constexpr uint32_t kNoRegion = 0;
 
   void Deliver(NodeId target, uint32_t slot, TensorId grad, uint32_t from_region);
+  // Allocates a pending cuBLAS workspace (outside any checkpoint region's
+  // script: a recompute does not make it again) and marks it made.
+  void MakeWorkspace(uint64_t* pending_bytes);
   // Runs one node in backward (engine.cpp evaluate_function): an
   // AccumulateGrad stores its gradient; any other node recomputes its
   // checkpoint region if needed, computes its gradients, releases what it

@@ -251,6 +251,7 @@ class RankLowerer {
     tape_.lora_dropout = setup_.lora_dropout;
     tape_.cpu_rules = setup_.device_rules == DeviceRules::kCpu;
     tape_.graph.under_dispatch_mode = tape_.cpu_rules;
+    tape_.graph.SetCublasWorkspaces(tape_.cpu_rules ? 0 : gpu_.cublas_workspace_bytes);
     PlaceParameters(tape_, model_, setup_, plan_.chunks, rules);
     if (setup_.finetune == Finetune::kFull) return uint64_t{0};
     const std::vector<StageSpan>& chunks = plan_.chunks;
@@ -330,21 +331,9 @@ class RankLowerer {
     return simulated;
   }
 
-  // cuBLAS workspaces: one per (handle, stream); the forward runs on the main
-  // thread's handle, backward on the autograd engine thread's handle
-  // (CublasHandlePool.cpp getCurrentCUDABlasHandle + getNewWorkspace).
-  void CublasWorkspace(bool* made) {
-    if (*made || gpu_.cublas_workspace_bytes == 0 || tape_.cpu_rules) return;
-    tape_.SetModule("cublas");
-    tape_.graph.Alloc(gpu_.cublas_workspace_bytes, Category::kWorkspace, "cublas_workspace",
-                      tape_.module());
-    *made = true;
-  }
-
   void ForwardPass(size_t chunk) {
     const StageSpan& span = plan_.chunks[chunk];
     result_.stream.BeginPhase(step_, Phase::kForward);
-    CublasWorkspace(&forward_workspace_);
     tape_.graph.offload_saved = setup_.activation_offload;
     ForwardOut f = model_.is_encoder ? EncoderForward(tape_, model_, ep_, setup_)
                                      : Forward(tape_, model_, mp_, setup_, span);
@@ -365,7 +354,6 @@ class RankLowerer {
     ForwardOut f = in_flight_[chunk].front();
     in_flight_[chunk].erase(in_flight_[chunk].begin());
     result_.stream.BeginPhase(step_, Phase::kBackward);
-    CublasWorkspace(&backward_workspace_);
     if (span.head) {
       tape_.graph.Backward(f.loss);
       tape_.Drop(f.loss);
@@ -454,7 +442,6 @@ class RankLowerer {
   OptimizerExtras extras_;
   GradScalerModel scaler_{false};
   std::unordered_map<TensorId*, Param*> param_of_grad_;
-  bool forward_workspace_ = false, backward_workspace_ = false;
   std::vector<std::vector<ForwardOut>>
       in_flight_;  // forwards whose backward has not run, per chunk
   uint32_t step_ = 1;

@@ -99,9 +99,11 @@ Var Nf4Linear(Tape& tape, const Var& x, Param& weight, Param* bias, uint64_t tok
       tape.New(weight.numel, tape.compute_bytes, Category::kTemporaries, "bnb::dequantize_4bit");
   Var out = tape.New(tokens * out_features, tape.compute_bytes, Category::kTemporaries,
                      "bnb::matmul_4bit");
+  tape.graph.ForwardGemm();
   tape.Drop(deq);
   if (AnyGrad(tape, xin) || (bias && AnyGrad(tape, bias->var))) {
     NodeId n = tape.Node("MatMul4BitBackward", &out);
+    tape.graph.Gemm(n, false);
     if (n != kNoNode && xin.requires_grad())
       tape.graph.Workspace(n, weight.numel * tape.compute_bytes);
     EdgeIf(tape, n, xin);
@@ -121,8 +123,10 @@ Var BaseLinear(Tape& tape, const Var& x, Param& weight, Param* bias, uint64_t to
   const uint8_t out_bytes = tape.autocast ? tape.compute_bytes : x.elem_bytes;
   Var out = tape.New(tokens * out_features, out_bytes, Category::kTemporaries,
                      bias ? "aten::addmm" : "aten::mm");
+  tape.graph.ForwardGemm();
   if (AnyGrad(tape, xin, win) || (bias && AnyGrad(tape, bias->var))) {
     NodeId n = tape.Node(bias ? "AddmmBackward0" : "MmBackward0", &out);
+    tape.graph.Gemm(n, /*second_input_first=*/!bias);  // mm: mat2 (the weight) first
     if (win.requires_grad()) SaveIf(tape, n, xin);
     if (xin.requires_grad()) SaveIf(tape, n, win);
     EdgeIf(tape, n, xin);

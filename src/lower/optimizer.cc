@@ -116,23 +116,48 @@ void AdamWStep(Tape& tape, OptimizerKind kind, const std::vector<Param*>& params
   if (kind == OptimizerKind::kAdamWForLoop) AdamForLoop(tape, params);
 }
 
-// bitsandbytes Optimizer2State: uint8 states with one fp32 absmax per
-// 256-value block for tensors of >= 4096 elements (min_8bit_size), fp32
-// states otherwise. Paged variants use CUDA managed memory, outside
-// PyTorch's allocator.
+// bitsandbytes Optimizer2State (read in bitsandbytes 0.50.2,
+// bitsandbytes/optim/optimizer.py): step() walks the params in order and, at
+// a param's first step, init_state allocates
+//  - for p.numel() < min_8bit_size (4096), or 32-bit optimizers: state1 and
+//    state2 as fp32 buffers of p's shape;
+//  - otherwise state1 and state2 as uint8 buffers of p's shape, then absmax1
+//    and absmax2 (torch.zeros, fp32, one per 256-value block), and, before the
+//    first of them, the two 256-entry fp32 quantization maps moved to the GPU
+//    once per optimizer (name2qmap["dynamic"], ["udynamic"]).
+// get_state_buffer: a paged optimizer takes CUDA managed memory (F.get_paged,
+// outside PyTorch's allocator) only for params of >= 1e5 elements; smaller
+// ones get zeros_like on the device, and absmax is always on the device.
+// update_step runs one in-place kernel per param: no temporaries.
 void BitsAndBytesStep(Tape& tape, OptimizerKind kind, const std::vector<Param*>& params,
                       bool first_step, OptimizerExtras* extras) {
+  constexpr uint64_t kMin8BitNumel = 4096;
+  constexpr uint64_t kMinPagedNumel = 100000;
+  constexpr uint64_t kBlock = 256;
+  constexpr uint64_t kQmapBytes = 256 * 4;
   const bool paged = kind != OptimizerKind::kAdamW8bit;
   const bool eight_bit = kind != OptimizerKind::kPagedAdamW;
   if (!first_step) return;
+  bool qmaps_on_device = false;
   for (Param* p : params) {
-    const bool small = p->numel < 4096 || !eight_bit;
-    const uint64_t per_state = small ? p->numel * 4 : p->numel + (p->numel + 255) / 256 * 4;
-    if (paged) {
-      extras->managed_state_bytes += 2 * per_state;  // both states, whatever their size
-    } else {
-      AddState(tape, *p, per_state, "bnb::state1");
-      AddState(tape, *p, per_state, "bnb::state2");
+    const bool uint8_states = eight_bit && p->numel >= kMin8BitNumel;
+    const uint64_t state_bytes = uint8_states ? p->numel : p->numel * 4;
+    if (uint8_states && !qmaps_on_device) {
+      AddState(tape, *p, kQmapBytes, "bnb::qmap_dynamic");
+      AddState(tape, *p, kQmapBytes, "bnb::qmap_udynamic");
+      qmaps_on_device = true;
+    }
+    for (const char* name : {"bnb::state1", "bnb::state2"}) {
+      if (paged && p->numel >= kMinPagedNumel) {
+        extras->managed_state_bytes += state_bytes;
+      } else {
+        AddState(tape, *p, state_bytes, name);
+      }
+    }
+    if (uint8_states) {
+      const uint64_t absmax_bytes = (p->numel + kBlock - 1) / kBlock * 4;
+      AddState(tape, *p, absmax_bytes, "bnb::absmax1");
+      AddState(tape, *p, absmax_bytes, "bnb::absmax2");
     }
   }
 }

@@ -1115,8 +1115,11 @@ bool GemmaScalesInsideEmbedding(const ModelSpec& spec, const TrainingSetup& setu
 // as cache_position.unsqueeze(0), [1, s], and broadcasts them over the batch
 // (GPT2Model.forward, 4.57 / 5.x); OPT derives [b, s] positions from the
 // attention mask, and its project_in widens the tokens first (OPTDecoder.forward).
+// Both keep the two embeddings in locals (`inputs_embeds`, `position_embeds` /
+// `pos_embeds`) that nothing else saves: they live until the base model
+// returns, so they go to `base_locals` instead of being dropped.
 void AddPositions(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Dims& d, const Var& ids,
-                  Var& x) {
+                  Var& x, std::vector<Var>* base_locals) {
   const bool batch_shared = spec.model_type == "gpt2";
   Var pos_ids =
       batch_shared ? tape.New(d.s, kI64, Category::kOther, "aten::arange") : tape.Share(ids);
@@ -1124,15 +1127,15 @@ void AddPositions(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Dims
   tape.Drop(pos_ids);
   if (mp.proj_in) Rebind(tape, x, Linear(tape, x, *mp.proj_in, nullptr, d.t, d.h));
   Var sum = Add(tape, x, pos);
-  tape.Drop(x);
-  tape.Drop(pos);
+  base_locals->push_back(x);
+  base_locals->push_back(pos);
   x = sum;
 }
 
 // The first stage's input: embeddings (scaled, positioned), the input-grad
 // hook, sequence-parallel scatter and dropout.
 Var EmbedTokens(Tape& tape, const ModelSpec& spec, ModelParams& mp, const TrainingSetup& setup,
-                const Dims& d, const Var& ids) {
+                const Dims& d, const Var& ids, std::vector<Var>* base_locals) {
   tape.Unit(0, true);
   tape.SetModule("model.embed_tokens");
   // OPT: embed_tokens is word_embed_proj_dim wide and project_in widens it
@@ -1142,7 +1145,7 @@ Var EmbedTokens(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Traini
   const bool scaled_inside = GemmaScalesInsideEmbedding(spec, setup);
   if (scaled_inside) Rebind(tape, x, Scale(tape, x));
   if (InputsRequireGrad(setup)) x = RequireInputGrad(tape, x);
-  if (mp.pos_embed) AddPositions(tape, spec, mp, d, ids, x);
+  if (mp.pos_embed) AddPositions(tape, spec, mp, d, ids, x, base_locals);
   if (IsGemma(spec) && !scaled_inside)
     Rebind(tape, x, Scale(tape, x));  // hidden_states * normalizer
   x = ToSequenceShard(tape, x, d, "megatron::scatter_to_sequence_parallel_region");
@@ -1240,13 +1243,15 @@ Var RunLayers(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Training
 // post-norm layout has no final norm; project_out narrows to the embeddings'
 // width, which the (tied) lm_head reads.
 Var HeadAndLoss(Tape& tape, const ModelSpec& spec, ModelParams& mp, const TrainingSetup& setup,
-                const Dims& d, Var x, Var* layer_outputs) {
+                const Dims& d, Var x, Var* layer_outputs, std::vector<Var>* base_locals) {
   tape.SetModule("model.norm");
   Dims dn = d.Residual();
   Var hfin =
       mp.final_norm ? Norm(tape, spec, x, mp.final_norm, mp.final_norm_b, dn) : tape.Share(x);
   tape.Drop(x);
-  if (layer_outputs->t != kNoTensor) tape.Drop(*layer_outputs);  // the base model returns
+  // The base model returns: its locals go.
+  if (layer_outputs->t != kNoTensor) tape.Drop(*layer_outputs);
+  for (Var& v : *base_locals) tape.Drop(v);
   uint64_t head_in = d.h;
   if (mp.proj_out) {
     head_in = mp.proj_out->numel / d.h;
@@ -1272,8 +1277,9 @@ ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Tra
   if (span.embed) ids = tape.New(d.t, kI64, Category::kOther, "input_ids");
   if (span.head) labels = tape.New(d.t, kI64, Category::kOther, "labels");
   Var x;
+  std::vector<Var> base_locals;  // the base model's locals nothing else holds
   if (span.embed) {
-    x = EmbedTokens(tape, spec, mp, setup, d, ids);
+    x = EmbedTokens(tape, spec, mp, setup, d, ids, &base_locals);
   } else {
     // Megatron p2p recv: the previous stage's hidden states, a leaf whose
     // gradient is sent back (the residual stream's dtype).
@@ -1301,13 +1307,14 @@ ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Tra
   }
   if (!span.head) {
     if (layer_outputs.t != kNoTensor) tape.Drop(layer_outputs);
+    for (Var& v : base_locals) tape.Drop(v);
     DropCache(tape);
     if (ids.t != kNoTensor) tape.Drop(ids);
     return ForwardOut{x};  // Megatron p2p send; kept for this micro-batch's backward
   }
   const int head_unit = static_cast<int>(spec.num_layers) + 1;
   tape.Unit(head_unit, true);
-  Var loss = HeadAndLoss(tape, spec, mp, setup, d, x, &layer_outputs);
+  Var loss = HeadAndLoss(tape, spec, mp, setup, d, x, &layer_outputs, &base_locals);
   tape.Unit(head_unit, false);
   DropCache(tape);  // outputs.past_key_values goes with the model's output
   if (ids.t != kNoTensor) tape.Drop(ids);

@@ -446,6 +446,33 @@ Result<Validation> Validate(std::vector<MeasuredFile> files, const ModelIo& io,
   return v;
 }
 
+namespace {
+
+// "known_gaps": {"<12-hex id>": "why it is outside the gate", ...}
+Status ParseKnownGaps(const Ctx& c, const json& v,
+                      std::vector<std::pair<std::string, std::string>>* gaps) {
+  if (!v.is_object()) return c.Fail("known_gaps", "expected an object of id: reason");
+  for (const auto& [id, why] : v.items()) {
+    const bool hex =
+        id.size() == 12 && id.find_first_not_of("0123456789abcdef") == std::string::npos;
+    if (!hex) return c.Fail("known_gaps", fmt::format("'{}' is not a 12-hex record id", id));
+    if (!why.is_string() || why.get<std::string>().empty()) {
+      return c.Fail("known_gaps." + id, "expected the reason (a non-empty string)");
+    }
+    gaps->emplace_back(id, why.get<std::string>());
+  }
+  return Ok{};
+}
+
+bool IsKnownGap(const Thresholds& t, const std::string& id) {
+  for (const auto& [gap, why] : t.known_gaps) {
+    if (gap == id) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 Result<Thresholds> ParseThresholds(std::string_view text, std::string_view label) {
   Ctx c{std::string(label)};
   if (auto nul = common::FindNulByte(text)) return c.Fail("file", common::NulByteProblem(*nul));
@@ -466,6 +493,10 @@ Result<Thresholds> ParseThresholds(std::string_view text, std::string_view label
   };
   for (const auto& [key, v] : j.items()) {
     if (key == "comment") continue;
+    if (key == "known_gaps") {
+      if (Status st = ParseKnownGaps(c, v, &t.known_gaps); !st.ok()) return st.error();
+      continue;
+    }
     if (key == "require_oom_predicted") {
       if (!v.is_boolean()) return c.Fail(key, "expected true or false");
       t.require_oom_predicted = v.get<bool>();
@@ -495,8 +526,48 @@ Result<Thresholds> ParseThresholds(std::string_view text, std::string_view label
   return t;
 }
 
+namespace {
+
+// The error statistics of the compared records outside t.known_gaps; the
+// known gaps that no longer miss (every error within the limits' max) or that
+// name no compared record go to `stale`.
+void GateStats(const Validation& v, const Thresholds& t, ErrorStats out[3],
+               std::vector<std::string>* stale) {
+  std::vector<double> errors[3];
+  std::vector<std::string> seen;
+  for (const ValidationRow& row : v.rows) {
+    if (!row.estimated || row.run.status != "ok") continue;
+    const double e[3] = {RelativeError(row.predicted_allocated_bytes, row.run.peak_allocated_bytes),
+                         RelativeError(row.predicted_reserved_bytes, row.run.peak_reserved_bytes),
+                         RelativeError(row.predicted_device_bytes, row.run.device_bytes)};
+    if (!IsKnownGap(t, row.run.id)) {
+      for (int i = 0; i < 3; ++i) errors[i].push_back(e[i]);
+      continue;
+    }
+    seen.push_back(row.run.id);
+    const std::optional<double> max[3] = {t.allocated_max_abs, t.reserved_max_abs,
+                                          t.device_max_abs};
+    bool misses = false;
+    for (int i = 0; i < 3; ++i) misses = misses || (max[i] && std::fabs(e[i]) > *max[i]);
+    if (!misses) {
+      stale->push_back(
+          fmt::format("known gap {} is within every limit now: remove it", row.run.id));
+    }
+  }
+  for (const auto& [id, why] : t.known_gaps) {
+    if (std::find(seen.begin(), seen.end(), id) == seen.end()) {
+      stale->push_back(fmt::format("known gap {} names no compared record", id));
+    }
+  }
+  for (int i = 0; i < 3; ++i) out[i] = Stats(errors[i]);
+}
+
+}  // namespace
+
 std::vector<std::string> CheckThresholds(const Validation& v, const Thresholds& t) {
   std::vector<std::string> failures;
+  ErrorStats gated[3];
+  GateStats(v, t, gated, &failures);
   auto check = [&](const char* what, const ErrorStats& s, const std::optional<double>& median,
                    const std::optional<double>& max, const std::optional<double>& under) {
     if (s.count == 0) return;
@@ -513,11 +584,10 @@ std::vector<std::string> CheckThresholds(const Validation& v, const Thresholds& 
                                      100 * s.worst_under, 100 * *under));
     }
   };
-  check("peak allocated", v.allocated, t.allocated_median_abs, t.allocated_max_abs,
+  check("peak allocated", gated[0], t.allocated_median_abs, t.allocated_max_abs,
         t.allocated_max_under);
-  check("peak reserved", v.reserved, t.reserved_median_abs, t.reserved_max_abs,
-        t.reserved_max_under);
-  check("device", v.device, t.device_median_abs, t.device_max_abs, t.device_max_under);
+  check("peak reserved", gated[1], t.reserved_median_abs, t.reserved_max_abs, t.reserved_max_under);
+  check("device", gated[2], t.device_median_abs, t.device_max_abs, t.device_max_under);
   if (t.require_oom_predicted && v.oom_predicted < v.oom_runs) {
     failures.push_back(fmt::format("out of memory: {} of {} measured OOMs predicted to fit",
                                    v.oom_runs - v.oom_predicted, v.oom_runs));

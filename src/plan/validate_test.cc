@@ -202,6 +202,44 @@ TEST(Validate, ErrorsAreRelativeToTheMeasurement) {
   EXPECT_TRUE(CheckThresholds(v, t).empty());
 }
 
+// A known gap leaves the gate's statistics (not the table's), and the gate
+// fails once the gap no longer misses or names no record.
+TEST(ValidateThresholds, KnownGapsLeaveTheGateOnly) {
+  auto probe = ParseGroundTruth(Record("ok", 3 * kGiB, 4 * kGiB).dump(), "r.jsonl");
+  ASSERT_TRUE(probe.ok());
+  const uint64_t predicted = PredictedAllocated(probe->runs[0]);
+  auto exact = Record("ok", predicted, 4 * kGiB);
+  exact["id"] = "00000000000a";
+  auto miss = Record("ok", predicted + predicted / 10, 4 * kGiB);
+  miss["id"] = "00000000000b";
+  auto f = ParseGroundTruth(exact.dump() + "\n" + miss.dump(), "r.jsonl");
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  std::vector<MeasuredFile> files = {*f};
+  const Validation v = Validate(std::move(files), ModelIo{}).value();
+  EXPECT_EQ(v.allocated.count, 2u);  // the summary keeps both
+  Thresholds t;
+  t.allocated_max_abs = 0.02;
+  ASSERT_EQ(CheckThresholds(v, t).size(), 1u);
+  t.known_gaps = {{"00000000000b", "why"}};
+  EXPECT_TRUE(CheckThresholds(v, t).empty());
+  t.known_gaps = {{"00000000000a", "fixed since"}, {"00000000000b", "why"}};
+  auto stale = CheckThresholds(v, t);
+  ASSERT_EQ(stale.size(), 1u);
+  EXPECT_NE(stale[0].find("known gap 00000000000a is within every limit now"), std::string::npos);
+  t.known_gaps = {{"00000000000b", "why"}, {"0000000000ff", "gone"}};
+  stale = CheckThresholds(v, t);
+  ASSERT_EQ(stale.size(), 1u);
+  EXPECT_NE(stale[0].find("known gap 0000000000ff names no compared record"), std::string::npos);
+
+  auto parsed = ParseThresholds(R"({"known_gaps": {"00000000000b": "a reason"}})", "t.json");
+  ASSERT_TRUE(parsed.ok()) << parsed.error().message;
+  ASSERT_EQ(parsed->known_gaps.size(), 1u);
+  EXPECT_EQ(parsed->known_gaps[0].second, "a reason");
+  EXPECT_FALSE(ParseThresholds(R"({"known_gaps": {"B": "x"}})", "t.json").ok());
+  EXPECT_FALSE(ParseThresholds(R"({"known_gaps": {"00000000000b": ""}})", "t.json").ok());
+  EXPECT_FALSE(ParseThresholds(R"({"known_gaps": ["00000000000b"]})", "t.json").ok());
+}
+
 TEST(Validate, MeasuredOomIsComparedWithTheFitVerdict) {
   auto rec = Record("oom", 0, 0);
   rec["reason"] = "CUDA out of memory";
