@@ -20,6 +20,19 @@ def test_committed_measurements_pass_the_accuracy_gate():
     assert p.returncode == 0, p.stdout + p.stderr
 
 
+def test_every_known_gap_names_a_committed_record_that_still_misses():
+    # The gate leaves the known gaps out; each must name a committed ok record, and
+    # `validate --thresholds` itself fails once one is within every limit.
+    import json
+    gaps = json.loads((DATA / "thresholds.json").read_text()).get("known_gaps", {})
+    ok_ids = {json.loads(line)["id"] for path in DATA.glob("*.jsonl")
+              for line in path.read_text().splitlines() if json.loads(line)["status"] == "ok"}
+    assert set(gaps) <= ok_ids, sorted(set(gaps) - ok_ids)
+    out = run("validate", str(DATA), "--thresholds", str(DATA / "thresholds.json")).stdout
+    for gap in gaps:
+        assert f"outside the gate (a known gap): {gap}:" in out
+
+
 def test_readme_accuracy_table_is_generated():
     table = run("validate", str(DATA), "--markdown").stdout.rstrip("\n")
     readme = (ROOT / "README.md").read_text()

@@ -106,8 +106,7 @@ struct Thresholds {
   bool require_oom_predicted = false;  // every measured OOM predicted not to fit
   // Records (by id) the gate leaves out, each with why: a miss that is
   // understood to be real and not yet explained. They stay in every table and
-  // summary; the gate fails when one no longer misses (so the entry goes) or
-  // names no compared record.
+  // summary; the gate fails when one no longer misses (so the entry goes).
   std::vector<std::pair<std::string, std::string>> known_gaps;
 };
 Result<Thresholds> ParseThresholds(std::string_view text, std::string_view label);

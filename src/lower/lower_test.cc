@@ -199,6 +199,43 @@ TEST(Lower, LoraTrainsOnlyAdapters) {
             m.ParameterCount() * 2 + lowered->trainable_parameters * 4 * 3);
 }
 
+// cuBLAS gives each thread's handle its workspace at that handle's first gemm,
+// after the gemm's output (CublasHandlePool.cpp): the forward's at the first
+// linear, the backward's (the autograd thread) at lm_head's MmBackward0, which
+// makes the weight's gradient before the input's (mm: mat2 before self).
+TEST(Lower, CublasWorkspacesComeWithEachThreadsFirstGemm) {
+  const ModelSpec m = Tiny();
+  TrainingSetup s;
+  s.precision = Precision::kFp32;
+  s.optimizer = OptimizerKind::kSgd;
+  s.seq = 48;
+  s.steps = 2;
+  GpuSpec gpu = TestGpu();
+  gpu.cublas_workspace_bytes = 32 << 20;
+  auto lowered = LowerTraining(m, s, gpu);
+  ASSERT_TRUE(lowered.ok()) << lowered.error().message;
+  const EventStream& es = lowered->stream;
+  std::vector<std::pair<Phase, std::string>> before_workspace;  // the alloc just before each
+  std::vector<uint64_t> first_backward_mm;                      // sizes, in order
+  Phase phase = Phase::kSetup;
+  std::string last_op;
+  for (const Event& e : es.events()) {
+    if (e.kind == EventKind::kPhase) phase = e.phase;
+    if (e.kind != EventKind::kAlloc) continue;
+    const std::string op(es.String(e.op));
+    if (op == "cublas_workspace") before_workspace.emplace_back(phase, last_op);
+    if (op == "MmBackward0" && phase == Phase::kBackward && first_backward_mm.size() < 2) {
+      first_backward_mm.push_back(e.size_bytes);
+    }
+    last_op = op;
+  }
+  ASSERT_EQ(before_workspace.size(), 2u);  // one per thread, for the whole run
+  EXPECT_EQ(before_workspace[0], std::make_pair(Phase::kForward, std::string("aten::mm")));
+  EXPECT_EQ(before_workspace[1], std::make_pair(Phase::kBackward, std::string("MmBackward0")));
+  // lm_head [1000 x 256] fp32: its weight gradient, then the input's [48 x 256].
+  EXPECT_EQ(first_backward_mm, (std::vector<uint64_t>{1000 * 256 * 4, 48 * 256 * 4}));
+}
+
 TEST(Lower, QloraStoresNf4AndDequantizesPerMatmul) {
   const ModelSpec m = Tiny();
   TrainingSetup s;

@@ -38,12 +38,13 @@ class OptimizerFixture {
     }
   }
 
-  void Step(OptimizerKind kind) {
+  OptimizerExtras Step(OptimizerKind kind) {
     TrainingSetup setup;
     setup.optimizer = kind;
     OptimizerExtras extras;
     OptimizerStep(tape_, setup, /*first_step=*/!stepped_, &extras);
     stepped_ = true;
+    return extras;
   }
 
   SimResult Simulate(bool ideal) const {
@@ -149,6 +150,40 @@ TEST(OptimizerStep, AdamWFusedKeepsADeviceStepPerParameterAndNoTemporaries) {
   const size_t before2 = f.EventCount();
   f.Step(OptimizerKind::kAdamWFused);
   EXPECT_TRUE(f.AllocSizesAfter(before2).empty());
+}
+
+// bitsandbytes 0.50.2 Optimizer2State.init_state / get_state_buffer, param by
+// param: a param of >= 4096 elements gets uint8 state1 and state2 of its
+// numel, then fp32 absmax1 and absmax2 (one per 256 values), the two 1 KiB
+// quantization maps coming to the GPU before the first of them; a smaller one
+// gets two fp32 states. Paged: states of params of >= 1e5 elements live in
+// managed memory; smaller states and every absmax stay on the device.
+TEST(OptimizerStep, BitsAndBytesStatesAsInitStateAllocatesThem) {
+  const std::vector<ParamShape> shapes = {{1000, 4}, {8192, 4}, {200000, 4}};
+  OptimizerFixture eight(shapes);
+  size_t before = eight.EventCount();
+  OptimizerExtras extras = eight.Step(OptimizerKind::kAdamW8bit);
+  EXPECT_EQ(eight.AllocSizesAfter(before),
+            (std::vector<uint64_t>{4000, 4000,                        // small: fp32 states
+                                   1024, 1024, 8192, 8192, 128, 128,  // qmaps, 8192 elements
+                                   200000, 200000, 3128, 3128}));
+  EXPECT_EQ(extras.managed_state_bytes, 0u);
+  before = eight.EventCount();
+  eight.Step(OptimizerKind::kAdamW8bit);
+  EXPECT_TRUE(eight.AllocSizesAfter(before).empty());
+
+  OptimizerFixture paged(shapes);
+  before = paged.EventCount();
+  extras = paged.Step(OptimizerKind::kPagedAdamW8bit);
+  EXPECT_EQ(paged.AllocSizesAfter(before),
+            (std::vector<uint64_t>{4000, 4000, 1024, 1024, 8192, 8192, 128, 128, 3128, 3128}));
+  EXPECT_EQ(extras.managed_state_bytes, 2u * 200000);
+  OptimizerFixture paged32(shapes);
+  before = paged32.EventCount();
+  extras = paged32.Step(OptimizerKind::kPagedAdamW);
+  EXPECT_EQ(paged32.AllocSizesAfter(before),
+            (std::vector<uint64_t>{4000, 4000, 8192 * 4, 8192 * 4}));
+  EXPECT_EQ(extras.managed_state_bytes, 2u * 200000 * 4);
 }
 
 // _multi_tensor_sgd: plain SGD updates in place; with momentum the first step

@@ -529,12 +529,13 @@ Result<Thresholds> ParseThresholds(std::string_view text, std::string_view label
 namespace {
 
 // The error statistics of the compared records outside t.known_gaps; the
-// known gaps that no longer miss (every error within the limits' max) or that
-// name no compared record go to `stale`.
+// known gaps that no longer miss (every error within the limits' max) go to
+// `stale`. A gap naming no record here is no failure: the same thresholds
+// file serves other measurements (tests/accuracy_test.py checks that every
+// gap names a committed record).
 void GateStats(const Validation& v, const Thresholds& t, ErrorStats out[3],
                std::vector<std::string>* stale) {
   std::vector<double> errors[3];
-  std::vector<std::string> seen;
   for (const ValidationRow& row : v.rows) {
     if (!row.estimated || row.run.status != "ok") continue;
     const double e[3] = {RelativeError(row.predicted_allocated_bytes, row.run.peak_allocated_bytes),
@@ -544,7 +545,6 @@ void GateStats(const Validation& v, const Thresholds& t, ErrorStats out[3],
       for (int i = 0; i < 3; ++i) errors[i].push_back(e[i]);
       continue;
     }
-    seen.push_back(row.run.id);
     const std::optional<double> max[3] = {t.allocated_max_abs, t.reserved_max_abs,
                                           t.device_max_abs};
     bool misses = false;
@@ -552,11 +552,6 @@ void GateStats(const Validation& v, const Thresholds& t, ErrorStats out[3],
     if (!misses) {
       stale->push_back(
           fmt::format("known gap {} is within every limit now: remove it", row.run.id));
-    }
-  }
-  for (const auto& [id, why] : t.known_gaps) {
-    if (std::find(seen.begin(), seen.end(), id) == seen.end()) {
-      stale->push_back(fmt::format("known gap {} names no compared record", id));
     }
   }
   for (int i = 0; i < 3; ++i) out[i] = Stats(errors[i]);

@@ -61,3 +61,53 @@ def test_a_dispatch_mode_makes_the_sum_out_of_place():
     # What the trace recorder (a TorchDispatchMode) sees differs from the plain run
     # here: Graph::under_dispatch_mode, set with --device-rules cpu for the fidelity grid.
     assert "aten::add" in tied_embedding_accumulations(autocast=True, under_mode=True)
+
+
+def _backward_output_shapes(make):
+    """Shapes of the tensors each aten op returns while backward runs, in order."""
+    keep = {"aten::mm", "aten::bmm", "aten::addmm"}
+    out = make()
+    shapes = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            result = func(*args, **(kwargs or {}))
+            name = func.name().split(".")[0]
+            if isinstance(result, torch.Tensor) and name in keep:
+                shapes.append((name, tuple(result.shape)))
+            return result
+
+    with Record():
+        out.sum().backward()
+    return shapes
+
+
+def test_matmul_gradients_come_in_alphabetical_argument_order():
+    # The generated backward computes input gradients in the alphabetical order of the
+    # argument names: mm / bmm (self, mat2) make mat2's first, addmm (self, mat1, mat2)
+    # mat1's. Rules: Graph::Gemm(second_input_first), BaseLinear and Bmm (src/lower).
+    x = torch.randn(6, 5, requires_grad=True)
+    w = torch.randn(7, 5, requires_grad=True)
+    b = torch.randn(7, requires_grad=True)
+    assert _backward_output_shapes(lambda: x @ w.t()) == [("aten::mm", (7, 5)), ("aten::mm", (6, 5))]
+    assert _backward_output_shapes(lambda: torch.nn.functional.linear(x, w, b)) == [
+        ("aten::mm", (6, 5)), ("aten::mm", (7, 5))]
+    q = torch.randn(3, 4, 6, requires_grad=True)
+    k = torch.randn(3, 6, 2, requires_grad=True)
+    assert _backward_output_shapes(lambda: torch.bmm(q, k)) == [
+        ("aten::bmm", (3, 6, 2)), ("aten::bmm", (3, 4, 6))]
+
+
+def test_safe_softmax_makes_a_bool_mask_as_scratch():
+    # at::_safe_softmax (SDPA's math path): the softmax output, then a bool of the
+    # scores' size (isneginf) and all()'s small one, freed before it returns; no second
+    # full-size output. Rule: SafeSoftmaxScratch (src/lower/attention.cc).
+    x = torch.randn(4, 256, 256)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                profile_memory=True) as prof:
+        torch.ops.aten._safe_softmax(x, -1)
+    allocated = {e.name: e.cpu_memory_usage for e in prof.events() if e.cpu_memory_usage > 0}
+    assert allocated["aten::softmax"] == x.numel() * 4
+    assert allocated["aten::isneginf"] == x.numel()  # one byte per score
+    assert allocated["aten::all"] == x.numel() // 256
+    assert "aten::where" not in allocated
