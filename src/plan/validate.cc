@@ -222,10 +222,11 @@ Result<std::optional<MeasuredRun>> ParseRecord(const Ctx& c, const json& rec,
   // What every harness run does beside the knobs (docs/groundtruth.md, "What is
   // measured"): model(input_ids=..., labels=...) with no attention_mask, and
   // config.use_cache = False set before training, and the model built with
-  // from_config directly on the GPU (gtlib/worker.py build_model).
+  // from_config directly on the GPU, except QLoRA's, which from_pretrained
+  // loads and quantizes from saved weights (gtlib/worker.py build_model).
   run.setup.attention_mask = false;
   run.setup.use_cache = false;
-  run.setup.built_on_gpu = true;
+  run.setup.built_on_gpu = run.setup.finetune != Finetune::kQLora;
   VS_TRY(env, Member(c, rec, "env", "env"));
   if (!env->is_object()) return c.Fail("env", "expected an object");
   run.setup.torch_version = PackageVersion(*env, "torch", run.setup.torch_version);
