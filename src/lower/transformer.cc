@@ -1249,14 +1249,14 @@ Var HeadAndLoss(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Traini
   Var hfin =
       mp.final_norm ? Norm(tape, spec, x, mp.final_norm, mp.final_norm_b, dn) : tape.Share(x);
   tape.Drop(x);
-  // The base model returns: its locals go.
-  if (layer_outputs->t != kNoTensor) tape.Drop(*layer_outputs);
-  for (Var& v : *base_locals) tape.Drop(v);
   uint64_t head_in = d.h;
-  if (mp.proj_out) {
+  if (mp.proj_out) {  // inside OPTDecoder.forward, before it returns
     head_in = mp.proj_out->numel / d.h;
     Rebind(tape, hfin, Linear(tape, hfin, *mp.proj_out, nullptr, d.t, head_in));
   }
+  // The base model returns: its locals go.
+  if (layer_outputs->t != kNoTensor) tape.Drop(*layer_outputs);
+  for (Var& v : *base_locals) tape.Drop(v);
   tape.SetModule("lm_head");
   Param* head = mp.lm_head ? mp.lm_head : mp.embed;  // tied embeddings
   Var loss = CausalLmLoss(tape, setup, hfin, *head, mp.lm_head_b, d.t, head_in, d.vocab,
