@@ -38,6 +38,9 @@ def parse_args(argv):
                    help="with --snapshot: only for configurations matching (repeatable)")
     p.add_argument("--snapshot-max-entries", type=int, default=20000,
                    help="allocator trace entries kept in a snapshot (default 20000)")
+    p.add_argument("--snapshot-from-step", type=int, choices=(1, 2), default=None,
+                   help="with --snapshot: record history from this step through step 2 "
+                        "(1 shows how step 1 laid out the cache step 2 reuses; default 2)")
     p.add_argument("--timeout-per-config", type=float, default=600.0, metavar="S",
                    help="kill a configuration's worker after S seconds (default 600)")
     p.add_argument("--time-budget", type=float, metavar="S",
@@ -137,6 +140,7 @@ def main(argv=None):
         snapshot_dir=args.snapshot,
         snapshot_patterns=tuple(args.snapshot_only),
         snapshot_max_entries=args.snapshot_max_entries,
+        snapshot_from_step=args.snapshot_from_step,
         resume=args.resume,
         overlap=args.overlap,
         model_dirs=model_dirs,

@@ -14,6 +14,8 @@
 #   GT_SNAPSHOTS  globs (comma-separated) of main-grid configurations whose step-2
 #                 memory snapshot is kept (default: the smoke grid's three; "none"
 #                 for no snapshots; at most 3 come back, the device tool's file limit)
+#   GT_SNAPSHOT_FROM_STEP  1: snapshots record steps 1 and 2 (how step 1 laid out the
+#                 cache that step 2 reuses); default: step 2 only
 #   GT_OVERLAP    1 (default): start each worker while the previous one measures,
 #                 so imports overlap GPU work (measure.py --overlap); 0: one at a time
 #   PYTHON        interpreter with torch (default python3)
@@ -51,6 +53,7 @@ remaining() { echo $(( budget - ($(date +%s) - start) )); }
 snap_args=()
 if [ "${GT_SNAPSHOTS:-}" != "none" ]; then
   snap_args=(--snapshot "$snap_dir" --snapshot-max-entries 20000)
+  [ -n "${GT_SNAPSHOT_FROM_STEP:-}" ] && snap_args+=(--snapshot-from-step "$GT_SNAPSHOT_FROM_STEP")
 fi
 
 status=0

@@ -48,6 +48,7 @@ class Options:
     snapshot_dir: Path | None = None
     snapshot_patterns: tuple = ()
     snapshot_max_entries: int = 20000
+    snapshot_from_step: int | None = None  # None: step 2 only; 1: steps 1 and 2
     resume: bool = False
     model_dirs: tuple = M.DEFAULT_MODEL_DIRS
     python: str = sys.executable
@@ -208,7 +209,8 @@ class WorkerJob:
         if _wants_snapshot(config, opts):
             opts.snapshot_dir.mkdir(parents=True, exist_ok=True)
             job["snapshot"] = {"path": str((opts.snapshot_dir / f"{config.id}.pickle").resolve()),
-                               "max_entries": opts.snapshot_max_entries}
+                               "max_entries": opts.snapshot_max_entries,
+                               "from_step": opts.snapshot_from_step}
         self.job_path.write_text(json.dumps(job), encoding="utf-8")
 
     def start(self, opts):

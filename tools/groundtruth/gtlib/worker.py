@@ -227,15 +227,19 @@ def make_loss_fn(torch, model, hf, plan, input_ids, labels):
 
 
 class SnapshotHooks(loop.Hooks):
-    """Records allocator history during one step and dumps it as a snapshot pickle."""
+    """Records allocator history from step `first` through step `last` and dumps it as a
+    snapshot pickle. By default one step (the second: the steady state); from step 1 it also
+    shows how the first step laid out the cache the second one reuses."""
 
-    def __init__(self, torch, path, step, max_entries):
-        self.torch, self.path, self.step, self.max_entries = torch, path, step, max_entries
+    def __init__(self, torch, path, last, max_entries, first=None):
+        self.torch, self.path, self.max_entries = torch, path, max_entries
+        self.last = last
+        self.first = last if first is None else min(first, last)
         self.active = False
         self.error = None
 
     def before_step(self, step):
-        if step != self.step:
+        if step != self.first:
             return
         memory = self.torch.cuda.memory
         try:
@@ -247,7 +251,7 @@ class SnapshotHooks(loop.Hooks):
         self.active = True
 
     def after_step(self, step):
-        if step == self.step:
+        if step == self.last:
             self.close()
 
     def close(self):
@@ -355,7 +359,8 @@ def _measure_on_gpu(torch, job, plan, record, scratch, clock, device="cuda", pro
     snapshot = None
     if job.get("snapshot"):
         snapshot = SnapshotHooks(torch, job["snapshot"]["path"], min(2, plan["steps"]),
-                                 job["snapshot"]["max_entries"])
+                                 job["snapshot"]["max_entries"],
+                                 first=job["snapshot"].get("from_step"))
     measure_with(probe, record, setup, steps, snapshot, clock, context_bytes=context_bytes,
                  smi=envmod.nvidia_smi_process_used_bytes if device == "cuda" else None)
 

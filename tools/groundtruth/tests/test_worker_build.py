@@ -142,3 +142,35 @@ def test_optimizer_and_loss_from_plan(fakes, model_dirs):
     assert isinstance(opt, torch.optim.AdamW)
     assert opt.defaults["lr"] == 1e-5 and opt.defaults["foreach"] is False
     assert worker.build_optimizer(torch, model, None) is None
+
+
+class FakeMemory:
+    def __init__(self):
+        self.calls = []
+
+    def _record_memory_history(self, enabled=None, **kwargs):
+        self.calls.append(("record", enabled))
+
+    def _dump_snapshot(self, path):
+        self.calls.append(("dump", path))
+
+
+def _snapshot_calls(first):
+    memory = FakeMemory()
+    fake_torch = types.SimpleNamespace(cuda=types.SimpleNamespace(memory=memory))
+    hooks = worker.SnapshotHooks(fake_torch, "s.pickle", 2, 100, first=first)
+    for step in (1, 2, 3):
+        hooks.before_step(step)
+        memory.calls.append(("step", step))
+        hooks.after_step(step)
+    return memory.calls
+
+
+def test_snapshot_records_step_two_by_default():
+    assert _snapshot_calls(None) == [("step", 1), ("record", "all"), ("step", 2),
+                                     ("dump", "s.pickle"), ("record", None), ("step", 3)]
+
+
+def test_snapshot_from_step_one_spans_both_steps():
+    assert _snapshot_calls(1) == [("record", "all"), ("step", 1), ("step", 2),
+                                  ("dump", "s.pickle"), ("record", None), ("step", 3)]
