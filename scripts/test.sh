@@ -26,6 +26,9 @@ step ctest ctest --test-dir build --output-on-failure -j "$(nproc)"
 step pytest /usr/bin/python3 -m pytest -q python/tests tools/groundtruth/tests
 step wheel scripts/wheel_smoke.sh  # pip wheel . -> a fresh venv: CLI, API, recorder
 step fidelity .venv/tf5/bin/python -m pytest -q -p no:cacheprovider tools/reference/tests  # docs/fidelity.md
+# The ground-truth harness's whole worker path with the real torch / transformers / PEFT /
+# bitsandbytes on CPU (the pytest step's Debian Python lacks them and skips these).
+step harness-cpu .venv/tf5/bin/python -m pytest -q -p no:cacheprovider tools/groundtruth/tests/test_worker_cpu.py
 step sanitize scripts/test_sanitize.sh
 step fuzz env FUZZ_BUILD_DIR=build-asan FUZZ_SECONDS=60 scripts/fuzz.sh
 echo "test.sh: all passed in $SECONDS s"

@@ -1,6 +1,6 @@
 """The worker's whole measurement path with the REAL torch, transformers and peft, on CPU.
 
-Run with an interpreter that has them (scripts/test.sh uses .venv/tf5; skipped elsewhere):
+Run with an interpreter that has them (scripts/test.sh's harness-cpu step uses .venv/tf5; skipped elsewhere):
 every knob value the grids use goes through model building, LoRA, checkpointing, the
 optimizer, the loss and the phase loop, so an API change in a library fails here, on CPU,
 before a GPU session is spent on it. Memory readings are zeros (the probe is a stand-in);
