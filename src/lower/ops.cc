@@ -118,25 +118,25 @@ Var Nf4Linear(Tape& tape, const Var& x, Param& weight, Param* bias, uint64_t tok
 Var BaseLinear(Tape& tape, const Var& x, Param& weight, Param* bias, uint64_t tokens,
                uint64_t out_features) {
   if (weight.nf4) return Nf4Linear(tape, x, weight, bias, tokens, out_features);
-  Var xin = tape.autocast ? Cast(tape, x, tape.compute_bytes) : tape.Share(x);
+  // Autocast's wrapper casts linear's arguments right to left, as GCC evaluates
+  // a call's arguments (torch 2.13's profiler: bias, weight, input).
+  Var bin = bias ? AutocastParam(tape, *bias) : Var{};
   Var win = AutocastParam(tape, weight);
+  Var xin = tape.autocast ? Cast(tape, x, tape.compute_bytes) : tape.Share(x);
   const uint8_t out_bytes = tape.autocast ? tape.compute_bytes : x.elem_bytes;
   Var out = tape.New(tokens * out_features, out_bytes, Category::kTemporaries,
                      bias ? "aten::addmm" : "aten::mm");
   tape.graph.ForwardGemm();
-  if (AnyGrad(tape, xin, win) || (bias && AnyGrad(tape, bias->var))) {
+  if (AnyGrad(tape, xin, win) || (bias && AnyGrad(tape, bin))) {
     NodeId n = tape.Node(bias ? "AddmmBackward0" : "MmBackward0", &out);
     tape.graph.Gemm(n, /*second_input_first=*/!bias);  // mm: mat2 (the weight) first
     if (win.requires_grad()) SaveIf(tape, n, xin);
     if (xin.requires_grad()) SaveIf(tape, n, win);
     EdgeIf(tape, n, xin);
     EdgeIf(tape, n, win);
-    if (bias) {
-      Var bin = AutocastParam(tape, *bias);
-      EdgeIf(tape, n, bin);
-      tape.Drop(bin);
-    }
+    if (bias) EdgeIf(tape, n, bin);
   }
+  if (bias) tape.Drop(bin);
   tape.Drop(xin);
   tape.Drop(win);
   return out;
@@ -377,21 +377,17 @@ Var MlpActivation(Tape& tape, MlpKind kind, const Var& x) {
 
 Var Dropout(Tape& tape, const Var& x, double p) {
   if (p <= 0) return tape.Share(x);
-  // CUDA: native_dropout (is_fused_kernel_acceptable) returns the output and a
-  // bool mask. CPU rules (aten/src/ATen/native/Dropout.cpp _dropout_impl, no
-  // fused kernel): noise = empty_like(input).bernoulli_(1 - p).div_(1 - p), then
-  // input * noise; the noise, in the input's dtype, comes first and is what
-  // MulBackward0 saves.
+  // CUDA: native_dropout (is_fused_kernel_acceptable) makes a bool mask, then
+  // the output (dropout_cuda in Dropout.cu: the H100 snapshots show the mask's
+  // block before the output's). CPU rules (aten/src/ATen/native/Dropout.cpp
+  // _dropout_impl, no fused kernel): noise = empty_like(input).bernoulli_(1 - p)
+  // .div_(1 - p), then input * noise; the noise, in the input's dtype, is what
+  // MulBackward0 saves. Either way the mask comes first.
   const bool cpu = tape.cpu_rules;
-  Var mask;
-  auto make_mask = [&] {
-    mask = tape.New(x.numel, cpu ? x.elem_bytes : kBool, Category::kActivations,
-                    cpu ? "aten::empty_like" : "aten::native_dropout");
-  };
-  if (cpu) make_mask();
+  Var mask = tape.New(x.numel, cpu ? x.elem_bytes : kBool, Category::kActivations,
+                      cpu ? "aten::empty_like" : "aten::native_dropout");
   Var out = tape.New(x.numel, x.elem_bytes, Category::kTemporaries,
                      cpu ? "aten::mul" : "aten::native_dropout");
-  if (!cpu) make_mask();
   if (AnyGrad(tape, x)) {
     NodeId n = tape.Node(cpu ? "MulBackward0" : "NativeDropoutBackward0", &out);
     SaveIf(tape, n, mask);

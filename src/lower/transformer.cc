@@ -974,13 +974,18 @@ Var DecoderLayer(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const
   Var m = moe ? Moe(tape, spec, lp, h2, d)
               : Mlp(tape, spec, lp, h2, d, d.t, d.inter, lp.gate, lp.up, lp.down);
   m = ResidualDropout(tape, spec, ToSequenceShard(tape, m, d, "megatron::reduce_scatter"));
-  tape.Drop(h2);
+  // GPT2Block keeps ln_2's output in `hidden_states` until the residual sum
+  // replaces it (`feed_forward_hidden_states = self.mlp(hidden_states)`,
+  // 4.57.6 / 5.17 / 5.24); the other families overwrite it with the MLP's output.
+  const bool h2_lives = spec.model_type == "gpt2";
+  if (!h2_lives) tape.Drop(h2);
   if (spec.sandwich_norm && lp.norm4) {
     Var n = Norm(tape, spec, m, lp.norm4, nullptr, r);
     tape.Drop(m);
     m = n;
   }
   Var out = Add(tape, mid, m);
+  if (h2_lives) tape.Drop(h2);
   tape.Drop(mid);
   tape.Drop(m);
   if (attn_lives) tape.Drop(attn);
