@@ -111,3 +111,22 @@ def test_safe_softmax_makes_a_bool_mask_as_scratch():
     assert allocated["aten::isneginf"] == x.numel()  # one byte per score
     assert allocated["aten::all"] == x.numel() // 256
     assert "aten::where" not in allocated
+
+
+def test_autocast_casts_a_calls_arguments_right_to_left():
+    # The autocast wrapper's cached_cast calls are arguments of one C++ call, which GCC
+    # evaluates right to left: linear casts bias, weight, input; addmm mat2, mat1, self.
+    # Rule: BaseLinear's cast order (src/lower/ops.cc).
+    x = torch.randn(64, 32)
+    w = torch.randn(48, 32, requires_grad=True)
+    b = torch.randn(48, requires_grad=True)
+
+    def cast_shapes(call):
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                    record_shapes=True) as prof:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                call()
+        return [tuple(e.input_shapes[0]) for e in prof.events() if e.name == "aten::_to_copy"]
+
+    assert cast_shapes(lambda: torch.nn.functional.linear(x, w, b)) == [(48,), (48, 32), (64, 32)]
+    assert cast_shapes(lambda: torch.addmm(b, x, w.t())) == [(32, 48), (64, 32), (48,)]
