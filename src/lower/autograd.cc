@@ -158,11 +158,12 @@ void Graph::Save(NodeId n, TensorId t) {
   }
 }
 
-void Graph::Edge(NodeId n, const Var& input, uint64_t grad_bytes, Category category) {
+void Graph::Edge(NodeId n, const Var& input, uint64_t grad_bytes, Category category, bool view) {
   if (!input.requires_grad()) return;
   GradOut g;
   g.mode = GradOut::Mode::kNew;
   g.bytes = grad_bytes;
+  g.view = view;
   g.category = category;
   g.target = input.fn;
   g.target_slot = input.slot;
@@ -304,8 +305,15 @@ void Graph::Deliver(NodeId target, uint32_t slot, TensorId grad, uint32_t from_r
   // checkpointing (docs/groundtruth.md). Under a TorchDispatchMode, as when the
   // trace recorder watches the run, the sum is out of place there too (torch
   // 2.13; tools/reference/tests/test_torch_facts.py shows both).
+  // The same holds for any buffered gradient that is a view with a live base:
+  // a linear's input gradient (the folded matmul's, reshaped back), so the
+  // gradients that q/k/v or gate/up send to their shared input are first summed
+  // into a new tensor (torch 2.13's profiler: aten::add, not add_; the H100
+  // snapshot of Qwen2.5 shows the new block). A dispatch mode makes every
+  // accumulation out of place (areAnyTensorSubclassLike, same profiler test).
+  const Tensor& held = tensors_[buffered];
   const bool into_buffered =
-      !node.is_accumulate || (tensors_[buffered].from_cast && !under_dispatch_mode);
+      node.is_accumulate ? held.from_cast && !under_dispatch_mode : !held.view;
   if (tensors_[buffered].refs == 1 && into_buffered) {
     Drop(grad);
   } else {
@@ -385,6 +393,7 @@ std::vector<std::pair<const GradOut*, TensorId>> Graph::ProduceGrads(const Node&
       const Category category = nodes_[g.target].is_accumulate ? Category::kGradients : g.category;
       const TensorId t = Alloc(g.bytes, category, op, node.module);
       tensors_[t].from_cast = op == "ToCopyBackward0";
+      tensors_[t].view = g.view;
       produced.emplace_back(&g, t);
       // The gemm writing this gradient is the autograd thread's first: its
       // handle's workspace comes now, after the output.

@@ -59,6 +59,9 @@ struct GradOut {
   Mode mode = Mode::kNew;
   uint64_t bytes = 0;      // kNew: size of the gradient tensor
   uint32_t pass_slot = 0;  // kPass: forwards the incoming gradient of this slot
+  // kNew: the gradient reaches its target as a view whose base autograd keeps
+  // alive (a linear's input gradient, reshaped back from the folded matmul).
+  bool view = false;
   Category category = Category::kTemporaries;
   NodeId target = kNoNode;
   uint32_t target_slot = 0;
@@ -117,7 +120,7 @@ class Graph {
   void Save(NodeId n, TensorId t);
   // Gradient for input `input` of node `n`; ignored if input needs no grad.
   void Edge(NodeId n, const Var& input, uint64_t grad_bytes,
-            Category category = Category::kTemporaries);
+            Category category = Category::kTemporaries, bool view = false);
   void EdgePass(NodeId n, const Var& input, uint32_t from_slot = 0);
   // Transient allocations alive while `n` runs in backward, freed in order
   // after its gradients are computed.
@@ -176,6 +179,7 @@ class Graph {
     uint64_t event_index = 0;  // its alloc event in the stream
     int32_t refs = 0;
     bool from_cast = false;  // made by ToCopyBackward0: a fresh, dense tensor
+    bool view = false;       // delivered as a view of a base that stays alive (GradOut::view)
   };
   // A temporary that autograd saves is an activation (saved for backward).
   void MarkSaved(TensorId t);

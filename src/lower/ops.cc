@@ -132,7 +132,10 @@ Var BaseLinear(Tape& tape, const Var& x, Param& weight, Param* bias, uint64_t to
     tape.graph.Gemm(n, /*second_input_first=*/!bias);  // mm: mat2 (the weight) first
     if (win.requires_grad()) SaveIf(tape, n, xin);
     if (xin.requires_grad()) SaveIf(tape, n, win);
-    EdgeIf(tape, n, xin);
+    // A 3-D x's gradient is the folded matmul's, reshaped back to [b, s, in]: a view.
+    if (n != kNoNode) {
+      tape.graph.Edge(n, xin, xin.bytes(), Category::kTemporaries, !tape.flat_linear_inputs);
+    }
     EdgeIf(tape, n, win);
     if (bias) EdgeIf(tape, n, bin);
   }
@@ -165,17 +168,31 @@ std::vector<Var> Split(Tape& tape, const Var& whole, std::initializer_list<uint6
   return views;
 }
 
-Var Mul(Tape& tape, const Var& a, const Var& b, std::string_view op) {
+namespace {
+// a * b; `reduce_broadcast`: a broadcast input's gradient is made at the
+// output's size and summed down afterwards (the engine's validate_outputs,
+// sum_to), a full-size transient while the node runs.
+Var MulImpl(Tape& tape, const Var& a, const Var& b, std::string_view op, bool reduce_broadcast) {
   const uint8_t bytes = std::max(a.elem_bytes, b.elem_bytes);
   Var out = tape.New(std::max(a.numel, b.numel), bytes, Category::kTemporaries, op);
   if (AnyGrad(tape, a, b)) {
     NodeId n = tape.Node("MulBackward0", &out);
     if (a.requires_grad()) SaveIf(tape, n, b);
     if (b.requires_grad()) SaveIf(tape, n, a);
+    for (const Var* in : {&a, &b}) {
+      if (reduce_broadcast && n != kNoNode && in->requires_grad() && in->numel < out.numel) {
+        tape.graph.Workspace(n, out.numel * bytes);
+      }
+    }
     EdgeIf(tape, n, a);
     EdgeIf(tape, n, b);
   }
   return out;
+}
+}  // namespace
+
+Var Mul(Tape& tape, const Var& a, const Var& b, std::string_view op) {
+  return MulImpl(tape, a, b, op, false);
 }
 
 Var Add(Tape& tape, const Var& a, const Var& b) {
@@ -433,7 +450,10 @@ Var RmsNorm(Tape& tape, const Var& x, Param& w, uint64_t tokens, uint64_t hidden
   }
   tape.Drop(var_eps);
   // hidden_states * torch.rsqrt(variance + eps)
-  Var normed = Mul(tape, h, rs);
+  // The full-size transient of rs's gradient: the H100 snapshot of Qwen2.5
+  // shows it before h's. (Applied here only: the MoE lowering's broadcast
+  // products do not show it in the CPU reference traces.)
+  Var normed = MulImpl(tape, h, rs, "aten::mul", /*reduce_broadcast=*/true);
   tape.Drop(rs);
   tape.Drop(h);
   Var out;
@@ -444,11 +464,13 @@ Var RmsNorm(Tape& tape, const Var& x, Param& w, uint64_t tokens, uint64_t hidden
     out = Cast(tape, scaled, x.elem_bytes);
     tape.Drop(scaled);
   } else {
-    // self.weight * hidden_states.to(input_dtype)
+    // return self.weight * hidden_states.to(input_dtype): the fp32 `hidden_states`
+    // stays bound until the function returns, after the product (the H100
+    // snapshot of Qwen2.5 in bf16 frees it after the product, not after the cast).
     Var back = Cast(tape, normed, x.elem_bytes);
-    tape.Drop(normed);
     out = MulParam(tape, back, w, false);
     tape.Drop(back);
+    tape.Drop(normed);
   }
   (void)hidden;
   return out;

@@ -40,6 +40,9 @@ struct Param {
   uint32_t stack = 0;
 };
 
+// Sets tape.flat_linear_inputs for a scope (an MoE block's body).
+class FlatLinearInputs;
+
 class Tape {
  public:
   explicit Tape(EventStream* out) : graph(out), out_(out) {}
@@ -53,6 +56,9 @@ class Tape {
   double lora_dropout = 0;
   // CPU kernels instead of CUDA's where they allocate differently (setup.h DeviceRules).
   bool cpu_rules = false;
+  // Linear inputs are 2-D [tokens, in] here (an MoE block's `hidden_states.view(-1,
+  // hidden_dim)`): their gradients are the matmul's own output, not a reshaped view.
+  bool flat_linear_inputs = false;
   // The forward's DynamicCache: per layer the key and value states it holds until
   // the model's output is dropped (null: no cache).
   std::vector<Var>* kv_cache = nullptr;
@@ -109,6 +115,20 @@ class Tape {
 
  private:
   EventStream* out_;
+};
+
+class FlatLinearInputs {
+ public:
+  explicit FlatLinearInputs(Tape& tape) : tape_(tape), was_(tape.flat_linear_inputs) {
+    tape.flat_linear_inputs = true;
+  }
+  ~FlatLinearInputs() { tape_.flat_linear_inputs = was_; }
+  FlatLinearInputs(const FlatLinearInputs&) = delete;
+  FlatLinearInputs& operator=(const FlatLinearInputs&) = delete;
+
+ private:
+  Tape& tape_;
+  bool was_;
 };
 
 }  // namespace vramscope::lower

@@ -499,6 +499,7 @@ Var AddSharedExpert(Tape& tape, const LayerParams& lp, const Var& x, const Dims&
 }
 
 Var Moe(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x, const Dims& d) {
+  const FlatLinearInputs flat(tape);  // `hidden_states.view(-1, hidden_dim)`
   if (d.grouped_experts) return MoeGrouped(tape, spec, lp, x, d);
   const uint64_t experts = std::max<uint64_t>(1, lp.expert_gate.size());
   const uint64_t top_k = std::max<uint64_t>(1, spec.experts_per_token);
@@ -667,6 +668,7 @@ Var UnsortAndSum(Tape& tape, Var& weighted, const Var& inv_perm, const Dims& d, 
 
 Var MoeGrouped(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x,
                const Dims& d) {
+  const FlatLinearInputs flat(tape);  // `hidden_states.view(-1, hidden_dim)`
   const uint64_t experts = lp.expert_gate.size();
   const uint64_t top_k = std::max<uint64_t>(1, spec.experts_per_token);
   const uint64_t s = d.t * top_k;
@@ -1150,7 +1152,16 @@ Var EmbedTokens(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Traini
   const bool scaled_inside = GemmaScalesInsideEmbedding(spec, setup);
   if (scaled_inside) Rebind(tape, x, Scale(tape, x));
   if (InputsRequireGrad(setup)) x = RequireInputGrad(tape, x);
-  if (mp.pos_embed) AddPositions(tape, spec, mp, d, ids, x, base_locals);
+  // The base model's `inputs_embeds` holds the embedding until it returns
+  // (`hidden_states = inputs_embeds` in LlamaModel, Qwen2Model, FalconModel and
+  // the rest, 4.57 / 5.x; Gemma under 4.x scales into a new `hidden_states`).
+  // Saved for backward in full training anyway, it matters where nothing saves
+  // it (frozen layers: the H100 snapshot of Qwen2.5 LoRA keeps it to the end).
+  if (mp.pos_embed) {
+    AddPositions(tape, spec, mp, d, ids, x, base_locals);
+  } else {
+    base_locals->push_back(tape.Share(x));
+  }
   if (IsGemma(spec) && !scaled_inside)
     Rebind(tape, x, Scale(tape, x));  // hidden_states * normalizer
   x = ToSequenceShard(tape, x, d, "megatron::scatter_to_sequence_parallel_region");

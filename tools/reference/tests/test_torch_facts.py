@@ -130,3 +130,29 @@ def test_autocast_casts_a_calls_arguments_right_to_left():
 
     assert cast_shapes(lambda: torch.nn.functional.linear(x, w, b)) == [(48,), (48, 32), (64, 32)]
     assert cast_shapes(lambda: torch.addmm(b, x, w.t())) == [(32, 48), (64, 32), (48,)]
+
+
+def _accumulation_ops(through_linear):
+    """aten add ops that sum the two gradients a shared [64, 32] input receives."""
+    x = torch.randn(64, 32, requires_grad=True)
+    h = x * 1.0
+    if through_linear:  # two linears on a 3-D view, as q/k/v or gate/up read a norm's output
+        h3 = h.view(4, 16, 32)
+        a = torch.nn.functional.linear(h3, torch.randn(16, 32))
+        b = torch.nn.functional.linear(h3, torch.randn(16, 32))
+    else:
+        a, b = h.exp(), h.sin()
+    loss = a.sum() + b.sum()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                record_shapes=True) as prof:
+        loss.backward()
+    return [e.name for e in prof.events() if e.name in ("aten::add", "aten::add_")
+            and e.input_shapes and len(e.input_shapes[0]) >= 2]
+
+
+def test_gradients_reaching_an_input_as_views_are_summed_out_of_place():
+    # input_buffer.cpp accumulate(): in place only into a buffered gradient autograd
+    # holds the last reference to; a linear's input gradient is the folded matmul's,
+    # reshaped back: a view whose base stays alive. Rule: GradOut::view, Graph::Deliver.
+    assert _accumulation_ops(through_linear=False) == ["aten::add_"]
+    assert _accumulation_ops(through_linear=True) == ["aten::add"]
