@@ -1,8 +1,10 @@
-// --from FILE: DeepSpeed config JSON and HF TrainingArguments JSON to flags.
+// --from FILE: DeepSpeed config JSON, HF TrainingArguments JSON, accelerate's
+// config and Axolotl's training config to flags.
 // Each mapping cites the library code it follows; docs/configs.md has the
 // table. No file is opened here but through the injected reader.
 #include "from_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <optional>
@@ -55,6 +57,9 @@ struct Reader {
   }
   void NotModelled(std::string_view key, std::string_view why) const {
     out->not_modelled.push_back(fmt::format("{}: {} ({})", file, Key(key), why));
+  }
+  void Note(std::string_view what, std::string_view key, std::string_view why) const {
+    out->notes.push_back(fmt::format("{} (from {}: {}): {}", what, file, Key(key), why));
   }
 };
 
@@ -326,6 +331,14 @@ constexpr std::pair<std::string_view, const char*> kHfOptimizers[] = {
 // momentum keeps a momentum buffer.
 const char* SgdFlag(const Json& root) {
   auto it = root.find("optim_args");
+  // Axolotl's optim_args may be a mapping (schemas/training.py: str | dict).
+  if (it != root.end() && it->is_object()) {
+    auto m = it->find("momentum");
+    const bool on =
+        m != it->end() && ((m->is_number() && m->get<double>() != 0) ||
+                           (m->is_string() && std::atof(m->get<std::string>().c_str()) != 0));
+    return on ? "sgd-momentum" : "sgd";
+  }
   if (it == root.end() || !it->is_string()) return "sgd";
   const std::string args = it->get<std::string>();
   const size_t at = args.find("momentum=");
@@ -877,6 +890,441 @@ Status ReadAccelerate(const Reader& r, const Json& root) {
   return Ok{};
 }
 
+// --- Axolotl's training config, the file of `axolotl train config.yml`
+// (axolotl v0.18.0-9-g067b021c8: utils/schemas/{config,training,peft,model,
+// fsdp,enums}.py, utils/config/__init__.py resolve_dtype / normalize_config,
+// core/builders/base.py, loaders/model.py, loaders/adapter.py) ---
+
+// base_model is required (schemas/model.py) and no accelerate config has it.
+bool LooksLikeAxolotl(const Json& root) {
+  if (!root.contains("base_model")) return false;
+  for (const char* key : {"micro_batch_size", "sequence_len", "adapter", "datasets"}) {
+    if (root.contains(key)) return true;
+  }
+  return false;
+}
+
+// Axolotl's `if cfg.key` test: present, and not null / false / 0 / "" / empty.
+bool Truthy(const Json& root, const char* key) {
+  auto it = root.find(key);
+  return it != root.end() && !it->is_null() && *it != false && *it != 0 && *it != "" &&
+         *it != Json::array() && *it != Json::object();
+}
+
+// Axolotl's pydantic fields: a bool is true / false and a count a whole
+// number; "auto" (which Number and Bool take for DeepSpeed and HF) is refused.
+Result<std::optional<bool>> AxFlag(const Reader& r, const Json& parent, const char* key,
+                                   const std::string& path) {
+  auto it = parent.find(key);
+  if (it != parent.end() && it->is_string()) {
+    return r.Bad(path, fmt::format("{} is not true or false", Shown(*it)));
+  }
+  return Bool(r, parent, key, path);
+}
+
+Result<std::optional<int64_t>> AxCount(const Reader& r, const Json& parent, const char* key,
+                                       const std::string& path, int64_t lo, int64_t hi) {
+  auto it = parent.find(key);
+  if (it != parent.end() && it->is_string()) {
+    return r.Bad(path, fmt::format("{} is not a whole number", Shown(*it)));
+  }
+  return Number(r, parent, key, path, lo, hi);
+}
+
+// base_model: every command takes the model as its MODEL argument, so the
+// file's is reported, not applied. sequence_len (schemas/config.py, default
+// 512) -> --seq; micro_batch_size (schemas/training.py, default 1, as
+// vramscope's) -> --batch; gradient_accumulation_steps, or batch_size //
+// micro_batch_size when only batch_size is given (normalize_config;
+// schemas/validation.py refuses both) -> --grad-accum.
+Status ReadAxolotlBatch(const Reader& r, const Json& root) {
+  VS_TRY(model, String(r, root, "base_model", "base_model"));
+  if (!model.empty()) {
+    r.Note(fmt::format("model {}", common::QuoteForMessage(model, common::kQuotedBytes, '\'')),
+           "base_model", "not applied, the MODEL argument names the model estimated");
+  }
+  constexpr int64_t kMax = int64_t{1} << 32;
+  VS_TRY(seq, AxCount(r, root, "sequence_len", "sequence_len", 1, int64_t{1} << 24));
+  r.Set("--seq", std::to_string(seq.value_or(512)),
+        seq ? "sequence_len" : "sequence_len (absent: Axolotl's default 512)");
+  VS_TRY(micro, AxCount(r, root, "micro_batch_size", "micro_batch_size", 1, kMax));
+  if (micro) r.Set("--batch", std::to_string(*micro), "micro_batch_size");
+  VS_TRY(accum,
+         AxCount(r, root, "gradient_accumulation_steps", "gradient_accumulation_steps", 1, kMax));
+  VS_TRY(total, AxCount(r, root, "batch_size", "batch_size", 1, kMax));
+  if (accum && total) {
+    return r.Bad("batch_size",
+                 "and gradient_accumulation_steps are both set (Axolotl refuses both)");
+  }
+  if (accum) r.Set("--grad-accum", std::to_string(*accum), "gradient_accumulation_steps");
+  if (total) {
+    const int64_t steps = *total / micro.value_or(1);
+    if (steps < 1) {
+      return r.Bad("batch_size", fmt::format("{} is less than micro_batch_size", *total));
+    }
+    r.Set("--grad-accum", std::to_string(steps), "batch_size / micro_batch_size");
+  }
+  return Ok{};
+}
+
+// bf16 ("auto" or a bool, default "auto"), fp16, bfloat16, float16
+// (utils/config/__init__.py resolve_dtype): "auto" is bf16 unless fp16 is
+// set, on a GPU with bf16 (Ampere on); bf16 clears fp16. The model is loaded
+// in torch_dtype (loaders/model.py model_kwargs): bf16 for bf16 / bfloat16,
+// fp16 for fp16 / float16 / load_in_8bit, else fp32, and TrainingArguments'
+// bf16 / fp16 autocast to that same dtype: no fp32 master weights, vramscope's
+// bf16 / fp16. Under DeepSpeed ("auto" fp16 / bf16 blocks follow
+// TrainingArguments) and FSDP (accelerate upcasts low-precision parameters
+// when mixed precision is on, accelerator.py prepare_model) the master
+// weights are fp32: *-mixed.
+Status ReadAxolotlPrecision(const Reader& r, const Json& root) {
+  std::optional<bool> bf16;  // nullopt: "auto"
+  if (auto it = root.find("bf16"); it != root.end() && !it->is_null() && *it != "auto") {
+    if (!it->is_boolean())
+      return r.Bad("bf16", fmt::format("{} is not true, false or \"auto\"", Shown(*it)));
+    bf16 = it->get<bool>();
+  }
+  VS_TRY(fp16, AxFlag(r, root, "fp16", "fp16"));
+  VS_TRY(bfloat16, AxFlag(r, root, "bfloat16", "bfloat16"));
+  VS_TRY(float16, AxFlag(r, root, "float16", "float16"));
+  VS_TRY(int8, AxFlag(r, root, "load_in_8bit", "load_in_8bit"));
+  const bool amp_bf16 = bf16.value_or(!fp16.value_or(false));
+  const bool amp_fp16 = !amp_bf16 && fp16.value_or(false);
+  std::string dtype = "fp32", key = "bf16";
+  if (amp_bf16 || bfloat16.value_or(false)) {
+    dtype = "bf16";
+    key = !amp_bf16 ? "bfloat16"
+          : bf16    ? "bf16"
+                    : "bf16 (\"auto\" or absent: bf16 on a GPU that has it, Ampere on)";
+  } else if (amp_fp16 || float16.value_or(false) || int8.value_or(false)) {
+    dtype = "fp16";
+    key = amp_fp16 ? "fp16" : float16.value_or(false) ? "float16" : "load_in_8bit";
+  }
+  const bool sharded =
+      Truthy(root, "deepspeed") || Truthy(root, "fsdp") || Truthy(root, "fsdp_config");
+  const bool mixed = sharded && (amp_bf16 || amp_fp16);
+  r.Set("--precision", mixed ? dtype + "-mixed" : dtype, key);
+  return Ok{};
+}
+
+// adapter (schemas/peft.py: lora, qlora, llama-adapter or a plugin's) with
+// load_in_4bit / load_in_8bit, refused without an adapter; qlora requires
+// load_in_4bit and refuses load_in_8bit (validate_qlora). loaders/model.py
+// builds the 4-bit BitsAndBytesConfig (nf4, double quantization) for qlora
+// only, and an 8-bit one for lora + load_in_8bit.
+Result<std::string> ReadAxolotlAdapter(const Reader& r, const Json& root) {
+  VS_TRY(adapter, String(r, root, "adapter", "adapter"));
+  VS_TRY(in4, AxFlag(r, root, "load_in_4bit", "load_in_4bit"));
+  VS_TRY(in8, AxFlag(r, root, "load_in_8bit", "load_in_8bit"));
+  const bool q4 = in4.value_or(false), q8 = in8.value_or(false);
+  if (adapter.empty() && (q4 || q8)) {
+    return r.Bad(q4 ? "load_in_4bit" : "load_in_8bit",
+                 "true without an adapter (Axolotl refuses a quantized full fine-tune)");
+  }
+  if (adapter == "qlora") {
+    if (q8) return r.Bad("load_in_8bit", "true with adapter qlora (Axolotl refuses it)");
+    if (!q4) return r.Bad("adapter", "qlora without load_in_4bit: true (Axolotl refuses it)");
+    r.Set("--finetune", "qlora", "adapter, load_in_4bit");
+  } else if (adapter == "lora") {
+    r.Set("--finetune", "lora", "adapter");
+    if (q8) r.NotModelled("load_in_8bit", "8-bit (LLM.int8) base weights: modelled as fp16 ones");
+    if (q4) {
+      r.NotModelled(
+          "load_in_4bit",
+          "with adapter lora: Axolotl quantizes to 4 bits for qlora only; modelled as lora");
+    }
+  } else if (!adapter.empty()) {
+    r.NotModelled("adapter", fmt::format("{}: left to --finetune", Shown(Json(adapter))));
+  }
+  return adapter;
+}
+
+// PEFT module names (lora_target_modules) -> --lora-targets names.
+constexpr std::pair<std::string_view, const char*> kLoraModules[] = {
+    {"q_proj", "q"},       {"k_proj", "k"},   {"v_proj", "v"},       {"o_proj", "o"},
+    {"gate_proj", "gate"}, {"up_proj", "up"}, {"down_proj", "down"}, {"lm_head", "lm_head"}};
+
+// lora_target_modules (a list of module names; one string is a PEFT regular
+// expression over full names, but "all-linear" PEFT's shorthand) and
+// lora_target_linear (find_all_linear_names, loaders/adapter.py: every linear
+// layer but the output embedding, vramscope's all-linear). "": left to
+// --lora-targets (neither key: PEFT's per-architecture default, q,v for
+// Llama-style models, vramscope's default too).
+Result<std::string> AxolotlTargets(const Reader& r, const Json& root) {
+  VS_TRY(linear, AxFlag(r, root, "lora_target_linear", "lora_target_linear"));
+  std::vector<std::string> names, out;
+  auto it = root.find("lora_target_modules");
+  const bool one_string = it != root.end() && it->is_string();
+  if (one_string) names.push_back(it->get<std::string>());
+  if (it != root.end() && it->is_array()) {
+    for (const Json& v : *it) {
+      if (!v.is_string())
+        return r.Bad("lora_target_modules", fmt::format("{} is not a string", Shown(v)));
+      names.push_back(v.get<std::string>());
+    }
+  } else if (it != root.end() && !it->is_null() && !one_string) {
+    return r.Bad("lora_target_modules", fmt::format("{} is not a string or a list", Shown(*it)));
+  }
+  if (linear.value_or(false)) out.push_back("all-linear");
+  for (const std::string& name : names) {
+    const char* target = name == "all-linear" ? "all-linear" : nullptr;
+    for (const auto& [module, t] : kLoraModules)
+      target = !one_string && module == name ? t : target;
+    if (!target && linear.value_or(false)) continue;  // a linear layer all-linear covers
+    if (!target) {
+      r.NotModelled("lora_target_modules",
+                    fmt::format("{}: left to --lora-targets", Shown(Json(name))));
+      return std::string();
+    }
+    if (std::find(out.begin(), out.end(), target) == out.end()) out.push_back(target);
+  }
+  std::string joined;
+  for (const std::string& t : out) joined += (joined.empty() ? "" : ",") + t;
+  return joined;
+}
+
+// lora_r -> --lora-rank; lora_dropout (default 0.0 with an adapter:
+// schemas/peft.py validate_lora_dropout; vramscope's is 0.05) ->
+// --lora-dropout; the targets.
+Status ReadAxolotlLora(const Reader& r, const Json& root) {
+  VS_TRY(rank, AxCount(r, root, "lora_r", "lora_r", 1, 1 << 16));
+  if (rank) r.Set("--lora-rank", std::to_string(*rank), "lora_r");
+  double dropout = 0;
+  if (auto it = root.find("lora_dropout"); it != root.end() && !it->is_null()) {
+    if (!it->is_number())
+      return r.Bad("lora_dropout", fmt::format("{} is not a number", Shown(*it)));
+    dropout = it->get<double>();
+    if (!(dropout >= 0 && dropout < 1)) {
+      return r.Bad("lora_dropout", fmt::format("{} is outside [0, 1)", Shown(*it)));
+    }
+  }
+  r.Set("--lora-dropout", fmt::format("{}", dropout),
+        root.contains("lora_dropout") && !root["lora_dropout"].is_null()
+            ? "lora_dropout"
+            : "lora_dropout (absent: Axolotl's default 0.0)");
+  VS_TRY(targets, AxolotlTargets(r, root));
+  const bool linear = root.value("lora_target_linear", Json(false)) == true;
+  const bool modules =
+      root.contains("lora_target_modules") && !root["lora_target_modules"].is_null();
+  if (!targets.empty()) {
+    r.Set("--lora-targets", targets,
+          linear && modules ? "lora_target_linear, lora_target_modules"
+          : linear          ? "lora_target_linear"
+                            : "lora_target_modules");
+  }
+  return Ok{};
+}
+
+// gradient_checkpointing (true, false, "offload", "offload_disk";
+// schemas/config.py) with gradient_checkpointing_kwargs.use_reentrant.
+// Without kwargs normalize_config sets use_reentrant True, unless
+// unfrozen_parameters or rl is set, where the trainer builder passes False
+// (core/builders/base.py _configure_gradient_checkpointing); kwargs without
+// use_reentrant: the transformers version's default (as TrainingArguments).
+Status ReadAxolotlCheckpointing(const Reader& r, const Json& root) {
+  auto it = root.find("gradient_checkpointing");
+  if (it == root.end() || it->is_null() || *it == false) return Ok{};
+  const bool offload = *it == "offload" || *it == "offload_disk";
+  if (!offload && *it != true) {
+    return r.Bad("gradient_checkpointing",
+                 fmt::format("{} is not true, false, \"offload\" or \"offload_disk\"", Shown(*it)));
+  }
+  VS_TRY(kwargs, Object(r, root, "gradient_checkpointing_kwargs", "gradient_checkpointing_kwargs"));
+  std::optional<bool> reentrant;
+  std::string key = "gradient_checkpointing_kwargs.use_reentrant";
+  if (kwargs) {
+    VS_TRY(v, Bool(r, *kwargs, "use_reentrant", key));
+    reentrant = v;
+    if (!v) key = "gradient_checkpointing (use_reentrant not given: the transformers default)";
+    if (!v) reentrant = r.transformers_major < 5;
+  } else if (Truthy(root, "unfrozen_parameters") || Truthy(root, "rl")) {
+    reentrant = false;
+    key = "gradient_checkpointing (with unfrozen_parameters or rl: use_reentrant false)";
+  } else {
+    reentrant = true;
+    key = "gradient_checkpointing (no kwargs: Axolotl sets use_reentrant true)";
+  }
+  r.Set("--grad-ckpt", *reentrant ? "reentrant" : "full", key);
+  if (offload) {
+    r.NotModelled(
+        "gradient_checkpointing",
+        fmt::format("{}: checkpointed layer inputs offloaded; modelled as kept on the GPU",
+                    it->get<std::string>()));
+  }
+  return Ok{};
+}
+
+// attn_implementation (schemas/enums.py CANONICAL_ATTN_IMPLS) or the
+// deprecated booleans it replaces (LEGACY_ATTN_FLAG_TO_IMPL, in this order:
+// the first set wins; with attn_implementation Axolotl refuses them). Neither:
+// nothing is passed to from_pretrained (loaders/model.py
+// _set_attention_config): transformers' default, sdpa, vramscope's too.
+constexpr std::pair<const char*, const char*> kAxolotlLegacyAttention[] = {
+    {"xformers_attention", "xformers"},
+    {"sage_attention", "sage"},
+    {"flex_attention", "flex_attention"},
+    {"flash_attention", "flash_attention_2"},
+    {"sdp_attention", "sdpa"},
+    {"eager_attention", "eager"}};
+
+Status ReadAxolotlAttention(const Reader& r, const Json& root) {
+  VS_TRY(impl, String(r, root, "attn_implementation", "attn_implementation"));
+  std::string key = "attn_implementation";
+  for (const auto& [flag, name] : kAxolotlLegacyAttention) {
+    VS_TRY(on, AxFlag(r, root, flag, flag));
+    if (!on.value_or(false) || (key != "attn_implementation" && !impl.empty())) continue;
+    if (!impl.empty()) {
+      return r.Bad(flag, "and attn_implementation are both set (Axolotl refuses both)");
+    }
+    impl = name;
+    key = flag;
+  }
+  if (impl == "eager" || impl == "sdpa") {
+    r.Set("--attn", impl, key);
+  } else if (impl == "flash_attention_2" || impl == "flash_attention_3") {
+    r.Set("--attn", "flash", key);
+    if (impl == "flash_attention_3")
+      r.NotModelled(key, "flash_attention_3: modelled as FlashAttention-2");
+  } else if (!impl.empty()) {
+    r.NotModelled(key, fmt::format("{}: left to --attn", Shown(Json(impl))));
+  }
+  return Ok{};
+}
+
+// optimizer (schemas/training.py, default adamw_torch_fused) is
+// TrainingArguments.optim (the same names); Axolotl's own optimizers
+// (optimi_adamw, ao_adamw_*, adopt_adamw, muon, ...) are not modelled.
+Status ReadAxolotlOptimizer(const Reader& r, const Json& root) {
+  VS_TRY(optim, String(r, root, "optimizer", "optimizer"));
+  const std::string name = optim.empty() ? "adamw_torch_fused" : optim;
+  const char* flag = nullptr;
+  for (const auto& [hf, value] : kHfOptimizers) flag = hf == name ? value : flag;
+  if (name == "sgd") flag = SgdFlag(root);
+  if (flag) {
+    r.Set("--optimizer", flag,
+          optim.empty() ? "optimizer (absent: Axolotl's default adamw_torch_fused)" : "optimizer");
+  } else {
+    r.NotModelled("optimizer", fmt::format("{}: left to --optimizer", Shown(Json(optim))));
+  }
+  return Ok{};
+}
+
+// liger_fused_linear_cross_entropy (the Liger plugin, integrations/liger/
+// args.py) -> --loss fused-linear.
+Status ReadAxolotlLoss(const Reader& r, const Json& root) {
+  VS_TRY(flce,
+         AxFlag(r, root, "liger_fused_linear_cross_entropy", "liger_fused_linear_cross_entropy"));
+  if (flce.value_or(false)) r.Set("--loss", "fused-linear", "liger_fused_linear_cross_entropy");
+  return Ok{};
+}
+
+// Keys that change memory and are not modelled, listed when set (a size of 1
+// is none). Everything else (datasets, output_dir, learning_rate, wandb_*,
+// sample_packing, ...) leaves the memory of a step as the knobs above give it.
+void ListAxolotlNotModelled(const Reader& r, const Json& root) {
+  static constexpr std::pair<const char*, const char*> kKeys[] = {
+      {"torch_compile", "compiled graphs are not modelled"},
+      {"fp8", "TorchAO fp8 training"},
+      {"activation_offloading", "activations offloaded to the CPU or disk"},
+      {"layer_offloading", "parameters offloaded to the CPU between uses"},
+      {"selective_checkpointing", "ops saved inside checkpointed layers"},
+      {"unfrozen_parameters", "only some parameters trained"},
+      {"rl", "preference / RL training (reference model, several completions)"},
+      {"gptq", "a GPTQ-quantized base model"},
+      {"lora_modules_to_save", "fully trained copies of these modules"},
+      {"lora_target_parameters", "LoRA on parameters (MoE experts)"},
+      {"peft_use_dora", "DoRA's magnitude vectors and activations"},
+      {"peft_layers_to_transform", "LoRA on some layers only"},
+      {"lora_rank_pattern", "per-module ranks"},
+      {"peft_layer_replication", "replicated layers"},
+      {"cut_cross_entropy", "Cut Cross Entropy: left to --loss"},
+      {"chunked_cross_entropy",
+       "the whole logits, then upcast a chunk at a time: not --loss chunked, which splits lm_head"},
+      {"liger_cross_entropy", "Liger's cross-entropy without lm_head: left to --loss"},
+      {"liger_rope", "Liger kernel"},
+      {"liger_rms_norm", "Liger kernel"},
+      {"liger_rms_norm_gated", "Liger kernel"},
+      {"liger_layer_norm", "Liger kernel"},
+      {"liger_glu_activation", "Liger kernel"},
+      {"liger_swiglu", "Liger kernel"},
+      {"tensor_parallel_size", "give --tp"},
+      {"context_parallel_size", "give --cp"},
+      {"expert_parallel_size", "expert parallelism"},
+      {"dp_shard_size", "accelerate's ParallelismConfig"},
+      {"dp_replicate_size", "accelerate's ParallelismConfig"}};
+  for (const auto& [key, why] : kKeys) {
+    if (Truthy(root, key) && root[key] != 1) r.NotModelled(key, why);
+  }
+}
+
+// fsdp (the deprecated option list) / fsdp_config, passed to
+// TrainingArguments by the trainer builder (core/builders/base.py: fsdp =
+// cfg.fsdp or True, fsdp_config as is), so read by the TrainingArguments
+// mapping; the version is fsdp_version, else fsdp_config.fsdp_version, else 1
+// (schemas/validation.py _resolve_fsdp_version); fsdp_config.offload_params
+// is accelerate's FSDP_OFFLOAD_PARAMS (utils/trainer.py setup_fsdp_envs).
+Status ReadAxolotlFsdp(const Reader& r, const Json& root) {
+  VS_TRY(given, Object(r, root, "fsdp_config", "fsdp_config"));
+  const bool listed = Truthy(root, "fsdp");
+  // The builder's `if cfg.fsdp_config or cfg.fsdp`: an empty mapping is off.
+  if ((!given || given->empty()) && !listed) return Ok{};
+  Json cfg = Json::object();
+  if (given) {
+    for (const auto& [k, v] : given->items()) cfg[k.rfind("fsdp_", 0) == 0 ? k.substr(5) : k] = v;
+  }
+  VS_TRY(top, AxCount(r, root, "fsdp_version", "fsdp_version", 1, 2));
+  VS_TRY(inner, AxCount(r, cfg, "version", "fsdp_config.fsdp_version", 1, 2));
+  VS_TRY(offload, AxFlag(r, cfg, "offload_params", "fsdp_config.offload_params"));
+  cfg["version"] = top.value_or(inner.value_or(1));
+  cfg["cpu_offload"] = offload.value_or(false);
+  const Json hf = {{"fsdp", listed ? root["fsdp"] : Json(true)}, {"fsdp_config", cfg}};
+  const std::vector<std::pair<std::string, std::string>> rename = {
+      {"fsdp", listed ? "fsdp" : "fsdp_config (Axolotl passes fsdp: true)"},
+      {"fsdp_config.version", top     ? "fsdp_version"
+                              : inner ? "fsdp_config.fsdp_version"
+                                      : "fsdp_config (no fsdp_version: Axolotl's default 1)"},
+      {"fsdp offload", "fsdp_config.offload_params"}};
+  Reader named = r;
+  named.rename = &rename;
+  ListAccelerateFsdpNotModelled(r, cfg);
+  return ReadHfFsdp(named, hf);
+}
+
+// deepspeed: a path (relative to this file) or a dict (schemas/config.py),
+// read as TrainingArguments' deepspeed is; with FSDP too TrainingArguments
+// refuses both.
+Status ReadAxolotlDeepSpeed(const Reader& r, const Json& root) {
+  auto it = root.find("deepspeed");
+  if (it == root.end() || it->is_null()) return Ok{};
+  if (Truthy(root, "fsdp") || Truthy(root, "fsdp_config")) {
+    return r.Bad("deepspeed",
+                 "and fsdp / fsdp_config are both set (TrainingArguments refuses both)");
+  }
+  if (it->is_object()) return ReadDeepSpeed(r, *it);
+  if (!it->is_string()) {
+    return r.Bad("deepspeed", fmt::format("{} is not a path or an object", Shown(*it)));
+  }
+  return ReadDeepSpeedFile(r, it->get<std::string>(), "deepspeed");
+}
+
+// In the order of the knobs' precedence: FSDP's activation_checkpointing after
+// gradient_checkpointing, the DeepSpeed file (its optimizer block) last.
+Status ReadAxolotl(const Reader& r, const Json& root) {
+  if (Status st = ReadAxolotlBatch(r, root); !st.ok()) return st;
+  if (Status st = ReadAxolotlPrecision(r, root); !st.ok()) return st;
+  VS_TRY(adapter, ReadAxolotlAdapter(r, root));
+  if (adapter == "lora" || adapter == "qlora") {
+    if (Status st = ReadAxolotlLora(r, root); !st.ok()) return st;
+  }
+  if (Status st = ReadAxolotlCheckpointing(r, root); !st.ok()) return st;
+  if (Status st = ReadAxolotlAttention(r, root); !st.ok()) return st;
+  if (Status st = ReadAxolotlOptimizer(r, root); !st.ok()) return st;
+  if (Status st = ReadAxolotlLoss(r, root); !st.ok()) return st;
+  ListAxolotlNotModelled(r, root);
+  if (Status st = ReadAxolotlFsdp(r, root); !st.ok()) return st;
+  return ReadAxolotlDeepSpeed(r, root);
+}
+
 bool LooksLikeAccelerate(const Json& root) {
   return root.contains("distributed_type") || root.contains("compute_environment");
 }
@@ -902,7 +1350,7 @@ bool LooksLikeTrainingArguments(const Json& root) {
 }
 
 // A .yaml / .yml file is YAML; so is any other that does not start with '{'
-// or '[' and reads as a YAML mapping with an accelerate key (accelerate's own
+// or '[' and reads as a YAML mapping with an accelerate or Axolotl key (accelerate's own
 // config may be .json too, then read as JSON). nullopt: read as JSON.
 Result<std::optional<Json>> ParseYaml(const Reader& r, const std::string& text) {
   const size_t first = text.find_first_not_of(" \t\r\n");
@@ -915,9 +1363,11 @@ Result<std::optional<Json>> ParseYaml(const Reader& r, const std::string& text) 
   if (named_yaml && !root.ok())
     return MakeError(fmt::format("{}: {}", r.file, root.error().message));
   if (named_yaml && !root->is_object()) {
-    return MakeError(fmt::format("{}: not a YAML mapping (an accelerate config)", r.file));
+    return MakeError(
+        fmt::format("{}: not a YAML mapping (an accelerate or Axolotl config)", r.file));
   }
-  if (named_yaml || (root.ok() && root->is_object() && LooksLikeAccelerate(*root))) {
+  if (named_yaml ||
+      (root.ok() && root->is_object() && (LooksLikeAccelerate(*root) || LooksLikeAxolotl(*root)))) {
     return std::optional<Json>{std::move(*root)};
   }
   return std::optional<Json>{};
@@ -929,6 +1379,9 @@ Status ParseRoot(const Reader& r, const std::string& text, bool allow_hf) {
   }
   if (allow_hf) {
     VS_TRY(yaml, ParseYaml(r, text));
+    // An accelerate key decides as before; else base_model with an Axolotl key.
+    if (yaml && !LooksLikeAccelerate(*yaml) && LooksLikeAxolotl(*yaml))
+      return ReadAxolotl(r, *yaml);
     if (yaml) return ReadAccelerate(r, *yaml);
   }
   if (common::JsonNestsDeeperThan(text, kMaxConfigDepth)) {
@@ -938,6 +1391,7 @@ Status ParseRoot(const Reader& r, const std::string& text, bool allow_hf) {
   if (root.is_discarded()) return MakeError(fmt::format("{}: not valid JSON", r.file));
   if (!root.is_object()) return MakeError(fmt::format("{}: not a JSON object", r.file));
   if (allow_hf && LooksLikeAccelerate(root)) return ReadAccelerate(r, root);
+  if (allow_hf && LooksLikeAxolotl(root)) return ReadAxolotl(r, root);
   if (LooksLikeDeepSpeed(root)) return ReadDeepSpeed(r, root);
   if (allow_hf && LooksLikeTrainingArguments(root)) return ReadTrainingArguments(r, root);
   return MakeError(fmt::format(

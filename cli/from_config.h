@@ -1,6 +1,7 @@
-// --from FILE: the knobs of a DeepSpeed config JSON or of Hugging Face
-// TrainingArguments saved as JSON (docs/configs.md), as flag assignments that
-// flags given on the command line override.
+// --from FILE: the knobs of a DeepSpeed config JSON, of Hugging Face
+// TrainingArguments saved as JSON, of an accelerate config or of an Axolotl
+// training config (docs/configs.md), as flag assignments that flags given on
+// the command line override.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +23,9 @@ struct FromConfig {
   std::vector<FileKnob> knobs;  // in reading order: a later one wins
   // "FILE: KEY (why)" for each key that changes memory but is not modelled.
   std::vector<std::string> not_modelled;
+  // "WHAT (from FILE: KEY): why" for a key read but given to no flag (an
+  // Axolotl base_model: the MODEL argument names the model estimated).
+  std::vector<std::string> notes;
 };
 
 // Largest --from file read (and largest DeepSpeed config it points to).

@@ -89,8 +89,9 @@ void KnobArgs::Warn(const ModelSpec& model, const TrainingSetup& setup) const {
 
 void AddFromFlag(CLI::App* sub, KnobArgs* k) {
   sub->add_option("--from", k->from_files,
-                  "Read knobs from FILE: a DeepSpeed config JSON, HF TrainingArguments JSON or an "
-                  "accelerate config YAML (repeatable; flags given here win; docs/configs.md)");
+                  "Read knobs from FILE: a DeepSpeed config JSON, HF TrainingArguments JSON, an "
+                  "accelerate config YAML or an Axolotl training config YAML (repeatable; flags "
+                  "given here win; docs/configs.md)");
 }
 
 void AddFromAssumptions(const FromConfig& from, Report* report) {
@@ -101,6 +102,7 @@ void AddFromAssumptions(const FromConfig& from, Report* report) {
   for (const std::string& line : from.not_modelled) {
     report->assumptions.push_back({"unmodelled", line, ""});
   }
+  for (const std::string& line : from.notes) report->assumptions.push_back({"from file", line, ""});
 }
 
 bool FromSets(const FromConfig& from, std::string_view flag) {
@@ -113,10 +115,17 @@ bool FromSets(const FromConfig& from, std::string_view flag) {
 // --ddp/--zero/--fsdp on the command line overrides the file's.
 void KnobArgs::SetFromFile(const FileKnob& k) {
   const std::pair<const char*, std::string*> strings[] = {
-      {"--precision", &precision},      {"--optimizer", &optimizer},
-      {"--grad-ckpt", &grad_ckpt},      {"--loss", &loss},
-      {"--zero", &parallel.zero},       {"--fsdp", &parallel.fsdp},
-      {"--offload", &parallel.offload}, {"--zero-buckets", &parallel.zero_buckets}};
+      {"--precision", &precision},
+      {"--optimizer", &optimizer},
+      {"--grad-ckpt", &grad_ckpt},
+      {"--loss", &loss},
+      {"--finetune", &finetune},
+      {"--lora-targets", &lora_targets},
+      {"--attn", &attn},
+      {"--zero", &parallel.zero},
+      {"--fsdp", &parallel.fsdp},
+      {"--offload", &parallel.offload},
+      {"--zero-buckets", &parallel.zero_buckets}};
   const std::pair<const char*, int64_t*> ints[] = {
       {"--gpus", &parallel.gpus},
       {"--gpus-per-node", &parallel.gpus_per_node},
@@ -137,6 +146,9 @@ void KnobArgs::SetFromFile(const FileKnob& k) {
   if (k.flag == "--ddp") parallel.ddp = k.value == "true";
   if (k.flag == "--batch") batch = std::stoull(k.value);
   if (k.flag == "--grad-accum") grad_accum = std::stoull(k.value);
+  if (k.flag == "--seq") seq = std::stoull(k.value);
+  if (k.flag == "--lora-rank") lora_rank = std::stoull(k.value);
+  if (k.flag == "--lora-dropout") lora_dropout = std::stod(k.value);
 }
 
 Result<KnobArgs> KnobArgs::WithFiles(FromConfig* from) const {
@@ -166,6 +178,7 @@ Result<KnobArgs> KnobArgs::WithFiles(FromConfig* from) const {
     DeferWarning(fmt::format("--from {}: not modelled, the estimate ignores it", line));
   }
   applied.not_modelled = std::move(config.not_modelled);
+  applied.notes = std::move(config.notes);
   if (from) *from = std::move(applied);
   return merged;
 }

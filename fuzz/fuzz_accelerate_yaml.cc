@@ -1,6 +1,6 @@
-// libFuzzer target for `--from FILE` with accelerate's config YAML
-// (cli/yaml_json.cc over libyaml, then the accelerate / DeepSpeed / HF
-// mappings of cli/from_config.cc), on the same input read as a .yaml file and
+// libFuzzer target for `--from FILE` with accelerate's and Axolotl's config
+// YAML (cli/yaml_json.cc over libyaml, then the accelerate / Axolotl /
+// DeepSpeed / HF mappings of cli/from_config.cc), on the same input read as a .yaml file and
 // as a file without an extension (the format then follows the content).
 // A deepspeed_config_file or deepspeed path names a file the injected reader
 // serves from the input itself, so the DeepSpeed reader is reached too.
@@ -51,7 +51,13 @@ constexpr std::string_view kFlags[] = {"--precision",
                                        "--zero-prefetch-bucket-size",
                                        "--zero-max-live-parameters",
                                        "--zero-max-reuse-distance",
-                                       "--zero-persistence-threshold"};
+                                       "--zero-persistence-threshold",
+                                       "--seq",
+                                       "--finetune",
+                                       "--lora-rank",
+                                       "--lora-targets",
+                                       "--lora-dropout",
+                                       "--attn"};
 
 void ParseAs(const std::string& file, const std::string& text) {
   using namespace vramscope;
