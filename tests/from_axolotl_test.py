@@ -6,41 +6,10 @@ unmodelled keys are listed and warned; a flag on the command line wins; a
 malformed file is one line naming the file and the key, exit 2.
 """
 import json
-import os
-import pathlib
-import subprocess
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-BIN = os.environ.get("VRAMSCOPE_BIN", str(ROOT / "build" / "cli" / "vramscope"))
-CFG = ROOT / "examples" / "configs"
-MODEL = "qwen2.5-0.5b"
-
-
-def run(*args, timeout=120):
-    return subprocess.run([BIN, *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT)
-
-
-def estimate(*args):
-    p = run("estimate", MODEL, *args, "--json")
-    assert p.returncode == 0, p.stderr
-    return json.loads(p.stdout)
-
-
-def numbers(report):
-    return {k: v for k, v in report.items() if k != "assumptions"}
-
-
-def lines(report, what):
-    return [a["assumed"] for a in report["assumptions"] if a["what"] == what]
-
-
-def write(tmp_path, name, text):
-    path = tmp_path / name
-    path.write_bytes(text.encode() if isinstance(text, str) else text)
-    return path
+from from_file_helpers import CFG, MODEL, run, estimate, numbers, lines, write
 
 
 # Axolotl's defaults that differ from vramscope's: sequence_len 512,

@@ -5,33 +5,10 @@ report of the flags it stands for; a flag on the command line wins over the
 file; a malformed file is one line naming the file and the key, exit 2.
 """
 import json
-import os
-import pathlib
-import subprocess
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-BIN = os.environ.get("VRAMSCOPE_BIN", str(ROOT / "build" / "cli" / "vramscope"))
-CFG = ROOT / "examples" / "configs"
-MODEL = "qwen2.5-0.5b"
-
-
-def run(*args, timeout=120):
-    return subprocess.run([BIN, *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT)
-
-
-def estimate(*args):
-    p = run("estimate", MODEL, *args, "--json")
-    assert p.returncode == 0, p.stderr
-    return json.loads(p.stdout)
-
-
-def numbers(report):
-    # "assumptions" legitimately differs: it says which file each knob came
-    # from and lists the keys that are not modelled.
-    return {k: v for k, v in report.items() if k != "assumptions"}
+from from_file_helpers import CFG, MODEL, run, estimate, numbers, write
 
 
 DS_ZERO3 = ["--gpus", 8, "--batch", 2, "--grad-accum", 4, "--precision", "bf16-mixed",
@@ -91,12 +68,6 @@ def test_later_file_wins_and_mode_flag_overrides():
         numbers(estimate("--gpus", 2, "--ddp", "--optimizer", "adamw-fused",
                          "--zero-buckets", "hf-auto", "--zero-prefetch-bucket-size", 50000000,
                          "--zero-persistence-threshold", 100000))
-
-
-def write(tmp_path, name, text):
-    path = tmp_path / name
-    path.write_bytes(text.encode() if isinstance(text, str) else text)
-    return path
 
 
 @pytest.mark.parametrize("name,text,key", [
