@@ -78,12 +78,14 @@ int RunValidate(const ValidateArgs& args) {
       std::fputs(failures.empty() ? "\nAccuracy gate: passed\n" : "\nAccuracy gate: FAILED\n",
                  stdout);
       for (const std::string& f : failures) std::fprintf(stdout, "  %s\n", f.c_str());
-      for (const auto& [id, why] : thresholds->known_gaps) {
+      for (const auto& gap : thresholds->known_gaps) {
+        const std::string& id = gap.first;  // not a structured binding: clang 14's lambdas
         const bool here = std::any_of(v.rows.begin(), v.rows.end(),
-                                      [&](const ValidationRow& r) { return r.run.id == id; });
-        if (here)
+                                      [&id](const ValidationRow& r) { return r.run.id == id; });
+        if (here) {
           std::fprintf(stdout, "  outside the gate (a known gap): %s: %s\n", id.c_str(),
-                       why.c_str());
+                       gap.second.c_str());
+        }
       }
     }
   }
