@@ -15,6 +15,14 @@ void AddKnobFlags(CLI::App* sub, KnobArgs* k) {
   sub->add_option("--batch", k->batch, "Micro-batch per GPU (default 1)");
   sub->add_option("--seq", k->seq, "Tokens per sample (default 2048)");
   sub->add_option("--grad-accum", k->grad_accum, "Micro-batches per optimizer step (default 1)");
+  sub->add_option("--image-size", k->image_size,
+                  "Diffusion UNets: image side in pixels (default: the config's sample_size x "
+                  "--vae-scale)");
+  sub->add_option("--vae-scale", k->vae_scale,
+                  "Diffusion UNets: pixels per latent (default 8, Stable Diffusion's VAE; 1: "
+                  "pixel space)");
+  sub->add_option("--text-len", k->text_len,
+                  "Diffusion UNets: text-encoder tokens per prompt (default 77, CLIP)");
   sub->add_option("--steps", k->steps, "Optimizer steps to simulate (default 3)");
   sub->add_option("--precision", k->precision, "fp32, fp16-mixed, bf16-mixed, fp16, bf16");
   sub->add_option("--optimizer", k->optimizer,
@@ -196,6 +204,9 @@ Result<TrainingSetup> KnobArgs::Convert() const {
   s.grad_accum = grad_accum;
   s.steps = steps;
   s.max_events = max_events;
+  s.image_size = image_size;
+  s.vae_scale = vae_scale;
+  s.text_len = text_len;
   auto p = ParsePrecision(precision);
   if (!p.ok()) return p.error();
   s.precision = *p;

@@ -80,6 +80,8 @@ enum class ParamRole : uint8_t {
   kProjOut,    // OPT embedding projections
   kVision,     // Gemma 3 vision tower
   kProjector,  // Gemma 3 multimodal projector
+  kConv,       // a diffusers UNet's convolutions (conv_in, resnets, samplers, conv_out)
+  kTimeEmbed,  // a diffusers UNet's time / added-condition embedding MLPs and time_emb_proj
 };
 // The role's name as docs/models.md and --lora-targets spell it ("q", "gate_up",
 // "expert_down", ...).
@@ -105,12 +107,36 @@ struct ParamTensor {
   std::string stored_dtype;
 };
 
+// A diffusers UNet2DConditionModel (diffusers 0.42 models/unets/unet_2d_condition.py):
+// what its config.json says about the blocks, read by ingest (family_unet.cc).
+struct UNetSpec {
+  uint64_t in_channels = 4, out_channels = 4;
+  uint64_t sample_size = 64;  // latent side the model was trained at
+  std::vector<uint64_t> block_out_channels;
+  uint64_t layers_per_block = 2;
+  // Per down block (the up blocks mirror them): cross-attention or not, the
+  // BasicTransformerBlocks per Transformer2DModel, attention heads.
+  std::vector<bool> down_cross, up_cross;
+  std::vector<uint64_t> transformer_layers, heads;
+  bool mid_block = true;  // UNetMidBlock2DCrossAttn (else mid_block_type null)
+  uint64_t cross_attention_dim = 768;
+  uint64_t norm_groups = 32;
+  bool linear_projection = false;  // use_linear_projection: Linear proj_in / proj_out
+  uint64_t time_embed_dim = 0;     // block_out_channels[0] * 4
+  // addition_embed_type "text_time" (SDXL): add_time_proj + add_embedding.
+  bool text_time = false;
+  uint64_t addition_time_embed_dim = 0;
+  uint64_t projection_class_embeddings_input_dim = 0;
+};
+
 struct ModelSpec {
   std::string name;          // catalog alias or path as given
   std::string hub_id;        // "meta-llama/Meta-Llama-3-8B" when known
   std::string model_type;    // config.json "model_type": "llama", "qwen2", ...
   std::string architecture;  // "LlamaForCausalLM"
   bool is_encoder = false;   // bert (masked LM)
+  bool is_unet = false;      // a diffusers UNet2DConditionModel: `unet` holds its layout
+  UNetSpec unet;
 
   uint64_t hidden_size = 0;
   uint64_t intermediate_size = 0;

@@ -97,6 +97,15 @@ struct TrainingSetup {
   // from_pretrained: a tied head's own weight exists from its construction
   // until post_init ties it (lower/placement.cc PlaceParameters).
   bool built_on_gpu = false;
+  // Diffusion UNets (ModelSpec::is_unet). The image side in pixels (0: the
+  // config's sample_size x vae_scale, the size the model was trained at), the
+  // VAE's downsampling factor between pixels and the latents the UNet sees (8
+  // for Stable Diffusion's AutoencoderKL: 2 ** (len(vae block_out_channels) -
+  // 1); 1 for a pixel-space UNet), and the text encoder's tokens per prompt
+  // (CLIP's 77) that cross-attention reads.
+  uint64_t image_size = 0;
+  uint64_t vae_scale = 8;
+  uint64_t text_len = 77;
   std::string gpu = "h100-80g";
   std::string alloc_conf;
   DeviceRules device_rules = DeviceRules::kCuda;

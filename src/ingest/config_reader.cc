@@ -117,6 +117,11 @@ std::string ConfigReader::String(std::string_view key, std::string def) {
   return v->get<std::string>();
 }
 
+bool ConfigReader::IsArray(std::string_view key) const {
+  const json* v = Find(key);
+  return v != nullptr && v->is_array();
+}
+
 std::vector<uint64_t> ConfigReader::UintList(std::string_view key, uint64_t max) {
   std::vector<uint64_t> out;
   const json* v = Find(key);

@@ -31,6 +31,7 @@ class ConfigReader {
 
   bool Has(std::string_view key) const;     // present and not null
   bool IsNull(std::string_view key) const;  // present and null
+  bool IsArray(std::string_view key) const;  // present and a JSON array
 
   // Integer in [min, max]; `def` when absent. Rejects strings, floats, bools.
   uint64_t Uint(std::string_view key, uint64_t def, uint64_t min, uint64_t max);

@@ -64,6 +64,12 @@ const std::vector<Family>& DecoderFamilies();
 // gpt2, gpt_neox, opt, falcon, phi, bert (family_classic.cc).
 const std::vector<Family>& ClassicFamilies();
 
+// The diffusers UNet2DConditionModel (family_unet.cc). Its config.json has no
+// model_type: `_class_name` names it, and the spec gets this internal type.
+inline constexpr std::string_view kUNetModelType = "unet_2d_condition";
+inline constexpr std::string_view kUNetClassName = "UNet2DConditionModel";
+const std::vector<Family>& DiffusersFamilies();
+
 // Shared reading helpers (family_common.cc).
 // Reads a core size: the first present key of `keys`; when all are absent,
 // `def` and a note naming the assumed default.

@@ -13,7 +13,8 @@ namespace vramscope {
 namespace {
 
 const ingest::Family* FindFamily(std::string_view model_type) {
-  for (const auto* list : {&ingest::DecoderFamilies(), &ingest::ClassicFamilies()}) {
+  for (const auto* list : {&ingest::DecoderFamilies(), &ingest::ClassicFamilies(),
+                           &ingest::DiffusersFamilies()}) {
     for (const ingest::Family& f : *list) {
       if (f.model_type == model_type) return &f;
     }
@@ -75,6 +76,8 @@ std::string_view ParamRoleName(ParamRole r) {
     case ParamRole::kProjOut: return "proj_out";
     case ParamRole::kVision: return "vision";
     case ParamRole::kProjector: return "projector";
+    case ParamRole::kConv: return "conv";
+    case ParamRole::kTimeEmbed: return "time_embed";
   }
   return "unknown";
 }
@@ -146,11 +149,23 @@ Result<ModelSpec> ParseModelConfig(std::string_view json_text, std::string_view 
         fmt::format("{}: expected a JSON object, got {}", name, ingest::DescribeJson(root)));
   }
   ingest::ConfigReader r(root, std::string(name));
-  if (!r.Has("model_type")) {
-    return MakeError(fmt::format("{}: model_type: missing (supported: {})", name, SupportedList()));
+  const bool diffusers = !r.Has("model_type") && r.Has("_class_name");
+  if (!r.Has("model_type") && !diffusers) {
+    return MakeError(fmt::format(
+        "{}: model_type: missing (supported: {}; or a diffusers {} config, named by _class_name)",
+        name, SupportedList(), ingest::kUNetClassName));
   }
-  std::string model_type = r.String("model_type", "");
+  std::string model_type =
+      diffusers ? std::string(ingest::kUNetModelType) : r.String("model_type", "");
   if (!r.ok()) return r.error();
+  if (diffusers) {
+    const std::string cls = r.String("_class_name", "");
+    if (r.ok() && cls != ingest::kUNetClassName) {
+      return MakeError(fmt::format("{}: _class_name: {} is not supported (diffusers models: {})",
+                                   name, common::QuoteForMessage(cls), ingest::kUNetClassName));
+    }
+    if (!r.ok()) return r.error();
+  }
   const ingest::Family* family = FindFamily(model_type);
   if (family == nullptr) {
     return MakeError(fmt::format("{}: model_type: {} is not supported (supported: {})", name,

@@ -89,6 +89,7 @@ NodeId Graph::AddNode(std::string_view op, uint32_t num_slots) {
   node.module = module_;
   node.region = region_;
   node.slots.assign(num_slots, kNoTensor);
+  node.slice_bytes.assign(num_slots, 0);
   node.from_outside.assign(num_slots, 0);
   nodes_.push_back(std::move(node));
   if (region_ != kNoRegion) ++regions_[region_].pending_nodes;
@@ -107,6 +108,7 @@ NodeId Graph::AddAccumulateGrad(uint64_t grad_bytes, TensorId* grad_slot) {
   node.accumulate_bytes = grad_bytes;
   node.grad_slot = grad_slot;
   node.slots.assign(1, kNoTensor);
+  node.slice_bytes.assign(1, 0);
   node.from_outside.assign(1, 0);
   nodes_.push_back(std::move(node));
   return n;
@@ -175,6 +177,17 @@ void Graph::EdgePass(NodeId n, const Var& input, uint32_t from_slot) {
   GradOut g;
   g.mode = GradOut::Mode::kPass;
   g.pass_slot = from_slot;
+  g.target = input.fn;
+  g.target_slot = input.slot;
+  nodes_[n].outs.push_back(g);
+}
+
+void Graph::EdgeSlice(NodeId n, const Var& input, uint64_t bytes, uint32_t from_slot) {
+  if (!input.requires_grad()) return;
+  GradOut g;
+  g.mode = GradOut::Mode::kSlice;
+  g.pass_slot = from_slot;
+  g.bytes = bytes;
   g.target = input.fn;
   g.target_slot = input.slot;
   nodes_[n].outs.push_back(g);
@@ -285,12 +298,14 @@ void Graph::Recompute(uint32_t region) {
   module_ = saved_module;
 }
 
-void Graph::Deliver(NodeId target, uint32_t slot, TensorId grad, uint32_t from_region) {
+void Graph::Deliver(NodeId target, uint32_t slot, TensorId grad, uint32_t from_region,
+                    uint64_t slice_bytes) {
   Node& node = nodes_[target];
   if (node.region != from_region) node.from_outside[slot] = 1;
   TensorId& buffered = node.slots[slot];
   if (buffered == kNoTensor) {
     buffered = grad;
+    node.slice_bytes[slot] = slice_bytes;
     return;
   }
   // input_buffer.cpp accumulate() (torch 2.x): in place only into the buffered
@@ -311,26 +326,35 @@ void Graph::Deliver(NodeId target, uint32_t slot, TensorId grad, uint32_t from_r
   // into a new tensor (torch 2.13's profiler: aten::add, not add_; the H100
   // snapshot of Qwen2.5 shows the new block). A dispatch mode makes every
   // accumulation out of place (areAnyTensorSubclassLike, same profiler test).
+  // A buffered slice (a narrowed view) is never summed into in place either
+  // (can_accumulate_inplace wants a dense tensor owning its storage); the sum
+  // has the slice's size.
   const Tensor& held = tensors_[buffered];
+  const uint64_t held_slice = node.slice_bytes[slot];
   const bool into_buffered =
-      node.is_accumulate ? held.from_cast && !under_dispatch_mode : !held.view;
+      held_slice == 0 &&
+      (node.is_accumulate ? held.from_cast && !under_dispatch_mode : !held.view);
   if (tensors_[buffered].refs == 1 && into_buffered) {
     Drop(grad);
   } else {
-    const TensorId sum =
-        Alloc(tensors_[buffered].bytes, Category::kTemporaries, "aten::add", node.module);
+    const uint64_t bytes = held_slice != 0 ? held_slice : tensors_[buffered].bytes;
+    const TensorId sum = Alloc(bytes, Category::kTemporaries, "aten::add", node.module);
     Drop(buffered);
     Drop(grad);
     buffered = sum;
+    node.slice_bytes[slot] = 0;
   }
 }
 
 void Graph::RunAccumulateGrad(Node& node) {
   const TensorId g = node.slots[0];
+  const bool slice = node.slice_bytes[0] != 0;
   node.slots[0] = kNoTensor;
+  node.slice_bytes[0] = 0;
   if (g == kNoTensor) return;
   if (*node.grad_slot == kNoTensor) {
-    if (tensors_[g].refs == 1) {
+    // A slice breaks .grad's layout contract (obeys_layout_contract): cloned.
+    if (tensors_[g].refs == 1 && !slice) {
       *node.grad_slot = g;  // stolen: becomes .grad
     } else {
       *node.grad_slot =
@@ -382,9 +406,8 @@ std::vector<TensorId> Graph::AllocWorkspace(const Node& node, std::string_view o
   return workspace;
 }
 
-std::vector<std::pair<const GradOut*, TensorId>> Graph::ProduceGrads(const Node& node,
-                                                                     std::string_view op) {
-  std::vector<std::pair<const GradOut*, TensorId>> produced;
+std::vector<Graph::Produced> Graph::ProduceGrads(const Node& node, std::string_view op) {
+  std::vector<Produced> produced;
   produced.reserve(node.outs.size());
   const size_t n = node.outs.size();
   for (size_t i = 0; i < n; ++i) {
@@ -394,7 +417,7 @@ std::vector<std::pair<const GradOut*, TensorId>> Graph::ProduceGrads(const Node&
       const TensorId t = Alloc(g.bytes, category, op, node.module);
       tensors_[t].from_cast = op == "ToCopyBackward0";
       tensors_[t].view = g.view;
-      produced.emplace_back(&g, t);
+      produced.push_back({&g, t, 0});
       // The gemm writing this gradient is the autograd thread's first: its
       // handle's workspace comes now, after the output.
       if (node.gemm) MakeWorkspace(&backward_workspace_bytes_);
@@ -402,7 +425,10 @@ std::vector<std::pair<const GradOut*, TensorId>> Graph::ProduceGrads(const Node&
       const TensorId incoming = node.slots[g.pass_slot];
       if (incoming == kNoTensor) continue;  // undefined gradient passes as undefined
       Ref(incoming);
-      produced.emplace_back(&g, incoming);
+      // A slice of a slice keeps the smaller size; a pass keeps the incoming one's.
+      const uint64_t slice =
+          g.mode == GradOut::Mode::kSlice ? g.bytes : node.slice_bytes[g.pass_slot];
+      produced.push_back({&g, incoming, slice});
     }
   }
   // The engine hands them on in input (edge) order whatever order made them.
@@ -422,6 +448,7 @@ void Graph::ReleaseAfterRun(Node& node, const std::vector<TensorId>& workspace,
     Drop(t);
     t = kNoTensor;
   }
+  std::fill(node.slice_bytes.begin(), node.slice_bytes.end(), 0);
 }
 
 void Graph::FinishRegionNode(uint32_t region) {
@@ -451,9 +478,11 @@ void Graph::Run(NodeId n) {
   // gradients move on.
   const std::vector<TensorId> unpacked = UnpackOffloaded(node);
   const std::vector<TensorId> workspace = AllocWorkspace(node, op);
-  const std::vector<std::pair<const GradOut*, TensorId>> produced = ProduceGrads(node, op);
+  const std::vector<Produced> produced = ProduceGrads(node, op);
   ReleaseAfterRun(node, workspace, unpacked);
-  for (const auto& [g, t] : produced) Deliver(g->target, g->target_slot, t, node.region);
+  for (const Produced& p : produced) {
+    Deliver(p.out->target, p.out->target_slot, p.grad, node.region, p.slice_bytes);
+  }
   if (node.region != kNoRegion) FinishRegionNode(node.region);
 }
 

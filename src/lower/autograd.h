@@ -55,7 +55,9 @@ struct Var {
 
 // How a node produces the gradient for one of its inputs.
 struct GradOut {
-  enum class Mode : uint8_t { kNew, kPass };
+  // kSlice: the incoming gradient of pass_slot passes on as a view of `bytes`
+  // of it (CatBackward0 narrows its gradient, one view per input: no new storage).
+  enum class Mode : uint8_t { kNew, kPass, kSlice };
   Mode mode = Mode::kNew;
   uint64_t bytes = 0;      // kNew: size of the gradient tensor
   uint32_t pass_slot = 0;  // kPass: forwards the incoming gradient of this slot
@@ -122,6 +124,8 @@ class Graph {
   void Edge(NodeId n, const Var& input, uint64_t grad_bytes,
             Category category = Category::kTemporaries, bool view = false);
   void EdgePass(NodeId n, const Var& input, uint32_t from_slot = 0);
+  // The input's gradient is a view of `bytes` of the incoming one (GradOut::kSlice).
+  void EdgeSlice(NodeId n, const Var& input, uint64_t bytes, uint32_t from_slot = 0);
   // Transient allocations alive while `n` runs in backward, freed in order
   // after its gradients are computed.
   void Workspace(NodeId n, uint64_t bytes);
@@ -196,6 +200,9 @@ class Graph {
     uint64_t accumulate_bytes = 0;
     TensorId* grad_slot = nullptr;
     std::vector<TensorId> slots;        // incoming gradients
+    // Per slot: the bytes of the gradient when it is a slice (a view of part of
+    // its storage, kSlice), else 0.
+    std::vector<uint64_t> slice_bytes;
     std::vector<uint8_t> from_outside;  // per slot: delivered from outside the node's region
     std::vector<TensorId> saved;
     std::vector<GradOut> outs;
@@ -225,7 +232,9 @@ class Graph {
   };
   static constexpr uint32_t kNoRegion = 0;
 
-  void Deliver(NodeId target, uint32_t slot, TensorId grad, uint32_t from_region);
+  // `slice_bytes`: the gradient is a view of that many bytes of `grad` (0: all of it).
+  void Deliver(NodeId target, uint32_t slot, TensorId grad, uint32_t from_region,
+               uint64_t slice_bytes = 0);
   // Allocates a pending cuBLAS workspace (outside any checkpoint region's
   // script: a recompute does not make it again) and marks it made.
   void MakeWorkspace(uint64_t* pending_bytes);
@@ -248,8 +257,12 @@ class Graph {
   std::vector<TensorId> AllocWorkspace(const Node& node, std::string_view op);
   // The gradients the node produces, paired with the edge each goes along:
   // new tensors, or its incoming gradient passed on (one more reference).
-  std::vector<std::pair<const GradOut*, TensorId>> ProduceGrads(const Node& node,
-                                                                std::string_view op);
+  struct Produced {
+    const GradOut* out;
+    TensorId grad;
+    uint64_t slice_bytes;  // 0: the whole storage
+  };
+  std::vector<Produced> ProduceGrads(const Node& node, std::string_view op);
   // After the node's gradients exist: its workspace, saved tensors, unpacked
   // copies and incoming gradients go, in that order.
   void ReleaseAfterRun(Node& node, const std::vector<TensorId>& workspace,

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "encoder.h"
+#include "unet.h"
 #include "ops.h"
 #include "optimizer.h"
 #include "placement.h"
@@ -71,6 +72,27 @@ Status ValidateDistributed(const ModelSpec& m, const TrainingSetup& s) {
   return Ok{};
 }
 
+// What a diffusers UNet's lowering covers (unet.h): one GPU, diffusers'
+// default attention processor (AttnProcessor2_0: SDPA), the MSE loss.
+Status ValidateUNet(const ModelSpec& m, const TrainingSetup& s) {
+  auto bad = [](std::string msg) { return Status(MakeError(std::move(msg))); };
+  const ParallelLayout& l = s.parallel;
+  if (l.multi_gpu() || l.dp_mode != DataParallel::kNone)
+    return bad(fmt::format("{}: diffusion UNets are modelled on one GPU only for now", m.name));
+  if (s.finetune == Finetune::kQLora)
+    return bad("--finetune qlora: not modelled for diffusion UNets (use lora or full)");
+  if (s.attn != Attention::kSdpa)
+    return bad(
+        "--attn: diffusion UNets run diffusers' default AttnProcessor2_0 (SDPA); only sdpa is "
+        "modelled");
+  if (s.loss != LossKind::kHf)
+    return bad("--loss: diffusion UNets train on the MSE loss; chunked and fused losses do not apply");
+  if (s.text_len == 0 || s.text_len > 4096)
+    return bad(fmt::format("--text-len: {} is outside 1..4096", s.text_len));
+  if (Result<uint64_t> side = UNetLatentSide(m, s); !side.ok()) return side.error();
+  return Ok{};
+}
+
 Status Validate(const ModelSpec& m, const TrainingSetup& s) {
   auto bad = [](std::string msg) { return Status(MakeError(std::move(msg))); };
   if (s.batch == 0 || s.batch > kMaxBatch)
@@ -125,6 +147,7 @@ Status Validate(const ModelSpec& m, const TrainingSetup& s) {
     return bad(
         "--moe-imbalance: with --moe-capacity-factor every expert is capped (drop the imbalance or "
         "the capacity)");
+  if (m.is_unet) return ValidateUNet(m, s);
   return ValidateDistributed(m, s);
 }
 
@@ -262,6 +285,11 @@ class RankLowerer {
 
   // The forward's view of the parameters, checked for what every layer needs.
   Status IndexModel() {
+    if (model_.is_unet) {
+      VS_TRY(indexed, IndexUNetParams(model_, tape_.params));
+      up_ = std::move(indexed);
+      return Ok{};
+    }
     if (model_.is_encoder) {
       VS_TRY(indexed, IndexEncoderParams(model_, tape_.params));
       ep_ = indexed;
@@ -335,8 +363,9 @@ class RankLowerer {
     const StageSpan& span = plan_.chunks[chunk];
     result_.stream.BeginPhase(step_, Phase::kForward);
     tape_.graph.offload_saved = setup_.activation_offload;
-    ForwardOut f = model_.is_encoder ? EncoderForward(tape_, model_, ep_, setup_)
-                                     : Forward(tape_, model_, mp_, setup_, span);
+    ForwardOut f = model_.is_unet      ? UNetForward(tape_, model_, up_, setup_)
+                   : model_.is_encoder ? EncoderForward(tape_, model_, ep_, setup_)
+                                       : Forward(tape_, model_, mp_, setup_, span);
     ClearAutocastCache(tape_);
     tape_.graph.offload_saved = false;
     scaler_.ScaleLoss(tape_, &f.loss);
@@ -439,6 +468,7 @@ class RankLowerer {
   bool half_model_ = false;
   ModelParams mp_;
   EncoderParams ep_;
+  UNetParams up_;
   OptimizerExtras extras_;
   GradScalerModel scaler_{false};
   std::unordered_map<TensorId*, Param*> param_of_grad_;
