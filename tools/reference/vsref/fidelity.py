@@ -49,7 +49,8 @@ def record(points, workdir):
         with open(jobs_path, "w", encoding="utf-8") as f:
             json.dump(jobs, f)
         env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "tools", "reference"),
-                   HF_HUB_OFFLINE="1", TRANSFORMERS_VERBOSITY="error", TOKENIZERS_PARALLELISM="false",
+                   HF_HUB_OFFLINE="1", TRANSFORMERS_VERBOSITY="error",
+                   DIFFUSERS_VERBOSITY="error", TOKENIZERS_PARALLELISM="false",
                    PYTHONWARNINGS="ignore")
         subprocess.run([venv_python(tf), "-m", "vsref.runner", jobs_path], check=True, env=env)
 

@@ -8,8 +8,8 @@ QLoRA is not in the grid: bitsandbytes' 4-bit path needs CUDA kernels (docs/fide
 
 import dataclasses
 
-from .knobs import Point
-from .models import FAMILIES
+from .knobs import UNET_LORA_TARGETS, UNET_SEQ, Point
+from .models import FAMILIES, UNET_FAMILIES
 
 # (finetune, ckpt, attn, precision, optimizer): every value of every knob at least once.
 COMBOS = (
@@ -55,9 +55,35 @@ def fsdp_points():
             for combo in FSDP_COMBOS if family == "llama" or combo is COMBOS[0]]
 
 
+# The UNet families' (finetune, ckpt, precision, optimizer), attention always sdpa: every
+# value of each knob that diffusers offers (ckpt none / full only, vsref/knobs.py), each
+# finetune with and without checkpointing, and autocast with checkpointing (the recompute
+# runs under autocast again).
+UNET_COMBOS = (
+    ("full", "none", "fp32", "adamw-foreach"),
+    ("full", "full", "bf16", "adamw-fused"),
+    ("full", "full", "bf16-mixed", "adamw-forloop"),
+    ("lora", "none", "bf16-mixed", "adamw-foreach"),
+    ("lora", "full", "fp32", "sgd"),
+    ("lora", "none", "bf16", "adamw-fused"),
+)
+
+
+def _unet_point(family, combo):
+    """A UNet point: diffusers is installed in .venv/tf5 only, so tf 5."""
+    finetune, ckpt, precision, optimizer = combo
+    return Point(family, tf=5, finetune=finetune, ckpt=ckpt, attn="sdpa", precision=precision,
+                 optimizer=optimizer, seq=UNET_SEQ, lora_targets=UNET_LORA_TARGETS)
+
+
+def unet_points():
+    return [_unet_point(family, combo) for family in UNET_FAMILIES for combo in UNET_COMBOS]
+
+
 def full_grid():
-    return [p for family in FAMILIES for tf in (5, 4) for combo in COMBOS
-            if _supported(p := _point(family, tf, combo))]
+    points = [p for family in FAMILIES for tf in (5, 4) for combo in COMBOS
+              if _supported(p := _point(family, tf, combo))]
+    return points + unet_points()
 
 
 def ci_grid():

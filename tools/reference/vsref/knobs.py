@@ -1,16 +1,24 @@
 """One grid point's knobs, and how each maps onto `vramscope estimate` flags.
 
-The same Point drives both sides: runner.py applies it to a real transformers model the
-way users do, `estimate_args` gives the lowering the equivalent flags.
+The same Point drives both sides: runner.py applies it to a real transformers model (or,
+for the UNet families, unet.py to a diffusers UNet2DConditionModel) the way users do,
+`estimate_args` gives the lowering the equivalent flags.
 """
 
 import dataclasses
+
+from .models import UNET_FAMILIES, VAE_SCALE, is_unet
 
 PRECISIONS = ("fp32", "bf16", "bf16-mixed")
 FINETUNES = ("full", "lora")
 CKPTS = ("none", "full", "reentrant")
 ATTNS = ("eager", "sdpa")
 OPTIMIZERS = ("adamw-foreach", "adamw-fused", "adamw-forloop", "sgd")
+# diffusers checkpoints with use_reentrant=False only and runs SDPA (AttnProcessor2_0) by
+# default, so a UNet point takes ckpt "none" / "full" and attn "sdpa" only.
+UNET_CKPTS = ("none", "full")
+UNET_SEQ = 7  # text tokens of encoder_hidden_states
+UNET_LORA_TARGETS = "q,k,v,o"  # to_q, to_k, to_v, to_out.0: diffusers' LoRA scripts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,17 +40,23 @@ class Point:
     def name(self):
         parts = [self.family, f"tf{self.tf}", self.finetune, f"ckpt-{self.ckpt}", self.attn,
                  self.precision, self.optimizer]
-        if (self.batch, self.seq) != (2, 64):
+        if (self.batch, self.seq) != self._default_shape():
             parts.append(f"b{self.batch}s{self.seq}")
         if self.gpus > 1:
             parts.append(f"fsdp2x{self.gpus}")
         return "/".join(parts)
+
+    def _default_shape(self):
+        # A UNet point's `seq` is its text length (encoder_hidden_states), 7 by default.
+        return (2, UNET_SEQ) if is_unet(self.family) else (2, 64)
 
     def transformers_version(self):
         return "5.24" if self.tf == 5 else "4.57"
 
     def estimate_args(self):
         """The `vramscope estimate` flags of this point (model path not included)."""
+        if is_unet(self.family):
+            return self._unet_estimate_args()
         args = ["--batch", str(self.batch), "--seq", str(self.seq), "--steps", str(self.steps),
                 "--precision", self.precision, "--optimizer", self.optimizer,
                 "--finetune", self.finetune, "--grad-ckpt", self.ckpt, "--attn", self.attn,
@@ -53,6 +67,19 @@ class Point:
             args += ["--gpus", str(self.gpus), "--fsdp", "full", "--fsdp-version", "2"]
         if self.finetune == "lora":
             # Dropout 0: the reference has no RNG-dependent mask in the adapters.
+            args += ["--lora-rank", str(self.lora_rank), "--lora-targets", self.lora_targets,
+                     "--lora-dropout", "0"]
+        return args
+
+    def _unet_estimate_args(self):
+        # No --transformers-version (diffusers runs the model) and no --no-attention-mask
+        # (a UNet call has no attention mask); --seq is the text length.
+        image_size = UNET_FAMILIES[self.family]["sample_size"] * VAE_SCALE
+        args = ["--batch", str(self.batch), "--seq", str(self.seq), "--image-size",
+                str(image_size), "--steps", str(self.steps), "--precision", self.precision,
+                "--optimizer", self.optimizer, "--finetune", self.finetune,
+                "--grad-ckpt", self.ckpt, "--attn", self.attn]
+        if self.finetune == "lora":
             args += ["--lora-rank", str(self.lora_rank), "--lora-targets", self.lora_targets,
                      "--lora-dropout", "0"]
         return args

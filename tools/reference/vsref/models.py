@@ -10,6 +10,7 @@ wrong at real width is wrong here too; small shapes only make small tensors (los
 scalars, step counters) weigh more, which makes the check stricter, not looser.
 """
 
+import copy
 import json
 import os
 
@@ -103,6 +104,54 @@ def reduce_config(config):
     return c
 
 
+# Diffusers UNet2DConditionModel families (run by vsref/unet.py under .venv/tf5 only,
+# which alone has diffusers). Unlike the families above these are not catalog files cut
+# down: each is written here at reference size (8x8 latents, 32/64 channels, 8 groups) with
+# the keys of the published config it imitates, so that the same code paths run.
+UNET_FAMILIES = {
+    # stable-diffusion-v1-5/unet/config.json: conv proj_in/proj_out (use_linear_projection
+    # absent), the legacy `attention_head_dim` that means the head count (8 heads of every
+    # width), cross-attention down blocks before a plain DownBlock2D and the mirror-image up
+    # path, UNetMidBlock2DCrossAttn (the default), no additional embedding.
+    "unet_sd15": {
+        "_class_name": "UNet2DConditionModel", "sample_size": 8, "in_channels": 4,
+        "out_channels": 4, "layers_per_block": 2, "block_out_channels": [32, 64, 64],
+        "down_block_types": ["CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D"],
+        "up_block_types": ["UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"],
+        "cross_attention_dim": 32, "attention_head_dim": 8, "norm_num_groups": 8,
+        "norm_eps": 1e-05, "act_fn": "silu", "flip_sin_to_cos": True, "freq_shift": 0,
+        "downsample_padding": 1, "mid_block_scale_factor": 1, "center_input_sample": False,
+    },
+    # stable-diffusion-xl-base-1.0/unet/config.json: linear proj_in/proj_out, per-block
+    # head counts and transformer_layers_per_block lists (2 transformer blocks in the last
+    # level, as SDXL's deeper levels have several), a plain first level, and the
+    # "text_time" additional embedding (text_embeds of width 80 - 6 * 8 = 32 plus six
+    # time ids through a sinusoidal projection).
+    "unet_sdxl": {
+        "_class_name": "UNet2DConditionModel", "sample_size": 8, "in_channels": 4,
+        "out_channels": 4, "layers_per_block": 2, "block_out_channels": [32, 64],
+        "down_block_types": ["DownBlock2D", "CrossAttnDownBlock2D"],
+        "up_block_types": ["CrossAttnUpBlock2D", "UpBlock2D"],
+        "attention_head_dim": [2, 4], "transformer_layers_per_block": [1, 2],
+        "use_linear_projection": True, "cross_attention_dim": 48,
+        "addition_embed_type": "text_time", "addition_time_embed_dim": 8,
+        "projection_class_embeddings_input_dim": 80, "norm_num_groups": 8, "norm_eps": 1e-05,
+        "act_fn": "silu", "flip_sin_to_cos": True, "freq_shift": 0,
+        "mid_block_type": "UNetMidBlock2DCrossAttn",
+    },
+}
+
+# vramscope's --image-size is in pixels; latent UNets see it through the VAE's 8x
+# downsampling (vramscope's default VAE scale), so sample_size latents = 8 x pixels.
+VAE_SCALE = 8
+
+
+def is_unet(family):
+    return family in UNET_FAMILIES
+
+
 def reference_config(family):
-    """The reduced config of `family`'s catalog model."""
+    """The reduced config of `family`: a catalog model cut down, or a UNet written above."""
+    if is_unet(family):
+        return copy.deepcopy(UNET_FAMILIES[family])
     return reduce_config(catalog_config(FAMILIES[family]))

@@ -9,7 +9,8 @@ do (attn_implementation, gradient_checkpointing_enable with use_reentrant, PEFT'
 get_peft_model, a bf16 cast or torch.autocast, torch.optim with an explicit foreach /
 fused choice), and runs `steps` training steps of the usual loop
 (zero_grad(set_to_none=True), model(**batch, labels=...), loss.backward(), step) under
-vramscope_trace, which writes every storage allocation and free.
+vramscope_trace, which writes every storage allocation and free. The diffusers UNet
+families run through vsref/unet.py instead, with diffusers' own training-script knobs.
 """
 
 import gc
@@ -23,6 +24,7 @@ import transformers
 import vramscope_trace
 
 from .knobs import point_from_json
+from .models import is_unet
 
 # The target modules of the lowering's --lora-targets names, per family (PEFT's
 # target_modules match module-name suffixes).
@@ -80,6 +82,11 @@ def make_batch(point, config):
 
 
 def run(point, config_dict, out_path):
+    if is_unet(point.family):
+        from . import unet  # diffusers: .venv/tf5 only
+
+        unet.run(point, config_dict, out_path)
+        return
     if point.gpus > 1:
         run_fsdp(point, config_dict, out_path)
         return

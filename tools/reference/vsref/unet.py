@@ -1,0 +1,131 @@
+"""Runs a UNet grid point: a real diffusers UNet2DConditionModel trained on CPU, recorded.
+
+Called by runner.py for the families of models.UNET_FAMILIES, inside .venv/tf5 (the only
+environment with diffusers, 0.42.1). The knobs follow diffusers' own training scripts
+(examples/text_to_image/train_text_to_image.py for full fine-tuning,
+train_text_to_image_lora.py for LoRA):
+
+- checkpointing: `unet.enable_gradient_checkpointing()`, which always passes
+  use_reentrant=False to torch.utils.checkpoint (diffusers' ModelMixin);
+- LoRA: `unet.requires_grad_(False)`, then `unet.add_adapter(LoraConfig(r, lora_alpha=r,
+  init_lora_weights="gaussian", target_modules=[to_k, to_q, to_v, to_out.0]))`, after the
+  dtype cast and before checkpointing is turned on, in the LoRA script's order;
+- attention: the default processor (AttnProcessor2_0, torch SDPA);
+- bf16-mixed: accelerate's `prepare(unet)` wraps only unet.forward in autocast and converts
+  its outputs to fp32 (convert_outputs_to_fp32); the scripts' mse_loss runs after it,
+  outside autocast, and so does it here.
+
+The batch stands in for what the scripts compute from the VAE and the text encoder (which
+train nothing): noisy latents, timesteps, text hidden states, the noise as target, and for
+"text_time" (SDXL) the pooled text embeddings and the six time ids.
+"""
+
+import diffusers
+import torch
+import torch.nn.functional as F
+import vramscope_trace
+
+from .knobs import UNET_CKPTS
+from .runner import make_optimizer
+
+# The lowering's --lora-targets names for diffusers' attention projections.
+_LORA_MODULES = {"q": "to_q", "k": "to_k", "v": "to_v", "o": "to_out.0"}
+# SDXL's time ids: original size, crop top-left and target size, two numbers each.
+_TIME_IDS = 6
+
+
+def _dtype(point):
+    # bf16 weights for "bf16"; fp32 weights for "fp32" and "bf16-mixed" (autocast).
+    return torch.bfloat16 if point.precision == "bf16" else torch.float32
+
+
+def _check(point):
+    """diffusers offers non-reentrant checkpointing and SDPA only (vsref/knobs.py)."""
+    if point.ckpt not in UNET_CKPTS or point.attn != "sdpa" or point.gpus != 1:
+        raise ValueError(f"{point.name()}: a UNet point takes ckpt none/full, attn sdpa, 1 GPU")
+
+
+def build_unet(point, config):
+    torch.manual_seed(0)
+    unet = diffusers.UNet2DConditionModel.from_config(config)
+    return unet.to(_dtype(point))
+
+
+def _lora_config(point):
+    import peft
+
+    targets = [_LORA_MODULES[key] for key in point.lora_targets.split(",")]
+    return peft.LoraConfig(r=point.lora_rank, lora_alpha=point.lora_rank, lora_dropout=0.0,
+                           init_lora_weights="gaussian", target_modules=targets)
+
+
+def apply_knobs(point, unet):
+    if point.finetune == "lora":
+        # add_adapter injects in place: the UNet stays the model that is called. PEFT keeps
+        # the adapters in the base weights' dtype here (bf16 under "bf16"); only the
+        # scripts' fp16 path upcasts them (cast_training_params), not in the grid.
+        unet.requires_grad_(False)
+        unet.add_adapter(_lora_config(point))
+    if point.ckpt == "full":
+        unet.enable_gradient_checkpointing()
+    unet.train()
+    return unet
+
+
+def make_batch(point, config):
+    """The UNet's inputs and the target, in the weights' dtype (bf16 under "bf16", else
+    fp32; the timesteps int64). The scripts' latents and text states are the frozen VAE's
+    and text encoder's outputs, in their weight_dtype, which is bf16 under mixed precision
+    too; here a bf16-mixed batch stays fp32 like its weights."""
+    g = torch.Generator().manual_seed(1)
+    dtype, b, size = _dtype(point), point.batch, config["sample_size"]
+    batch = {
+        "sample": torch.randn(b, config["in_channels"], size, size, generator=g, dtype=dtype),
+        "timestep": torch.randint(0, 1000, (b,), generator=g, dtype=torch.int64),
+        "encoder_hidden_states": torch.randn(b, point.seq, config["cross_attention_dim"],
+                                             generator=g, dtype=dtype),
+        "added_cond_kwargs": _added_cond(point, config, g, dtype),
+    }
+    batch["target"] = torch.randn(batch["sample"].shape, generator=g, dtype=dtype)
+    return batch
+
+
+def _added_cond(point, config, g, dtype):
+    if config.get("addition_embed_type") != "text_time":
+        return {}
+    # text_embeds' width is what the projection's input has left after the time ids.
+    time_width = _TIME_IDS * config["addition_time_embed_dim"]
+    text = config["projection_class_embeddings_input_dim"] - time_width
+    return {"text_embeds": torch.randn(point.batch, text, generator=g, dtype=dtype),
+            "time_ids": torch.randn(point.batch, _TIME_IDS, generator=g, dtype=dtype)}
+
+
+def predict(point, unet, batch):
+    mixed = point.precision == "bf16-mixed"
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mixed):
+        pred = unet(batch["sample"], batch["timestep"], batch["encoder_hidden_states"],
+                    added_cond_kwargs=batch["added_cond_kwargs"], return_dict=False)[0]
+    # accelerate's convert_outputs_to_fp32, outside the autocast: the bf16 output is
+    # dropped as the fp32 copy replaces it.
+    return pred.float() if mixed else pred
+
+
+def run(point, config, out_path):
+    _check(point)
+    unet = apply_knobs(point, build_unet(point, config))
+    optimizer = make_optimizer(point, unet)
+    batch = make_batch(point, config)
+    meta = [("reference", point.name()), ("diffusers", diffusers.__version__),
+            ("torch", torch.__version__)]
+    with vramscope_trace.record(out_path, model=unet, optimizer=optimizer, inputs=batch,
+                                meta=meta):
+        for _ in range(point.steps):
+            optimizer.zero_grad(set_to_none=True)
+            pred = predict(point, unet, batch)
+            loss = F.mse_loss(pred.float(), batch["target"].float(), reduction="mean")
+            loss.backward()
+            # The prediction lives through backward; the scripts keep model_pred longer
+            # still (until the next step replaces it), the grid drops it before step() as
+            # the transformers points drop their output.
+            del loss, pred
+            optimizer.step()
