@@ -29,8 +29,8 @@ class ConfigReader {
   // "models/x/config.json" or "config.json: text_config".
   ConfigReader(const nlohmann::json& object, std::string context);
 
-  bool Has(std::string_view key) const;     // present and not null
-  bool IsNull(std::string_view key) const;  // present and null
+  bool Has(std::string_view key) const;      // present and not null
+  bool IsNull(std::string_view key) const;   // present and null
   bool IsArray(std::string_view key) const;  // present and a JSON array
 
   // Integer in [min, max]; `def` when absent. Rejects strings, floats, bools.

@@ -61,7 +61,8 @@ void RefuseUnmodelled(ConfigReader& r) {
   auto require = [&](std::string_view key, std::string_view want, std::string def) {
     std::string got = r.String(key, std::move(def));
     if (r.ok() && got != want) {
-      r.Fail(key, fmt::format("{} is not lowered yet (only {})", common::QuoteForMessage(got), want));
+      r.Fail(key,
+             fmt::format("{} is not lowered yet (only {})", common::QuoteForMessage(got), want));
     }
   };
   require("act_fn", "silu", "silu");
@@ -272,7 +273,8 @@ void BuildUNet(const ModelSpec& spec, const ArchDetails&, ParamListBuilder& b) {
   const uint64_t c0 = u.block_out_channels[0];
   Conv(b, "conv_in", c0, u.in_channels, 3);
   TimeMlp(b, "time_embedding", c0, u.time_embed_dim);
-  if (u.text_time) TimeMlp(b, "add_embedding", u.projection_class_embeddings_input_dim, u.time_embed_dim);
+  if (u.text_time)
+    TimeMlp(b, "add_embedding", u.projection_class_embeddings_input_dim, u.time_embed_dim);
   DownBlocks(b, u);
   UpBlocks(b, u);
   if (u.mid_block) {

@@ -13,8 +13,8 @@ namespace vramscope {
 namespace {
 
 const ingest::Family* FindFamily(std::string_view model_type) {
-  for (const auto* list : {&ingest::DecoderFamilies(), &ingest::ClassicFamilies(),
-                           &ingest::DiffusersFamilies()}) {
+  for (const auto* list :
+       {&ingest::DecoderFamilies(), &ingest::ClassicFamilies(), &ingest::DiffusersFamilies()}) {
     for (const ingest::Family& f : *list) {
       if (f.model_type == model_type) return &f;
     }

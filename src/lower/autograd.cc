@@ -232,6 +232,16 @@ void Graph::UngradedOutput(uint64_t bytes) {
 
 void Graph::EndCheckpoint() {
   VS_CHECK(region_ != kNoRegion);
+  Region& r = regions_[region_];
+  // Nothing holds the closure when the region made no node (no input and no
+  // parameter needed a gradient: CheckpointFunction creates no node) or, for
+  // non-reentrant checkpointing, saved nothing (the frame lives only in the
+  // saved tensors' pack hooks): its inputs go as the call returns. A frozen
+  // UNet's resnets under LoRA (CPU fidelity traces) are such regions.
+  if (r.pending_nodes == 0 || (!r.reentrant && r.saves.empty())) {
+    for (TensorId t : r.kept) Drop(t);
+    r.kept.clear();
+  }
   region_ = kNoRegion;
 }
 
@@ -332,8 +342,7 @@ void Graph::Deliver(NodeId target, uint32_t slot, TensorId grad, uint32_t from_r
   const Tensor& held = tensors_[buffered];
   const uint64_t held_slice = node.slice_bytes[slot];
   const bool into_buffered =
-      held_slice == 0 &&
-      (node.is_accumulate ? held.from_cast && !under_dispatch_mode : !held.view);
+      held_slice == 0 && (node.is_accumulate ? held.from_cast && !under_dispatch_mode : !held.view);
   if (tensors_[buffered].refs == 1 && into_buffered) {
     Drop(grad);
   } else {

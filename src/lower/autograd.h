@@ -199,7 +199,7 @@ class Graph {
     bool is_accumulate = false;
     uint64_t accumulate_bytes = 0;
     TensorId* grad_slot = nullptr;
-    std::vector<TensorId> slots;        // incoming gradients
+    std::vector<TensorId> slots;  // incoming gradients
     // Per slot: the bytes of the gradient when it is a slice (a view of part of
     // its storage, kSlice), else 0.
     std::vector<uint64_t> slice_bytes;

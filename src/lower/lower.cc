@@ -8,7 +8,6 @@
 #include <fmt/format.h>
 
 #include "encoder.h"
-#include "unet.h"
 #include "ops.h"
 #include "optimizer.h"
 #include "placement.h"
@@ -17,6 +16,7 @@
 #include "sharding.h"
 #include "tape.h"
 #include "transformer.h"
+#include "unet.h"
 #include "vramscope/common/quote.h"
 
 namespace vramscope {
@@ -86,7 +86,8 @@ Status ValidateUNet(const ModelSpec& m, const TrainingSetup& s) {
         "--attn: diffusion UNets run diffusers' default AttnProcessor2_0 (SDPA); only sdpa is "
         "modelled");
   if (s.loss != LossKind::kHf)
-    return bad("--loss: diffusion UNets train on the MSE loss; chunked and fused losses do not apply");
+    return bad(
+        "--loss: diffusion UNets train on the MSE loss; chunked and fused losses do not apply");
   if (s.text_len == 0 || s.text_len > 4096)
     return bad(fmt::format("--text-len: {} is outside 1..4096", s.text_len));
   if (Result<uint64_t> side = UNetLatentSide(m, s); !side.ok()) return side.error();
@@ -386,6 +387,7 @@ class RankLowerer {
     if (span.head) {
       tape_.graph.Backward(f.loss);
       tape_.Drop(f.loss);
+      for (Var& v : f.held) tape_.Drop(v);
     } else {
       // The gradient received from the next stage seeds this stage's backward.
       tape_.SetModule("pipeline");

@@ -55,13 +55,17 @@ Var BaseLinear(Tape& tape, const Var& x, Param& weight, Param* bias, uint64_t to
 // x = x.to(lora_A.weight.dtype); result = result + lora_B(lora_A(dropout(x))) * scaling;
 // result.to(previous dtype). Adapters are fp32 (autocast_adapter_dtype=True).
 // The cast input replaces the local `x`, so it lives until forward returns
-// (peft 0.21.2 tuners/lora/layer.py Linear.forward).
+// (peft 0.21.2 tuners/lora/layer.py Linear.forward). The cast
+// (_cast_input_dtype) happens under autocast too: a half input (a diffusers
+// UNet's activations, an attention output) is copied to the adapters' fp32
+// before lora_A's autocast casts it back (CPU fidelity trace, UNet LoRA
+// bf16-mixed).
 Var LoraLinear(Tape& tape, const Var& x, Param& weight, Param* bias, uint64_t tokens,
                uint64_t out_features) {
   Var result = BaseLinear(tape, x, weight, bias, tokens, out_features);
   Param& a = tape.params[weight.lora_a];
   Param& b = tape.params[weight.lora_b];
-  Var xin = tape.autocast ? tape.Share(x) : Cast(tape, x, a.elem_bytes);
+  Var xin = Cast(tape, x, a.elem_bytes);
   Var dropped = Dropout(tape, xin, tape.lora_dropout);
   const uint64_t rank = a.numel / (x.numel / tokens);
   Var down = BaseLinear(tape, dropped, a, nullptr, tokens, rank);

@@ -139,8 +139,13 @@ Param LoadedParam(const ParamTensor& pt, const TrainingSetup& setup,
 }
 
 // lora_A [r, in] and lora_B [out, r] of one targeted weight, allocated.
+// `adapter_bytes`: the adapters' dtype. get_peft_model upcasts them to fp32
+// (PeftModel(autocast_adapter_dtype=True), peft 0.12-0.21); diffusers'
+// add_adapter injects them with inject_adapter_in_model, which keeps the base
+// layer's dtype (peft 0.21.2 tuners/lora/layer.py update_layer,
+// _move_adapter_to_device_of_base_layer; seen in the CPU fidelity traces).
 void AttachAdapterPair(Tape& tape, const ParamTensor& pt, size_t base, uint64_t rank,
-                       const StorageBytesFn& storage) {
+                       const StorageBytesFn& storage, uint8_t adapter_bytes) {
   // A Conv1D weight is stored [in, out] (peft's fan_in_fan_out layers take
   // in/out from it the same way).
   const uint64_t out_features = pt.conv1d ? pt.shape[1] : pt.shape[0];
@@ -151,14 +156,14 @@ void AttachAdapterPair(Tape& tape, const ParamTensor& pt, size_t base, uint64_t 
     ad.name = pt.module + (k == 0 ? ".lora_A.default.weight" : ".lora_B.default.weight");
     ad.module = tape.out()->Intern(pt.module + (k == 0 ? ".lora_A" : ".lora_B"));
     ad.numel = numels[k];
-    ad.elem_bytes = kF32;
-    ad.storage_bytes = ad.numel * kF32;
+    ad.elem_bytes = adapter_bytes;
+    ad.storage_bytes = ad.numel * adapter_bytes;
     ad.trainable = true;
     ad.unit = tape.params[base].unit;
     tape.graph.SetModule(ad.module);
     ad.var.t = tape.graph.Alloc(storage(ad), Category::kParameters, "peft::lora", ad.module);
     ad.var.numel = ad.numel;
-    ad.var.elem_bytes = kF32;
+    ad.var.elem_bytes = adapter_bytes;
     (k == 0 ? tape.params[base].lora_a : tape.params[base].lora_b) =
         static_cast<int>(tape.params.size());
     tape.params.push_back(std::move(ad));
@@ -267,8 +272,8 @@ void PlaceParameters(Tape& tape, const ModelSpec& model, const TrainingSetup& se
 
 Result<uint64_t> AttachLoraAdapters(Tape& tape, const ModelSpec& model, const TrainingSetup& setup,
                                     bool whole_model, const StorageBytesFn& storage) {
-  // Trainable and fp32: peft get_peft_model(autocast_adapter_dtype=True)
-  // upcasts 16-bit adapters.
+  // Trainable; fp32 through get_peft_model, the base weight's dtype through
+  // diffusers' add_adapter (AttachAdapterPair).
   uint64_t lora_params = 0;
   const size_t base_count = tape.params.size();
   for (size_t i = 0; i < base_count; ++i) {
@@ -276,7 +281,8 @@ Result<uint64_t> AttachLoraAdapters(Tape& tape, const ModelSpec& model, const Tr
     const uint64_t adapter = LoraAdapterParams(pt, setup);
     if (adapter == 0 || tape.params[i].unit < 0) continue;
     lora_params += adapter;
-    AttachAdapterPair(tape, pt, i, setup.lora_rank, storage);
+    const uint8_t adapter_bytes = model.is_unet ? tape.params[i].elem_bytes : kF32;
+    AttachAdapterPair(tape, pt, i, setup.lora_rank, storage, adapter_bytes);
   }
   if (lora_params == 0 && whole_model) {
     return MakeError(fmt::format("--lora-targets: none of '{}' matches a linear layer of {}",

@@ -49,6 +49,9 @@ ModelParams IndexParams(const ModelSpec& spec, std::vector<Param>& params);
 struct ForwardOut {
   Var loss;  // scalar fp32 loss with its grad_fn; a pipeline stage without
              // the head: the hidden states it sends to the next stage
+  // Outputs the training script keeps until its backward has run (a UNet's
+  // model_pred); dropped after it.
+  std::vector<Var> held;
 };
 
 // The part of the model one pipeline stage runs (by default all of it).

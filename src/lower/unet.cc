@@ -51,7 +51,7 @@ struct UNetRun {
   UNetParams& params;
   uint64_t batch = 1;
   bool ckpt = false;
-  Var temb;     // the time embedding (`emb`), every resnet's time input
+  Var temb;  // the time embedding (`emb`), every resnet's time input
   // Locals of UNet2DConditionModel.forward that live until it returns: t_emb
   // and (SDXL) aug_emb.
   Var t_emb, aug_emb;
@@ -169,8 +169,8 @@ Var Resnet(UNetRun& r, const std::string& m, const Var& x, uint64_t in_c, uint64
   r.Module(m + ".nonlinearity");
   Var ts = Silu(tape, r.temb);
   r.Module(m + ".time_emb_proj");
-  Var tp = Linear(tape, ts, r.P(m + ".time_emb_proj.weight"), r.Bias(m + ".time_emb_proj"), b,
-                  out_c);
+  Var tp =
+      Linear(tape, ts, r.P(m + ".time_emb_proj.weight"), r.Bias(m + ".time_emb_proj"), b, out_c);
   tape.Drop(ts);
   r.Module(m);
   Var s = Add(tape, c1, tp);  // temb[:, :, None, None] broadcasts over H, W
@@ -252,8 +252,8 @@ Var GegluFeedForward(UNetRun& r, const std::string& m, const Var& x, uint64_t to
   Tape& tape = r.tape;
   const uint64_t inner = 4 * c;
   r.Module(m + ".net.0.proj");
-  Var proj = Linear(tape, x, r.P(m + ".net.0.proj.weight"), r.Bias(m + ".net.0.proj"), tokens,
-                    2 * inner);
+  Var proj =
+      Linear(tape, x, r.P(m + ".net.0.proj.weight"), r.Bias(m + ".net.0.proj"), tokens, 2 * inner);
   r.Module(m + ".net.0");
   std::vector<Var> halves = Split(tape, proj, {tokens * inner, tokens * inner});
   tape.Drop(proj);
@@ -321,8 +321,8 @@ Var SpatialTransformer(UNetRun& r, const std::string& m, const Var& x, uint64_t 
   Tape& tape = r.tape;
   const uint64_t tokens = r.batch * hw;
   r.Module(m + ".norm");
-  Var g = GroupNorm(tape, x, r.P(m + ".norm.weight"), r.P(m + ".norm.bias"),
-                    r.batch * r.u.norm_groups);
+  Var g =
+      GroupNorm(tape, x, r.P(m + ".norm.weight"), r.P(m + ".norm.bias"), r.batch * r.u.norm_groups);
   r.Module(m + ".proj_in");
   Var h;
   if (r.u.linear_projection) {
@@ -336,8 +336,8 @@ Var SpatialTransformer(UNetRun& r, const std::string& m, const Var& x, uint64_t 
   }
   tape.Drop(g);
   for (uint64_t i = 0; i < depth; ++i) {
-    Var next = TransformerBlock(r, fmt::format("{}.transformer_blocks.{}", m, i), h, tokens, c,
-                                heads);
+    Var next =
+        TransformerBlock(r, fmt::format("{}.transformer_blocks.{}", m, i), h, tokens, c, heads);
     tape.Drop(h);
     h = next;
   }
@@ -353,8 +353,7 @@ Var SpatialTransformer(UNetRun& r, const std::string& m, const Var& x, uint64_t 
     r.Module(m);
     Var nchw = Contiguous(tape, h);  // reshape + permute(0, 3, 1, 2).contiguous()
     r.Module(m + ".proj_out");
-    out_proj = Conv2d(tape, nchw, r.P(m + ".proj_out.weight"), r.Bias(m + ".proj_out"),
-                      tokens * c);
+    out_proj = Conv2d(tape, nchw, r.P(m + ".proj_out.weight"), r.Bias(m + ".proj_out"), tokens * c);
     tape.Drop(nchw);
   }
   r.Module(m);
@@ -390,8 +389,8 @@ UNetInputs MakeInputs(UNetRun& r, uint64_t latent, uint8_t bytes) {
 }
 
 void DropInputs(Tape& tape, UNetInputs& in) {
-  for (Var* v : {&in.sample, &in.timesteps, &in.context, &in.target, &in.text_embeds,
-                 &in.time_ids}) {
+  for (Var* v :
+       {&in.sample, &in.timesteps, &in.context, &in.target, &in.text_embeds, &in.time_ids}) {
     if (v->t != kNoTensor) tape.Drop(*v);
   }
 }
@@ -547,16 +546,26 @@ ForwardOut UNetForward(Tape& tape, const ModelSpec& spec, UNetParams& params,
   for (Var* v : {&r.temb, &r.t_emb, &r.aug_emb, &r.context}) {
     if (v->t != kNoTensor) tape.Drop(*v);
   }
-  // F.mse_loss(model_pred.float(), target.float(), reduction="mean").
   tape.SetModule("");
+  // Under mixed precision accelerate's prepare() wraps forward with
+  // convert_outputs_to_fp32 (accelerate 1.15 utils/operations.py): the half
+  // output is replaced by its fp32 copy as the forward returns.
+  if (tape.autocast) {
+    Var pred32 = Cast(tape, pred, kF32);
+    tape.Drop(pred);
+    pred = pred32;
+  }
+  // The script's `model_pred` lives past backward;
+  // F.mse_loss(model_pred.float(), target.float(), reduction="mean").
   Var pred32 = Cast(tape, pred, kF32);
   Var target32 = Cast(tape, in.target, kF32);
   Var loss = MseLoss(tape, pred32, target32);
   tape.Drop(pred32);
   tape.Drop(target32);
-  tape.Drop(pred);
   DropInputs(tape, in);
-  return ForwardOut{loss};
+  ForwardOut out{loss, {}};
+  out.held.push_back(pred);
+  return out;
 }
 
 }  // namespace vramscope::lower

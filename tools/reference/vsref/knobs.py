@@ -73,9 +73,9 @@ class Point:
 
     def _unet_estimate_args(self):
         # No --transformers-version (diffusers runs the model) and no --no-attention-mask
-        # (a UNet call has no attention mask); --seq is the text length.
+        # (a UNet call has no attention mask); the point's seq is the text length.
         image_size = UNET_FAMILIES[self.family]["sample_size"] * VAE_SCALE
-        args = ["--batch", str(self.batch), "--seq", str(self.seq), "--image-size",
+        args = ["--batch", str(self.batch), "--text-len", str(self.seq), "--image-size",
                 str(image_size), "--steps", str(self.steps), "--precision", self.precision,
                 "--optimizer", self.optimizer, "--finetune", self.finetune,
                 "--grad-ckpt", self.ckpt, "--attn", self.attn]

@@ -72,13 +72,17 @@ def apply_knobs(point, unet):
     return unet
 
 
+def _batch_dtype(point):
+    # The scripts' latents, noise and text states come from the frozen VAE and text
+    # encoder in their weight_dtype: bf16 under "bf16" and under mixed precision.
+    return torch.float32 if point.precision == "fp32" else torch.bfloat16
+
+
 def make_batch(point, config):
-    """The UNet's inputs and the target, in the weights' dtype (bf16 under "bf16", else
-    fp32; the timesteps int64). The scripts' latents and text states are the frozen VAE's
-    and text encoder's outputs, in their weight_dtype, which is bf16 under mixed precision
-    too; here a bf16-mixed batch stays fp32 like its weights."""
+    """The UNet's inputs and the target in the scripts' weight_dtype (_batch_dtype); the
+    timesteps int64."""
     g = torch.Generator().manual_seed(1)
-    dtype, b, size = _dtype(point), point.batch, config["sample_size"]
+    dtype, b, size = _batch_dtype(point), point.batch, config["sample_size"]
     batch = {
         "sample": torch.randn(b, config["in_channels"], size, size, generator=g, dtype=dtype),
         "timestep": torch.randint(0, 1000, (b,), generator=g, dtype=torch.int64),
