@@ -122,6 +122,7 @@ Result<Report> ComputeSimulate(const SimulateArgs& args) {
     }
     rank.extras.cuda_context_bytes = gpu.cuda_context_bytes;
     rank.device_total_bytes = DeviceTotalBytes(rank.sim, rank.extras);
+    rank.saved = SavedAtEndOfForward(events);
     return rank;
   };
 

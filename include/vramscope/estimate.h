@@ -42,6 +42,13 @@ Result<Estimated> Estimate(const ModelSpec& model, const TrainingSetup& setup,
 // The defaults an estimate of `setup` rests on, each with the flag that
 // changes it (the report's "Assumed" section, JSON `assumptions`).
 std::vector<Assumption> DescribeAssumptions(const TrainingSetup& setup);
+// The same for `model`: a diffusers UNet rests on other defaults (inputs, the
+// MSE loss, diffusers' attention processor).
+std::vector<Assumption> DescribeAssumptions(const ModelSpec& model, const TrainingSetup& setup);
+// DescribeSetup, with a UNet's image knobs in place of the sequence and the
+// transformers-only ones.
+std::vector<std::pair<std::string, std::string>> DescribeKnobs(const ModelSpec& model,
+                                                               const TrainingSetup& setup);
 
 // Plain-words lines about the peak of a report: when it happens, what is
 // alive, the largest tensor.

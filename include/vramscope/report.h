@@ -16,6 +16,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "vramscope/gpu.h"
+#include "vramscope/saved_activations.h"
 #include "vramscope/simulate.h"
 
 namespace vramscope {
@@ -55,6 +56,8 @@ struct RankReport {
   DeviceExtras extras;
   uint64_t device_total_bytes = 0;  // peak reserved + extras
   uint64_t host_peak_bytes = 0;
+  // What the forward left alive for backward, by block and op (estimates only).
+  std::optional<SavedActivations> saved;
 };
 
 // Version of the JSON report layout (docs/json-schema.md). Raised when a key

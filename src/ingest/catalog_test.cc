@@ -106,7 +106,8 @@ TEST(CatalogTest, DataFilesAreNamedAfterTheirAlias) {
          {"alias", "hub_id", "family", "reference_parameters", "reference_source"}) {
       EXPECT_TRUE(meta.contains(key)) << entry.path() << " lacks _vramscope." << key;
     }
-    EXPECT_TRUE(root.contains("model_type")) << entry.path();
+    // transformers configs name their model_type; diffusers' their _class_name.
+    EXPECT_TRUE(root.contains("model_type") || root.contains("_class_name")) << entry.path();
   }
   EXPECT_EQ(files, ModelCatalog().size()) << "the build embeds a stale catalog: re-run cmake";
 }

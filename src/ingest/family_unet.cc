@@ -113,6 +113,20 @@ void CheckDivisibility(ConfigReader& r, const UNetSpec& u) {
   }
 }
 
+// Resnets and transformer blocks: the units the work budget counts as layers
+// (each lowers to fewer events than a decoder layer). At most 8 blocks x 65
+// resnets x 64 transformer layers: no overflow.
+uint64_t UNetUnits(const UNetSpec& u) {
+  const size_t n = u.block_out_channels.size();
+  uint64_t units = 0;
+  for (size_t i = 0; i < n; ++i) {
+    units += u.layers_per_block * (1 + (u.down_cross[i] ? u.transformer_layers[i] : 0));
+    units += (u.layers_per_block + 1) * (1 + (u.up_cross[i] ? u.transformer_layers[n - 1 - i] : 0));
+  }
+  if (u.mid_block) units += 2 + u.transformer_layers.back();
+  return units;
+}
+
 void ReadUNet(ConfigReader& r, ModelSpec& spec, ArchDetails&) {
   UNetSpec& u = spec.unet;
   spec.is_unet = true;
@@ -168,7 +182,7 @@ void ReadUNet(ConfigReader& r, ModelSpec& spec, ArchDetails&) {
   // Fields the shared code reads (reports, the work budget).
   spec.hidden_size = u.block_out_channels.back();
   spec.num_heads = u.heads.back();
-  spec.num_layers = blocks;
+  spec.num_layers = UNetUnits(u);
   spec.norm = NormKind::kLayerNorm;
 }
 

@@ -183,11 +183,65 @@ TEST(ParamInvariantsTest, EveryCatalogModel) {
       }
       if (p.layer >= 0) per_layer[p.layer] += p.numel;
     }
+    if (s.is_unet) continue;  // no numbered layers: units of blocks (family_unet.cc)
     // Every decoder layer is present.
     EXPECT_EQ(per_layer.size(), s.num_layers);
     EXPECT_GT(s.head_dim, 0u);
     EXPECT_EQ(s.num_heads % s.num_kv_heads, 0u);
   }
+}
+
+// Stable Diffusion 1.5's UNet, block by block, against diffusers 0.42.1's
+// UNet2DConditionModel built from the same config (named_parameters() on the
+// meta device): the totals, the order of the top-level modules and a few
+// shapes that depend on the up blocks' skip channels.
+TEST(UNetParamsTest, StableDiffusion15MatchesDiffusers) {
+  ModelSpec s = Load("sd-1.5-unet");
+  ASSERT_TRUE(s.is_unet);
+  EXPECT_EQ(s.ParameterCount(), 859'520'964u);
+  std::map<std::string, std::vector<uint64_t>> shape;
+  std::vector<std::string> top;
+  for (const ParamTensor& p : s.params) {
+    shape[p.name] = p.shape;
+    const std::string head = p.name.substr(0, p.name.find('.'));
+    if (top.empty() || top.back() != head) top.push_back(head);
+  }
+  EXPECT_EQ(top, (std::vector<std::string>{"conv_in", "time_embedding", "down_blocks", "up_blocks",
+                                           "mid_block", "conv_norm_out", "conv_out"}));
+  using Shape = std::vector<uint64_t>;
+  EXPECT_EQ(shape["conv_in.weight"], (Shape{320, 4, 3, 3}));
+  EXPECT_EQ(shape["time_embedding.linear_1.weight"], (Shape{1280, 320}));
+  // up_blocks.0 resnets take 1280 + the 1280-channel skips; the last resnet
+  // of up_blocks.3 takes 320 + the 320-channel conv_in skip.
+  EXPECT_EQ(shape["up_blocks.0.resnets.0.conv1.weight"], (Shape{1280, 2560, 3, 3}));
+  EXPECT_EQ(shape["up_blocks.1.resnets.2.conv1.weight"], (Shape{1280, 1920, 3, 3}));
+  EXPECT_EQ(shape["up_blocks.3.resnets.2.conv_shortcut.weight"], (Shape{320, 640, 1, 1}));
+  EXPECT_EQ(shape["down_blocks.1.attentions.0.transformer_blocks.0.attn2.to_k.weight"],
+            (Shape{640, 768}));
+  EXPECT_EQ(shape["down_blocks.1.attentions.0.transformer_blocks.0.ff.net.0.proj.weight"],
+            (Shape{5120, 640}));
+  EXPECT_EQ(shape["mid_block.attentions.0.proj_in.weight"], (Shape{1280, 1280, 1, 1}));
+  EXPECT_FALSE(shape.contains("down_blocks.3.downsamplers.0.conv.weight"));
+}
+
+// SDXL's base UNet: linear projections, 1/2/10 transformer layers, the
+// text_time added embedding (diffusers 0.42.1: 2,567,463,684 parameters).
+TEST(UNetParamsTest, StableDiffusionXlMatchesDiffusers) {
+  ModelSpec s = Load("sdxl-base-unet");
+  EXPECT_EQ(s.ParameterCount(), 2'567'463'684u);
+  uint64_t blocks_in_down2 = 0, add_embedding = 0;
+  for (const ParamTensor& p : s.params) {
+    if (p.name.starts_with("down_blocks.2.attentions.0.transformer_blocks.") &&
+        p.name.ends_with(".norm1.weight"))
+      ++blocks_in_down2;
+    if (p.name.starts_with("add_embedding.")) add_embedding += p.numel;
+    if (p.name == "mid_block.attentions.0.proj_in.weight") {
+      EXPECT_EQ(p.shape, (std::vector<uint64_t>{1280, 1280}));
+      EXPECT_TRUE(p.is_linear_weight);
+    }
+  }
+  EXPECT_EQ(blocks_in_down2, 10u);
+  EXPECT_EQ(add_embedding, (2816u * 1280 + 1280) + (1280u * 1280 + 1280));
 }
 
 }  // namespace

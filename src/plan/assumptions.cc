@@ -110,7 +110,99 @@ std::string Loss(const TrainingSetup& s) {
   return "";
 }
 
+// A diffusers UNet's weights: the two training scripts keep the UNet in fp32
+// under accelerate's autocast (full fine-tuning, train_text_to_image.py) or
+// cast it to the weight dtype (LoRA, train_text_to_image_lora.py).
+std::string UNetWeights(const TrainingSetup& s) {
+  switch (s.precision) {
+    case Precision::kFp32: return "fp32 weights, gradients and optimizer state; no autocast";
+    case Precision::kBf16Mixed:
+    case Precision::kFp16Mixed:
+      return fmt::format(
+          "fp32 weights under accelerate's torch.autocast({}){}: GroupNorm and LayerNorm run in "
+          "fp32 on CUDA, convolutions and attention in {}; the output is converted to fp32",
+          s.precision == Precision::kBf16Mixed ? "bfloat16" : "float16",
+          s.precision == Precision::kFp16Mixed ? " with a GradScaler" : "",
+          s.precision == Precision::kBf16Mixed ? "bf16" : "fp16");
+    case Precision::kBf16:
+    case Precision::kFp16:
+      return fmt::format("{} weights, gradients and optimizer state (no autocast)",
+                         s.precision == Precision::kBf16 ? "bf16" : "fp16");
+  }
+  return "";
+}
+
+std::vector<Assumption> DescribeUNetAssumptions(const ModelSpec& model, const TrainingSetup& s,
+                                                uint64_t latent) {
+  const UNetSpec& u = model.unet;
+  std::vector<Assumption> out;
+  out.push_back({"weights", UNetWeights(s), "--precision"});
+  if (s.finetune != Finetune::kFull) {
+    out.push_back({"adapters",
+                   fmt::format("PEFT LoRA through diffusers' add_adapter, rank {}, on {} (to_q, "
+                               "to_k, to_v, to_out.0 are q, k, v, o); adapters in the UNet's "
+                               "dtype; the rest frozen",
+                               s.lora_rank, fmt::join(s.lora_targets, ",")),
+                   "--lora-rank, --lora-targets"});
+  }
+  out.push_back({"optimizer", Optimizer(s), "--optimizer"});
+  out.push_back({"inputs",
+                 fmt::format("noisy latents {} x {} x {} x {} ({} px images / --vae-scale {}) and "
+                             "text states {} x {} x {}, in {}; the VAE and the text encoder are "
+                             "not on the GPU (precomputed, or add their weights yourself)",
+                             s.batch, u.in_channels, latent, latent, latent * s.vae_scale,
+                             s.vae_scale, s.batch, s.text_len, u.cross_attention_dim,
+                             s.precision == Precision::kFp32 ? "fp32" : "the 16-bit weight dtype"),
+                 "--image-size, --vae-scale, --text-len"});
+  out.push_back({"attention",
+                 "diffusers' AttnProcessor2_0: torch SDPA without a mask, flash (16-bit) or "
+                 "memory-efficient (fp32) kernels, no b x heads x hw x hw scores",
+                 ""});
+  out.push_back({"loss",
+                 "F.mse_loss(model_pred.float(), target.float()) as diffusers' training scripts "
+                 "compute it; model_pred lives until backward has run",
+                 ""});
+  out.push_back({"cuDNN",
+                 "cuDNN's workspace is not modelled: its size depends on the algorithm cuDNN picks "
+                 "at run time",
+                 ""});
+  out.push_back({"libraries",
+                 fmt::format("diffusers 0.42, peft 0.21 and torch {}.{} behaviour",
+                             s.torch_version / 100, s.torch_version % 100),
+                 "--torch-version"});
+  out.push_back(
+      {"steps", fmt::format("{} optimizer steps simulated; the peak is the worst of them", s.steps),
+       "--steps"});
+  return out;
+}
+
 }  // namespace
+
+std::vector<Assumption> DescribeAssumptions(const ModelSpec& model, const TrainingSetup& s) {
+  if (!model.is_unet) return DescribeAssumptions(s);
+  const uint64_t image = s.image_size ? s.image_size : model.unet.sample_size * s.vae_scale;
+  return DescribeUNetAssumptions(model, s, s.vae_scale ? image / s.vae_scale : 0);
+}
+
+std::vector<std::pair<std::string, std::string>> DescribeKnobs(const ModelSpec& model,
+                                                               const TrainingSetup& s) {
+  std::vector<std::pair<std::string, std::string>> knobs = DescribeSetup(s);
+  if (!model.is_unet) return knobs;
+  // A UNet has no sequence, no transformers loss and no transformers version:
+  // its knobs are the image, the latent scale and the text length.
+  const uint64_t image = s.image_size ? s.image_size : model.unet.sample_size * s.vae_scale;
+  std::vector<std::pair<std::string, std::string>> out;
+  for (auto& [key, value] : knobs) {
+    if (key == "seq" || key == "loss" || key == "transformers_version" || key == "attn") continue;
+    out.emplace_back(std::move(key), std::move(value));
+    if (out.back().first == "batch") {
+      out.emplace_back("image_size", std::to_string(image));
+      out.emplace_back("vae_scale", std::to_string(s.vae_scale));
+      out.emplace_back("text_len", std::to_string(s.text_len));
+    }
+  }
+  return out;
+}
 
 std::vector<Assumption> DescribeAssumptions(const TrainingSetup& s) {
   std::vector<Assumption> out;

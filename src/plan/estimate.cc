@@ -44,8 +44,8 @@ Result<Estimated> Estimate(const ModelSpec& model, const TrainingSetup& setup,
   report.command = "estimate";
   report.source = model.name;
   report.gpu = gpu;
-  report.knobs = DescribeSetup(setup);
-  report.assumptions = DescribeAssumptions(setup);
+  report.knobs = DescribeKnobs(model, setup);
+  report.assumptions = DescribeAssumptions(model, setup);
   // Where the model came from (catalog, file, Hub cache) first, then the
   // lowering's assumptions.
   report.notes = model.notes;
@@ -67,6 +67,7 @@ Result<Estimated> Estimate(const ModelSpec& model, const TrainingSetup& setup,
     rank.extras.other_bytes = lowered.managed_bytes;
     rank.device_total_bytes = DeviceTotalBytes(rank.sim, rank.extras);
     rank.host_peak_bytes = lowered.host_peak_bytes;
+    rank.saved = SavedAtEndOfForward(lowered.stream);
     report.ranks.push_back(std::move(rank));
     for (auto& note : lowered.notes) {
       if (std::find(report.notes.begin(), report.notes.end(), note) == report.notes.end()) {

@@ -79,6 +79,36 @@ std::vector<WhatIf> Candidates() {
 
 }  // namespace
 
+namespace {
+
+// "a (12%), b (9%)" for the first `n` rows of a largest-first grouping.
+std::string Largest(const std::vector<std::pair<std::string, uint64_t>>& rows, uint64_t total,
+                    size_t n) {
+  std::string out;
+  for (size_t i = 0; i < rows.size() && i < n; ++i) {
+    out += fmt::format(
+        "{}{} {} ({:.0f}%)", i ? ", " : "", rows[i].first, FormatBytes(rows[i].second),
+        total ? 100.0 * static_cast<double>(rows[i].second) / static_cast<double>(total) : 0.0);
+  }
+  return out;
+}
+
+// The activations' side of the story (seed 001): how much the forward keeps
+// for backward, where in the model and which layers made it.
+std::string ExplainSaved(const SavedActivations& saved, uint64_t peak_bytes) {
+  return fmt::format(
+      "The forward keeps {} for backward at the end of step {} ({:.0f}% of the peak's size); by "
+      "block: {}; the layers whose outputs or inputs these are: {}. This part grows with the "
+      "micro-batch and the sequence length or image area; checkpointing (--grad-ckpt) trades it "
+      "for recomputation.",
+      FormatBytes(saved.total_bytes), saved.step,
+      peak_bytes ? 100.0 * static_cast<double>(saved.total_bytes) / static_cast<double>(peak_bytes)
+                 : 0.0,
+      Largest(saved.by_block, saved.total_bytes, 3), Largest(saved.by_layer, saved.total_bytes, 3));
+}
+
+}  // namespace
+
 std::vector<std::string> ExplainPeak(const Report& report) {
   std::vector<std::string> lines;
   const RankReport& r = report.worst();
@@ -113,6 +143,7 @@ std::vector<std::string> ExplainPeak(const Report& report) {
                     FormatBytes(top.block_bytes), CategoryJsonKey(top.category), top.op,
                     top.module.empty() ? "(no module)" : top.module));
   }
+  if (r.saved) lines.push_back(ExplainSaved(*r.saved, sim.peak_allocated_bytes));
   return lines;
 }
 

@@ -76,6 +76,24 @@ Json ReservedByStream(const SimResult& sim) {
   return out;
 }
 
+Json Grouped(const std::vector<std::pair<std::string, uint64_t>>& rows, const char* key) {
+  Json out = Json::array();
+  for (const auto& [name, bytes] : rows) out.push_back({{key, name}, {"bytes", bytes}});
+  return out;
+}
+
+// What the forward left alive for backward (null for snapshots and streams
+// without a backward).
+Json Saved(const RankReport& rank) {
+  if (!rank.saved) return nullptr;
+  const SavedActivations& s = *rank.saved;
+  return {{"step", s.step},
+          {"total_bytes", s.total_bytes},
+          {"by_block", Grouped(s.by_block, "block")},
+          {"by_layer", Grouped(s.by_layer, "layer")},
+          {"by_op", Grouped(s.by_op, "op")}};
+}
+
 // The per-rank-class fields: the contract's numbers plus the extras. The top
 // level repeats these for the worst class.
 void AddRankFields(const Report& report, const RankReport& rank, Json* out) {
@@ -109,6 +127,7 @@ void AddRankFields(const Report& report, const RankReport& rank, Json* out) {
   o["live_at_peak_count"] = sim.live_at_peak_count;
   o["oom"] = Oom(sim);
   o["state_only"] = rank.state_only;
+  o["saved_for_backward"] = Saved(rank);
   if (rank.full) {
     o["full_requirement"] = {{"peak_allocated_bytes", rank.full->peak_allocated_bytes},
                              {"peak_reserved_bytes", rank.full->peak_reserved_bytes},
@@ -163,9 +182,10 @@ Json ReportToJson(const Report& report) {
   root["headroom_bytes"] = report.headroom_bytes();
   root["needed_bytes"] = report.needed_bytes();
   root["worst_rank_class"] = worst.rank_class;
-  for (const char* key : {"peak", "fragmentation_at_peak_bytes", "peak_active_bytes",
-                          "reserved_by_stream", "device_view", "top_allocations",
-                          "live_at_peak_count", "oom", "full_requirement", "state_only"}) {
+  for (const char* key :
+       {"peak", "fragmentation_at_peak_bytes", "peak_active_bytes", "reserved_by_stream",
+        "device_view", "top_allocations", "live_at_peak_count", "oom", "full_requirement",
+        "state_only", "saved_for_backward"}) {
     root[key] = worst_fields[key];
   }
   Json knobs = Json::object();

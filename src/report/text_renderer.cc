@@ -225,6 +225,41 @@ void RenderTop(const SimResult& sim, bool state_only, std::string* out) {
   }
 }
 
+// Rows of a largest-first grouping: the first `shown`, then the rest in one line.
+void RenderGroupRows(const std::vector<std::pair<std::string, uint64_t>>& rows, uint64_t total,
+                     size_t shown, std::string_view rest_label, std::string* out) {
+  uint64_t rest = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (i >= shown) {
+      rest = common::SaturatingAdd(rest, rows[i].second);
+      continue;
+    }
+    Line(out,
+         fmt::format("    {}{}  {:>6}  {}", PadRight(ClipText(SanitizeText(rows[i].first), 30), 32),
+                     GiBColumn(rows[i].second), FormatPercent(rows[i].second, total),
+                     Bar(rows[i].second, total)));
+  }
+  if (rest > 0) {
+    Line(out, fmt::format("    {}{}  {:>6}",
+                          PadRight(fmt::format("{} more {}", rows.size() - shown, rest_label), 32),
+                          GiBColumn(rest), FormatPercent(rest, total)));
+  }
+}
+
+// What the forward leaves alive for backward: the memory that batch size and
+// resolution or sequence length scale, by block and by the op that made it.
+void RenderSaved(const RankReport& rank, std::string* out) {
+  if (!rank.saved) return;
+  const SavedActivations& saved = *rank.saved;
+  Line(out);
+  Line(out, fmt::format("Saved for backward at the end of step {}'s forward: {}", saved.step,
+                        FormatBytes(saved.total_bytes)));
+  Line(out, "  by block");
+  RenderGroupRows(saved.by_block, saved.total_bytes, 8, "blocks", out);
+  Line(out, "  by the layer that made it");
+  RenderGroupRows(saved.by_layer, saved.total_bytes, 6, "layers", out);
+}
+
 void RenderOom(const SimResult& sim, std::string* out) {
   if (!sim.oom) return;
   const OomInfo& oom = *sim.oom;
@@ -255,6 +290,7 @@ void RenderRank(const RankReport& rank, std::string* out) {
   if (!rank.state_only) RenderPeak(rank.sim, out);
   RenderBreakdown(rank.sim, rank.state_only, out);
   if (!rank.state_only) RenderPhases(rank.sim, out);
+  RenderSaved(rank, out);
   RenderTop(rank.sim, rank.state_only, out);
   RenderOom(rank.sim, out);
 }
