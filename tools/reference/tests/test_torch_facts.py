@@ -156,3 +156,59 @@ def test_gradients_reaching_an_input_as_views_are_summed_out_of_place():
     # reshaped back: a view whose base stays alive. Rule: GradOut::view, Graph::Deliver.
     assert _accumulation_ops(through_linear=False) == ["aten::add_"]
     assert _accumulation_ops(through_linear=True) == ["aten::add"]
+
+
+# --- diffusion UNets (src/lower/unet.cc, unet_ops.cc) ---------------------------------
+
+def test_mse_loss_keeps_the_unreduced_buffer_as_its_storage():
+    """unet_ops.cc MseLoss: the 0-d mean holds a storage the size of the elementwise loss."""
+    pred = torch.randn(2, 4, 8, 8, requires_grad=True)
+    loss = torch.nn.functional.mse_loss(pred, torch.randn(2, 4, 8, 8))
+    assert loss.dim() == 0
+    assert loss.untyped_storage().nbytes() == pred.numel() * 4
+
+
+def test_group_norm_statistics_are_fp32_only_for_mixed_dtypes():
+    """unet_ops.cc GroupNorm: mean and rstd take the input's dtype unless the weight's differs;
+    CPU autocast leaves group_norm in the input's dtype (CUDA's fp32 list has it)."""
+    x = torch.randn(2, 8, 4, 4).bfloat16()
+    w, b = torch.ones(8), torch.zeros(8)
+    _, mean, rstd = torch.ops.aten.native_group_norm(x, w, b, 2, 8, 16, 4, 1e-5)
+    assert (mean.dtype, rstd.dtype) == (torch.float32, torch.float32)
+    _, mean, rstd = torch.ops.aten.native_group_norm(x, w.bfloat16(), b.bfloat16(), 2, 8, 16, 4,
+                                                     1e-5)
+    assert (mean.dtype, rstd.dtype) == (torch.bfloat16, torch.bfloat16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch.nn.GroupNorm(4, 8)(x).dtype == torch.bfloat16
+
+
+def test_a_checkpoint_that_saves_nothing_does_not_keep_its_inputs():
+    """autograd.cc EndCheckpoint: non-reentrant checkpointing of a region where nothing
+    needs a gradient keeps no reference to its input (a frozen UNet resnet under LoRA)."""
+    import weakref
+
+    from torch.utils.checkpoint import checkpoint
+
+    layer = torch.nn.Linear(16, 16).requires_grad_(False)
+    x = torch.randn(4, 16)
+    out = checkpoint(layer, x, use_reentrant=False)
+    ref = weakref.ref(x)
+    del x
+    assert ref() is None
+    assert out.grad_fn is None
+
+
+def test_peft_casts_a_half_input_to_the_adapters_dtype_under_autocast():
+    """ops.cc LoraLinear: peft's _cast_input_dtype copies a bf16 input to the fp32
+    adapters' dtype even inside torch.autocast, and lora_A's autocast casts it back."""
+    peft = pytest.importorskip("peft")
+    model = torch.nn.Sequential(torch.nn.Linear(32, 32))
+    model = peft.get_peft_model(model, peft.LoraConfig(r=4, target_modules=["0"]))
+    x = torch.randn(8, 32).bfloat16()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                    record_shapes=True) as prof:
+            model(x)
+    casts = [e.input_shapes for e in prof.events() if e.name == "aten::_to_copy"]
+    # The input [8, 32] is copied twice: to fp32 for the adapters, back to bf16 for lora_A.
+    assert sum(1 for shapes in casts if shapes and shapes[0] == [8, 32]) == 2
