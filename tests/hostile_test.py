@@ -744,3 +744,63 @@ def test_published_configs_of_every_family_estimate_cleanly():
         code, stderr, seconds, rss_kib = run_measured(
             ["estimate", str(ROOT / "data" / "models" / name)], timeout=30)
         assert code == 0, stderr[-2000:]
+
+
+# Diffusion UNet configs (diffusers' config.json: `_class_name`, no model_type;
+# src/ingest/family_unet.cc): every key that selects a path the lowering does not
+# model, every size that does not fit together, and the image knobs.
+UNET_BASE = {
+    "_class_name": "UNet2DConditionModel", "block_out_channels": [32, 64],
+    "down_block_types": ["CrossAttnDownBlock2D", "DownBlock2D"],
+    "up_block_types": ["UpBlock2D", "CrossAttnUpBlock2D"], "norm_num_groups": 8,
+    "cross_attention_dim": 32, "sample_size": 8,
+}
+_CROSS8 = {"block_out_channels": [32] * 8, "layers_per_block": 64,
+           "transformer_layers_per_block": 64,
+           "down_block_types": ["CrossAttnDownBlock2D"] * 8,
+           "up_block_types": ["CrossAttnUpBlock2D"] * 8}
+UNET_CASES = [
+    ("other-class", {"_class_name": "FluxTransformer2DModel\x1b[31m"}, [], "_class_name"),
+    ("class-not-a-string", {"_class_name": 7}, [], "_class_name"),
+    ("no-blocks", {"block_out_channels": []}, [], "block_out_channels"),
+    ("blocks-mismatch", {"block_out_channels": [32, 64, 64]}, [], "down_block_types"),
+    ("unknown-block", {"down_block_types": ["CrossAttnDownBlock2D", "SimpleCrossAttnDownBlock2D"]},
+     [], "SimpleCrossAttnDownBlock2D"),
+    ("layers-per-block-list", {"layers_per_block": [1, 2]}, [], "layers_per_block"),
+    ("heads-do-not-divide", {"attention_head_dim": [3, 4]}, [], "attention_head_dim"),
+    ("heads-list-length", {"attention_head_dim": [1, 2, 3]}, [], "attention_head_dim"),
+    ("heads-zero", {"attention_head_dim": [0, 2]}, [], "attention_head_dim"),
+    ("groups-do-not-divide", {"norm_num_groups": 5}, [], "norm_num_groups"),
+    ("class-embedding", {"class_embed_type": "timestep"}, [], "class_embed_type"),
+    ("num-attention-heads", {"num_attention_heads": 8}, [], "num_attention_heads"),
+    ("activation", {"act_fn": "gelu"}, [], "act_fn"),
+    ("addition-embed", {"addition_embed_type": "image"}, [], "addition_embed_type"),
+    ("text-time-too-narrow", {"addition_embed_type": "text_time", "addition_time_embed_dim": 256,
+                              "projection_class_embeddings_input_dim": 100}, [],
+     "projection_class_embeddings_input_dim"),
+    ("nested-transformer-layers", {"transformer_layers_per_block": [[1, 2], [3]]}, [],
+     "transformer_layers_per_block"),
+    ("channels-too-wide", {"block_out_channels": [1048577, 64]}, [], "block_out_channels"),
+    ("mid-block-type", {"mid_block_type": "UNetMidBlock2D"}, [], "mid_block_type"),
+    ("conv-kernel", {"conv_in_kernel": 7}, [], "conv_in_kernel"),
+    ("only-cross-attention-list", {"only_cross_attention": [True, False]}, [],
+     "only_cross_attention"),
+    ("absurd-size", _CROSS8, [], "absurd"),
+    ("image-not-divisible", {}, ["--image-size", "60"], "--image-size"),
+    ("image-too-large", {}, ["--image-size", "524288"], "--image-size"),
+    ("vae-scale-zero", {}, ["--vae-scale", "0"], "--vae-scale"),
+    ("text-len-huge", {}, ["--text-len", "99999999999"], "--text-len"),
+    ("activation-wraps", {}, ["--image-size", "65536", "--vae-scale", "1", "--batch", "65536",
+                              "--seq", "1"], "2^56"),
+    ("eager-attention", {}, ["--attn", "eager"], "--attn"),
+    ("qlora", {}, ["--finetune", "qlora", "--precision", "bf16"], "--finetune"),
+    ("multi-gpu", {}, ["--gpus", "2", "--zero", "3"], "one GPU"),
+]
+
+
+@pytest.mark.parametrize("extra,args,names", [pytest.param(e, a, n, id=i)
+                                              for i, e, a, n in UNET_CASES])
+def test_hostile_unet_config_exit_2(tmp_path, extra, args, names):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**UNET_BASE, **extra}))
+    check_bad_input(["estimate", str(path), *args], names=names)

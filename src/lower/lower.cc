@@ -17,6 +17,7 @@
 #include "tape.h"
 #include "transformer.h"
 #include "unet.h"
+#include "vramscope/common/checked.h"
 #include "vramscope/common/quote.h"
 
 namespace vramscope {
@@ -90,7 +91,20 @@ Status ValidateUNet(const ModelSpec& m, const TrainingSetup& s) {
         "--loss: diffusion UNets train on the MSE loss; chunked and fused losses do not apply");
   if (s.text_len == 0 || s.text_len > 4096)
     return bad(fmt::format("--text-len: {} is outside 1..4096", s.text_len));
-  if (Result<uint64_t> side = UNetLatentSide(m, s); !side.ok()) return side.error();
+  VS_TRY(side, UNetLatentSide(m, s));
+  // The largest tensor is a feed-forward projection of 8 x channels per latent
+  // pixel (GEGLU), in fp32 at most: bounded so that no size or sum wraps.
+  uint64_t widest = 0;
+  for (uint64_t c : m.unet.block_out_channels) widest = std::max(widest, c);
+  std::optional<uint64_t> bytes = common::CheckedMul(s.batch, side);
+  if (bytes) bytes = common::CheckedMul(*bytes, side);
+  if (bytes) bytes = common::CheckedMul(*bytes, widest * 8 * 4);
+  constexpr uint64_t kMaxTensorBytes = uint64_t{1} << 56;
+  if (!bytes || *bytes > kMaxTensorBytes)
+    return bad(fmt::format(
+        "--batch x --image-size: one activation of {} x {} x {} latents x {} channels would exceed "
+        "2^56 bytes",
+        s.batch, side, side, 8 * widest));
   return Ok{};
 }
 
