@@ -53,8 +53,12 @@ struct FitOptions {
 struct FitSearch {
   SweepVariable variable = SweepVariable::kBatch;  // kBatch or kSeq
   uint64_t held_value = 0;                         // the other knob (seq for a batch search, ...)
-  uint64_t cap = 0;                                // the largest value searched
-  std::string cap_reason;  // why: "the model's max_position_embeddings", ...
+  // Values searched are multiples of `step` (1; a UNet's image side: what one
+  // more latent row at the smallest resolution adds in pixels).
+  uint64_t step = 1;
+  SweepVariable held = SweepVariable::kSeq;  // which knob held_value is
+  uint64_t cap = 0;                          // the largest value searched
+  std::string cap_reason;                    // why: "the model's max_position_embeddings", ...
   // Largest value whose estimate fits; 0 when even 1 does not.
   uint64_t max_value = 0;
   bool fits() const { return max_value > 0; }
@@ -92,7 +96,7 @@ struct FitResult {
   uint64_t margin_bytes = 0;
   uint64_t limit_bytes = 0;           // gpu.usable_bytes - margin_bytes
   FitSearch batch;                    // at the setup's seq
-  FitSearch seq;                      // at the setup's batch
+  FitSearch seq;                      // at the setup's batch (a UNet: the image side)
   std::optional<FitGpusSearch> gpus;  // with FitOptions::search_gpus
   bool fits() const { return batch.fits() || seq.fits(); }
   uint64_t estimates = 0;  // distinct Estimate() calls in all

@@ -20,7 +20,8 @@
 namespace vramscope {
 
 // The knobs a sweep can vary (flag names of DESIGN.md).
-enum class SweepVariable : uint8_t { kSeq, kBatch, kLoraRank, kGradAccum };
+// kImageSize: a diffusion UNet's --image-size (fit searches it in place of --seq).
+enum class SweepVariable : uint8_t { kSeq, kBatch, kLoraRank, kGradAccum, kImageSize };
 
 // "seq", "batch", "lora_rank", "grad_accum": JSON keys and CSV columns.
 std::string_view SweepVariableKey(SweepVariable v);

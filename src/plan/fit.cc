@@ -32,24 +32,47 @@ bool FitsWithin(const Report& report, uint64_t limit_bytes) {
   return report.fits() && report.needed_bytes() <= limit_bytes;
 }
 
+// The knob searched beside the batch: the sequence, or a diffusion UNet's
+// image side (in pixels, multiples of `step`).
+struct SecondAxis {
+  SweepVariable variable = SweepVariable::kSeq;
+  uint64_t value = 0;  // the setup's
+  uint64_t step = 1;
+};
+
+SecondAxis SecondAxisOf(const ModelSpec& model, const TrainingSetup& setup) {
+  if (!model.is_unet) return {SweepVariable::kSeq, setup.seq, 1};
+  // One more latent at the smallest resolution: vae_scale x 2^(levels - 1) pixels.
+  const uint64_t step = std::max<uint64_t>(setup.vae_scale, 1)
+                        << (model.unet.block_out_channels.size() - 1);
+  const uint64_t image =
+      setup.image_size ? setup.image_size : model.unet.sample_size * setup.vae_scale;
+  return {SweepVariable::kImageSize, image, step};
+}
+
 class EstimateCache {
  public:
-  EstimateCache(const ModelSpec& model, const TrainingSetup& setup)
-      : model_(model), setup_(setup) {}
+  EstimateCache(const ModelSpec& model, const TrainingSetup& setup, SweepVariable second)
+      : model_(model), setup_(setup), second_(second) {}
 
-  Result<const Report*> At(uint64_t batch, uint64_t seq) {
-    const auto key = std::make_pair(batch, seq);
+  Result<const Report*> At(uint64_t batch, uint64_t second) {
+    const auto key = std::make_pair(batch, second);
     if (auto it = reports_.find(key); it != reports_.end()) return &it->second;
     TrainingSetup s = setup_;
     s.batch = batch;
-    s.seq = seq;
+    if (second_ == SweepVariable::kImageSize) {
+      s.image_size = second;
+    } else {
+      s.seq = second;
+    }
     if (Status st = SpendWork(s); !st.ok()) return st.error();
     EstimateOptions options;
     options.timeline = false;  // searches need the peaks only
     options.top_allocations = 0;
     auto est = Estimate(model_, s, options);
     if (!est.ok()) {
-      return MakeError(fmt::format("--batch {} --seq {}: {}", batch, seq, est.error().message));
+      return MakeError(fmt::format("--batch {} {} {}: {}", batch, SweepVariableFlag(second_),
+                                   second, est.error().message));
     }
     est->report.command = "fit";
     return &reports_.emplace(key, std::move(est->report)).first->second;
@@ -78,6 +101,7 @@ class EstimateCache {
   uint64_t spent_events_ = 0;
   const ModelSpec& model_;
   const TrainingSetup& setup_;
+  SweepVariable second_;
   // std::map: pointers to its values stay valid as it grows.
   std::map<std::pair<uint64_t, uint64_t>, Report> reports_;
 };
@@ -113,25 +137,38 @@ Cap BatchCap(const TrainingSetup& setup, const FitOptions& options) {
   return Limit(kFitMaxBatch, "the largest micro-batch vramscope lowers", setup.seq);
 }
 
+// A UNet's image sides, in steps (fit's default search limit).
+constexpr uint64_t kFitMaxImagePixels = 16384;
+
+Cap ImageCap(const SecondAxis& axis) {
+  return {std::max<uint64_t>(kFitMaxImagePixels / axis.step, 1),
+          fmt::format("the search limit for image sides, {} px", kFitMaxImagePixels)};
+}
+
+// `cap` is in units of the searched knob's step (the batch: 1).
 Result<FitSearch> Search(EstimateCache& cache, const TrainingSetup& setup, SweepVariable variable,
-                         const Cap& cap, uint64_t limit_bytes) {
+                         const SecondAxis& second, const Cap& cap, uint64_t limit_bytes) {
   const bool batch = variable == SweepVariable::kBatch;
-  auto point = [&](uint64_t value) {
-    return batch ? cache.At(value, setup.seq) : cache.At(setup.batch, value);
+  const uint64_t step = batch ? 1 : second.step;
+  auto point = [&](uint64_t units) {
+    return batch ? cache.At(units, second.value) : cache.At(setup.batch, units * step);
   };
   const plan_internal::Probe probe = [&](uint64_t value) -> Result<ProbeResult> {
     VS_TRY(report, point(value));
     return ProbeResult{FitsWithin(*report, limit_bytes), report->needed_bytes()};
   };
   const uint64_t before = cache.size();
-  VS_TRY(found, FindLargestFitting(batch ? setup.batch : setup.seq, cap.value, limit_bytes, probe));
+  VS_TRY(found, FindLargestFitting(batch ? setup.batch : std::max<uint64_t>(second.value / step, 1),
+                                   cap.value, limit_bytes, probe));
 
   FitSearch out;
   out.variable = variable;
-  out.held_value = batch ? setup.seq : setup.batch;
-  out.cap = cap.value;
+  out.held_value = batch ? second.value : setup.batch;
+  out.held = batch ? second.variable : SweepVariable::kBatch;
+  out.step = step;
+  out.cap = cap.value * step;
   out.cap_reason = cap.reason;
-  out.max_value = found.max_value;
+  out.max_value = found.max_value * step;
   out.capped = found.capped;
   out.non_monotone = found.non_monotone;
   out.estimates = cache.size() - before;
@@ -167,13 +204,16 @@ Result<FitResult> Fit(const ModelSpec& model, const TrainingSetup& setup,
     if (setup.parallel.gpus == 1 && gpus.min_gpus > 0) at.parallel.gpus = gpus.min_gpus;
     out.gpus = std::move(gpus);
   }
-  EstimateCache cache(model, at);
+  const SecondAxis second = SecondAxisOf(model, at);
+  EstimateCache cache(model, at, second.variable);
   // The setup's own point first: it validates every knob (an error names the
   // flag before any search starts), and both searches start from it.
-  VS_TRY(base, cache.At(at.batch, at.seq));
+  VS_TRY(base, cache.At(at.batch, second.value));
   (void)base;
-  VS_TRY(batch, Search(cache, at, SweepVariable::kBatch, BatchCap(at, options), out.limit_bytes));
-  VS_TRY(seq, Search(cache, at, SweepVariable::kSeq, SeqCap(model, at, options), out.limit_bytes));
+  VS_TRY(batch,
+         Search(cache, at, SweepVariable::kBatch, second, BatchCap(at, options), out.limit_bytes));
+  const Cap second_cap = model.is_unet ? ImageCap(second) : SeqCap(model, at, options);
+  VS_TRY(seq, Search(cache, at, second.variable, second, second_cap, out.limit_bytes));
   out.batch = std::move(batch);
   out.seq = std::move(seq);
   out.estimates = cache.size() + (out.gpus ? out.gpus->estimates : 0);

@@ -263,3 +263,42 @@ TEST(Fit, JsonCarriesTheContractKeys) {
 
 }  // namespace
 }  // namespace vramscope
+
+namespace vramscope {
+namespace {
+
+// A diffusion UNet searches its image side instead of a sequence: multiples of
+// vae_scale x 2^(levels - 1) pixels, the found side fits and one step more does not,
+// each checked by an independent Estimate().
+TEST(Fit, UNetSearchesTheImageSideInSteps) {
+  auto model = LoadCatalogModel("sd-1.5-unet");
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  TrainingSetup setup;
+  setup.gpu = "a10g";
+  setup.steps = 2;
+  auto fit = Fit(*model, setup);
+  ASSERT_TRUE(fit.ok()) << fit.error().message;
+  const FitSearch& image = fit->seq;
+  EXPECT_EQ(image.variable, SweepVariable::kImageSize);
+  EXPECT_EQ(image.step, 8u * 8u);  // VAE 8 x three halvings
+  EXPECT_EQ(fit->batch.held, SweepVariable::kImageSize);
+  EXPECT_EQ(fit->batch.held_value, 512u);  // sample_size 64 x 8
+  ASSERT_TRUE(image.fits());
+  EXPECT_EQ(image.max_value % image.step, 0u);
+  auto at = [&](uint64_t side) {
+    TrainingSetup s = setup;
+    s.image_size = side;
+    auto est = Estimate(*model, s);
+    EXPECT_TRUE(est.ok()) << est.error().message;
+    return est->report;
+  };
+  const Report found = at(image.max_value);
+  EXPECT_TRUE(found.fits() && found.needed_bytes() <= fit->limit_bytes);
+  EXPECT_EQ(image.at_max.needed_bytes(), found.needed_bytes());
+  ASSERT_FALSE(image.capped);
+  const Report next = at(image.max_value + image.step);
+  EXPECT_FALSE(next.fits() && next.needed_bytes() <= fit->limit_bytes);
+}
+
+}  // namespace
+}  // namespace vramscope

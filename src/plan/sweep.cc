@@ -103,6 +103,7 @@ TrainingSetup WithKnob(TrainingSetup setup, SweepVariable variable, uint64_t val
     case SweepVariable::kBatch: setup.batch = value; break;
     case SweepVariable::kLoraRank: setup.lora_rank = value; break;
     case SweepVariable::kGradAccum: setup.grad_accum = value; break;
+    case SweepVariable::kImageSize: setup.image_size = value; break;
   }
   return setup;
 }

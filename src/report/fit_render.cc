@@ -48,14 +48,17 @@ std::string WhyNot(const Report& report, uint64_t limit_bytes) {
 
 std::string SearchText(const FitSearch& s, uint64_t limit_bytes) {
   const bool batch = IsBatch(s);
-  std::string out = batch ? fmt::format("Largest micro-batch at --seq {}: ", s.held_value)
-                          : fmt::format("Longest sequence at --batch {}: ", s.held_value);
-  const char* flag = batch ? "--batch" : "--seq";
+  const bool image = s.variable == SweepVariable::kImageSize;
+  std::string out =
+      batch ? fmt::format("Largest micro-batch at {} {}: ", SweepVariableFlag(s.held), s.held_value)
+      : image ? fmt::format("Largest image side at --batch {}: ", s.held_value)
+              : fmt::format("Longest sequence at --batch {}: ", s.held_value);
+  const std::string_view flag = SweepVariableFlag(s.variable);
   if (!s.fits()) {
     return out + fmt::format("none fits.\n  {} 1 {}.\n", flag, WhyNot(s.at_max, limit_bytes));
   }
   const RankReport& worst = s.at_max.worst();
-  out += fmt::format("{}\n", s.max_value);
+  out += fmt::format("{}{}\n", s.max_value, image ? " px" : "");
   out +=
       fmt::format("  device total {} (peak allocated {}, peak reserved {}) of the {} limit\n",
                   FormatBytes(s.at_max.needed_bytes()), FormatBytes(worst.sim.peak_allocated_bytes),
@@ -64,7 +67,7 @@ std::string SearchText(const FitSearch& s, uint64_t limit_bytes) {
     out += fmt::format("  {} {} is the search limit ({}); memory did not run out below it\n", flag,
                        s.cap, s.cap_reason);
   } else if (s.at_next) {
-    out += fmt::format("  {} {} does not fit: it {}\n", flag, s.max_value + 1,
+    out += fmt::format("  {} {} does not fit: it {}\n", flag, s.max_value + s.step,
                        WhyNot(*s.at_next, limit_bytes));
   }
   if (s.non_monotone) {
@@ -81,7 +84,8 @@ nlohmann::ordered_json SearchJson(const FitSearch& s) {
   nlohmann::ordered_json j;
   j["max"] = s.max_value;
   j["fits"] = s.fits();
-  j[IsBatch(s) ? "at_seq" : "at_batch"] = s.held_value;
+  j[fmt::format("at_{}", SweepVariableKey(s.held))] = s.held_value;
+  if (s.variable == SweepVariable::kImageSize) j["step"] = s.step;
   j["cap"] = s.cap;
   j["capped"] = s.capped;
   j["cap_reason"] = s.cap_reason;
@@ -125,7 +129,8 @@ std::string RenderFitText(const FitResult& fit, std::string_view source) {
                      FormatBytes(fit.margin_bytes), FormatBytes(fit.limit_bytes));
   std::string knobs;
   for (const auto& [key, value] : fit.batch.at_max.knobs) {
-    if (key == "batch" || key == "seq" || key == "gpu" || value.empty()) continue;
+    if (key == "batch" || key == "seq" || key == "image_size" || key == "gpu" || value.empty())
+      continue;
     knobs += fmt::format("{}{}={}", knobs.empty() ? "" : ", ", key, Clean(value));
   }
   out += fmt::format("Knobs: {}\n\n", knobs);
@@ -134,8 +139,15 @@ std::string RenderFitText(const FitResult& fit, std::string_view source) {
   out += SearchText(fit.seq, fit.limit_bytes);
   out += "\n";
   if (!fit.fits()) {
+    out += fit.seq.variable == SweepVariable::kImageSize
+               ? fmt::format(
+                     "Nothing fits: not even --batch 1 at this --image-size, nor a {} px "
+                     "image at this --batch.\n",
+                     fit.seq.step)
+               : std::string(
+                     "Nothing fits: not even --batch 1 at this --seq, nor --seq 1 at this "
+                     "--batch.\n");
     out +=
-        "Nothing fits: not even --batch 1 at this --seq, nor --seq 1 at this --batch.\n"
         "`vramscope estimate ... --explain` says what is alive at the peak and which knobs would "
         "save memory (LoRA, gradient checkpointing, an 8-bit optimizer, ...).\n";
   }
@@ -160,10 +172,12 @@ std::string RenderFitJson(const FitResult& fit, std::string_view source, int ind
   j["limit_bytes"] = fit.limit_bytes;
   j["fits"] = fit.fits();
   j["max_batch"] = fit.batch.max_value;
-  j["max_seq"] = fit.seq.max_value;
+  // A UNet's second search is its image side: max_image_size and image_size.
+  const std::string second(SweepVariableKey(fit.seq.variable));
+  j["max_" + second] = fit.seq.max_value;
   j["estimates"] = fit.estimates;
   j["batch"] = SearchJson(fit.batch);
-  j["seq"] = SearchJson(fit.seq);
+  j[second] = SearchJson(fit.seq);
   if (fit.gpus) {
     j["min_gpus"] = fit.gpus->min_gpus;
     j["gpus"] = {{"step", fit.gpus->step},

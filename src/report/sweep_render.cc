@@ -20,6 +20,7 @@ std::string_view SweepVariableKey(SweepVariable v) {
     case SweepVariable::kBatch: return "batch";
     case SweepVariable::kLoraRank: return "lora_rank";
     case SweepVariable::kGradAccum: return "grad_accum";
+    case SweepVariable::kImageSize: return "image_size";
   }
   return "seq";
 }
@@ -30,6 +31,7 @@ std::string_view SweepVariableFlag(SweepVariable v) {
     case SweepVariable::kBatch: return "--batch";
     case SweepVariable::kLoraRank: return "--lora-rank";
     case SweepVariable::kGradAccum: return "--grad-accum";
+    case SweepVariable::kImageSize: return "--image-size";
   }
   return "--seq";
 }

@@ -60,9 +60,9 @@ TEST(SavedAtEndOfForward, TakesTheLargestForwardEndAndGroupsIt) {
   EXPECT_EQ(saved->total_bytes, 300u + 200u + 200u);
   using Row = std::pair<std::string, uint64_t>;
   EXPECT_EQ(saved->by_block, (std::vector<Row>{{"down_blocks.0", 500}, {"mid_block", 200}}));
-  EXPECT_EQ(saved->by_layer, (std::vector<Row>{{"resnets.nonlinearity", 300},
-                                               {"resnets.conv1", 200},
-                                               {"resnets.norm1", 200}}));
+  EXPECT_EQ(saved->by_layer,
+            (std::vector<Row>{
+                {"resnets.nonlinearity", 300}, {"resnets.conv1", 200}, {"resnets.norm1", 200}}));
   EXPECT_EQ(saved->by_op, (std::vector<Row>{{"aten::silu", 300},
                                             {"aten::convolution", 200},
                                             {"aten::native_group_norm", 200}}));
