@@ -23,6 +23,11 @@ void AddKnobFlags(CLI::App* sub, KnobArgs* k) {
                   "pixel space)");
   sub->add_option("--text-len", k->text_len,
                   "Diffusion UNets: text-encoder tokens per prompt (default 77, CLIP)");
+  sub->add_flag("--ema", k->ema,
+                "Diffusion UNets: diffusers' EMAModel keeps an fp32 copy of the weights on the GPU "
+                "(train_text_to_image.py --use_ema)");
+  sub->add_flag("--ema-foreach", k->ema_foreach,
+                "With --ema: the EMA step uses torch._foreach ops (--foreach_ema)");
   sub->add_option("--steps", k->steps, "Optimizer steps to simulate (default 3)");
   sub->add_option("--precision", k->precision, "fp32, fp16-mixed, bf16-mixed, fp16, bf16");
   sub->add_option("--optimizer", k->optimizer,
@@ -207,6 +212,8 @@ Result<TrainingSetup> KnobArgs::Convert() const {
   s.image_size = image_size;
   s.vae_scale = vae_scale;
   s.text_len = text_len;
+  s.ema = ema || ema_foreach;
+  s.ema_foreach = ema_foreach;
   auto p = ParsePrecision(precision);
   if (!p.ok()) return p.error();
   s.precision = *p;

@@ -106,6 +106,12 @@ struct TrainingSetup {
   uint64_t image_size = 0;
   uint64_t vae_scale = 8;
   uint64_t text_len = 77;
+  // diffusers' EMAModel (training_utils.py, 0.42.1) of a UNet's weights, as
+  // train_text_to_image.py --use_ema keeps it: an fp32 shadow of every
+  // parameter on the GPU, stepped after the optimizer (--foreach_ema: with
+  // torch._foreach ops).
+  bool ema = false;
+  bool ema_foreach = false;
   std::string gpu = "h100-80g";
   std::string alloc_conf;
   DeviceRules device_rules = DeviceRules::kCuda;

@@ -89,6 +89,7 @@ Status ValidateUNet(const ModelSpec& m, const TrainingSetup& s) {
   if (s.loss != LossKind::kHf)
     return bad(
         "--loss: diffusion UNets train on the MSE loss; chunked and fused losses do not apply");
+  if (s.ema_foreach && !s.ema) return bad("--ema-foreach: needs --ema");
   if (s.text_len == 0 || s.text_len > 4096)
     return bad(fmt::format("--text-len: {} is outside 1..4096", s.text_len));
   VS_TRY(side, UNetLatentSide(m, s));
@@ -163,6 +164,8 @@ Status Validate(const ModelSpec& m, const TrainingSetup& s) {
         "--moe-imbalance: with --moe-capacity-factor every expert is capped (drop the imbalance or "
         "the capacity)");
   if (m.is_unet) return ValidateUNet(m, s);
+  if (s.ema)
+    return bad("--ema: diffusers' EMAModel is modelled for diffusion UNets, not for " + m.name);
   return ValidateDistributed(m, s);
 }
 
@@ -233,6 +236,7 @@ class RankLowerer {
     VS_TRY(lora_params, PlaceModel());
     if (Status s = IndexModel(); !s.ok()) return s.error();
     CountParameters(lora_params);
+    PlaceEma();
     scaler_ = GradScalerModel(setup_.precision == Precision::kFp16Mixed && !half_model_);
     InstallOptimizerInBackward();
     if (dp_) dp_->Setup();
@@ -438,6 +442,44 @@ class RankLowerer {
     } else {
       ZeroGrad(tape_);
     }
+    EmaStep();
+  }
+
+  // diffusers' EMAModel (training_utils.py, 0.42.1): `shadow_params = [p.clone()
+  // for p in parameters]` of an fp32 copy of the UNet, moved to the GPU
+  // (train_text_to_image.py --use_ema), one per parameter.
+  void PlaceEma() {
+    if (!setup_.ema) return;
+    tape_.SetModule("ema_unet");
+    for (const Param& p : tape_.params) {
+      ema_shadow_.push_back(tape_.graph.Alloc(p.numel * kF32, Category::kOptimizerState,
+                                              "EMAModel.shadow_params", tape_.module()));
+    }
+  }
+
+  // EMAModel.step after the optimizer step and zero_grad: per trainable
+  // parameter `s_param.sub_(one_minus_decay * (s_param - param))` (two fp32
+  // temporaries, one at a time); with foreach, `torch._foreach_sub(s, params)`
+  // for all of them at once; a frozen parameter is copied in place.
+  void EmaStep() {
+    if (!setup_.ema) return;
+    tape_.SetModule("ema_unet");
+    std::vector<TensorId> differences;
+    for (const Param& p : tape_.params) {
+      if (!p.trainable) continue;
+      const uint64_t bytes = p.numel * kF32;
+      const TensorId diff =
+          tape_.graph.Alloc(bytes, Category::kTemporaries, "aten::sub", tape_.module());
+      if (setup_.ema_foreach) {
+        differences.push_back(diff);
+        continue;
+      }
+      const TensorId scaled =
+          tape_.graph.Alloc(bytes, Category::kTemporaries, "aten::mul", tape_.module());
+      tape_.graph.Drop(diff);
+      tape_.graph.Drop(scaled);
+    }
+    for (TensorId t : differences) tape_.graph.Drop(t);
   }
 
   void AddNotes() {
@@ -485,6 +527,7 @@ class RankLowerer {
   ModelParams mp_;
   EncoderParams ep_;
   UNetParams up_;
+  std::vector<TensorId> ema_shadow_;  // EMAModel.shadow_params, for the whole run
   OptimizerExtras extras_;
   GradScalerModel scaler_{false};
   std::unordered_map<TensorId*, Param*> param_of_grad_;

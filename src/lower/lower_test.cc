@@ -4,9 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "int_math.h"
 #include "test_models.h"
 
+#include "vramscope/saved_activations.h"
 #include "vramscope/simulate.h"
 
 namespace vramscope {
@@ -402,6 +405,107 @@ TEST(Lower, ActivationOffloadMovesSavedTensorsToTheHost) {
   EXPECT_EQ(offload.final_stats.allocated_bytes, normal.final_stats.allocated_bytes);
   s.grad_ckpt = GradCkpt::kFull;
   EXPECT_FALSE(LowerTraining(m, s, TestGpu()).ok());
+}
+
+}  // namespace
+}  // namespace vramscope
+
+namespace vramscope {
+namespace {
+
+// --ema (diffusers' EMAModel): an fp32 shadow of every UNet parameter for the
+// whole run; after zero_grad, per trainable parameter two fp32 temporaries one
+// parameter at a time, or every difference at once with --ema-foreach.
+struct EmaCounts {
+  uint64_t shadow_bytes = 0;
+  size_t most_live_temporaries = 0;  // EMA step temporaries alive at once
+  uint64_t temporary_bytes = 0;      // all EMA temporaries of one step
+};
+
+EmaCounts CountEma(const ModelSpec& model, bool ema, bool foreach) {
+  TrainingSetup t;
+  t.batch = 1;
+  t.image_size = 256;
+  t.steps = 1;
+  t.precision = Precision::kFp32;
+  t.ema = ema;
+  t.ema_foreach = foreach;
+  auto lowered = LowerTraining(model, t, TestGpu());
+  EXPECT_TRUE(lowered.ok()) << lowered.error().message;
+  EmaCounts c;
+  std::set<uint64_t> live;
+  for (const Event& e : lowered->stream.events()) {
+    if (e.kind == EventKind::kFree) live.erase(e.id);
+    if (e.kind != EventKind::kAlloc) continue;
+    const std::string_view op = lowered->stream.String(e.op);
+    if (op == "EMAModel.shadow_params") c.shadow_bytes += e.size_bytes;
+    if (lowered->stream.String(e.module) == "ema_unet" &&
+        (op == "aten::sub" || op == "aten::mul")) {
+      live.insert(e.id);
+      c.temporary_bytes += e.size_bytes;
+      c.most_live_temporaries = std::max(c.most_live_temporaries, live.size());
+    }
+  }
+  return c;
+}
+
+TEST(UNetLower, EmaShadowAndStepTemporaries) {
+  auto model = LoadCatalogModel("sd-1.5-unet");
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  const uint64_t weight_bytes = model->ParameterCount() * 4;
+  const EmaCounts none = CountEma(*model, false, false);
+  EXPECT_EQ(none.shadow_bytes, 0u);
+  EXPECT_EQ(none.temporary_bytes, 0u);
+  const EmaCounts loop = CountEma(*model, true, false);
+  EXPECT_EQ(loop.shadow_bytes, weight_bytes);
+  EXPECT_EQ(loop.temporary_bytes, 2 * weight_bytes);  // (s - p), then decay * that
+  EXPECT_EQ(loop.most_live_temporaries, 2u);
+  const EmaCounts foreach = CountEma(*model, true, true);
+  EXPECT_EQ(foreach.shadow_bytes, weight_bytes);
+  EXPECT_EQ(foreach.temporary_bytes, weight_bytes);  // _foreach_sub, then _foreach_sub_
+  EXPECT_EQ(foreach.most_live_temporaries, model->params.size());
+}
+
+// Every UNet knob combination reaches a steady state (step 2 = step 3) and
+// leaves nothing behind; checkpointing keeps less for backward.
+TEST(UNetLower, SteadyStateNothingLeaksAndCheckpointingSaves) {
+  auto model = LoadCatalogModel("sd-1.5-unet");
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  for (Precision p :
+       {Precision::kFp32, Precision::kBf16, Precision::kBf16Mixed, Precision::kFp16Mixed}) {
+    for (Finetune f : {Finetune::kFull, Finetune::kLora}) {
+      uint64_t saved[2] = {0, 0};
+      for (GradCkpt c : {GradCkpt::kNone, GradCkpt::kFull}) {
+        SCOPED_TRACE(testing::Message()
+                     << PrecisionName(p) << " " << FinetuneName(f) << " " << GradCkptName(c));
+        TrainingSetup s;
+        s.batch = 2;
+        s.image_size = 128;
+        s.precision = p;
+        s.finetune = f;
+        s.lora_targets = {"q", "k", "v", "o"};
+        s.grad_ckpt = c;
+        auto lowered = LowerTraining(*model, s, TestGpu());
+        ASSERT_TRUE(lowered.ok()) << lowered.error().message;
+        SimOptions o;
+        o.alloc.ideal = true;
+        auto r = Simulate(lowered->stream, o);
+        ASSERT_TRUE(r.ok());
+        ASSERT_EQ(r->phases.size(), 10u);
+        for (int ph = 0; ph < 3; ++ph) {
+          EXPECT_EQ(r->phases[4 + ph].peak_allocated_bytes, r->phases[7 + ph].peak_allocated_bytes);
+          EXPECT_EQ(r->phases[4 + ph].allocated_at_end_bytes,
+                    r->phases[7 + ph].allocated_at_end_bytes);
+        }
+        // After each backward only parameters, gradients and optimizer state remain.
+        EXPECT_EQ(r->phases[5].allocated_at_end_bytes, r->phases[8].allocated_at_end_bytes);
+        auto kept = SavedAtEndOfForward(lowered->stream);
+        ASSERT_TRUE(kept.has_value());
+        saved[c == GradCkpt::kFull] = kept->total_bytes;
+      }
+      EXPECT_LT(saved[1], saved[0] / 2) << "checkpointing keeps each block's inputs only";
+    }
+  }
 }
 
 }  // namespace

@@ -146,6 +146,13 @@ std::vector<Assumption> DescribeUNetAssumptions(const ModelSpec& model, const Tr
                    "--lora-rank, --lora-targets"});
   }
   out.push_back({"optimizer", Optimizer(s), "--optimizer"});
+  out.push_back(
+      {"EMA",
+       s.ema ? fmt::format("diffusers' EMAModel: an fp32 copy of every weight on the GPU, "
+                           "stepped after the optimizer{}",
+                           s.ema_foreach ? " with torch._foreach ops" : ", one tensor at a time")
+             : "none (train_text_to_image.py without --use_ema)",
+       s.ema ? "" : "--ema"});
   out.push_back({"inputs",
                  fmt::format("noisy latents {} x {} x {} x {} ({} px images / --vae-scale {}) and "
                              "text states {} x {} x {}, in {}; the VAE and the text encoder are "
