@@ -86,6 +86,17 @@ def test_estimate_equals_cli_json_for_every_catalog_model(knobs):
     assert sum(kind == "ok" for kind, _ in got) >= len(models) - 8
 
 
+def test_unet_knobs_reach_the_engine():
+    """A diffusion UNet's knobs are keyword arguments like any other."""
+    knobs = {"image_size": 768, "batch": 2, "finetune": "lora", "lora_targets": ["q", "k", "v", "o"],
+             "precision": "bf16", "grad_ckpt": "full", "text_len": 77}
+    report = vramscope.estimate("sd-1.5-unet", **knobs)
+    want = cli_json("estimate", "sd-1.5-unet", *to_flags(knobs))
+    assert report.peak_allocated_bytes == want["peak_allocated_bytes"]
+    assert report["knobs"]["image_size"] == "768"
+    assert report["saved_for_backward"] == want["saved_for_backward"]
+
+
 def test_report_attributes_are_the_json_keys():
     report = vramscope.estimate("llama-3-8b", batch=2)
     want = cli_json("estimate", "llama-3-8b", "--batch", "2")
@@ -101,6 +112,7 @@ def test_report_attributes_are_the_json_keys():
     ("fit", ["llama-3-8b"], {"margin": "2GiB", "finetune": "lora"}),
     ("sweep", ["qwen2.5-0.5b"], {"seq": "512:2048:4", "batch": [1, 2]}),
     ("plan", ["llama-3.2-1b"], {"gpu": "a100-40g", "top": 3}),
+    ("fit", ["sd-1.5-unet"], {"gpu": "a10g", "ema": True, "precision": "fp16-mixed"}),
 ])
 def test_searches_equal_cli_json(command, args, knobs):
     result = getattr(vramscope, command)(*args, **knobs)
