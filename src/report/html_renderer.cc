@@ -153,6 +153,7 @@ class PageWriter {
     Breakdown(rank.sim);
     Top(rank.sim);
     Phases(rank.sim);
+    Saved(rank);
     Oom(rank.sim);
     out_ += "</section>\n";
   }
@@ -200,6 +201,45 @@ class PageWriter {
               TableCell(CategoryLabel(a.category)) + TableCell(StepPhaseLabel(a.step, a.phase)) +
               TableCell(EscapeMarkup(a.op), "name") + TableCell(EscapeMarkup(a.module), "name") +
               "</tr>\n";
+    }
+    out_ += "</table>\n";
+  }
+
+  // What the forward keeps for backward: by block and by layer, largest first.
+  void Saved(const RankReport& rank) {
+    if (!rank.saved) return;
+    const SavedActivations& s = *rank.saved;
+    out_ += fmt::format("<h3>Saved for backward at the end of step {}'s forward: {}</h3>\n",
+                        s.step, FormatBytes(s.total_bytes));
+    GroupTable("block", s.by_block, s.total_bytes);
+    GroupTable("layer", s.by_layer, s.total_bytes);
+  }
+
+  void GroupTable(std::string_view what, const std::vector<std::pair<std::string, uint64_t>>& rows,
+                  uint64_t total) {
+    out_ += fmt::format(
+        "<table>\n<tr><th>{}</th><th class=\"num\">saved</th><th class=\"num\">share</th>"
+        "<th></th></tr>\n",
+        what);
+    constexpr size_t kRows = 12;  // the rest in one row
+    uint64_t rest = 0;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if (i >= kRows) {
+        rest += rows[i].second;
+        continue;
+      }
+      const double share =
+          total ? static_cast<double>(rows[i].second) / static_cast<double>(total) : 0;
+      out_ += "<tr>" + TableCell(EscapeMarkup(rows[i].first), "name") +
+              TableCell(FormatBytes(rows[i].second), "num") +
+              TableCell(FormatPercent(rows[i].second, total), "num") +
+              fmt::format("<td><span class=\"bar\" style=\"width:{:.1f}em\"></span></td></tr>\n",
+                          share * 20);
+    }
+    if (rest > 0) {
+      out_ += "<tr>" + TableCell(fmt::format("{} more", rows.size() - kRows), "name") +
+              TableCell(FormatBytes(rest), "num") +
+              TableCell(FormatPercent(rest, total), "num") + "<td></td></tr>\n";
     }
     out_ += "</table>\n";
   }
