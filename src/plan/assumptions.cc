@@ -114,6 +114,16 @@ std::string Loss(const TrainingSetup& s) {
 // under accelerate's autocast (full fine-tuning, train_text_to_image.py) or
 // cast it to the weight dtype (LoRA, train_text_to_image_lora.py).
 std::string UNetWeights(const TrainingSetup& s) {
+  const bool mixed = s.precision == Precision::kBf16Mixed || s.precision == Precision::kFp16Mixed;
+  if (mixed && s.finetune == Finetune::kLora) {
+    return fmt::format(
+        "the UNet cast to {0} before add_adapter and run under accelerate's torch.autocast "
+        "({1}), as train_text_to_image_lora.py does: GroupNorm and LayerNorm in fp32 on CUDA; "
+        "{2} adapters",
+        s.precision == Precision::kBf16Mixed ? "bf16" : "fp16",
+        s.precision == Precision::kBf16Mixed ? "bfloat16" : "float16, with a GradScaler",
+        s.precision == Precision::kBf16Mixed ? "bf16" : "fp32 (cast_training_params)");
+  }
   switch (s.precision) {
     case Precision::kFp32: return "fp32 weights, gradients and optimizer state; no autocast";
     case Precision::kBf16Mixed:
@@ -141,7 +151,7 @@ std::vector<Assumption> DescribeUNetAssumptions(const ModelSpec& model, const Tr
     out.push_back({"adapters",
                    fmt::format("PEFT LoRA through diffusers' add_adapter, rank {}, on {} (to_q, "
                                "to_k, to_v, to_out.0 are q, k, v, o); adapters in the UNet's "
-                               "dtype; the rest frozen",
+                               "dtype (fp32 under fp16 mixed precision); the rest frozen",
                                s.lora_rank, fmt::join(s.lora_targets, ",")),
                    "--lora-rank, --lora-targets"});
   }

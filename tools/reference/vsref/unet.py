@@ -35,8 +35,13 @@ _TIME_IDS = 6
 
 
 def _dtype(point):
-    # bf16 weights for "bf16"; fp32 weights for "fp32" and "bf16-mixed" (autocast).
-    return torch.bfloat16 if point.precision == "bf16" else torch.float32
+    # bf16 weights for "bf16"; fp32 weights for "fp32" and, full fine-tuning, "bf16-mixed"
+    # (train_text_to_image.py keeps the UNet in fp32 under accelerate's autocast). The LoRA
+    # script casts the UNet to weight_dtype (bf16 under bf16 mixed precision) before
+    # add_adapter and still runs under autocast (train_text_to_image_lora.py).
+    if point.precision == "bf16" or (point.precision == "bf16-mixed" and point.finetune == "lora"):
+        return torch.bfloat16
+    return torch.float32
 
 
 def _check(point):
