@@ -134,8 +134,14 @@ struct ModelSpec {
   std::string hub_id;        // "meta-llama/Meta-Llama-3-8B" when known
   std::string model_type;    // config.json "model_type": "llama", "qwen2", ...
   std::string architecture;  // "LlamaForCausalLM"
-  bool is_encoder = false;   // bert (masked LM)
-  bool is_unet = false;      // a diffusers UNet2DConditionModel: `unet` holds its layout
+  bool is_encoder = false;   // bert (masked LM, or sequence classification)
+  // A sequence-classification head (BertForSequenceClassification): the
+  // pooler and a classifier of this many labels in place of the MLM head;
+  // 1 label is regression (MSELoss), more are single-label classification
+  // (CrossEntropyLoss). 0: no such head.
+  uint64_t num_labels = 0;
+  double classifier_dropout = 0;
+  bool is_unet = false;  // a diffusers UNet2DConditionModel: `unet` holds its layout
   UNetSpec unet;
 
   uint64_t hidden_size = 0;

@@ -287,6 +287,32 @@ void BuildPhi(const ModelSpec& s, const ArchDetails&, ParamListBuilder& b) {
   }
 }
 
+// BertForSequenceClassification (transformers 4.57.6 / 5.24.0): num_labels is
+// len(id2label) as PretrainedConfig sets it (default 2); classifier_dropout
+// falls back to hidden_dropout_prob; problem_type, when given, must agree with
+// the one the model infers from num_labels and integer labels.
+void ReadSequenceClassification(ConfigReader& r, ModelSpec& s) {
+  uint64_t labels = 2;
+  if (const nlohmann::json* id2label = r.Object("id2label")) {
+    labels = id2label->size();
+  } else if (r.Has("num_labels")) {
+    labels = r.Uint("num_labels", 2, 1, kMaxVocab);
+  }
+  if (r.ok() && (labels == 0 || labels > kMaxVocab)) {
+    r.Fail("id2label", fmt::format("{} labels is outside 1..{}", labels, kMaxVocab));
+  }
+  s.num_labels = labels;
+  s.classifier_dropout = r.Has("classifier_dropout") ? r.Number("classifier_dropout", 0.1, 0.0, 1.0)
+                                                     : s.hidden_dropout;
+  const std::string problem =
+      r.String("problem_type", labels == 1 ? "regression" : "single_label_classification");
+  const std::string inferred = labels == 1 ? "regression" : "single_label_classification";
+  if (r.ok() && problem != inferred) {
+    r.Fail("problem_type", fmt::format("{} is not lowered with {} labels (only {})",
+                                       common::QuoteForMessage(problem), labels, inferred));
+  }
+}
+
 void ReadBert(ConfigReader& r, ModelSpec& s, ArchDetails& a) {
   s.architecture = ReadArchitecture(r, "BertForMaskedLM");
   s.is_encoder = true;
@@ -315,7 +341,9 @@ void ReadBert(ConfigReader& r, ModelSpec& s, ArchDetails& a) {
   s.norm = NormKind::kLayerNorm;
   s.mlp = ReadActivation(r, "hidden_act", "gelu");
   s.position = PositionKind::kLearned;
-  if (s.architecture != "BertForMaskedLM") {
+  if (s.architecture == "BertForSequenceClassification") {
+    ReadSequenceClassification(r, s);
+  } else if (s.architecture != "BertForMaskedLM") {
     s.notes.push_back(
         fmt::format("bert: parameters are those of BertForMaskedLM (no pooler), "
                     "not of {}",
@@ -347,6 +375,13 @@ void BuildBert(const ModelSpec& s, const ArchDetails& a, ParamListBuilder& b) {
     b.Linear(l + "intermediate.dense", s.intermediate_size, h, true, i, ParamRole::kUp);
     b.Linear(l + "output.dense", h, s.intermediate_size, true, i, ParamRole::kDown);
     b.Norm(l + "output.LayerNorm", h, true, i);
+  }
+  if (s.num_labels > 0) {
+    // BertModel(add_pooling_layer=True): the pooler after the encoder; then
+    // BertForSequenceClassification's dropout and classifier.
+    b.Linear("bert.pooler.dense", h, h, true, -1, ParamRole::kHeadDense);
+    b.Linear("classifier", s.num_labels, h, true, -1, ParamRole::kLmHead);
+    return;
   }
   // BertLMPredictionHead: its own `bias` (shared with decoder.bias) is listed
   // before the transform submodule; decoder.weight is the tied word embedding.

@@ -9,6 +9,7 @@
 #include "attention.h"
 #include "loss.h"
 #include "ops.h"
+#include "unet_ops.h"
 
 namespace vramscope::lower {
 namespace {
@@ -67,7 +68,12 @@ Result<EncoderParams> IndexEncoderParams(const ModelSpec& spec, std::vector<Para
       continue;
     }
     Param* none = nullptr;
-    if (r == ParamRole::kEmbed)
+    const bool classifies = spec.num_labels > 0;
+    if (classifies && r == ParamRole::kHeadDense)
+      set(ep.pooler, ep.pooler_b);
+    else if (classifies && r == ParamRole::kLmHead)
+      set(ep.classifier, ep.classifier_b);
+    else if (r == ParamRole::kEmbed)
       ep.word = p;
     else if (r == ParamRole::kPosEmbed)
       ep.pos = p;
@@ -84,8 +90,17 @@ Result<EncoderParams> IndexEncoderParams(const ModelSpec& spec, std::vector<Para
     else if (r == ParamRole::kBias)
       ep.decoder_b = p;
   }
-  if (!ep.decoder) ep.decoder = ep.word;  // tie_word_embeddings
-  if (!ep.word || !ep.pos || !ep.embed_norm || !ep.head_dense || !ep.head_norm) {
+  if (spec.num_labels > 0) {
+    if (!ep.word || !ep.pos || !ep.embed_norm || !ep.pooler || !ep.classifier) {
+      return MakeError(fmt::format(
+          "{}: could not find the embeddings, pooler and classifier in its parameter list",
+          spec.name));
+    }
+  } else if (!ep.decoder) {
+    ep.decoder = ep.word;  // tie_word_embeddings
+  }
+  if (spec.num_labels == 0 &&
+      (!ep.word || !ep.pos || !ep.embed_norm || !ep.head_dense || !ep.head_norm)) {
     return MakeError(fmt::format(
         "{}: could not find the embeddings and MLM head in its parameter list", spec.name));
   }
@@ -299,6 +314,64 @@ Var MlmHeadLoss(Tape& tape, const ModelSpec& spec, const EncoderParams& ep,
   return loss;
 }
 
+// BertPooler.forward (4.57.6 / 5.24.0): dense(hidden_states[:, 0]), tanh. The
+// first-token select is a view of the last hidden state, which the dense layer
+// saves; its backward (SelectBackward0) makes a zero gradient of the whole
+// [b, s, h] state and fills the first row. Runs inside BertModel.forward.
+Var BertPooler(Tape& tape, const ModelSpec& spec, const EncoderParams& ep,
+               const TrainingSetup& setup, const Var& x) {
+  const uint64_t b = setup.batch, h = spec.hidden_size;
+  tape.SetModule("bert.pooler");
+  Var first = tape.Share(x);
+  first.numel = b * h;
+  if (tape.grad_enabled && x.requires_grad()) {
+    NodeId n = tape.Node("SelectBackward0", &first);
+    tape.graph.Edge(n, x, x.bytes());
+  }
+  Var dense;
+  {
+    FlatLinearInputs flat(tape);  // a 2-D input: its gradient is the mm's own output
+    dense = Linear(tape, first, *ep.pooler, ep.pooler_b, b, h);
+  }
+  tape.Drop(first);
+  Var pooled = UnaryOp(tape, dense, "aten::tanh", "TanhBackward0", /*save_result=*/true);
+  tape.Drop(dense);
+  return pooled;
+}
+
+// BertForSequenceClassification.forward after BertModel: dropout, classifier,
+// then MSELoss()(logits.squeeze(), labels.squeeze()) for one label (float
+// labels) or CrossEntropyLoss()(logits.view(-1, n), labels.view(-1)). Autocast
+// runs mse_loss in fp32 (CUDA's and CPU's fp32 lists); cross-entropy as the MLM
+// head's (MlmHeadLoss).
+Var ClassifierLoss(Tape& tape, const ModelSpec& spec, const EncoderParams& ep,
+                   const TrainingSetup& setup, const Var& pooled, const Var& labels) {
+  const uint64_t b = setup.batch;
+  tape.SetModule("dropout");
+  Var dropped = Dropout(tape, pooled, spec.classifier_dropout);
+  tape.SetModule("classifier");
+  Var logits;
+  {
+    FlatLinearInputs flat(tape);
+    logits = Linear(tape, dropped, *ep.classifier, ep.classifier_b, b, spec.num_labels);
+  }
+  tape.Drop(dropped);
+  Var loss;
+  if (spec.num_labels == 1) {
+    Var l32 = tape.autocast ? Cast(tape, logits, kF32) : tape.Share(logits);
+    loss = MseLoss(tape, l32, labels);
+    tape.Drop(l32);
+  } else if (tape.autocast && !tape.cpu_rules) {
+    loss = CrossEntropyLossHalfCudaAutocast(tape, logits);
+  } else {
+    Var l32 = tape.autocast ? Cast(tape, logits, kF32) : tape.Share(logits);
+    loss = CrossEntropyLoss(tape, l32);
+    tape.Drop(l32);
+  }
+  tape.Drop(logits);
+  return loss;
+}
+
 }  // namespace
 
 ForwardOut EncoderForward(Tape& tape, const ModelSpec& spec, EncoderParams& ep,
@@ -306,7 +379,11 @@ ForwardOut EncoderForward(Tape& tape, const ModelSpec& spec, EncoderParams& ep,
   const uint64_t t = setup.batch * setup.seq;
   tape.SetModule("bert");
   Var ids = tape.New(t, kI64, Category::kOther, "input_ids");
-  Var labels = tape.New(t, kI64, Category::kOther, "labels");
+  // Token labels for the MLM loss; one per sequence for classification (float
+  // for regression).
+  Var labels = spec.num_labels == 0 ? tape.New(t, kI64, Category::kOther, "labels")
+                                    : tape.New(setup.batch, spec.num_labels == 1 ? kF32 : kI64,
+                                               Category::kOther, "labels");
   Var x = EmbeddingsForward(tape, spec, ep, setup, ids);
   // BertModel.forward's local `embedding_output` holds the embeddings' output
   // until it returns, past the encoder (4.57.6 / 5.24.0 models/bert/
@@ -319,12 +396,17 @@ ForwardOut EncoderForward(Tape& tape, const ModelSpec& spec, EncoderParams& ep,
   if (legacy) masks = LegacyBertMasks(tape, setup, x.elem_bytes, plan);
   const Var* ext_mask = masks.ext_mask.t != kNoTensor ? &masks.ext_mask : nullptr;
   x = BertEncoderForward(tape, spec, ep, setup, plan, ext_mask, legacy, x);
+  // `outputs` (the last hidden state and the pooler's output) lives until the
+  // head's forward returns.
+  Var pooled = spec.num_labels > 0 ? BertPooler(tape, spec, ep, setup, x) : Var{};
   // BertModel.forward returns: its locals go.
   tape.Drop(embedding_output);
   if (masks.ones.t != kNoTensor) tape.Drop(masks.ones);
   if (masks.ext_mask.t != kNoTensor) tape.Drop(masks.ext_mask);
 
-  Var loss = MlmHeadLoss(tape, spec, ep, setup, x);
+  Var loss = spec.num_labels > 0 ? ClassifierLoss(tape, spec, ep, setup, pooled, labels)
+                                 : MlmHeadLoss(tape, spec, ep, setup, x);
+  if (pooled.t != kNoTensor) tape.Drop(pooled);
   // BertForMaskedLM.forward: `outputs = self.bert(...)` holds the last hidden
   // state (sequence_output) until it returns, past the loss (4.57.6 / 5.24.0).
   tape.Drop(x);

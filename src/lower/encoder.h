@@ -23,13 +23,16 @@ struct EncoderParams {
   std::vector<Layer> layers;
   Param *head_dense = nullptr, *head_dense_b = nullptr, *head_norm = nullptr,
         *head_norm_b = nullptr, *decoder = nullptr, *decoder_b = nullptr;
+  // BertForSequenceClassification (spec.num_labels > 0): pooler and classifier.
+  Param *pooler = nullptr, *pooler_b = nullptr, *classifier = nullptr, *classifier_b = nullptr;
 };
 
 // Indexes tape.params (built from spec.params, in the same order); an Error
 // names what is missing.
 Result<EncoderParams> IndexEncoderParams(const ModelSpec& spec, std::vector<Param>& params);
 
-// One micro-batch forward of the masked-LM loss.
+// One micro-batch forward of the masked-LM loss, or of the sequence
+// classification loss when spec.num_labels > 0.
 ForwardOut EncoderForward(Tape& tape, const ModelSpec& spec, EncoderParams& ep,
                           const TrainingSetup& setup);
 

@@ -280,8 +280,8 @@ class RankLowerer {
     // diffusers' train_text_to_image_lora.py casts the UNet to weight_dtype
     // (fp16 / bf16 under mixed precision) before add_adapter, and accelerate
     // still runs its forward under autocast (diffusers 0.42.1 examples).
-    const bool mixed = setup_.precision == Precision::kBf16Mixed ||
-                       setup_.precision == Precision::kFp16Mixed;
+    const bool mixed =
+        setup_.precision == Precision::kBf16Mixed || setup_.precision == Precision::kFp16Mixed;
     if (model_.is_unet && setup_.finetune == Finetune::kLora && mixed) rules.param_bytes = kHalf;
     // QLoRA over FSDP / ZeRO-3 ("sharded QLoRA"): the 4-bit weights are loaded
     // with a 16-bit quant storage and the trainers never call

@@ -283,9 +283,10 @@ Result<uint64_t> AttachLoraAdapters(Tape& tape, const ModelSpec& model, const Tr
     lora_params += adapter;
     // The LoRA script upcasts the adapters under fp16 mixed precision only
     // (cast_training_params(unet, dtype=torch.float32)).
-    const uint8_t adapter_bytes = !model.is_unet                              ? kF32
-                                  : setup.precision == Precision::kFp16Mixed ? kF32
-                                                                             : tape.params[i].elem_bytes;
+    const uint8_t adapter_bytes = !model.is_unet ? kF32
+                                  : setup.precision == Precision::kFp16Mixed
+                                      ? kF32
+                                      : tape.params[i].elem_bytes;
     AttachAdapterPair(tape, pt, i, setup.lora_rank, storage, adapter_bytes);
   }
   if (lora_params == 0 && whole_model) {

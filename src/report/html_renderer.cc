@@ -209,8 +209,8 @@ class PageWriter {
   void Saved(const RankReport& rank) {
     if (!rank.saved) return;
     const SavedActivations& s = *rank.saved;
-    out_ += fmt::format("<h3>Saved for backward at the end of step {}'s forward: {}</h3>\n",
-                        s.step, FormatBytes(s.total_bytes));
+    out_ += fmt::format("<h3>Saved for backward at the end of step {}'s forward: {}</h3>\n", s.step,
+                        FormatBytes(s.total_bytes));
     GroupTable("block", s.by_block, s.total_bytes);
     GroupTable("layer", s.by_layer, s.total_bytes);
   }
@@ -238,8 +238,8 @@ class PageWriter {
     }
     if (rest > 0) {
       out_ += "<tr>" + TableCell(fmt::format("{} more", rows.size() - kRows), "name") +
-              TableCell(FormatBytes(rest), "num") +
-              TableCell(FormatPercent(rest, total), "num") + "<td></td></tr>\n";
+              TableCell(FormatBytes(rest), "num") + TableCell(FormatPercent(rest, total), "num") +
+              "<td></td></tr>\n";
     }
     out_ += "</table>\n";
   }

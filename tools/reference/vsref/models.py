@@ -34,6 +34,10 @@ FAMILIES = {
     "opt": "opt-125m",
     "opt_postnorm": "opt-350m",  # do_layer_norm_before: false, word_embed_proj_dim 512
     "bert": "bert-base-uncased",
+    # BertForSequenceClassification on the same config: the pooler, a classifier and
+    # CrossEntropyLoss over 3 labels (bert_seqcls), or MSELoss over 1 (bert_regression).
+    "bert_seqcls": "bert-base-uncased",
+    "bert_regression": "bert-base-uncased",
     "stablelm": "stablelm-2-1.6b",
     "qwen2_moe": "qwen1.5-moe-a2.7b",
     "mixtral": "mixtral-8x7b",
@@ -150,8 +154,19 @@ def is_unet(family):
     return family in UNET_FAMILIES
 
 
+# Sequence-classification heads on a catalog config: the architecture and the labels
+# (id2label, as PretrainedConfig writes num_labels).
+SEQUENCE_CLASSIFICATION = {"bert_seqcls": 3, "bert_regression": 1}
+
+
 def reference_config(family):
     """The reduced config of `family`: a catalog model cut down, or a UNet written above."""
     if is_unet(family):
         return copy.deepcopy(UNET_FAMILIES[family])
-    return reduce_config(catalog_config(FAMILIES[family]))
+    config = reduce_config(catalog_config(FAMILIES[family]))
+    if family in SEQUENCE_CLASSIFICATION:
+        labels = SEQUENCE_CLASSIFICATION[family]
+        config["architectures"] = [config["architectures"][0].replace("ForMaskedLM",
+                                                                      "ForSequenceClassification")]
+        config["id2label"] = {str(i): f"LABEL_{i}" for i in range(labels)}
+    return config

@@ -40,8 +40,12 @@ def build_model(point, config_dict):
             json.dump(config_dict, f)
         config = transformers.AutoConfig.from_pretrained(d)
     dtype = torch.bfloat16 if point.precision == "bf16" else torch.float32
-    auto = (transformers.AutoModelForMaskedLM if config.model_type == "bert"
-            else transformers.AutoModelForCausalLM)
+    if config.architectures and config.architectures[0].endswith("ForSequenceClassification"):
+        auto = transformers.AutoModelForSequenceClassification
+    elif config.model_type == "bert":
+        auto = transformers.AutoModelForMaskedLM
+    else:
+        auto = transformers.AutoModelForCausalLM
     torch.manual_seed(0)
     model = auto.from_config(config, attn_implementation=point.attn)
     return model.to(dtype)
@@ -78,6 +82,12 @@ def make_optimizer(point, model):
 def make_batch(point, config):
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(2, config.vocab_size, (point.batch, point.seq), generator=g)
+    if config.architectures and config.architectures[0].endswith("ForSequenceClassification"):
+        # One label per sequence: a class index, or a float for regression (one label).
+        if config.num_labels == 1:
+            return {"input_ids": ids, "labels": torch.randn(point.batch, generator=g)}
+        return {"input_ids": ids,
+                "labels": torch.randint(0, config.num_labels, (point.batch,), generator=g)}
     return {"input_ids": ids, "labels": ids.clone()}
 
 
