@@ -246,3 +246,35 @@ TEST(UNetParamsTest, StableDiffusionXlMatchesDiffusers) {
 
 }  // namespace
 }  // namespace vramscope
+
+namespace vramscope {
+namespace {
+
+// BertForSequenceClassification on bert-base-uncased's sizes: BertModel with its
+// pooler (109,482,240 parameters: the catalog's BertForMaskedLM 109,514,298 minus
+// the MLM head's 622,650 plus the pooler's 590,592) and a 768 x 3 classifier.
+TEST(BertHeadsTest, SequenceClassificationHasPoolerAndClassifier) {
+  const std::string config = R"({"model_type": "bert", "architectures":
+      ["BertForSequenceClassification"], "id2label": {"0": "a", "1": "b", "2": "c"}})";
+  Result<ModelSpec> s = ParseModelConfig(config, "bert-seqcls");
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  EXPECT_EQ(s->num_labels, 3u);
+  EXPECT_EQ(s->ParameterCount(), 109'482'240u + 768u * 3 + 3);
+  EXPECT_EQ(s->params.back().name, "classifier.bias");
+  bool has_mlm_head = false;
+  for (const ParamTensor& p : s->params) has_mlm_head |= p.name.starts_with("cls.");
+  EXPECT_FALSE(has_mlm_head);
+  // One label is regression; a problem_type that disagrees is refused by name.
+  Result<ModelSpec> reg = ParseModelConfig(R"({"model_type": "bert", "architectures":
+      ["BertForSequenceClassification"], "num_labels": 1})", "bert-reg");
+  ASSERT_TRUE(reg.ok()) << reg.error().message;
+  EXPECT_EQ(reg->num_labels, 1u);
+  Result<ModelSpec> multi = ParseModelConfig(R"({"model_type": "bert", "architectures":
+      ["BertForSequenceClassification"], "problem_type": "multi_label_classification"})",
+                                             "bert-multi");
+  ASSERT_FALSE(multi.ok());
+  EXPECT_NE(multi.error().message.find("problem_type"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace vramscope
