@@ -89,6 +89,9 @@ std::string ReadTorchDtype(ConfigReader& r);
 // The MLP activation of a non-gated family, an ACT2FN name (transformers
 // activations.py); an unknown name fails rather than guessing.
 MlpKind ReadActivation(ConfigReader& r, std::string_view key, std::string_view def);
+// num_labels (len(id2label)), classifier_dropout and a problem_type that must
+// agree with num_labels, for an XForSequenceClassification architecture.
+void ReadSequenceClassification(ConfigReader& r, ModelSpec& spec);
 // A float key where JSON null means "disabled" (0).
 double ReadOptionalCap(ConfigReader& r, std::string_view key, double def);
 

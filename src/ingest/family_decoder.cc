@@ -20,6 +20,9 @@ struct DecoderDefaults {
 // The keys every llama-style config shares.
 void ReadDecoderCore(ConfigReader& r, ModelSpec& s, const DecoderDefaults& d) {
   s.architecture = ReadArchitecture(r, d.architecture);
+  // GenericForSequenceClassification (modeling_layers.py, 4.57.6 / 5.24.0): a
+  // bias-free `score` in place of lm_head (reward models).
+  if (s.architecture.ends_with("ForSequenceClassification")) ReadSequenceClassification(r, s);
   s.vocab_size = ReadSize(r, s, {"vocab_size"}, d.vocab, kMaxVocab);
   s.hidden_size = ReadSize(r, s, {"hidden_size"}, d.hidden, kMaxHidden);
   s.intermediate_size = ReadSize(r, s, {"intermediate_size"}, d.intermediate, kMaxIntermediate);
@@ -326,8 +329,11 @@ void BuildDecoder(const ModelSpec& s, const ArchDetails& a, ParamListBuilder& b)
     }
   }
   b.Norm(a.prefix + "norm", s.hidden_size, ln_bias, -1);
-  if (!s.tie_word_embeddings)
+  if (s.num_labels > 0) {
+    b.Linear("score", s.num_labels, s.hidden_size, false, -1, ParamRole::kLmHead);
+  } else if (!s.tie_word_embeddings) {
     b.Linear(a.lm_head, s.vocab_size, s.hidden_size, false, -1, ParamRole::kLmHead);
+  }
 }
 
 }  // namespace

@@ -237,15 +237,18 @@ Var MathKernel(Tape& tape, const AttnPlan& plan, const AttnShape& shape, const V
     w = masked;
   }
   // softmax(attn_weights, dim=-1, dtype=torch.float32).to(query.dtype):
-  // _softmax saves its fp32 output.
+  // _softmax saves its fp32 output. The statement rebinds attn_weights only
+  // once .to() has run, so the masked scores live until then (the CPU trace of
+  // a Llama sequence classifier, LoRA + checkpointing + eager + bf16, where no
+  // lm_head logits hide this peak).
   Var probs;
   if (plan.fp32_softmax && e != kF32) {
     Var w32 = Cast(tape, w, kF32);
-    tape.Drop(w);
     Var p32 = UnaryOp(tape, w32, "aten::_softmax", "SoftmaxBackward0", true);
     tape.Drop(w32);
     probs = Cast(tape, p32, e);
     tape.Drop(p32);
+    tape.Drop(w);
   } else {
     probs = SoftmaxNoDtype(tape, w);
     if (!plan.legacy_bert) tape.Drop(w);

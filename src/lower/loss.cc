@@ -4,6 +4,7 @@
 
 #include "int_math.h"
 #include "ops.h"
+#include "unet_ops.h"
 
 namespace vramscope::lower {
 namespace {
@@ -151,6 +152,64 @@ Var LogSoftmaxSavingResult(Tape& tape, const Var& logits) {
 // F.cross_entropy = log_softmax (saves its output) + nll_loss (saves the
 // target and total_weight). Backward: nll_loss_backward allocates a zeroed
 // full-size gradient; _log_softmax_backward_data another.
+namespace {
+
+// `last_non_pad_token = (arange(s, int32) * (input_ids != pad).to(int32)).argmax(-1)`:
+// the int32 arange and mask stay locals until forward returns; the product goes.
+std::vector<Var> LastNonPadToken(Tape& tape, uint64_t batch, uint64_t tokens, Var* last) {
+  Var ne = tape.New(tokens, kBool, Category::kTemporaries, "aten::ne");
+  Var mask = tape.New(tokens, 4, Category::kTemporaries, "aten::_to_copy");
+  tape.Drop(ne);
+  Var indices = tape.New(tokens / batch, 4, Category::kTemporaries, "aten::arange");
+  Var product = tape.New(tokens, 4, Category::kTemporaries, "aten::mul");
+  *last = tape.New(batch, kI64, Category::kTemporaries, "aten::argmax");
+  tape.Drop(product);
+  return {mask, indices};
+}
+
+}  // namespace
+
+Var SequenceClassificationLoss(Tape& tape, const TrainingSetup& setup, const Var& hidden,
+                               Param& score, uint64_t tokens, uint64_t hidden_size,
+                               uint64_t labels, const Var& label_values) {
+  (void)hidden_size;
+  const uint64_t batch = std::max<uint64_t>(1, setup.batch);
+  Var logits = Linear(tape, hidden, score, nullptr, tokens, labels);
+  Var last;
+  std::vector<Var> locals = LastNonPadToken(tape, batch, tokens, &last);
+  // logits[torch.arange(b), last]: IndexBackward0 keeps both index tensors and
+  // scatters the gradient into a zero tensor of the logits' size.
+  Var rows = tape.New(batch, kI64, Category::kTemporaries, "aten::arange");
+  Var pooled = tape.New(batch * labels, logits.elem_bytes, Category::kLoss, "aten::index");
+  if (tape.grad_enabled && logits.requires_grad()) {
+    NodeId n = tape.Node("IndexBackward0", &pooled);
+    tape.graph.Save(n, rows.t);
+    tape.graph.Save(n, last.t);
+    tape.graph.Edge(n, logits, logits.bytes(), Category::kLoss);
+  }
+  tape.Drop(rows);
+  Var loss;
+  if (labels == 1) {
+    // MSELoss()(pooled.squeeze(), labels.squeeze()); autocast runs mse_loss in fp32.
+    Var p32 = tape.autocast ? Cast(tape, pooled, kF32) : tape.Share(pooled);
+    loss = MseLoss(tape, p32, label_values);
+    tape.Drop(p32);
+  } else if (tape.autocast && !tape.cpu_rules) {
+    loss = CrossEntropyLossHalfCudaAutocast(tape, pooled);
+  } else {
+    Var p32 = tape.autocast ? Cast(tape, pooled, kF32) : tape.Share(pooled);
+    loss = CrossEntropyLoss(tape, p32);
+    tape.Drop(p32);
+  }
+  // The forward returns: its locals (logits, the mask, the indices) go; the
+  // returned pooled logits go with the output.
+  tape.Drop(logits);
+  tape.Drop(last);
+  for (Var& v : locals) tape.Drop(v);
+  tape.Drop(pooled);
+  return loss;
+}
+
 Var CrossEntropyLoss(Tape& tape, const Var& logits32) {
   Var lsm = LogSoftmaxSavingResult(tape, logits32);
   Var loss = tape.New(1, kF32, Category::kLoss, "aten::nll_loss_forward");

@@ -13,6 +13,15 @@ Var CausalLmLoss(Tape& tape, const TrainingSetup& setup, const Var& hidden, Para
                  Param* head_bias, uint64_t tokens, uint64_t hidden_size, uint64_t vocab,
                  double softcap);
 
+// GenericForSequenceClassification's head (transformers 4.57.6 / 5.24.0
+// modeling_layers.py, loss_utils.py ForSequenceClassificationLoss): `score`
+// (no bias) over every token, the rightmost non-pad token of each row picked
+// by advanced indexing, then MSELoss (one label, `labels` float) or
+// cross-entropy. Returns the scalar fp32 loss.
+Var SequenceClassificationLoss(Tape& tape, const TrainingSetup& setup, const Var& hidden,
+                               Param& score, uint64_t tokens, uint64_t hidden_size,
+                               uint64_t labels, const Var& label_values);
+
 // F.cross_entropy(logits, labels) = log_softmax (saves its output, in the
 // logits' dtype) + nll_loss; backward allocates two logits-sized gradients.
 Var CrossEntropyLoss(Tape& tape, const Var& logits);

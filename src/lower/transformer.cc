@@ -1259,7 +1259,8 @@ Var RunLayers(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Training
 // post-norm layout has no final norm; project_out narrows to the embeddings'
 // width, which the (tied) lm_head reads.
 Var HeadAndLoss(Tape& tape, const ModelSpec& spec, ModelParams& mp, const TrainingSetup& setup,
-                const Dims& d, Var x, Var* layer_outputs, std::vector<Var>* base_locals) {
+                const Dims& d, Var x, Var* layer_outputs, std::vector<Var>* base_locals,
+                const Var& labels) {
   tape.SetModule("model.norm");
   Dims dn = d.Residual();
   Var hfin =
@@ -1273,6 +1274,13 @@ Var HeadAndLoss(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Traini
   // The base model returns: its locals go.
   if (layer_outputs->t != kNoTensor) tape.Drop(*layer_outputs);
   for (Var& v : *base_locals) tape.Drop(v);
+  if (spec.num_labels > 0) {
+    tape.SetModule("score");
+    Var loss = SequenceClassificationLoss(tape, setup, hfin, *mp.lm_head, d.t, head_in,
+                                          spec.num_labels, labels);
+    tape.Drop(hfin);
+    return loss;
+  }
   tape.SetModule("lm_head");
   Param* head = mp.lm_head ? mp.lm_head : mp.embed;  // tied embeddings
   Var loss = CausalLmLoss(tape, setup, hfin, *head, mp.lm_head_b, d.t, head_in, d.vocab,
@@ -1291,7 +1299,13 @@ ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Tra
   // pipeline gives tokens to the first stage and labels to the last).
   Var ids, labels;
   if (span.embed) ids = tape.New(d.t, kI64, Category::kOther, "input_ids");
-  if (span.head) labels = tape.New(d.t, kI64, Category::kOther, "labels");
+  // One label per sequence for a classification head (float for regression).
+  if (span.head) {
+    labels = spec.num_labels == 0
+                 ? tape.New(d.t, kI64, Category::kOther, "labels")
+                 : tape.New(setup.batch, spec.num_labels == 1 ? kF32 : kI64, Category::kOther,
+                            "labels");
+  }
   Var x;
   std::vector<Var> base_locals;  // the base model's locals nothing else holds
   if (span.embed) {
@@ -1330,7 +1344,7 @@ ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Tra
   }
   const int head_unit = static_cast<int>(spec.num_layers) + 1;
   tape.Unit(head_unit, true);
-  Var loss = HeadAndLoss(tape, spec, mp, setup, d, x, &layer_outputs, &base_locals);
+  Var loss = HeadAndLoss(tape, spec, mp, setup, d, x, &layer_outputs, &base_locals, labels);
   tape.Unit(head_unit, false);
   DropCache(tape);  // outputs.past_key_values goes with the model's output
   if (ids.t != kNoTensor) tape.Drop(ids);

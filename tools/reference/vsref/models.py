@@ -38,6 +38,10 @@ FAMILIES = {
     # CrossEntropyLoss over 3 labels (bert_seqcls), or MSELoss over 1 (bert_regression).
     "bert_seqcls": "bert-base-uncased",
     "bert_regression": "bert-base-uncased",
+    # GenericForSequenceClassification (a `score` head on the last non-pad token): Llama
+    # with 3 labels, and a Qwen2 reward model (1 label, MSELoss).
+    "llama_seqcls": "llama-3.2-1b",
+    "qwen2_reward": "qwen2.5-0.5b",
     "stablelm": "stablelm-2-1.6b",
     "qwen2_moe": "qwen1.5-moe-a2.7b",
     "mixtral": "mixtral-8x7b",
@@ -156,7 +160,8 @@ def is_unet(family):
 
 # Sequence-classification heads on a catalog config: the architecture and the labels
 # (id2label, as PretrainedConfig writes num_labels).
-SEQUENCE_CLASSIFICATION = {"bert_seqcls": 3, "bert_regression": 1}
+SEQUENCE_CLASSIFICATION = {"bert_seqcls": 3, "bert_regression": 1, "llama_seqcls": 3,
+                           "qwen2_reward": 1}
 
 
 def reference_config(family):
@@ -166,7 +171,13 @@ def reference_config(family):
     config = reduce_config(catalog_config(FAMILIES[family]))
     if family in SEQUENCE_CLASSIFICATION:
         labels = SEQUENCE_CLASSIFICATION[family]
-        config["architectures"] = [config["architectures"][0].replace("ForMaskedLM",
-                                                                      "ForSequenceClassification")]
+        architecture = config["architectures"][0]
+        for head in ("ForMaskedLM", "ForCausalLM"):
+            architecture = architecture.replace(head, "ForSequenceClassification")
+        config["architectures"] = [architecture]
         config["id2label"] = {str(i): f"LABEL_{i}" for i in range(labels)}
+        if config.get("model_type") != "bert":
+            # Batches of more than one row need a pad token (transformers raises without
+            # one); the reference's ids are drawn from 2.., so no row is padded.
+            config["pad_token_id"] = 0
     return config
