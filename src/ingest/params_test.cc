@@ -266,7 +266,8 @@ TEST(BertHeadsTest, SequenceClassificationHasPoolerAndClassifier) {
   EXPECT_FALSE(has_mlm_head);
   // One label is regression; a problem_type that disagrees is refused by name.
   Result<ModelSpec> reg = ParseModelConfig(R"({"model_type": "bert", "architectures":
-      ["BertForSequenceClassification"], "num_labels": 1})", "bert-reg");
+      ["BertForSequenceClassification"], "num_labels": 1})",
+                                           "bert-reg");
   ASSERT_TRUE(reg.ok()) << reg.error().message;
   EXPECT_EQ(reg->num_labels, 1u);
   Result<ModelSpec> multi = ParseModelConfig(R"({"model_type": "bert", "architectures":
@@ -274,6 +275,25 @@ TEST(BertHeadsTest, SequenceClassificationHasPoolerAndClassifier) {
                                              "bert-multi");
   ASSERT_FALSE(multi.ok());
   EXPECT_NE(multi.error().message.find("problem_type"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace vramscope
+
+namespace vramscope {
+namespace {
+
+// LlamaForSequenceClassification (GenericForSequenceClassification): the
+// decoder and norm, then `score` [labels, hidden] without a bias, no lm_head.
+TEST(DecoderHeadsTest, SequenceClassificationReplacesTheLmHead) {
+  const std::string config = R"({"model_type": "llama", "architectures":
+      ["LlamaForSequenceClassification"], "num_labels": 1, "pad_token_id": 0})";
+  Result<ModelSpec> rm = ParseModelConfig(config, "reward");
+  ASSERT_TRUE(rm.ok()) << rm.error().message;
+  EXPECT_EQ(rm->num_labels, 1u);
+  EXPECT_EQ(rm->params.back().name, "score.weight");
+  EXPECT_EQ(rm->params.back().shape, (std::vector<uint64_t>{1, rm->hidden_size}));
+  for (const ParamTensor& p : rm->params) EXPECT_NE(p.name, "lm_head.weight");
 }
 
 }  // namespace

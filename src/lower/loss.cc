@@ -170,8 +170,8 @@ std::vector<Var> LastNonPadToken(Tape& tape, uint64_t batch, uint64_t tokens, Va
 }  // namespace
 
 Var SequenceClassificationLoss(Tape& tape, const TrainingSetup& setup, const Var& hidden,
-                               Param& score, uint64_t tokens, uint64_t hidden_size,
-                               uint64_t labels, const Var& label_values) {
+                               Param& score, uint64_t tokens, uint64_t hidden_size, uint64_t labels,
+                               const Var& label_values) {
   (void)hidden_size;
   const uint64_t batch = std::max<uint64_t>(1, setup.batch);
   Var logits = Linear(tape, hidden, score, nullptr, tokens, labels);

@@ -19,8 +19,8 @@ Var CausalLmLoss(Tape& tape, const TrainingSetup& setup, const Var& hidden, Para
 // by advanced indexing, then MSELoss (one label, `labels` float) or
 // cross-entropy. Returns the scalar fp32 loss.
 Var SequenceClassificationLoss(Tape& tape, const TrainingSetup& setup, const Var& hidden,
-                               Param& score, uint64_t tokens, uint64_t hidden_size,
-                               uint64_t labels, const Var& label_values);
+                               Param& score, uint64_t tokens, uint64_t hidden_size, uint64_t labels,
+                               const Var& label_values);
 
 // F.cross_entropy(logits, labels) = log_softmax (saves its output, in the
 // logits' dtype) + nll_loss; backward allocates two logits-sized gradients.

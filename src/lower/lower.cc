@@ -155,8 +155,9 @@ Status Validate(const ModelSpec& m, const TrainingSetup& s) {
         "--loss: chunked and fused-linear losses apply to a language-model head, not to a "
         "sequence-classification head");
   if (m.num_labels > 0 && s.parallel.model_parallel())
-    return bad("--tp/--pp/--cp/--ep: a sequence-classification head is modelled without "
-               "Megatron-style model parallelism");
+    return bad(
+        "--tp/--pp/--cp/--ep: a sequence-classification head is modelled without "
+        "Megatron-style model parallelism");
   if (m.is_encoder && s.loss != LossKind::kHf)
     return bad(
         "--loss: chunked and fused-linear losses are modelled for causal LMs only, not for bert");

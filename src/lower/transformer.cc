@@ -1301,10 +1301,9 @@ ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Tra
   if (span.embed) ids = tape.New(d.t, kI64, Category::kOther, "input_ids");
   // One label per sequence for a classification head (float for regression).
   if (span.head) {
-    labels = spec.num_labels == 0
-                 ? tape.New(d.t, kI64, Category::kOther, "labels")
-                 : tape.New(setup.batch, spec.num_labels == 1 ? kF32 : kI64, Category::kOther,
-                            "labels");
+    labels = spec.num_labels == 0 ? tape.New(d.t, kI64, Category::kOther, "labels")
+                                  : tape.New(setup.batch, spec.num_labels == 1 ? kF32 : kI64,
+                                             Category::kOther, "labels");
   }
   Var x;
   std::vector<Var> base_locals;  // the base model's locals nothing else holds
