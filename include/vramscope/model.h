@@ -141,6 +141,9 @@ struct ModelSpec {
   // (CrossEntropyLoss). 0: no such head.
   uint64_t num_labels = 0;
   double classifier_dropout = 0;
+  // BertForTokenClassification: the classifier on every token (no pooler),
+  // CrossEntropyLoss over tokens; num_labels as above.
+  bool token_classification = false;
   bool is_unet = false;  // a diffusers UNet2DConditionModel: `unet` holds its layout
   UNetSpec unet;
 

@@ -317,6 +317,12 @@ void ReadBert(ConfigReader& r, ModelSpec& s, ArchDetails& a) {
   s.position = PositionKind::kLearned;
   if (s.architecture == "BertForSequenceClassification") {
     ReadSequenceClassification(r, s);
+  } else if (s.architecture == "BertForTokenClassification") {
+    // The same labels; the loss is always cross-entropy over the tokens.
+    ReadSequenceClassification(r, s);
+    s.token_classification = true;
+    if (r.ok() && s.num_labels == 1)
+      r.Fail("id2label", "token classification needs 2 or more labels");
   } else if (s.architecture != "BertForMaskedLM") {
     s.notes.push_back(
         fmt::format("bert: parameters are those of BertForMaskedLM (no pooler), "
@@ -352,8 +358,11 @@ void BuildBert(const ModelSpec& s, const ArchDetails& a, ParamListBuilder& b) {
   }
   if (s.num_labels > 0) {
     // BertModel(add_pooling_layer=True): the pooler after the encoder; then
-    // BertForSequenceClassification's dropout and classifier.
-    b.Linear("bert.pooler.dense", h, h, true, -1, ParamRole::kHeadDense);
+    // BertForSequenceClassification's dropout and classifier. Token
+    // classification has no pooler (add_pooling_layer=False).
+    if (!s.token_classification) {
+      b.Linear("bert.pooler.dense", h, h, true, -1, ParamRole::kHeadDense);
+    }
     b.Linear("classifier", s.num_labels, h, true, -1, ParamRole::kLmHead);
     return;
   }

@@ -298,3 +298,20 @@ TEST(DecoderHeadsTest, SequenceClassificationReplacesTheLmHead) {
 
 }  // namespace
 }  // namespace vramscope
+
+namespace vramscope {
+namespace {
+
+TEST(BertHeadsTest, TokenClassificationHasNoPooler) {
+  Result<ModelSpec> s = ParseModelConfig(R"({"model_type": "bert", "architectures":
+      ["BertForTokenClassification"], "num_labels": 9})",
+                                         "bert-ner");
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  EXPECT_TRUE(s->token_classification);
+  // BertModel without its pooler (the MaskedLM count less the MLM head) + 768 x 9 + 9.
+  EXPECT_EQ(s->ParameterCount(), 109'482'240u - 590'592u + 768u * 9 + 9);
+  for (const ParamTensor& p : s->params) EXPECT_FALSE(p.name.starts_with("bert.pooler"));
+}
+
+}  // namespace
+}  // namespace vramscope

@@ -91,7 +91,8 @@ Result<EncoderParams> IndexEncoderParams(const ModelSpec& spec, std::vector<Para
       ep.decoder_b = p;
   }
   if (spec.num_labels > 0) {
-    if (!ep.word || !ep.pos || !ep.embed_norm || !ep.pooler || !ep.classifier) {
+    if (!ep.word || !ep.pos || !ep.embed_norm || !ep.classifier ||
+        (!spec.token_classification && !ep.pooler)) {
       return MakeError(fmt::format(
           "{}: could not find the embeddings, pooler and classifier in its parameter list",
           spec.name));
@@ -344,16 +345,21 @@ Var BertPooler(Tape& tape, const ModelSpec& spec, const EncoderParams& ep,
 // labels) or CrossEntropyLoss()(logits.view(-1, n), labels.view(-1)). Autocast
 // runs mse_loss in fp32 (CUDA's and CPU's fp32 lists); cross-entropy as the MLM
 // head's (MlmHeadLoss).
+// BertForTokenClassification feeds it the whole [b, s, h] sequence output
+// (a 3-D linear input: its gradient is a view) and takes cross-entropy over
+// every token.
 Var ClassifierLoss(Tape& tape, const ModelSpec& spec, const EncoderParams& ep,
                    const TrainingSetup& setup, const Var& pooled, const Var& labels) {
-  const uint64_t b = setup.batch;
+  const uint64_t rows = spec.token_classification ? setup.batch * setup.seq : setup.batch;
   tape.SetModule("dropout");
   Var dropped = Dropout(tape, pooled, spec.classifier_dropout);
   tape.SetModule("classifier");
   Var logits;
-  {
+  if (spec.token_classification) {
+    logits = Linear(tape, dropped, *ep.classifier, ep.classifier_b, rows, spec.num_labels);
+  } else {
     FlatLinearInputs flat(tape);
-    logits = Linear(tape, dropped, *ep.classifier, ep.classifier_b, b, spec.num_labels);
+    logits = Linear(tape, dropped, *ep.classifier, ep.classifier_b, rows, spec.num_labels);
   }
   tape.Drop(dropped);
   Var loss;
@@ -381,9 +387,10 @@ ForwardOut EncoderForward(Tape& tape, const ModelSpec& spec, EncoderParams& ep,
   Var ids = tape.New(t, kI64, Category::kOther, "input_ids");
   // Token labels for the MLM loss; one per sequence for classification (float
   // for regression).
-  Var labels = spec.num_labels == 0 ? tape.New(t, kI64, Category::kOther, "labels")
-                                    : tape.New(setup.batch, spec.num_labels == 1 ? kF32 : kI64,
-                                               Category::kOther, "labels");
+  Var labels =
+      spec.num_labels == 0 || spec.token_classification
+          ? tape.New(t, kI64, Category::kOther, "labels")
+          : tape.New(setup.batch, spec.num_labels == 1 ? kF32 : kI64, Category::kOther, "labels");
   Var x = EmbeddingsForward(tape, spec, ep, setup, ids);
   // BertModel.forward's local `embedding_output` holds the embeddings' output
   // until it returns, past the encoder (4.57.6 / 5.24.0 models/bert/
@@ -398,14 +405,16 @@ ForwardOut EncoderForward(Tape& tape, const ModelSpec& spec, EncoderParams& ep,
   x = BertEncoderForward(tape, spec, ep, setup, plan, ext_mask, legacy, x);
   // `outputs` (the last hidden state and the pooler's output) lives until the
   // head's forward returns.
-  Var pooled = spec.num_labels > 0 ? BertPooler(tape, spec, ep, setup, x) : Var{};
+  const bool pools = spec.num_labels > 0 && !spec.token_classification;
+  Var pooled = pools ? BertPooler(tape, spec, ep, setup, x) : Var{};
   // BertModel.forward returns: its locals go.
   tape.Drop(embedding_output);
   if (masks.ones.t != kNoTensor) tape.Drop(masks.ones);
   if (masks.ext_mask.t != kNoTensor) tape.Drop(masks.ext_mask);
 
-  Var loss = spec.num_labels > 0 ? ClassifierLoss(tape, spec, ep, setup, pooled, labels)
-                                 : MlmHeadLoss(tape, spec, ep, setup, x);
+  Var loss = pools                       ? ClassifierLoss(tape, spec, ep, setup, pooled, labels)
+             : spec.token_classification ? ClassifierLoss(tape, spec, ep, setup, x, labels)
+                                         : MlmHeadLoss(tape, spec, ep, setup, x);
   if (pooled.t != kNoTensor) tape.Drop(pooled);
   // BertForMaskedLM.forward: `outputs = self.bert(...)` holds the last hidden
   // state (sequence_output) until it returns, past the loss (4.57.6 / 5.24.0).

@@ -38,6 +38,8 @@ FAMILIES = {
     # CrossEntropyLoss over 3 labels (bert_seqcls), or MSELoss over 1 (bert_regression).
     "bert_seqcls": "bert-base-uncased",
     "bert_regression": "bert-base-uncased",
+    # BertForTokenClassification: no pooler, a classifier over every token (5 labels).
+    "bert_tokcls": "bert-base-uncased",
     # GenericForSequenceClassification (a `score` head on the last non-pad token): Llama
     # with 3 labels, and a Qwen2 reward model (1 label, MSELoss).
     "llama_seqcls": "llama-3.2-1b",
@@ -161,7 +163,7 @@ def is_unet(family):
 # Sequence-classification heads on a catalog config: the architecture and the labels
 # (id2label, as PretrainedConfig writes num_labels).
 SEQUENCE_CLASSIFICATION = {"bert_seqcls": 3, "bert_regression": 1, "llama_seqcls": 3,
-                           "qwen2_reward": 1}
+                           "qwen2_reward": 1, "bert_tokcls": 5}
 
 
 def reference_config(family):
@@ -172,8 +174,9 @@ def reference_config(family):
     if family in SEQUENCE_CLASSIFICATION:
         labels = SEQUENCE_CLASSIFICATION[family]
         architecture = config["architectures"][0]
+        task = "ForTokenClassification" if family.endswith("_tokcls") else "ForSequenceClassification"
         for head in ("ForMaskedLM", "ForCausalLM"):
-            architecture = architecture.replace(head, "ForSequenceClassification")
+            architecture = architecture.replace(head, task)
         config["architectures"] = [architecture]
         config["id2label"] = {str(i): f"LABEL_{i}" for i in range(labels)}
         if config.get("model_type") != "bert":

@@ -42,6 +42,8 @@ def build_model(point, config_dict):
     dtype = torch.bfloat16 if point.precision == "bf16" else torch.float32
     if config.architectures and config.architectures[0].endswith("ForSequenceClassification"):
         auto = transformers.AutoModelForSequenceClassification
+    elif config.architectures and config.architectures[0].endswith("ForTokenClassification"):
+        auto = transformers.AutoModelForTokenClassification
     elif config.model_type == "bert":
         auto = transformers.AutoModelForMaskedLM
     else:
@@ -82,6 +84,9 @@ def make_optimizer(point, model):
 def make_batch(point, config):
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(2, config.vocab_size, (point.batch, point.seq), generator=g)
+    if config.architectures and config.architectures[0].endswith("ForTokenClassification"):
+        return {"input_ids": ids,
+                "labels": torch.randint(0, config.num_labels, (point.batch, point.seq), generator=g)}
     if config.architectures and config.architectures[0].endswith("ForSequenceClassification"):
         # One label per sequence: a class index, or a float for regression (one label).
         if config.num_labels == 1:
