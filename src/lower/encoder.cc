@@ -362,18 +362,7 @@ Var ClassifierLoss(Tape& tape, const ModelSpec& spec, const EncoderParams& ep,
     logits = Linear(tape, dropped, *ep.classifier, ep.classifier_b, rows, spec.num_labels);
   }
   tape.Drop(dropped);
-  Var loss;
-  if (spec.num_labels == 1) {
-    Var l32 = tape.autocast ? Cast(tape, logits, kF32) : tape.Share(logits);
-    loss = MseLoss(tape, l32, labels);
-    tape.Drop(l32);
-  } else if (tape.autocast && !tape.cpu_rules) {
-    loss = CrossEntropyLossHalfCudaAutocast(tape, logits);
-  } else {
-    Var l32 = tape.autocast ? Cast(tape, logits, kF32) : tape.Share(logits);
-    loss = CrossEntropyLoss(tape, l32);
-    tape.Drop(l32);
-  }
+  Var loss = ClassificationLoss(tape, logits, spec.num_labels, labels);
   tape.Drop(logits);
   return loss;
 }

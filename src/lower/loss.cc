@@ -169,6 +169,16 @@ std::vector<Var> LastNonPadToken(Tape& tape, uint64_t batch, uint64_t tokens, Va
 
 }  // namespace
 
+Var ClassificationLoss(Tape& tape, const Var& logits, uint64_t labels, const Var& label_values) {
+  if (labels != 1 && tape.autocast && !tape.cpu_rules) {
+    return CrossEntropyLossHalfCudaAutocast(tape, logits);
+  }
+  Var l32 = tape.autocast ? Cast(tape, logits, kF32) : tape.Share(logits);
+  Var loss = labels == 1 ? MseLoss(tape, l32, label_values) : CrossEntropyLoss(tape, l32);
+  tape.Drop(l32);
+  return loss;
+}
+
 Var SequenceClassificationLoss(Tape& tape, const TrainingSetup& setup, const Var& hidden,
                                Param& score, uint64_t tokens, uint64_t hidden_size, uint64_t labels,
                                const Var& label_values) {
@@ -188,19 +198,8 @@ Var SequenceClassificationLoss(Tape& tape, const TrainingSetup& setup, const Var
     tape.graph.Edge(n, logits, logits.bytes(), Category::kLoss);
   }
   tape.Drop(rows);
-  Var loss;
-  if (labels == 1) {
-    // MSELoss()(pooled.squeeze(), labels.squeeze()); autocast runs mse_loss in fp32.
-    Var p32 = tape.autocast ? Cast(tape, pooled, kF32) : tape.Share(pooled);
-    loss = MseLoss(tape, p32, label_values);
-    tape.Drop(p32);
-  } else if (tape.autocast && !tape.cpu_rules) {
-    loss = CrossEntropyLossHalfCudaAutocast(tape, pooled);
-  } else {
-    Var p32 = tape.autocast ? Cast(tape, pooled, kF32) : tape.Share(pooled);
-    loss = CrossEntropyLoss(tape, p32);
-    tape.Drop(p32);
-  }
+  // MSELoss()(pooled.squeeze(), labels.squeeze()) or fixed_cross_entropy.
+  Var loss = ClassificationLoss(tape, pooled, labels, label_values);
   // The forward returns: its locals (logits, the mask, the indices) go; the
   // returned pooled logits go with the output.
   tape.Drop(logits);

@@ -13,6 +13,12 @@ Var CausalLmLoss(Tape& tape, const TrainingSetup& setup, const Var& hidden, Para
                  Param* head_bias, uint64_t tokens, uint64_t hidden_size, uint64_t vocab,
                  double softcap);
 
+// The loss of a classification head over `logits` [rows, labels]: MSELoss
+// against float `label_values` for one label (autocast runs mse_loss in fp32:
+// CUDA's and CPU's fp32 lists), else cross-entropy (fp32 log-probabilities
+// under autocast, as CrossEntropyLossHalfCudaAutocast / a cast on CPU).
+Var ClassificationLoss(Tape& tape, const Var& logits, uint64_t labels, const Var& label_values);
+
 // GenericForSequenceClassification's head (transformers 4.57.6 / 5.24.0
 // modeling_layers.py, loss_utils.py ForSequenceClassificationLoss): `score`
 // (no bias) over every token, the rightmost non-pad token of each row picked

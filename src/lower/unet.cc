@@ -204,6 +204,16 @@ Var Resnet(UNetRun& r, const std::string& m, const Var& x, uint64_t in_c, uint64
   return out;
 }
 
+// A linear whose output gradient arrives with the channels-last strides of the
+// permuted residual stream (conv projections): the folded matmul's backward
+// copies it first (aten::clone, torch 2.13 CPU trace). A LoRA-wrapped linear
+// ends in PEFT's sum, whose node is not the matmul: left out.
+void CopiesItsGradientFirst(Tape& tape, const Var& out, const Param& weight, bool noncontiguous) {
+  if (noncontiguous && weight.lora_a < 0 && out.fn != kNoNode) {
+    tape.graph.Workspace(out.fn, out.bytes());
+  }
+}
+
 // Attention with AttnProcessor2_0 (attention_processor.py): to_q on x, to_k /
 // to_v on the context (x itself for self-attention), SDPA without a mask, to_out
 // (Linear + Dropout(0)), / rescale_output_factor. Returns the division's result.
@@ -232,12 +242,7 @@ Var AttentionBlock(UNetRun& r, const std::string& m, const Var& x, const Var* co
   r.Module(m + ".to_out.0");
   Param& w = r.P(m + ".to_out.0.weight");
   Var proj = Linear(tape, o, w, r.Bias(m + ".to_out.0"), tokens, c);
-  // Its output's gradient arrives with the channels-last strides of the
-  // permuted residual stream: the folded matmul's backward copies it first
-  // (aten::clone, torch 2.13 CPU trace).
-  if (grad_noncontiguous && w.lora_a < 0 && proj.fn != kNoNode) {
-    tape.graph.Workspace(proj.fn, proj.bytes());
-  }
+  CopiesItsGradientFirst(tape, proj, w, grad_noncontiguous);
   tape.Drop(o);
   r.Module(m);
   Var out = DivScalar(tape, proj);
@@ -265,9 +270,7 @@ Var GegluFeedForward(UNetRun& r, const std::string& m, const Var& x, uint64_t to
   r.Module(m + ".net.2");
   Param& w = r.P(m + ".net.2.weight");
   Var out = Linear(tape, act, w, r.Bias(m + ".net.2"), tokens, c);
-  if (grad_noncontiguous && w.lora_a < 0 && out.fn != kNoNode) {
-    tape.graph.Workspace(out.fn, out.bytes());
-  }
+  CopiesItsGradientFirst(tape, out, w, grad_noncontiguous);
   tape.Drop(act);
   return out;
 }
@@ -344,8 +347,9 @@ Var SpatialTransformer(UNetRun& r, const std::string& m, const Var& x, uint64_t 
   r.Module(m + ".proj_out");
   Var out_proj;
   if (r.u.linear_projection) {
-    Var lin = Linear(tape, h, r.P(m + ".proj_out.weight"), r.Bias(m + ".proj_out"), tokens, c);
-    if (lin.fn != kNoNode) tape.graph.Workspace(lin.fn, lin.bytes());  // gradient copied, as above
+    Param& w = r.P(m + ".proj_out.weight");
+    Var lin = Linear(tape, h, w, r.Bias(m + ".proj_out"), tokens, c);
+    CopiesItsGradientFirst(tape, lin, w, /*noncontiguous=*/true);  // from the permute
     r.Module(m);
     out_proj = Contiguous(tape, lin);  // .permute(0, 3, 1, 2).contiguous()
     tape.Drop(lin);
