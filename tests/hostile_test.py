@@ -804,3 +804,9 @@ def test_hostile_unet_config_exit_2(tmp_path, extra, args, names):
     path = tmp_path / "config.json"
     path.write_text(json.dumps({**UNET_BASE, **extra}))
     check_bad_input(["estimate", str(path), *args], names=names)
+
+
+def test_ema_is_refused_outside_diffusion_unets():
+    """--ema models diffusers' EMAModel of a UNet; on a causal LM it is bad input."""
+    check_bad_input(["estimate", "gpt2", "--ema"], names="--ema")
+    check_bad_input(["fit", "bert-base-uncased", "--ema-foreach"], names="--ema")
