@@ -180,9 +180,8 @@ Var ClassificationLoss(Tape& tape, const Var& logits, uint64_t labels, const Var
 }
 
 Var SequenceClassificationLoss(Tape& tape, const TrainingSetup& setup, const Var& hidden,
-                               Param& score, uint64_t tokens, uint64_t hidden_size, uint64_t labels,
+                               Param& score, uint64_t tokens, uint64_t labels,
                                const Var& label_values) {
-  (void)hidden_size;
   const uint64_t batch = std::max<uint64_t>(1, setup.batch);
   Var logits = Linear(tape, hidden, score, nullptr, tokens, labels);
   Var last;

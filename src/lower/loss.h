@@ -25,7 +25,7 @@ Var ClassificationLoss(Tape& tape, const Var& logits, uint64_t labels, const Var
 // by advanced indexing, then MSELoss (one label, `labels` float) or
 // cross-entropy. Returns the scalar fp32 loss.
 Var SequenceClassificationLoss(Tape& tape, const TrainingSetup& setup, const Var& hidden,
-                               Param& score, uint64_t tokens, uint64_t hidden_size, uint64_t labels,
+                               Param& score, uint64_t tokens, uint64_t labels,
                                const Var& label_values);
 
 // F.cross_entropy(logits, labels) = log_softmax (saves its output, in the

@@ -1276,8 +1276,8 @@ Var HeadAndLoss(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Traini
   for (Var& v : *base_locals) tape.Drop(v);
   if (spec.num_labels > 0) {
     tape.SetModule("score");
-    Var loss = SequenceClassificationLoss(tape, setup, hfin, *mp.lm_head, d.t, head_in,
-                                          spec.num_labels, labels);
+    Var loss =
+        SequenceClassificationLoss(tape, setup, hfin, *mp.lm_head, d.t, spec.num_labels, labels);
     tape.Drop(hfin);
     return loss;
   }
