@@ -46,7 +46,11 @@ enum class OptimizerKind : uint8_t {
 enum class Finetune : uint8_t { kFull, kLora, kQLora };
 enum class GradCkpt : uint8_t { kNone, kFull /* non-reentrant */, kReentrant };
 enum class Attention : uint8_t { kEager, kSdpa, kFlash };
-enum class LossKind : uint8_t { kHf, kChunked, kFusedLinear };
+// kTrlFused: TRL >= 1.15's fused LM head (trl/trainer/utils.py add_fused_lm_head,
+// trl/kernels/chunked_logprob.py ChunkedLogProbFunction, 1.16.0), which
+// SFTTrainer and DPOTrainer install: per-token log-probabilities over
+// 4096-token x 32768-vocabulary tiles, no full logits.
+enum class LossKind : uint8_t { kHf, kChunked, kFusedLinear, kTrlFused };
 // Which device's kernels the device-dependent rules follow. kCuda is the product;
 // kCpu describes PyTorch's CPU kernels and exists only so that the lowering can be
 // compared with traces of the real libraries run on CPU (docs/fidelity.md): no cuBLAS

@@ -194,6 +194,7 @@ void Graph::EdgeSlice(NodeId n, const Var& input, uint64_t bytes, uint32_t from_
 }
 
 void Graph::Workspace(NodeId n, uint64_t bytes) { nodes_[n].workspace.push_back(bytes); }
+void Graph::Scratch(NodeId n, uint64_t bytes) { nodes_[n].scratch.push_back(bytes); }
 
 void Graph::Gemm(NodeId n, bool second_input_first) {
   if (n == kNoNode) return;
@@ -415,6 +416,15 @@ std::vector<TensorId> Graph::AllocWorkspace(const Node& node, std::string_view o
   return workspace;
 }
 
+void Graph::RunScratch(const Node& node, std::string_view op) {
+  std::vector<TensorId> scratch;
+  scratch.reserve(node.scratch.size());
+  for (uint64_t bytes : node.scratch) {
+    scratch.push_back(Alloc(bytes, Category::kTemporaries, op, node.module));
+  }
+  for (TensorId t : scratch) Drop(t);
+}
+
 std::vector<Graph::Produced> Graph::ProduceGrads(const Node& node, std::string_view op) {
   std::vector<Produced> produced;
   produced.reserve(node.outs.size());
@@ -487,7 +497,10 @@ void Graph::Run(NodeId n) {
   // gradients move on.
   const std::vector<TensorId> unpacked = UnpackOffloaded(node);
   const std::vector<TensorId> workspace = AllocWorkspace(node, op);
-  const std::vector<Produced> produced = ProduceGrads(node, op);
+  std::vector<Produced> produced;
+  if (node.grads_before_scratch) produced = ProduceGrads(node, op);
+  RunScratch(node, op);
+  if (!node.grads_before_scratch) produced = ProduceGrads(node, op);
   ReleaseAfterRun(node, workspace, unpacked);
   for (const Produced& p : produced) {
     Deliver(p.out->target, p.out->target_slot, p.grad, node.region, p.slice_bytes);

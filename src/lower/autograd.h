@@ -129,6 +129,12 @@ class Graph {
   // Transient allocations alive while `n` runs in backward, freed in order
   // after its gradients are computed.
   void Workspace(NodeId n, uint64_t bytes);
+  // Transient allocations of `n`'s backward made after its workspace and all
+  // freed before its gradients are made (a loop's temporaries: its peak).
+  void Scratch(NodeId n, uint64_t bytes);
+  // `n`'s gradients exist before its scratch (they are the accumulators the
+  // loop writes into).
+  void GradsBeforeScratch(NodeId n) { nodes_[n].grads_before_scratch = true; }
   // `n`'s backward runs cuBLAS gemms (mm, addmm, bmm, a matmul). Its generated
   // code computes the input gradients in the alphabetical order of the
   // argument names (torch 2.13 CPU, seen with a TorchDispatchMode: mm and bmm
@@ -207,6 +213,8 @@ class Graph {
     std::vector<TensorId> saved;
     std::vector<GradOut> outs;
     std::vector<uint64_t> workspace;
+    std::vector<uint64_t> scratch;
+    bool grads_before_scratch = false;
     std::vector<std::pair<uint64_t, Category>> offloaded;  // saved on the host
     bool gemm = false;                                     // runs cuBLAS gemms (Gemm)
     bool second_input_first = false;  // its gradients are made in reverse edge order
@@ -263,6 +271,8 @@ class Graph {
     uint64_t slice_bytes;  // 0: the whole storage
   };
   std::vector<Produced> ProduceGrads(const Node& node, std::string_view op);
+  // The node's scratch: allocated in order, then all freed.
+  void RunScratch(const Node& node, std::string_view op);
   // After the node's gradients exist: its workspace, saved tensors, unpacked
   // copies and incoming gradients go, in that order.
   void ReleaseAfterRun(Node& node, const std::vector<TensorId>& workspace,

@@ -248,6 +248,8 @@ Var CausalLmLoss(Tape& tape, const TrainingSetup& setup, const Var& hidden, Para
     case LossKind::kChunked: return ChunkedLoss(tape, hidden, head, tokens, hidden_size, vocab);
     case LossKind::kFusedLinear:
       return FusedLinearLoss(tape, hidden, head, tokens, hidden_size, vocab);
+    case LossKind::kTrlFused:
+      return TrlFusedLoss(tape, setup, hidden, head, tokens, hidden_size, vocab);
     case LossKind::kHf: break;
   }
   return HfLoss(tape, setup, hidden, head, head_bias, tokens, vocab, softcap);

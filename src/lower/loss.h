@@ -28,6 +28,11 @@ Var SequenceClassificationLoss(Tape& tape, const TrainingSetup& setup, const Var
                                Param& score, uint64_t tokens, uint64_t labels,
                                const Var& label_values);
 
+// TRL >= 1.15's fused LM head and SFTTrainer's loss over its log-probabilities
+// (loss_trl.cc). The head's bias, if any, is not modelled (a [vocab] vector).
+Var TrlFusedLoss(Tape& tape, const TrainingSetup& setup, const Var& hidden, Param& head,
+                 uint64_t tokens, uint64_t hidden_size, uint64_t vocab);
+
 // F.cross_entropy(logits, labels) = log_softmax (saves its output, in the
 // logits' dtype) + nll_loss; backward allocates two logits-sized gradients.
 Var CrossEntropyLoss(Tape& tape, const Var& logits);

@@ -109,6 +109,27 @@ Status ValidateUNet(const ModelSpec& m, const TrainingSetup& s) {
   return Ok{};
 }
 
+// TRL's fused LM head (loss_trl.cc) reads lm_head.weight directly, past the
+// module's forward: PEFT adapters on lm_head are skipped, and the sharded
+// modes' per-module gathers never run for it (FSDP2 gathers it with
+// full_tensor(), ZeRO-3 with GatheredParameters): not modelled yet.
+Status ValidateTrlFused(const ModelSpec& m, const TrainingSetup& s) {
+  auto bad = [](std::string msg) { return Status(MakeError(std::move(msg))); };
+  if (s.finetune != Finetune::kFull &&
+      std::find(s.lora_targets.begin(), s.lora_targets.end(), "lm_head") != s.lora_targets.end())
+    return bad(
+        "--loss trl-fused: TRL's fused head reads lm_head's base weight; LoRA on lm_head is "
+        "not modelled with it");
+  const DataParallel dp = s.parallel.dp_mode;
+  if (dp == DataParallel::kZero3 || dp == DataParallel::kFsdp || s.parallel.model_parallel())
+    return bad(
+        "--loss trl-fused: modelled on one GPU, DDP and ZeRO-1/2 only (the fused head "
+        "gathers a sharded lm_head weight itself)");
+  if (s.device_rules == DeviceRules::kCpu && m.final_logit_softcapping > 0)
+    return bad("--loss trl-fused: CPU rules do not model the softcap's tanh temporaries");
+  return Ok{};
+}
+
 Status Validate(const ModelSpec& m, const TrainingSetup& s) {
   auto bad = [](std::string msg) { return Status(MakeError(std::move(msg))); };
   if (s.batch == 0 || s.batch > kMaxBatch)
@@ -172,6 +193,10 @@ Status Validate(const ModelSpec& m, const TrainingSetup& s) {
         "--moe-imbalance: with --moe-capacity-factor every expert is capped (drop the imbalance or "
         "the capacity)");
   if (m.is_unet) return ValidateUNet(m, s);
+  if (s.loss == LossKind::kTrlFused) {
+    Status trl = ValidateTrlFused(m, s);
+    if (!trl.ok()) return trl;
+  }
   if (s.ema)
     return bad("--ema: diffusers' EMAModel is modelled for diffusion UNets, not for " + m.name);
   return ValidateDistributed(m, s);

@@ -348,6 +348,59 @@ TEST(Lower, BertMaskedLmSteadyStateAndHead) {
   EXPECT_FALSE(LowerTraining(*m, s, TestGpu()).ok());
 }
 
+// TRL 1.16's fused LM head (trl/kernels/chunked_logprob.py), CUDA rules: no
+// [tokens, vocab] tensor ever exists; the tile buffer is [min(N, 4096), 32768]
+// in the compute dtype whatever the vocabulary; with bf16 weights backward
+// accumulates the head's gradient in an fp32 [vocab, hidden] buffer first.
+TEST(Lower, TrlFusedHeadTilesInsteadOfLogits) {
+  // Tiny with a Llama-3-sized vocabulary: 4 tiles of 32768 per token chunk.
+  std::string config = lower_testing::kTinyLlama;
+  const std::string small = "\"vocab_size\": 1000";
+  config.replace(config.find(small), small.size(), "\"vocab_size\": 128256");
+  auto parsed = ParseModelConfig(config, "tiny-big-vocab");
+  ASSERT_TRUE(parsed.ok());
+  const ModelSpec m = *parsed;
+  TrainingSetup s;
+  s.batch = 2;
+  s.seq = 2048;
+  s.precision = Precision::kBf16;
+  s.loss = LossKind::kTrlFused;
+  auto lowered = LowerTraining(m, s, TestGpu());
+  ASSERT_TRUE(lowered.ok()) << lowered.error().message;
+  const uint64_t positions = 2 * 2047, logits_bytes = 2 * 2048 * m.vocab_size * 2;
+  const uint64_t head_fp32 = m.vocab_size * m.hidden_size * 4;
+  bool tile_buffer = false, head_accumulator = false;
+  const EventStream& es = lowered->stream;
+  for (const Event& e : es.events()) {
+    if (e.kind != EventKind::kAlloc) continue;
+    if (es.String(e.module) == "lm_head") EXPECT_LT(e.size_bytes, logits_bytes) << es.String(e.op);
+    if (es.String(e.op) == "aten::empty" && e.size_bytes == positions * 32768 * 2)
+      tile_buffer = true;
+    if (e.size_bytes == head_fp32) head_accumulator = true;
+  }
+  EXPECT_TRUE(tile_buffer);
+  EXPECT_TRUE(head_accumulator);
+  // Steady state, nothing left but weights and AdamW's moments.
+  SimResult r = RunLowered(s, m);
+  ASSERT_EQ(r.phases.size(), 10u);
+  for (int ph = 0; ph < 3; ++ph) {
+    EXPECT_EQ(r.phases[4 + ph].peak_allocated_bytes, r.phases[7 + ph].peak_allocated_bytes);
+  }
+  EXPECT_EQ(r.final_stats.allocated_bytes, m.ParameterCount() * 2 * 3);
+  // Below transformers' loss, which materializes the logits and their fp32 copy.
+  TrainingSetup hf = s;
+  hf.loss = LossKind::kHf;
+  EXPECT_LT(RunLowered(s, m).peak_allocated_bytes, RunLowered(hf, m).peak_allocated_bytes);
+  // What the fused head does not model: LoRA on lm_head, sharded heads.
+  s.finetune = Finetune::kLora;
+  s.lora_targets = {"q", "lm_head"};
+  EXPECT_FALSE(LowerTraining(m, s, TestGpu()).ok());
+  s.finetune = Finetune::kFull;
+  s.parallel.gpus = 2;
+  s.parallel.dp_mode = DataParallel::kFsdp;
+  EXPECT_FALSE(LowerTraining(m, s, TestGpu()).ok());
+}
+
 TEST(Lower, OptimizerInBackwardFreesEachGradAtOnce) {
   const ModelSpec m = Tiny();
   TrainingSetup s;

@@ -40,7 +40,8 @@ constexpr Named<Attention> kAttns[] = {
     {"eager", Attention::kEager}, {"sdpa", Attention::kSdpa}, {"flash", Attention::kFlash}};
 constexpr Named<LossKind> kLosses[] = {{"hf", LossKind::kHf},
                                        {"chunked", LossKind::kChunked},
-                                       {"fused-linear", LossKind::kFusedLinear}};
+                                       {"fused-linear", LossKind::kFusedLinear},
+                                       {"trl-fused", LossKind::kTrlFused}};
 constexpr Named<DeviceRules> kDeviceRules[] = {{"cuda", DeviceRules::kCuda},
                                                {"cpu", DeviceRules::kCpu}};
 

@@ -144,8 +144,10 @@ Var Norm(Tape& tape, const ModelSpec& spec, const Var& x, Param* w, Param* b, co
 // condition (5.24.0). Megatron-style layouts run Megatron's model, which has
 // no such cache.
 bool MakesTrainingCache(const ModelSpec& spec, const TrainingSetup& setup, bool ckpt) {
+  // TRL's fused head calls the backbone with use_cache=False (trl 1.16
+  // trainer/utils.py add_fused_lm_head).
   if (!spec.use_cache || !setup.use_cache || ckpt || setup.transformers_version < 436 ||
-      setup.parallel.model_parallel()) {
+      setup.loss == LossKind::kTrlFused || setup.parallel.model_parallel()) {
     return false;
   }
   const bool gemma_eval_only = spec.model_type == "gemma2" || spec.model_type == "gemma3" ||

@@ -80,10 +80,25 @@ def unet_points():
     return [_unet_point(family, combo) for family in UNET_FAMILIES for combo in UNET_COMBOS]
 
 
+# TRL 1.16's SFTTrainer step (its fused LM head; trl is installed in .venv/tf5 only): every
+# combo on Llama, three on families with tied embeddings (gemma, gpt2) or another layout
+# (qwen2), and one row per micro-batch (the shifted slice is then contiguous, no copy).
+# Not gemma2 (its softcap's tanh temporaries on CPU are not modelled) nor phi (lm_head bias).
+TRL_FAMILIES = ("qwen2", "gemma", "gpt2")
+
+
+def trl_points():
+    points = [dataclasses.replace(_point("llama", 5, combo), trainer="trl-sft") for combo in COMBOS]
+    points += [dataclasses.replace(_point(family, 5, combo), trainer="trl-sft")
+               for family in TRL_FAMILIES for combo in COMBOS[:3]]
+    points.append(dataclasses.replace(_point("llama", 5, COMBOS[2]), trainer="trl-sft", batch=1))
+    return points
+
+
 def full_grid():
     points = [p for family in FAMILIES for tf in (5, 4) for combo in COMBOS
               if _supported(p := _point(family, tf, combo))]
-    return points + unet_points()
+    return points + unet_points() + trl_points()
 
 
 def ci_grid():

@@ -36,6 +36,9 @@ class Point:
     lora_rank: int = 8
     lora_targets: str = "q,v"
     gpus: int = 1  # > 1: FSDP2 (fully_shard per decoder layer, then the root) over gloo
+    # "plain": the model's own loss; "trl-sft": TRL 1.16's SFTTrainer step (its fused LM
+    # head, runner.py step_loss), estimated with --loss trl-fused.
+    trainer: str = "plain"
 
     def name(self):
         parts = [self.family, f"tf{self.tf}", self.finetune, f"ckpt-{self.ckpt}", self.attn,
@@ -44,6 +47,8 @@ class Point:
             parts.append(f"b{self.batch}s{self.seq}")
         if self.gpus > 1:
             parts.append(f"fsdp2x{self.gpus}")
+        if self.trainer != "plain":
+            parts.append(self.trainer)
         return "/".join(parts)
 
     def _default_shape(self):
@@ -65,6 +70,8 @@ class Point:
                 "--no-attention-mask"]
         if self.gpus > 1:
             args += ["--gpus", str(self.gpus), "--fsdp", "full", "--fsdp-version", "2"]
+        if self.trainer == "trl-sft":
+            args += ["--loss", "trl-fused"]
         if self.finetune == "lora":
             # Dropout 0: the reference has no RNG-dependent mask in the adapters.
             args += ["--lora-rank", str(self.lora_rank), "--lora-targets", self.lora_targets,

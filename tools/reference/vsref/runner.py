@@ -96,6 +96,35 @@ def make_batch(point, config):
     return {"input_ids": ids, "labels": ids.clone()}
 
 
+def add_trl_head(point, model):
+    """What SFTTrainer.__init__ (trl 1.16.0 trainer/sft_trainer.py) does to the model: TRL's
+    fused LM head on the base model, returning log-probabilities, entropy and is_top1."""
+    if point.trainer != "trl-sft":
+        return model
+    from trl.trainer.utils import add_fused_lm_head
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    add_fused_lm_head(base, outputs=("log_probs", "entropy", "is_top1"))
+    return model
+
+
+def step_loss(point, model, batch):
+    """One micro-batch's loss: the model's own (transformers' loss), or SFTTrainer.compute_loss's
+    with TRL's fused head (trl 1.16.0: -log_probs summed over the label count, then the
+    entropy and token-accuracy metrics read back with .item())."""
+    if point.trainer != "trl-sft":
+        return model(**batch).loss
+    outputs = model(**batch, use_cache=False, fused_lm_head=True)
+    per_token_loss = -outputs.log_probs
+    num_tokens = outputs.label_mask.sum()
+    loss = per_token_loss.sum() / torch.as_tensor(num_tokens).clamp(min=1)
+    num_valid = outputs.label_mask.sum()
+    entropy_sum = outputs.entropy.detach().sum()
+    num_correct = outputs.is_top1.sum()
+    _ = ((entropy_sum / num_valid).item(), (num_correct / num_valid).item())
+    return loss
+
+
 def run(point, config_dict, out_path):
     if is_unet(point.family):
         from . import unet  # diffusers: .venv/tf5 only
@@ -105,7 +134,8 @@ def run(point, config_dict, out_path):
     if point.gpus > 1:
         run_fsdp(point, config_dict, out_path)
         return
-    _train(point, apply_knobs(point, build_model(point, config_dict)), out_path)
+    _train(point, add_trl_head(point, apply_knobs(point, build_model(point, config_dict))),
+           out_path)
 
 
 def _train(point, model, out_path):
@@ -119,7 +149,7 @@ def _train(point, model, out_path):
         for _ in range(point.steps):
             optimizer.zero_grad(set_to_none=True)
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-                loss = model(**batch).loss
+                loss = step_loss(point, model, batch)
             loss.backward()
             del loss
             if point.gpus > 1:
