@@ -58,6 +58,14 @@ void AddKnobFlags(CLI::App* sub, KnobArgs* k) {
   sub->add_flag("--activation-offload", k->activation_offload,
                 "Forward under torch.autograd.graph.save_on_cpu(pin_memory=True): saved tensors "
                 "live in host memory");
+  sub->add_flag(
+      "--dpo", k->dpo,
+      "TRL's DPOTrainer step (trl 1.16; with --loss trl-fused): --batch counts preference "
+      "pairs, their chosen and rejected rows run together, then the reference model's "
+      "no-grad forward");
+  sub->add_flag("--dpo-precompute-ref", k->dpo_precompute_ref,
+                "--dpo with precompute_ref_log_probs: no reference forward in the step and, under "
+                "full fine-tuning, no reference copy");
   sub->add_option("--moe-capacity-factor", k->moe_capacity_factor,
                   "MoE expert capacity factor (0: dropless, the default; >0: padded to capacity)");
   sub->add_option("--moe-imbalance", k->moe_imbalance,
@@ -250,6 +258,8 @@ Result<TrainingSetup> KnobArgs::Convert() const {
   s.use_cache = !no_use_cache;
   s.built_on_gpu = built_on_gpu;
   s.activation_offload = activation_offload;
+  s.dpo = dpo || dpo_precompute_ref;
+  s.dpo_precompute_ref = dpo_precompute_ref;
   s.moe_capacity_factor = moe_capacity_factor;
   s.moe_imbalance = moe_imbalance;
   auto dr = ParseDeviceRules(device_rules);

@@ -31,6 +31,8 @@ struct KnobArgs {
   bool no_use_cache = false;
   bool built_on_gpu = false;
   bool activation_offload = false;
+  bool dpo = false;
+  bool dpo_precompute_ref = false;
   bool ema = false, ema_foreach = false;
   double moe_capacity_factor = 0, moe_imbalance = 1;
   uint64_t max_events = kDefaultMaxEvents;

@@ -87,6 +87,15 @@ struct TrainingSetup {
   double moe_imbalance = 1;
   bool optimizer_in_backward = false;
   bool activation_offload = false;
+  // TRL's DPOTrainer (trl 1.16.0 trainer/dpo_trainer.py; with loss kTrlFused):
+  // `batch` counts preference pairs, and each micro-batch runs the chosen and
+  // rejected rows together (2 x batch), then a no-grad forward of the
+  // reference (a frozen copy of the weights under full fine-tuning, the model
+  // with its adapters disabled under PEFT) unless its log-probabilities were
+  // precomputed (precompute_ref_log_probs: then no copy either). Dropout is
+  // off in both models (DPOConfig.disable_dropout, default true).
+  bool dpo = false;
+  bool dpo_precompute_ref = false;
   // The batch carries an attention_mask (tokenizers and transformers' data
   // collators add one); false: model(input_ids=..., labels=...) alone, which
   // transformers 4.54-4.x turns into a materialized causal mask when no cache

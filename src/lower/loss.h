@@ -1,6 +1,8 @@
 // The language-model head and loss as transformers computes them.
 #pragma once
 
+#include <vector>
+
 #include "tape.h"
 #include "vramscope/setup.h"
 
@@ -32,6 +34,20 @@ Var SequenceClassificationLoss(Tape& tape, const TrainingSetup& setup, const Var
 // (loss_trl.cc). The head's bias, if any, is not modelled (a [vocab] vector).
 Var TrlFusedLoss(Tape& tape, const TrainingSetup& setup, const Var& hidden, Param& head,
                  uint64_t tokens, uint64_t hidden_size, uint64_t vocab);
+
+// TRL's DPO head (trl 1.16.0 DPOTrainer): the fused head over the chosen and
+// rejected rows, returning the per-sequence sums of the log-probabilities
+// [rows]. `all_outputs`: the policy's head, which also computes the entropy,
+// mean logits and is_top1 (a separate reference model's computes the
+// log-probabilities only). The output object's tensors go to `held`: they
+// live until the step's loss is made.
+struct DpoHead {
+  bool all_outputs;
+  std::vector<Var>* held;
+};
+Var TrlDpoLogps(Tape& tape, const TrainingSetup& setup, const Var& hidden, Param& head,
+                uint64_t tokens, uint64_t hidden_size, uint64_t vocab, bool all_outputs,
+                std::vector<Var>* held);
 
 // F.cross_entropy(logits, labels) = log_softmax (saves its output, in the
 // logits' dtype) + nll_loss; backward allocates two logits-sized gradients.

@@ -40,7 +40,8 @@ struct Shape {
   uint8_t compute;       // autocast dtype, else the hidden states' dtype
   bool compact;          // CUDA: hidden_states[mask]
   bool cpu;              // torch folds instead of Triton kernels
-  bool metrics;          // SFT: entropy and is_top1 too
+  bool metrics;          // entropy and is_top1 too (SFT, DPO's policy)
+  bool mean_logits;      // DPO's policy: the mean logit too
   uint64_t TileRows() const { return std::min(positions, kTokenChunk); }
   uint64_t TileCols() const { return std::min(vocab, kVocabChunk); }
 };
@@ -130,8 +131,8 @@ void ForwardTiles(Tape& tape, const Shape& s, const Var& rows, const Param& head
 // is fp32: then the accumulator is the gradient), mm_buf, and per tile the
 // casts (two alive when the loop has several chunks) and the CPU folds'
 // temporaries; then the gradients, cast to the inputs' dtypes.
-void BackwardAllocations(Tape& tape, NodeId n, const Shape& s, const Var& rows,
-                         const Param& head, bool head_grad) {
+void BackwardAllocations(Tape& tape, NodeId n, const Shape& s, const Var& rows, const Param& head,
+                         bool head_grad) {
   if (Grad(tape, rows) && rows.elem_bytes != kF32) {
     tape.graph.Workspace(n, s.positions * s.hidden_size * kF32);
   }
@@ -140,12 +141,12 @@ void BackwardAllocations(Tape& tape, NodeId n, const Shape& s, const Var& rows,
   const uint64_t token_chunks = CeilDiv(s.positions, kTokenChunk);
   const uint64_t vocab_chunks = CeilDiv(s.vocab, kVocabChunk);
   if (rows.elem_bytes != s.compute) {
-    tape.graph.Scratch(n, std::min<uint64_t>(2, token_chunks) * s.TileRows() * s.hidden_size *
-                              s.compute);
+    tape.graph.Scratch(
+        n, std::min<uint64_t>(2, token_chunks) * s.TileRows() * s.hidden_size * s.compute);
   }
   if (head.elem_bytes != s.compute) {
-    tape.graph.Scratch(n, std::min<uint64_t>(2, vocab_chunks) * s.TileCols() * s.hidden_size *
-                              s.compute);
+    tape.graph.Scratch(
+        n, std::min<uint64_t>(2, vocab_chunks) * s.TileCols() * s.hidden_size * s.compute);
   }
   if (s.cpu) tape.graph.Scratch(n, s.TileRows() * s.TileCols() * kCpuBackwardFoldBytes);
   // An fp32 gradient is its accumulator itself, there before the loop.
@@ -158,7 +159,7 @@ void BackwardAllocations(Tape& tape, NodeId n, const Shape& s, const Var& rows,
 }
 
 struct Outputs {
-  Var log_probs, entropy, is_top1;
+  Var log_probs, entropy, mean_logits, is_top1;
 };
 
 // ChunkedLogProbFunction.forward: the statistics buffers and mm_buf, the
@@ -182,6 +183,9 @@ Outputs ChunkedLogProb(Tape& tape, const Shape& s, const Var& rows, Param& head,
     Var ratio = tape.New(s.positions, kF32, Category::kTemporaries, "aten::div");
     o.entropy = tape.New(s.positions, kF32, Category::kLoss, "aten::sub");
     tape.Drop(ratio);
+  }
+  if (s.mean_logits) o.mean_logits = tape.New(s.positions, kF32, Category::kLoss, "aten::div");
+  if (s.metrics) {
     Var a = tape.New(s.positions, kBool, Category::kTemporaries, "aten::ge");
     Var b = tape.New(s.positions, kBool, Category::kTemporaries, "aten::gt");
     o.is_top1 = tape.New(s.positions, kBool, Category::kOther, "aten::bitwise_and");
@@ -267,35 +271,75 @@ Var SftLoss(Tape& tape, const Var& log_probs) {
   return loss;
 }
 
-}  // namespace
-
-Var TrlFusedLoss(Tape& tape, const TrainingSetup& setup, const Var& hidden, Param& head,
-                 uint64_t tokens, uint64_t hidden_size, uint64_t vocab) {
-  const uint64_t batch = std::max<uint64_t>(1, setup.batch);
+Shape MakeShape(const Tape& tape, const Var& hidden, uint64_t rows, uint64_t tokens,
+                uint64_t hidden_size, uint64_t vocab) {
   Shape s;
-  s.positions = tokens - std::min(tokens, batch);
+  s.positions = tokens - std::min(tokens, rows);
   s.hidden_size = hidden_size;
   s.vocab = vocab;
   s.compute = tape.autocast ? tape.compute_bytes : hidden.elem_bytes;
   s.cpu = tape.cpu_rules;
   s.compact = !tape.cpu_rules;
   s.metrics = true;
+  s.mean_logits = false;
+  return s;
+}
+
+// add_fused_lm_head's forward after the backbone: the mask, the rows, the
+// kernel, and its outputs back in [B, S-1] (in `out`, in the order
+// log_probs, entropy, mean_logits, is_top1, then the mask).
+std::vector<Var> FusedHead(Tape& tape, const Shape& s, uint64_t rows_per_batch, const Var& hidden,
+                           Param& head) {
   // mask = labels != -100 (labels = labels[:, 1:], a view).
   Var mask = tape.New(s.positions, kBool, Category::kOther, "aten::ne");
-  Var rows = ShiftedRows(tape, hidden, s, batch, mask);
+  Var rows = ShiftedRows(tape, hidden, s, rows_per_batch, mask);
   Var targets = Targets(tape, s);
   Outputs raw = ChunkedLogProb(tape, s, rows, head, targets);
   tape.Drop(rows);
   tape.Drop(targets);
-  Var log_probs = Unflatten(tape, s, raw.log_probs, mask, true);
-  Var entropy = Unflatten(tape, s, raw.entropy, mask, false);
-  Var is_top1 = Unflatten(tape, s, raw.is_top1, mask, false);
+  std::vector<Var> out;
+  out.push_back(Unflatten(tape, s, raw.log_probs, mask, true));
+  for (const Var* v : {&raw.entropy, &raw.mean_logits, &raw.is_top1}) {
+    out.push_back(Unflatten(tape, s, *v, mask, false));
+  }
   // The generator that unflattened them is exhausted: the kernel's outputs go.
-  for (Var* v : {&raw.log_probs, &raw.entropy, &raw.is_top1}) tape.Drop(*v);
-  Var loss = SftLoss(tape, log_probs);
+  for (Var* v : {&raw.log_probs, &raw.entropy, &raw.mean_logits, &raw.is_top1}) tape.Drop(*v);
+  out.push_back(mask);
+  return out;
+}
+
+}  // namespace
+
+Var TrlFusedLoss(Tape& tape, const TrainingSetup& setup, const Var& hidden, Param& head,
+                 uint64_t tokens, uint64_t hidden_size, uint64_t vocab) {
+  const uint64_t batch = std::max<uint64_t>(1, setup.batch);
+  const Shape s = MakeShape(tape, hidden, batch, tokens, hidden_size, vocab);
+  std::vector<Var> outputs = FusedHead(tape, s, batch, hidden, head);
+  Var loss = SftLoss(tape, outputs.front());
   // compute_loss returns: the outputs (log_probs, entropy, is_top1, the mask) go.
-  for (Var* v : {&log_probs, &entropy, &is_top1, &mask}) tape.Drop(*v);
+  for (Var& v : outputs) tape.Drop(v);
   return loss;
+}
+
+Var TrlDpoLogps(Tape& tape, const TrainingSetup& setup, const Var& hidden, Param& head,
+                uint64_t tokens, uint64_t hidden_size, uint64_t vocab, bool all_outputs,
+                std::vector<Var>* held) {
+  const uint64_t rows = std::max<uint64_t>(1, setup.batch);
+  Shape s = MakeShape(tape, hidden, rows, tokens, hidden_size, vocab);
+  s.metrics = all_outputs;
+  s.mean_logits = all_outputs;
+  std::vector<Var> outputs = FusedHead(tape, s, rows, hidden, head);
+  // logps = outputs.log_probs[:, -seq_len:].sum(dim=1): its gradient is an
+  // expanded view of the incoming one.
+  Var logps = tape.New(rows, kF32, Category::kLoss, "aten::sum");
+  if (Grad(tape, outputs.front())) {
+    NodeId n = tape.Node("SumBackward1", &logps);
+    tape.graph.EdgePass(n, outputs.front());
+  }
+  for (Var& v : outputs) {
+    if (v.t != kNoTensor) held->push_back(v);
+  }
+  return logps;
 }
 
 }  // namespace vramscope::lower

@@ -120,6 +120,17 @@ Status ValidateTrlFused(const ModelSpec& m, const TrainingSetup& s) {
     return bad(
         "--loss trl-fused: TRL's fused head reads lm_head's base weight; LoRA on lm_head is "
         "not modelled with it");
+  if (s.dpo && s.loss != LossKind::kTrlFused)
+    return bad(
+        "--dpo: models TRL 1.15+'s DPOTrainer, whose log-probabilities come from its fused "
+        "head: add --loss trl-fused");
+  if (s.dpo && (m.is_encoder || m.is_unet || m.num_labels > 0))
+    return bad("--dpo: needs a causal language model");
+  if (s.dpo && 2 * s.batch * s.seq > kMaxTokensPerMicroBatch)
+    return bad(
+        fmt::format("--dpo: 2 x --batch x --seq = {} tokens per micro-batch is above the {} "
+                    "limit",
+                    2 * s.batch * s.seq, kMaxTokensPerMicroBatch));
   const DataParallel dp = s.parallel.dp_mode;
   if (dp == DataParallel::kZero3 || dp == DataParallel::kFsdp || s.parallel.model_parallel())
     return bad(
@@ -193,7 +204,7 @@ Status Validate(const ModelSpec& m, const TrainingSetup& s) {
         "--moe-imbalance: with --moe-capacity-factor every expert is capped (drop the imbalance or "
         "the capacity)");
   if (m.is_unet) return ValidateUNet(m, s);
-  if (s.loss == LossKind::kTrlFused) {
+  if (s.loss == LossKind::kTrlFused || s.dpo) {
     Status trl = ValidateTrlFused(m, s);
     if (!trl.ok()) return trl;
   }
@@ -270,6 +281,7 @@ class RankLowerer {
     if (Status s = IndexModel(); !s.ok()) return s.error();
     CountParameters(lora_params);
     PlaceEma();
+    PlaceDpoReference();
     scaler_ = GradScalerModel(setup_.precision == Precision::kFp16Mixed && !half_model_);
     InstallOptimizerInBackward();
     if (dp_) dp_->Setup();
@@ -372,6 +384,35 @@ class RankLowerer {
     return Ok{};
   }
 
+  // TRL's DPO reference under full fine-tuning (trl 1.16.0 DPOTrainer.__init__:
+  // create_model_from_path with the policy's dtype, frozen, on the GPU; under
+  // DDP prepared for evaluation, not wrapped): a second copy of every weight,
+  // whose leaves still require grad, so autocast caches their casts too.
+  // Under PEFT, or with precomputed reference log-probabilities, there is none.
+  void PlaceDpoReference() {
+    if (!setup_.dpo || setup_.dpo_precompute_ref || setup_.finetune != Finetune::kFull) return;
+    tape_.SetModule("ref_model");
+    ref_params_.reserve(model_.params.size());
+    for (size_t i = 0; i < model_.params.size(); ++i) {
+      const Param& p = tape_.params[i];
+      Param ref;
+      ref.name = "ref_model." + p.name;
+      ref.module = p.module;
+      ref.numel = p.numel;
+      ref.elem_bytes = p.elem_bytes;
+      ref.storage_bytes = p.numel * p.elem_bytes;
+      ref.trainable = false;
+      ref.requires_grad = true;
+      ref.var.numel = p.numel;
+      ref.var.elem_bytes = p.elem_bytes;
+      ref.var.t = tape_.graph.Alloc(ref.storage_bytes, Category::kParameters,
+                                    "ref_model.from_pretrained", p.module);
+      ref_params_.push_back(ref);
+    }
+    ref_mp_ = IndexParams(model_, ref_params_);
+    tape_.other_params = &ref_params_;
+  }
+
   void CountParameters(uint64_t lora_params) {
     uint64_t stage_params = 0;
     for (const Param& p : tape_.params)
@@ -423,7 +464,8 @@ class RankLowerer {
     tape_.graph.offload_saved = setup_.activation_offload;
     ForwardOut f = model_.is_unet      ? UNetForward(tape_, model_, up_, setup_)
                    : model_.is_encoder ? EncoderForward(tape_, model_, ep_, setup_)
-                                       : Forward(tape_, model_, mp_, setup_, span);
+                                       : Forward(tape_, model_, mp_, setup_, span,
+                                                 ref_params_.empty() ? nullptr : &ref_mp_);
     ClearAutocastCache(tape_);
     tape_.graph.offload_saved = false;
     scaler_.ScaleLoss(tape_, &f.loss);
@@ -564,6 +606,8 @@ class RankLowerer {
   std::unique_ptr<ShardingStrategy> dp_;  // null: one GPU, nothing sharded
   bool half_model_ = false;
   ModelParams mp_;
+  std::vector<Param> ref_params_;  // TRL's DPO reference copy (PlaceDpoReference)
+  ModelParams ref_mp_;
   EncoderParams ep_;
   UNetParams up_;
   std::vector<TensorId> ema_shadow_;  // EMAModel.shadow_params, for the whole run
@@ -578,6 +622,19 @@ class RankLowerer {
 }  // namespace
 }  // namespace lower
 
+// TRL's DPOTrainer runs chosen and rejected rows as one batch
+// (DataCollatorForPreference, trl 1.16.0) and disables dropout in its models
+// (DPOConfig.disable_dropout, default true: every nn.Dropout, PEFT's too, gets
+// p = 0, which torch's dropout returns as its input).
+void ForDpo(ModelSpec* local, TrainingSetup* setup) {
+  setup->batch *= 2;
+  setup->lora_dropout = 0;
+  local->attention_dropout = 0;
+  local->hidden_dropout = 0;
+  local->residual_dropout = 0;
+  local->classifier_dropout = 0;
+}
+
 Result<std::vector<LoweredRank>> LowerRankClasses(const ModelSpec& model,
                                                   const TrainingSetup& setup, const GpuSpec& gpu,
                                                   const RankClassCallback& each) {
@@ -589,6 +646,7 @@ Result<std::vector<LoweredRank>> LowerRankClasses(const ModelSpec& model,
   // Context parallelism: each rank holds seq / cp tokens of every sample
   // (Megatron-LM / Transformer Engine ring attention).
   local_setup.seq = setup.seq / setup.parallel.cp;
+  if (setup.dpo) ForDpo(&local, &local_setup);
   VS_TRY(plans, PlanRankClasses(local, local_setup));
   // Before anything is lowered: the events this will produce (lower.h).
   if (Status s = CheckWorkBudget(WorkOf(local, local_setup, plans), setup.max_events); !s.ok())

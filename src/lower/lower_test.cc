@@ -401,6 +401,46 @@ TEST(Lower, TrlFusedHeadTilesInsteadOfLogits) {
   EXPECT_FALSE(LowerTraining(m, s, TestGpu()).ok());
 }
 
+// TRL's DPO step (trl 1.16.0 DPOTrainer): chosen and rejected rows run
+// together; full fine-tuning keeps a frozen reference copy of every weight,
+// PEFT disables its adapters instead, and precomputed reference
+// log-probabilities drop both the copy and the reference forward.
+TEST(Lower, DpoReferenceCopyAndForward) {
+  const ModelSpec m = Tiny();
+  TrainingSetup s;
+  s.batch = 2;
+  s.seq = 64;
+  s.precision = Precision::kBf16;
+  s.loss = LossKind::kTrlFused;
+  s.dpo = true;
+  const uint64_t weights = m.ParameterCount() * 2;
+  SimResult full = RunLowered(s, m);
+  ASSERT_EQ(full.phases.size(), 10u);
+  for (int ph = 0; ph < 3; ++ph) {
+    EXPECT_EQ(full.phases[4 + ph].peak_allocated_bytes, full.phases[7 + ph].peak_allocated_bytes);
+  }
+  // Weights, two AdamW moments and the reference copy remain.
+  EXPECT_EQ(full.final_stats.allocated_bytes, weights * 3 + weights);
+  TrainingSetup pre = s;
+  pre.dpo_precompute_ref = true;
+  SimResult precomputed = RunLowered(pre, m);
+  EXPECT_EQ(precomputed.final_stats.allocated_bytes, weights * 3);
+  // The reference forward runs while the policy's activations are alive.
+  EXPECT_GT(full.phases[4].peak_allocated_bytes - weights,
+            precomputed.phases[4].peak_allocated_bytes);
+  // Under LoRA the reference is the same weights with the adapters off.
+  TrainingSetup lora = s;
+  lora.finetune = Finetune::kLora;
+  TrainingSetup lora_pre = lora;
+  lora_pre.dpo_precompute_ref = true;
+  SimResult with_ref = RunLowered(lora, m), without = RunLowered(lora_pre, m);
+  EXPECT_EQ(with_ref.final_stats.allocated_bytes, without.final_stats.allocated_bytes);
+  EXPECT_GE(with_ref.phases[4].peak_allocated_bytes, without.phases[4].peak_allocated_bytes);
+  // DPO is modelled through TRL's fused head only.
+  s.loss = LossKind::kHf;
+  EXPECT_FALSE(LowerTraining(m, s, TestGpu()).ok());
+}
+
 TEST(Lower, OptimizerInBackwardFreesEachGradAtOnce) {
   const ModelSpec m = Tiny();
   TrainingSetup s;

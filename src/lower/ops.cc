@@ -34,7 +34,8 @@ Var AutocastParam(Tape& tape, Param& p) {
   if (p.nf4 || !tape.autocast || p.elem_bytes == tape.compute_bytes || p.elem_bytes != kF32) {
     return tape.Share(p.var);
   }
-  const bool cacheable = p.trainable;  // fp32, requires_grad, leaf
+  // autocast_mode.cpp cached_cast: fp32, requires_grad, leaf (grad mode aside).
+  const bool cacheable = p.trainable || p.requires_grad;
   if (cacheable && p.cast.t != kNoTensor) return tape.Share(p.cast);
   Var out = Cast(tape, p.var, tape.compute_bytes);
   if (cacheable) p.cast = tape.Share(out);  // the cache's reference
@@ -43,6 +44,10 @@ Var AutocastParam(Tape& tape, Param& p) {
 
 void ClearAutocastCache(Tape& tape) {
   for (Param& p : tape.params) {
+    if (p.cast.t != kNoTensor) tape.Drop(p.cast);
+  }
+  if (!tape.other_params) return;
+  for (Param& p : *tape.other_params) {
     if (p.cast.t != kNoTensor) tape.Drop(p.cast);
   }
 }
@@ -86,7 +91,8 @@ Var LoraLinear(Tape& tape, const Var& x, Param& weight, Param* bias, uint64_t to
 
 Var Linear(Tape& tape, const Var& x, Param& weight, Param* bias, uint64_t tokens,
            uint64_t out_features) {
-  if (weight.lora_a >= 0) return LoraLinear(tape, x, weight, bias, tokens, out_features);
+  if (weight.lora_a >= 0 && !tape.adapters_disabled)
+    return LoraLinear(tape, x, weight, bias, tokens, out_features);
   return BaseLinear(tape, x, weight, bias, tokens, out_features);
 }
 

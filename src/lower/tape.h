@@ -26,6 +26,9 @@ struct Param {
   uint8_t elem_bytes = kF32;
   uint64_t storage_bytes = 0;  // differs from numel*elem_bytes for NF4
   bool trainable = true;
+  // A leaf with requires_grad=True that nothing trains (TRL's DPO reference:
+  // from_pretrained leaves it on): autocast still caches its casts.
+  bool requires_grad = false;
   bool nf4 = false;              // bitsandbytes Params4bit (QLoRA base weight)
   Var var;                       // leaf Var (fn = AccumulateGrad when trainable)
   TensorId grad = kNoTensor;     // .grad (kNoTensor: None)
@@ -54,6 +57,12 @@ class Tape {
   uint8_t compute_bytes = kHalf;
   bool grad_enabled = true;
   double lora_dropout = 0;
+  // PEFT's disable_adapter() (TRL's DPO reference forward under LoRA): every
+  // LoRA layer runs its base layer only.
+  bool adapters_disabled = false;
+  // Parameters outside `params` whose autocast casts the cache may hold (TRL's
+  // DPO reference copy).
+  std::vector<Param>* other_params = nullptr;
   // CPU kernels instead of CUDA's where they allocate differently (setup.h DeviceRules).
   bool cpu_rules = false;
   // Linear inputs are 2-D [tokens, in] here (an MoE block's `hidden_states.view(-1,

@@ -1262,7 +1262,7 @@ Var RunLayers(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Training
 // width, which the (tied) lm_head reads.
 Var HeadAndLoss(Tape& tape, const ModelSpec& spec, ModelParams& mp, const TrainingSetup& setup,
                 const Dims& d, Var x, Var* layer_outputs, std::vector<Var>* base_locals,
-                const Var& labels) {
+                const Var& labels, const DpoHead* dpo) {
   tape.SetModule("model.norm");
   Dims dn = d.Residual();
   Var hfin =
@@ -1285,6 +1285,12 @@ Var HeadAndLoss(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Traini
   }
   tape.SetModule("lm_head");
   Param* head = mp.lm_head ? mp.lm_head : mp.embed;  // tied embeddings
+  if (dpo) {
+    Var logps =
+        TrlDpoLogps(tape, setup, hfin, *head, d.t, head_in, d.vocab, dpo->all_outputs, dpo->held);
+    tape.Drop(hfin);
+    return logps;
+  }
   Var loss = CausalLmLoss(tape, setup, hfin, *head, mp.lm_head_b, d.t, head_in, d.vocab,
                           spec.final_logit_softcapping);
   tape.Drop(hfin);
@@ -1293,20 +1299,14 @@ Var HeadAndLoss(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Traini
 
 }  // namespace
 
-ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const TrainingSetup& setup,
-                   const StageSpan& span) {
-  const Dims d = ForwardDims(spec, setup);
-  tape.SetModule("model");
-  // input_ids and labels: int64 [b, s], made by the data loader (Megatron's
-  // pipeline gives tokens to the first stage and labels to the last).
-  Var ids, labels;
-  if (span.embed) ids = tape.New(d.t, kI64, Category::kOther, "input_ids");
-  // One label per sequence for a classification head (float for regression).
-  if (span.head) {
-    labels = spec.num_labels == 0 ? tape.New(d.t, kI64, Category::kOther, "labels")
-                                  : tape.New(setup.batch, spec.num_labels == 1 ? kF32 : kI64,
-                                             Category::kOther, "labels");
-  }
+namespace {
+
+// The model from the embeddings (or the hidden states a previous pipeline
+// stage sent) to the loss (or, without the head, the hidden states to send);
+// with `dpo`, to the per-sequence log-probabilities of TRL's DPO head.
+Var ForwardBody(Tape& tape, const ModelSpec& spec, ModelParams& mp, const TrainingSetup& setup,
+                const StageSpan& span, const Dims& d, const Var& ids, const Var& labels,
+                const DpoHead* dpo) {
   Var x;
   std::vector<Var> base_locals;  // the base model's locals nothing else holds
   if (span.embed) {
@@ -1340,17 +1340,76 @@ ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Tra
     if (layer_outputs.t != kNoTensor) tape.Drop(layer_outputs);
     for (Var& v : base_locals) tape.Drop(v);
     DropCache(tape);
-    if (ids.t != kNoTensor) tape.Drop(ids);
-    return ForwardOut{x};  // Megatron p2p send; kept for this micro-batch's backward
+    return x;  // Megatron p2p send; kept for this micro-batch's backward
   }
   const int head_unit = static_cast<int>(spec.num_layers) + 1;
   tape.Unit(head_unit, true);
-  Var loss = HeadAndLoss(tape, spec, mp, setup, d, x, &layer_outputs, &base_locals, labels);
+  Var loss = HeadAndLoss(tape, spec, mp, setup, d, x, &layer_outputs, &base_locals, labels, dpo);
   tape.Unit(head_unit, false);
   DropCache(tape);  // outputs.past_key_values goes with the model's output
+  return loss;
+}
+
+// TRL's DPOTrainer._compute_loss (trl 1.16.0 trainer/dpo_trainer.py): the
+// policy's forward over chosen and rejected rows, then, unless the reference
+// log-probabilities were precomputed, the reference's under torch.no_grad()
+// with gradient checkpointing off: a separate frozen copy (`reference`), or
+// under PEFT the same model with its adapters disabled. Every output object
+// lives until the loss is made; the loss reads the per-sequence sums only.
+Var DpoStep(Tape& tape, const ModelSpec& spec, ModelParams& mp, ModelParams* reference,
+            const TrainingSetup& setup, const StageSpan& span, const Dims& d, const Var& ids,
+            const Var& labels) {
+  std::vector<Var> held;
+  const DpoHead policy{true, &held};
+  Var logps = ForwardBody(tape, spec, mp, setup, span, d, ids, labels, &policy);
+  Var ref_logps;
+  if (!setup.dpo_precompute_ref) {
+    TrainingSetup ref_setup = setup;
+    ref_setup.grad_ckpt = GradCkpt::kNone;
+    const bool grad = tape.grad_enabled;
+    tape.grad_enabled = false;
+    tape.adapters_disabled = reference == nullptr;
+    // A separate reference gets TRL's default head outputs (log-probabilities
+    // only); the policy's own patched forward computes all four.
+    const DpoHead ref{reference == nullptr, &held};
+    ref_logps =
+        ForwardBody(tape, spec, reference ? *reference : mp, ref_setup, span, d, ids, labels, &ref);
+    tape.grad_enabled = grad;
+    tape.adapters_disabled = false;
+  }
+  tape.SetModule("dpo_loss");
+  Var loss = tape.New(1, kF32, Category::kLoss, "aten::mean");
+  if (tape.grad_enabled && logps.requires_grad()) {
+    NodeId n = tape.Node("MeanBackward0", &loss);
+    tape.graph.Edge(n, logps, logps.bytes(), Category::kLoss);
+  }
+  tape.Drop(logps);
+  if (ref_logps.t != kNoTensor) tape.Drop(ref_logps);
+  for (Var& v : held) tape.Drop(v);  // compute_loss returns
+  return loss;
+}
+
+}  // namespace
+
+ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const TrainingSetup& setup,
+                   const StageSpan& span, ModelParams* reference) {
+  const Dims d = ForwardDims(spec, setup);
+  tape.SetModule("model");
+  // input_ids and labels: int64 [b, s], made by the data loader (Megatron's
+  // pipeline gives tokens to the first stage and labels to the last).
+  Var ids, labels;
+  if (span.embed) ids = tape.New(d.t, kI64, Category::kOther, "input_ids");
+  // One label per sequence for a classification head (float for regression).
+  if (span.head) {
+    labels = spec.num_labels == 0 ? tape.New(d.t, kI64, Category::kOther, "labels")
+                                  : tape.New(setup.batch, spec.num_labels == 1 ? kF32 : kI64,
+                                             Category::kOther, "labels");
+  }
+  Var out = setup.dpo ? DpoStep(tape, spec, mp, reference, setup, span, d, ids, labels)
+                      : ForwardBody(tape, spec, mp, setup, span, d, ids, labels, nullptr);
   if (ids.t != kNoTensor) tape.Drop(ids);
-  tape.Drop(labels);
-  return ForwardOut{loss};
+  if (labels.t != kNoTensor) tape.Drop(labels);
+  return ForwardOut{out};
 }
 
 }  // namespace vramscope::lower

@@ -65,7 +65,9 @@ struct StageSpan {
 // One micro-batch forward: embeddings, decoder layers (checkpointed when the
 // setup says so), final norm, lm_head and the loss. Activations saved for
 // backward are re-tagged as such by the lowering's bookkeeping.
+// With setup.dpo, TRL's DPO step: `reference` is the frozen reference copy
+// (full fine-tuning), or null to run `mp` with its adapters disabled.
 ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const TrainingSetup& setup,
-                   const StageSpan& span = {});
+                   const StageSpan& span = {}, ModelParams* reference = nullptr);
 
 }  // namespace vramscope::lower

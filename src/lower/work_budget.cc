@@ -56,6 +56,8 @@ LoweringWork WorkOf(const ModelSpec& local, const TrainingSetup& setup,
     w.layers = std::max(w.layers, LayersOf(plan, local.num_layers));
     w.micro_batches = std::max(w.micro_batches, SimulatedMicroBatches(setup, plan));
   }
+  // TRL's DPO step adds the reference's forward to every micro-batch.
+  if (setup.dpo && !setup.dpo_precompute_ref) w.micro_batches *= 2;
   const uint64_t per_pass =
       common::SaturatingAdd(SaturatingMul(w.layers, w.events_per_layer), kEventsOutsideLayers);
   const uint64_t passes = SaturatingMul(common::SaturatingAdd(w.micro_batches, 1), w.steps);

@@ -92,6 +92,11 @@ def trl_points():
     points += [dataclasses.replace(_point(family, 5, combo), trainer="trl-sft")
                for family in TRL_FAMILIES for combo in COMBOS[:3]]
     points.append(dataclasses.replace(_point("llama", 5, COMBOS[2]), trainer="trl-sft", batch=1))
+    # DPOTrainer: every combo on Llama (full: a reference copy; LoRA: adapters disabled),
+    # two on Qwen2 and GPT-2.
+    points += [dataclasses.replace(_point("llama", 5, combo), trainer="trl-dpo") for combo in COMBOS]
+    points += [dataclasses.replace(_point(family, 5, combo), trainer="trl-dpo")
+               for family in ("qwen2", "gpt2") for combo in COMBOS[:3:2]]
     return points
 
 

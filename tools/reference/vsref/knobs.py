@@ -37,7 +37,8 @@ class Point:
     lora_targets: str = "q,v"
     gpus: int = 1  # > 1: FSDP2 (fully_shard per decoder layer, then the root) over gloo
     # "plain": the model's own loss; "trl-sft": TRL 1.16's SFTTrainer step (its fused LM
-    # head, runner.py step_loss), estimated with --loss trl-fused.
+    # head, runner.py step_loss), estimated with --loss trl-fused; "trl-dpo": DPOTrainer's
+    # _compute_loss over `batch` preference pairs, estimated with --loss trl-fused --dpo.
     trainer: str = "plain"
 
     def name(self):
@@ -70,8 +71,11 @@ class Point:
                 "--no-attention-mask"]
         if self.gpus > 1:
             args += ["--gpus", str(self.gpus), "--fsdp", "full", "--fsdp-version", "2"]
-        if self.trainer == "trl-sft":
+        if self.trainer in ("trl-sft", "trl-dpo"):
             args += ["--loss", "trl-fused"]
+        if self.trainer == "trl-dpo":
+            # DataCollatorForPreference's batch carries an attention_mask (all ones here).
+            args = [a for a in args if a != "--no-attention-mask"] + ["--dpo"]
         if self.finetune == "lora":
             # Dropout 0: the reference has no RNG-dependent mask in the adapters.
             args += ["--lora-rank", str(self.lora_rank), "--lora-targets", self.lora_targets,

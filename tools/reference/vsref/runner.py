@@ -96,22 +96,92 @@ def make_batch(point, config):
     return {"input_ids": ids, "labels": ids.clone()}
 
 
-def add_trl_head(point, model):
-    """What SFTTrainer.__init__ (trl 1.16.0 trainer/sft_trainer.py) does to the model: TRL's
-    fused LM head on the base model, returning log-probabilities, entropy and is_top1."""
-    if point.trainer != "trl-sft":
-        return model
-    from trl.trainer.utils import add_fused_lm_head
+_TRL_OUTPUTS = {"trl-sft": ("log_probs", "entropy", "is_top1"),
+                "trl-dpo": ("log_probs", "entropy", "mean_logits", "is_top1")}
 
+
+def add_trl_head(point, model):
+    """What SFTTrainer.__init__ / DPOTrainer.__init__ (trl 1.16.0) do to the model: TRL's
+    fused LM head on the base model, with the outputs each trainer asks for."""
+    if point.trainer not in _TRL_OUTPUTS:
+        return model
+    from trl.trainer.utils import add_fused_lm_head, disable_dropout_in_model
+
+    if point.trainer == "trl-dpo":
+        disable_dropout_in_model(model)  # DPOConfig.disable_dropout, default True
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    add_fused_lm_head(base, outputs=("log_probs", "entropy", "is_top1"))
+    add_fused_lm_head(base, outputs=_TRL_OUTPUTS[point.trainer])
     return model
 
 
-def step_loss(point, model, batch):
+def dpo_reference(point, config_dict):
+    """DPOTrainer's reference under full fine-tuning: the same model again, in the policy's
+    dtype, dropout off, in eval mode (accelerator.prepare_model(evaluation_mode=True)), with
+    the default fused head (log-probabilities only). Under PEFT there is none: the policy
+    runs with its adapters disabled."""
+    if point.trainer != "trl-dpo" or point.finetune != "full":
+        return None
+    from trl.trainer.utils import add_fused_lm_head, disable_dropout_in_model
+
+    ref = build_model(point, config_dict)
+    disable_dropout_in_model(ref)
+    ref.eval()
+    add_fused_lm_head(ref)
+    return ref
+
+
+class _OneProcess:
+    """The accelerator calls DPOTrainer._compute_loss makes, for one CPU process."""
+
+    device = torch.device("cpu")
+
+    @staticmethod
+    def unwrap_model(model):
+        return model
+
+    @staticmethod
+    def gather_for_metrics(t):
+        return t
+
+    @staticmethod
+    def gather(t):
+        return t
+
+
+def dpo_trainer_state(point, model, ref):
+    """The DPOTrainer attributes _compute_loss reads, with DPOConfig's defaults (sigmoid
+    loss, beta 0.1, no weighting, reference log-probabilities not precomputed)."""
+    import collections
+    import types
+
+    ckpt = {"use_reentrant": point.ckpt == "reentrant"} if point.ckpt != "none" else None
+    return types.SimpleNamespace(
+        model=model, ref_model=ref, accelerator=_OneProcess(), aux_loss_enabled=False,
+        ld_alpha=None, precompute_ref_logps=False,
+        args=types.SimpleNamespace(gradient_checkpointing_kwargs=ckpt),
+        f_divergence_type="reverse_kl", loss_types=["sigmoid"], loss_weights=[1.0], beta=0.1,
+        use_weighting=False, label_smoothing=0.0,
+        _metrics=collections.defaultdict(lambda: collections.defaultdict(list)),
+        _total_train_tokens=0, _tp_size=1)
+
+
+def dpo_batch(point, config):
+    """DataCollatorForPreference's batch for `point.batch` pairs: chosen rows then rejected
+    rows, every position a completion token (the lowering's assumption)."""
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(2, config.vocab_size, (2 * point.batch, point.seq), generator=g)
+    ones = torch.ones_like(ids)
+    return {"input_ids": ids, "attention_mask": ones, "completion_mask": ones.clone()}
+
+
+def step_loss(point, model, batch, trainer_state=None):
     """One micro-batch's loss: the model's own (transformers' loss), or SFTTrainer.compute_loss's
     with TRL's fused head (trl 1.16.0: -log_probs summed over the label count, then the
     entropy and token-accuracy metrics read back with .item())."""
+    if point.trainer == "trl-dpo":
+        from trl import DPOTrainer
+
+        return DPOTrainer._compute_loss(trainer_state, model, batch, return_outputs=False)
     if point.trainer != "trl-sft":
         return model(**batch).loss
     outputs = model(**batch, use_cache=False, fused_lm_head=True)
@@ -134,22 +204,26 @@ def run(point, config_dict, out_path):
     if point.gpus > 1:
         run_fsdp(point, config_dict, out_path)
         return
-    _train(point, add_trl_head(point, apply_knobs(point, build_model(point, config_dict))),
-           out_path)
+    model = add_trl_head(point, apply_knobs(point, build_model(point, config_dict)))
+    _train(point, model, out_path, dpo_reference(point, config_dict))
 
 
-def _train(point, model, out_path):
+def _train(point, model, out_path, ref=None):
     optimizer = make_optimizer(point, model)
-    batch = make_batch(point, model.config)
+    dpo = point.trainer == "trl-dpo"
+    batch = dpo_batch(point, model.config) if dpo else make_batch(point, model.config)
+    state = dpo_trainer_state(point, model, ref) if dpo else None
+    # The reference's weights exist before the step: adopted as setup allocations.
+    existing = {"batch": batch, "reference": list(ref.parameters()) if ref is not None else []}
     autocast = point.precision == "bf16-mixed"
     meta = [("reference", point.name()), ("transformers", transformers.__version__),
             ("torch", torch.__version__)]
-    with vramscope_trace.record(out_path, model=model, optimizer=optimizer, inputs=batch,
+    with vramscope_trace.record(out_path, model=model, optimizer=optimizer, inputs=existing,
                                 meta=meta):
         for _ in range(point.steps):
             optimizer.zero_grad(set_to_none=True)
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-                loss = step_loss(point, model, batch)
+                loss = step_loss(point, model, batch, state)
             loss.backward()
             del loss
             if point.gpus > 1:
