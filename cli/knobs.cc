@@ -66,6 +66,9 @@ void AddKnobFlags(CLI::App* sub, KnobArgs* k) {
   sub->add_flag("--dpo-precompute-ref", k->dpo_precompute_ref,
                 "--dpo with precompute_ref_log_probs: no reference forward in the step and, under "
                 "full fine-tuning, no reference copy");
+  sub->add_flag("--packing", k->packing,
+                "Padding-free packing: the --batch sequences of --seq tokens run as one row with "
+                "position_ids (DataCollatorWithFlattening, TRL padding_free)");
   sub->add_option("--moe-capacity-factor", k->moe_capacity_factor,
                   "MoE expert capacity factor (0: dropless, the default; >0: padded to capacity)");
   sub->add_option("--moe-imbalance", k->moe_imbalance,
@@ -260,6 +263,7 @@ Result<TrainingSetup> KnobArgs::Convert() const {
   s.activation_offload = activation_offload;
   s.dpo = dpo || dpo_precompute_ref;
   s.dpo_precompute_ref = dpo_precompute_ref;
+  s.packed = packing;
   s.moe_capacity_factor = moe_capacity_factor;
   s.moe_imbalance = moe_imbalance;
   auto dr = ParseDeviceRules(device_rules);

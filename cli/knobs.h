@@ -33,6 +33,7 @@ struct KnobArgs {
   bool activation_offload = false;
   bool dpo = false;
   bool dpo_precompute_ref = false;
+  bool packing = false;
   bool ema = false, ema_foreach = false;
   double moe_capacity_factor = 0, moe_imbalance = 1;
   uint64_t max_events = kDefaultMaxEvents;

@@ -96,6 +96,13 @@ struct TrainingSetup {
   // off in both models (DPOConfig.disable_dropout, default true).
   bool dpo = false;
   bool dpo_precompute_ref = false;
+  // Padding-free packing: the micro-batch's `batch` sequences of `seq` tokens
+  // are concatenated into one row, with position_ids restarting at each and
+  // no attention_mask (transformers' DataCollatorWithFlattening, TRL's
+  // padding_free / packing_strategy "bfd"). transformers >= 4.54 then finds
+  // the sequences in position_ids and, for SDPA and eager attention without a
+  // cache, materializes a block-diagonal causal mask over the whole row.
+  bool packed = false;
   // The batch carries an attention_mask (tokenizers and transformers' data
   // collators add one); false: model(input_ids=..., labels=...) alone, which
   // transformers 4.54-4.x turns into a materialized causal mask when no cache

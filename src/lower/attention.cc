@@ -116,6 +116,17 @@ Var MatmulOperand(Tape& tape, const Var& x, bool head_major, uint64_t broadcast_
   return out;
 }
 
+// A matmul operand of the attention itself. With one row per micro-batch the
+// reshape to [b * heads, rows, cols] only drops the size-1 batch dimension, a
+// view whatever the strides: no copy, broadcast or not (the fidelity grid's
+// packed points, torch 2.13: eager attention over one packed row makes no
+// q / k / v copies).
+Var AttnOperand(Tape& tape, const AttnShape& shape, const Var& x, bool head_major,
+                uint64_t broadcast_numel = 0) {
+  if (shape.batch == 1) return tape.Share(x);
+  return MatmulOperand(tape, x, head_major, broadcast_numel);
+}
+
 // torch.bmm of two operands (each gets a gradient of its own size): the
 // output, [numel] elements of `bytes`. BmmBackward0 saves each operand only
 // for the other's gradient (derivatives.yaml, bmm: self's formula reads mat2,
@@ -211,8 +222,8 @@ Var MathKernel(Tape& tape, const AttnPlan& plan, const AttnShape& shape, const V
   const uint64_t scores = shape.batch * shape.heads * shape.seq * shape.seq;
   const uint64_t q_numel = shape.tokens() * shape.heads * shape.head_dim;
   const uint64_t broadcast = plan.kv_broadcast ? q_numel : 0;
-  Var q = MatmulOperand(tape, q_in, shape.q_head_major);
-  Var k = MatmulOperand(tape, k_in, kv_head_major || shape.k_head_major, broadcast);
+  Var q = AttnOperand(tape, shape, q_in, shape.q_head_major);
+  Var k = AttnOperand(tape, shape, k_in, kv_head_major || shape.k_head_major, broadcast);
   const bool grad = tape.grad_enabled;
   // attn_weights = torch.matmul(query, key.transpose(2, 3)) * scaling
   Var qk = Bmm(tape, q, k, scores, e);
@@ -265,7 +276,7 @@ Var MathKernel(Tape& tape, const AttnPlan& plan, const AttnShape& shape, const V
   // lower-precision lists (ATen/autocast_mode.h and autocast_mode.cpp, torch
   // 2.13): fp32 probabilities (BERT's, or scores promoted by an fp32 mask) are
   // cast to the compute dtype, and the cast is what the matmul saves.
-  Var v = MatmulOperand(tape, v_in, kv_head_major, broadcast);
+  Var v = AttnOperand(tape, shape, v_in, kv_head_major, broadcast);
   Var lhs = tape.autocast ? Cast(tape, dropped, e) : tape.Share(dropped);
   Var ctx = Bmm(tape, lhs, v, q_numel, e);
   tape.Drop(lhs);
@@ -363,8 +374,8 @@ Var SdpaMathKernel(Tape& tape, const AttnPlan& plan, const AttnShape& shape, con
   // matmul(query, key.transpose(-2, -1) * scaling_factor): the scaled key and
   // the operands' reshape copies are temporaries of the expression.
   Var k_s = ScaleInto(tape, k_x, acc, "aten::mul");
-  Var q_op = MatmulOperand(tape, q_s, shape.q_head_major);
-  Var k_op = MatmulOperand(tape, k_s, head_major || shape.k_head_major, broadcast);
+  Var q_op = AttnOperand(tape, shape, q_s, shape.q_head_major);
+  Var k_op = AttnOperand(tape, shape, k_s, head_major || shape.k_head_major, broadcast);
   Var attn = Bmm(tape, q_op, k_op, scores, acc);
   tape.Drop(k_s);
   tape.Drop(q_op);
@@ -379,7 +390,7 @@ Var SdpaMathKernel(Tape& tape, const AttnPlan& plan, const AttnShape& shape, con
   // weights' copy is made (and discarded by the caller), the fp32 product and
   // its cast coexist until the tuple is built.
   Var weights_out = Cast(tape, dropped, e);
-  Var v_op = MatmulOperand(tape, v_x, head_major, broadcast);
+  Var v_op = AttnOperand(tape, shape, v_x, head_major, broadcast);
   Var ctx = Bmm(tape, dropped, v_op, q_numel, acc);
   tape.Drop(v_op);
   Var ctx_e = Cast(tape, ctx, e);

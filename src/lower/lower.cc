@@ -141,6 +141,21 @@ Status ValidateTrlFused(const ModelSpec& m, const TrainingSetup& s) {
   return Ok{};
 }
 
+Status ValidatePacking(const ModelSpec& m, const TrainingSetup& s) {
+  auto bad = [](std::string msg) { return Status(MakeError(std::move(msg))); };
+  if (m.is_encoder || m.is_unet || m.num_labels > 0)
+    return bad("--packing: padding-free packing is modelled for causal language models");
+  if (s.dpo) return bad("--packing: not modelled with --dpo");
+  if (s.parallel.model_parallel())
+    return bad("--packing: not modelled with Megatron-style model parallelism");
+  if (s.batch * s.seq > kMaxSeq)
+    return bad(
+        fmt::format("--packing: the packed row of --batch x --seq = {} tokens is above the "
+                    "{} limit of --seq",
+                    s.batch * s.seq, kMaxSeq));
+  return Ok{};
+}
+
 Status Validate(const ModelSpec& m, const TrainingSetup& s) {
   auto bad = [](std::string msg) { return Status(MakeError(std::move(msg))); };
   if (s.batch == 0 || s.batch > kMaxBatch)
@@ -203,6 +218,10 @@ Status Validate(const ModelSpec& m, const TrainingSetup& s) {
     return bad(
         "--moe-imbalance: with --moe-capacity-factor every expert is capped (drop the imbalance or "
         "the capacity)");
+  if (s.packed) {
+    Status packed = ValidatePacking(m, s);
+    if (!packed.ok()) return packed;
+  }
   if (m.is_unet) return ValidateUNet(m, s);
   if (s.loss == LossKind::kTrlFused || s.dpo) {
     Status trl = ValidateTrlFused(m, s);
@@ -635,6 +654,13 @@ void ForDpo(ModelSpec* local, TrainingSetup* setup) {
   local->classifier_dropout = 0;
 }
 
+// Padding-free packing: one row of every token, no attention_mask.
+void ForPacking(TrainingSetup* setup) {
+  setup->seq *= setup->batch;
+  setup->batch = 1;
+  setup->attention_mask = false;
+}
+
 Result<std::vector<LoweredRank>> LowerRankClasses(const ModelSpec& model,
                                                   const TrainingSetup& setup, const GpuSpec& gpu,
                                                   const RankClassCallback& each) {
@@ -647,6 +673,7 @@ Result<std::vector<LoweredRank>> LowerRankClasses(const ModelSpec& model,
   // (Megatron-LM / Transformer Engine ring attention).
   local_setup.seq = setup.seq / setup.parallel.cp;
   if (setup.dpo) ForDpo(&local, &local_setup);
+  if (setup.packed) ForPacking(&local_setup);
   VS_TRY(plans, PlanRankClasses(local, local_setup));
   // Before anything is lowered: the events this will produce (lower.h).
   if (Status s = CheckWorkBudget(WorkOf(local, local_setup, plans), setup.max_events); !s.ok())

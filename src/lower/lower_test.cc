@@ -441,6 +441,51 @@ TEST(Lower, DpoReferenceCopyAndForward) {
   EXPECT_FALSE(LowerTraining(m, s, TestGpu()).ok());
 }
 
+// Padding-free packing: one row of batch x seq tokens. SDPA (transformers 5.x)
+// gets a [T, T] bool block mask, built through three more [T, T] bool
+// temporaries; flash-attn reads position_ids and gets none.
+TEST(Lower, PackingRunsOneRowWithABlockMask) {
+  const ModelSpec m = Tiny();
+  TrainingSetup s;
+  s.batch = 4;
+  s.seq = 256;
+  s.precision = Precision::kBf16;
+  s.packed = true;
+  s.use_cache = false;  // with a DynamicCache transformers skips the packed-sequence search
+  const uint64_t t = 4 * 256;
+  auto count = [&](const TrainingSetup& setup, uint64_t bytes) {
+    auto lowered = LowerTraining(m, setup, TestGpu());
+    EXPECT_TRUE(lowered.ok()) << (lowered.ok() ? "" : lowered.error().message);
+    int n = 0;
+    const EventStream& es = lowered->stream;
+    for (const Event& e : es.events()) {
+      const std::string_view op = es.String(e.op);
+      const bool mask_op =
+          op == "aten::le" || op == "aten::bitwise_and" || op == "aten::eq" || op == "causal_mask";
+      if (e.kind == EventKind::kAlloc && e.size_bytes == bytes && mask_op) ++n;
+    }
+    return n;
+  };
+  // Per forward (3 steps): the mask and its three temporaries.
+  EXPECT_EQ(count(s, t * t), 3 * 4);
+  TrainingSetup unpacked = s;
+  unpacked.packed = false;
+  EXPECT_EQ(count(unpacked, t * t), 0);
+  TrainingSetup flash = s;
+  flash.attn = Attention::kFlash;
+  EXPECT_EQ(count(flash, t * t), 0);
+  // transformers before 4.54 did not look for packed sequences.
+  TrainingSetup old = s;
+  old.transformers_version = 453;
+  EXPECT_EQ(count(old, t * t), 0);
+  TrainingSetup cached = s;
+  cached.use_cache = true;
+  EXPECT_EQ(count(cached, t * t), 0);
+  s.dpo = true;
+  s.loss = LossKind::kTrlFused;
+  EXPECT_FALSE(LowerTraining(m, s, TestGpu()).ok());
+}
+
 TEST(Lower, OptimizerInBackwardFreesEachGradAtOnce) {
   const ModelSpec m = Tiny();
   TrainingSetup s;

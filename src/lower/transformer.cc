@@ -172,9 +172,22 @@ bool SdpaNeedsFullMask(const ModelSpec& spec, const TrainingSetup& setup, bool c
          setup.transformers_version < 500 && setup.torch_version >= 206;
 }
 
+// Padding-free packing (setup.packed): without attention_mask and without a
+// cache, _preprocess_mask_arguments calls find_packed_sequence_indices on
+// position_ids and create_causal_mask ANDs a same-sequence mask into the
+// causal one, which forbids SDPA's is_causal skip (masking_utils.py, 4.54+,
+// PR #39194; 5.24.0). flash-attn reads position_ids instead.
+bool PackedMask(const ModelSpec& spec, const TrainingSetup& setup, bool cache) {
+  const std::string& t = spec.model_type;
+  const bool legacy_mask = setup.transformers_version < 500 &&
+                           (t == "qwen2_moe" || t == "stablelm" || t == "falcon" || t == "opt");
+  return setup.packed && !cache && !legacy_mask && setup.transformers_version >= 454 &&
+         setup.attn != Attention::kFlash;
+}
+
 bool SdpaGetsMask(const ModelSpec& spec, const TrainingSetup& setup, uint64_t seq, bool cache) {
   if (spec.sliding_window > 0 && spec.sliding_window < seq) return true;
-  return SdpaNeedsFullMask(spec, setup, cache);
+  return SdpaNeedsFullMask(spec, setup, cache) || PackedMask(spec, setup, cache);
 }
 
 // Whether layer `layer` attends through a sliding window: config.layer_types'
@@ -1180,6 +1193,24 @@ struct ForwardMasks {
   Var mask, second_mask;
 };
 
+// sdpa_mask's non-vmap path over a packed row (masking_utils.py, 5.24.0, seen
+// with torch 2.13): causal `le`, AND the padding function's ones, then the
+// same-sequence `eq` ANDed in; eager turns the bool mask into a float one
+// with `where`.
+Var PackedCausalMask(Tape& tape, uint64_t elems, uint8_t bytes) {
+  Var le = tape.New(elems, kBool, Category::kTemporaries, "aten::le");
+  Var causal = tape.New(elems, kBool, Category::kTemporaries, "aten::bitwise_and");
+  tape.Drop(le);
+  Var same = tape.New(elems, kBool, Category::kTemporaries, "aten::eq");
+  Var mask = tape.New(elems, kBool, Category::kOther, "causal_mask");
+  tape.Drop(causal);
+  tape.Drop(same);
+  if (bytes == kBool) return mask;
+  Var floats = tape.New(elems, bytes, Category::kOther, "causal_mask");
+  tape.Drop(mask);
+  return floats;
+}
+
 // What every layer reads: the attention plan, the masks, and the rotary
 // cos/sin in the residual stream's dtype, made after the mask
 // (LlamaModel.forward, 4.57 / 5.x).
@@ -1200,7 +1231,9 @@ LayerShared PrepareLayers(Tape& tape, const ModelSpec& spec, const TrainingSetup
   if (sh.plan.causal_mask_tensor) {
     const uint8_t bytes =
         setup.attn == Attention::kSdpa && setup.transformers_version >= 453 ? kBool : x.elem_bytes;
-    masks->mask = tape.New(d.b * d.s * d.s, bytes, Category::kOther, "causal_mask");
+    masks->mask = PackedMask(spec, setup, cache)
+                      ? PackedCausalMask(tape, d.b * d.s * d.s, bytes)
+                      : tape.New(d.b * d.s * d.s, bytes, Category::kOther, "causal_mask");
     sh.mask = &masks->mask;
     const bool full_too = setup.attn != Attention::kSdpa || SdpaNeedsFullMask(spec, setup, cache);
     if (BuildsMaskPair(spec, setup) && full_too) {

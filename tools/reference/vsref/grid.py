@@ -100,10 +100,34 @@ def trl_points():
     return points
 
 
+# Padding-free packing (one row, position_ids): the attention knobs decide the mask
+# (sdpa and eager build a block-diagonal one over the row in transformers >= 4.54), so
+# both, on both transformers versions, full and LoRA; and TRL's padding-free SFT step.
+PACKED_COMBOS = (COMBOS[0], COMBOS[1], COMBOS[2], COMBOS[3])
+
+
+def packed_points():
+    points = [dataclasses.replace(_point(family, tf, combo), packed=True)
+              for family in ("llama", "qwen2") for tf in (5, 4) for combo in PACKED_COMBOS]
+    points += [dataclasses.replace(_point("llama", 5, combo), trainer="trl-sft", packed=True)
+               for combo in PACKED_COMBOS[:3]]
+    return points
+
+
+# One row per micro-batch with eager attention: torch.matmul's reshape of the q / k / v
+# views is then a view, not a copy (vsref found this through the packed points).
+BATCH1_FAMILIES = ("llama", "gpt2", "falcon", "phi", "bert", "mixtral")
+
+
+def batch1_points():
+    return [dataclasses.replace(_point(family, tf, combo), batch=1)
+            for family in BATCH1_FAMILIES for tf in (5, 4) for combo in (COMBOS[0], COMBOS[3])]
+
+
 def full_grid():
     points = [p for family in FAMILIES for tf in (5, 4) for combo in COMBOS
               if _supported(p := _point(family, tf, combo))]
-    return points + unet_points() + trl_points()
+    return points + unet_points() + trl_points() + packed_points() + batch1_points()
 
 
 def ci_grid():

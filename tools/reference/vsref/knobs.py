@@ -40,6 +40,10 @@ class Point:
     # head, runner.py step_loss), estimated with --loss trl-fused; "trl-dpo": DPOTrainer's
     # _compute_loss over `batch` preference pairs, estimated with --loss trl-fused --dpo.
     trainer: str = "plain"
+    # Padding-free packing: the batch's rows flattened into one with position_ids
+    # (transformers' DataCollatorWithFlattening, or TRL's padding_free collator for
+    # trl-sft), estimated with --packing.
+    packed: bool = False
 
     def name(self):
         parts = [self.family, f"tf{self.tf}", self.finetune, f"ckpt-{self.ckpt}", self.attn,
@@ -50,6 +54,8 @@ class Point:
             parts.append(f"fsdp2x{self.gpus}")
         if self.trainer != "plain":
             parts.append(self.trainer)
+        if self.packed:
+            parts.append("packed")
         return "/".join(parts)
 
     def _default_shape(self):
@@ -71,6 +77,8 @@ class Point:
                 "--no-attention-mask"]
         if self.gpus > 1:
             args += ["--gpus", str(self.gpus), "--fsdp", "full", "--fsdp-version", "2"]
+        if self.packed:
+            args.append("--packing")
         if self.trainer in ("trl-sft", "trl-dpo"):
             args += ["--loss", "trl-fused"]
         if self.trainer == "trl-dpo":

@@ -81,7 +81,24 @@ def make_optimizer(point, model):
     return torch.optim.AdamW(params, lr=1e-4, **kind)
 
 
+def packed_batch(point, config):
+    """`point.batch` sequences of `point.seq` tokens through a padding-free collator: TRL's
+    (DataCollatorForLanguageModeling(padding_free=True), trl 1.16.0) for trl-sft, else
+    transformers' DataCollatorWithFlattening: one row, position_ids restarting per sequence,
+    the first label of each -100."""
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(2, config.vocab_size, (point.batch, point.seq), generator=g)
+    examples = [{"input_ids": row.tolist()} for row in ids]
+    if point.trainer == "trl-sft":
+        from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
+
+        return DataCollatorForLanguageModeling(pad_token_id=0, padding_free=True)(examples)
+    return transformers.DataCollatorWithFlattening()(examples)
+
+
 def make_batch(point, config):
+    if point.packed:
+        return packed_batch(point, config)
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(2, config.vocab_size, (point.batch, point.seq), generator=g)
     if config.architectures and config.architectures[0].endswith("ForTokenClassification"):
