@@ -212,3 +212,34 @@ def test_peft_casts_a_half_input_to_the_adapters_dtype_under_autocast():
     casts = [e.input_shapes for e in prof.events() if e.name == "aten::_to_copy"]
     # The input [8, 32] is copied twice: to fp32 for the adapters, back to bf16 for lora_A.
     assert sum(1 for shapes in casts if shapes and shapes[0] == [8, 32]) == 2
+
+
+class _Clones(TorchDispatchMode):
+    """Counts aten.clone calls (torch.matmul's reshape copies)."""
+
+    def __init__(self):
+        super().__init__()
+        self.clones = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten.clone.default:
+            self.clones += 1
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("batch,copies", [(1, 0), (2, 2)])
+def test_matmul_reshapes_one_rows_transposed_heads_as_views(batch, copies):
+    # torch.matmul of [b, heads, s, d] operands that are transposed views of a
+    # [b, s, heads * d] projection, one of them broadcast over heads (multi-query k):
+    # the reshape to [b * heads, s, d] copies them for b > 1 and is a view for b = 1
+    # (SDPA's math path, eager attention). Rule: AttnOperand (src/lower/attention.cc).
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    x = torch.randn(batch, 64, 4 * 32)
+    q = x.view(batch, 64, 4, 32).transpose(1, 2)
+    k = torch.randn(batch, 64, 1, 32).transpose(1, 2).expand(batch, 4, 64, 32)
+    v = torch.randn(batch, 64, 1, 32).transpose(1, 2).expand(batch, 4, 64, 32)
+    mode = _Clones()
+    with sdpa_kernel(SDPBackend.MATH), mode:
+        torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert mode.clones == copies
