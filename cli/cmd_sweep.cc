@@ -1,4 +1,5 @@
-// vramscope sweep MODEL --seq 1:2048:10 [--batch 1,2,4] [knobs]: one estimate
+// vramscope sweep MODEL --seq 1:2048:10 [--batch 1,2,4] [knobs] (a diffusion UNet:
+// --image-size 256:1024:4): one estimate
 // per grid point; a table, JSON, CSV, an SVG chart or an HTML page.
 #include <cstdio>
 #include <memory>
@@ -25,7 +26,8 @@ struct SweepArgs {
   std::vector<GridFlag> grids = {{SweepVariable::kSeq, {}},
                                  {SweepVariable::kBatch, {}},
                                  {SweepVariable::kLoraRank, {}},
-                                 {SweepVariable::kGradAccum, {}}};
+                                 {SweepVariable::kGradAccum, {}},
+                                 {SweepVariable::kImageSize, {}}};
   bool json = false;
   std::string csv_path, svg_path, html_path;
   const CLI::App* app = nullptr;

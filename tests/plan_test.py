@@ -120,6 +120,21 @@ def test_sweep_json_points_equal_estimate():
             assert point[key] == e[key], key
 
 
+def test_sweep_image_size_of_a_unet_equals_estimate():
+    # A diffusion UNet sweeps its image side; each point is `estimate` at that side, and
+    # the header shows the UNet's knobs (no sequence).
+    r = run_json("sweep", "sd-1.5-unet", "--image-size", "256,512", "--batch", "4",
+                 "--precision", "fp16-mixed")
+    assert r["variables"] == ["image_size"]
+    assert "seq" not in r["knobs"] and r["knobs"]["image_size"].startswith("256")
+    for point in r["points"]:
+        e = estimate("sd-1.5-unet", "--image-size", str(point["image_size"]), "--batch", "4",
+                     "--precision", "fp16-mixed")
+        for key in ("peak_allocated_bytes", "peak_reserved_bytes", "fits"):
+            assert point[key] == e[key], key
+    assert r["points"][1]["peak_allocated_bytes"] > r["points"][0]["peak_allocated_bytes"]
+
+
 def test_sweep_two_axes_order_and_csv(tmp_path):
     out = tmp_path / "points.csv"
     p, _ = run("sweep", "smollm2-135m", "--batch", "1,2", "--seq", "128,256,512", "--csv", str(out))

@@ -115,7 +115,7 @@ Result<SweepResult> Sweep(const ModelSpec& model, const TrainingSetup& setup,
   SweepResult out;
   out.source = model.name;
   out.axes = axes;
-  out.knobs = DescribeSetup(setup);
+  out.knobs = DescribeKnobs(model, setup);  // a UNet's: image, latent scale, text length
   for (const SweepAxis& axis : axes) {
     for (auto& [key, value] : out.knobs) {
       if (key == SweepVariableKey(axis.variable)) value = GridLabel(axis);
