@@ -240,8 +240,9 @@ HubSettings ReadHubSettings(const EnvLookup& env, const FileSystem& files) {
 }
 
 std::string HubConfigUrl(const HubRef& ref, std::string_view endpoint) {
-  return fmt::format("{}/{}/resolve/{}/config.json", endpoint, ref.repo_id,
-                     EscapeRevision(ref.revision));
+  return fmt::format("{}/{}/resolve/{}/{}config.json", endpoint, ref.repo_id,
+                     EscapeRevision(ref.revision),
+                     ref.subfolder.empty() ? "" : ref.subfolder + "/");
 }
 
 fs::path HubCachePath(const HubRef& ref, const HubSettings& settings) {
@@ -262,8 +263,9 @@ fs::path HubCachePath(const HubRef& ref, const HubSettings& settings) {
   const size_t slash = ref.repo_id.find('/');
   // "--" cannot occur in a valid repo id, so owner--name is unambiguous.
   const std::string repo_dir = ref.repo_id.substr(0, slash) + "--" + ref.repo_id.substr(slash + 1);
+  const std::string sub = ref.subfolder.empty() ? "" : "." + ref.subfolder;
   return settings.cache_dir / "hub" / endpoint_dir / repo_dir /
-         (EscapeRevision(ref.revision) + ".json");
+         (EscapeRevision(ref.revision) + sub + ".json");
 }
 
 Result<std::string> MapHubResponse(const HubRef& ref, std::string_view endpoint, bool token_sent,
@@ -301,8 +303,9 @@ Result<std::string> MapHubResponse(const HubRef& ref, std::string_view endpoint,
   }
   if (r.error_code == "EntryNotFound") {
     return MakeError(fmt::format(
-        "{}: the repository has no config.json at revision \"{}\" (not a transformers model?)", id,
-        ref.revision));
+        "{}: the repository has no config.json at revision \"{}\" (not a transformers model, "
+        "nor a diffusers pipeline with unet/ or transformer/?)",
+        id, ref.revision));
   }
   // The Hub answers 401 RepoNotFound for a missing repo to an anonymous
   // caller, so as not to reveal private repos: say both.
@@ -333,8 +336,12 @@ Result<std::string> MapHubResponse(const HubRef& ref, std::string_view endpoint,
       fmt::format("{}: unexpected HTTP {} for {}", id, r.status, HubConfigUrl(ref, endpoint)));
 }
 
-Result<HubConfig> FetchHubConfig(const HubRef& ref, const HubSettings& settings,
-                                 const FileSystem& files, HttpFetcher& fetcher) {
+namespace {
+
+// One config.json (the root's or a subfolder's): the cache, else one GET.
+// `raw` receives the Hub's answer when a request was made.
+Result<HubConfig> FetchOneConfig(const HubRef& ref, const HubSettings& settings,
+                                 const FileSystem& files, HttpFetcher& fetcher, HttpResponse* raw) {
   const fs::path cache = HubCachePath(ref, settings);
   if (std::optional<std::string> cached = ReadCache(files, cache, settings.max_config_bytes)) {
     return HubConfig{std::move(*cached), cache.string(), true, ""};
@@ -351,14 +358,36 @@ Result<HubConfig> FetchHubConfig(const HubRef& ref, const HubSettings& settings,
   request.connect_timeout_s = settings.connect_timeout_s;
   request.total_timeout_s = settings.total_timeout_s;
   request.max_body_bytes = settings.max_config_bytes;
-  HttpResponse response = fetcher.Get(request);
-  Result<std::string> text =
-      MapHubResponse(ref, settings.endpoint, !settings.token.empty(), response);
+  *raw = fetcher.Get(request);
+  Result<std::string> text = MapHubResponse(ref, settings.endpoint, !settings.token.empty(), *raw);
   if (!text.ok()) return text.error();
-  HubConfig out{std::move(text).value(), request.url, false, ""};
+  HubConfig out{std::move(text).value(), request.url, false, "", ref.subfolder};
   out.cache_problem = cache.empty() ? "no cache directory (set VRAMSCOPE_CACHE or HOME)"
                                     : files.WriteAtomically(cache, out.text);
   return out;
+}
+
+// diffusers pipelines (DiffusionPipeline.from_pretrained's model_index.json
+// layout, diffusers 0.42.1): the denoiser's config is unet/config.json (Stable
+// Diffusion, SDXL) or transformer/config.json (DiT, Flux, SD3).
+constexpr const char* kPipelineSubfolders[] = {"unet", "transformer"};
+
+}  // namespace
+
+Result<HubConfig> FetchHubConfig(const HubRef& ref, const HubSettings& settings,
+                                 const FileSystem& files, HttpFetcher& fetcher) {
+  HttpResponse raw;
+  Result<HubConfig> root = FetchOneConfig(ref, settings, files, fetcher, &raw);
+  const bool no_root_config = raw.status == 404 && raw.error_code == "EntryNotFound";
+  if (root.ok() || !ref.subfolder.empty() || !(no_root_config || settings.offline)) return root;
+  for (const char* sub : kPipelineSubfolders) {
+    HubRef component = ref;
+    component.subfolder = sub;
+    HttpResponse component_raw;
+    Result<HubConfig> found = FetchOneConfig(component, settings, files, fetcher, &component_raw);
+    if (found.ok()) return found;
+  }
+  return root;
 }
 
 Result<ModelSpec> LoadHubModel(std::string_view name, const HubSettings& settings,
@@ -367,19 +396,25 @@ Result<ModelSpec> LoadHubModel(std::string_view name, const HubSettings& setting
   if (!ref.ok()) return ref.error();
   Result<HubConfig> config = FetchHubConfig(*ref, settings, files, fetcher);
   if (!config.ok()) return config.error();
-  Result<ModelSpec> spec = ParseModelConfig(config->text, fmt::format("{} config.json", name));
+  const std::string file =
+      config->subfolder.empty() ? "config.json" : config->subfolder + "/config.json";
+  Result<ModelSpec> spec = ParseModelConfig(config->text, fmt::format("{} {}", name, file));
   if (!spec.ok()) return spec;
   spec->name = std::string(name);
   spec->hub_id = ref->repo_id;
+  HubRef read = *ref;
+  read.subfolder = config->subfolder;
+  const std::string what = config->subfolder.empty()
+                               ? fmt::format("config.json of {}", name)
+                               : fmt::format("{} of the diffusers pipeline {}", file, name);
   if (config->from_cache) {
-    spec->notes.push_back(
-        fmt::format("config.json of {} read from the cache {}", name, config->source));
+    spec->notes.push_back(fmt::format("{} read from the cache {}", what, config->source));
   } else if (config->cache_problem.empty()) {
-    spec->notes.push_back(fmt::format("config.json of {} fetched from {} and cached at {}", name,
-                                      config->source, HubCachePath(*ref, settings).string()));
+    spec->notes.push_back(fmt::format("{} fetched from {} and cached at {}", what, config->source,
+                                      HubCachePath(read, settings).string()));
   } else {
-    spec->notes.push_back(fmt::format("config.json of {} fetched from {}; not cached: {}", name,
-                                      config->source, config->cache_problem));
+    spec->notes.push_back(fmt::format("{} fetched from {}; not cached: {}", what, config->source,
+                                      config->cache_problem));
   }
   return spec;
 }

@@ -42,6 +42,9 @@ struct HubRef {
   std::string repo_id;  // "meta-llama/Meta-Llama-3-8B"
   std::string revision = "main";
   bool explicit_revision = false;  // "@revision" was given
+  // A diffusers pipeline's component folder ("unet", "transformer") whose
+  // config.json is read instead of the root's; empty: the root.
+  std::string subfolder;
 };
 
 // True when `name` is meant as a Hub id rather than a local path: one '/'
@@ -73,14 +76,14 @@ struct HubSettings {
 // unreadable or absent file means no token. Empty variables count as unset.
 HubSettings ReadHubSettings(const EnvLookup& env, const FileSystem& files);
 
-// "{endpoint}/{repo_id}/resolve/{revision}/config.json"; a '/' inside the
-// revision is sent as %2F, as huggingface_hub quotes it.
+// "{endpoint}/{repo_id}/resolve/{revision}/[{subfolder}/]config.json"; a '/'
+// inside the revision is sent as %2F, as huggingface_hub quotes it.
 std::string HubConfigUrl(const HubRef& ref, std::string_view endpoint);
 
 // Where the config of `ref` fetched from `endpoint` is cached, under
 // cache_dir: hub/<host>-<hash of endpoint>/<owner>--<name>/<revision>.json,
-// with '/' in the revision written %2F. Distinct endpoints, repos and
-// revisions never share a file.
+// with '/' in the revision written %2F (a subfolder's: <revision>.<subfolder>.json).
+// Distinct endpoints, repos, revisions and subfolders never share a file.
 std::filesystem::path HubCachePath(const HubRef& ref, const HubSettings& settings);
 
 // The config text of a 200 response, or a one-line Error naming `ref` and
@@ -95,13 +98,18 @@ struct HubConfig {
   std::string source;  // the URL, or the cache file when read from it
   bool from_cache = false;
   std::string cache_problem;  // why the fetched config was not cached; empty if it was
+  std::string subfolder;      // the pipeline component it was read from; empty: the root
 };
 
 // config.json of `ref`: the cached copy in `files` when there is one (no
 // network at all), otherwise one GET through `fetcher` and, on success with
 // valid JSON, FileSystem::WriteAtomically of the cache (a concurrent reader
 // never sees half a file). Offline without a cached copy is an error. A
-// cached file that is not valid JSON is ignored and refetched.
+// cached file that is not valid JSON is ignored and refetched. A repository
+// without a root config.json (the Hub's EntryNotFound), or offline without its
+// cached copy, is tried as a diffusers pipeline: unet/config.json, then
+// transformer/config.json (diffusers' model_index.json layout), each the same
+// way; the first found is returned with its subfolder.
 Result<HubConfig> FetchHubConfig(const HubRef& ref, const HubSettings& settings,
                                  const FileSystem& files, HttpFetcher& fetcher);
 

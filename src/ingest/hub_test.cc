@@ -423,6 +423,60 @@ TEST(HubModelTest, LoadsTheSpecAndSaysWhereTheConfigCameFrom) {
   EXPECT_NE(spec->notes.back().find("read from the cache"), std::string::npos);
 }
 
+// Answers by URL (404 EntryNotFound for any other), remembering what was asked.
+class RoutedFetcher final : public HttpFetcher {
+ public:
+  std::map<std::string, HttpResponse> routes;
+  std::vector<std::string> asked;
+  HttpResponse Get(const HttpRequest& request) override {
+    asked.push_back(request.url);
+    auto it = routes.find(request.url);
+    return it != routes.end() ? it->second : Status(404, "EntryNotFound");
+  }
+};
+
+constexpr const char* kTinyUNet = R"({"_class_name": "UNet2DConditionModel",
+    "block_out_channels": [32, 64], "down_block_types": ["CrossAttnDownBlock2D", "DownBlock2D"],
+    "up_block_types": ["UpBlock2D", "CrossAttnUpBlock2D"], "cross_attention_dim": 32,
+    "attention_head_dim": 8, "layers_per_block": 1, "sample_size": 8})";
+
+// A diffusers pipeline repository has model_index.json at its root and the
+// denoiser's config in unet/ (or transformer/): read there, cached under its
+// own key, and found in the cache offline.
+TEST(HubModelTest, ADiffusersPipelineIsReadFromItsUNetFolder) {
+  TempDir dir;
+  HubSettings settings;
+  settings.endpoint = "https://hub.example";
+  settings.cache_dir = dir.path();
+  RoutedFetcher fetcher;
+  const std::string root = "https://hub.example/acme/sd-tiny/resolve/main/";
+  fetcher.routes[root + "unet/config.json"] = Ok(kTinyUNet);
+  Result<ModelSpec> spec = LoadHubModel("acme/sd-tiny", settings, DiskFileSystem(), fetcher);
+  ASSERT_TRUE(spec.ok()) << spec.error().message;
+  EXPECT_TRUE(spec->is_unet);
+  EXPECT_EQ(fetcher.asked,
+            (std::vector<std::string>{root + "config.json", root + "unet/config.json"}));
+  ASSERT_FALSE(spec->notes.empty());
+  EXPECT_NE(spec->notes.back().find("unet/config.json of the diffusers pipeline"),
+            std::string::npos)
+      << spec->notes.back();
+  HubRef unet = Ref("acme/sd-tiny");
+  unet.subfolder = "unet";
+  EXPECT_EQ(HubCachePath(unet, settings).filename(), "main.unet.json");
+  settings.offline = true;
+  RoutedFetcher none;
+  Result<ModelSpec> cached = LoadHubModel("acme/sd-tiny", settings, DiskFileSystem(), none);
+  ASSERT_TRUE(cached.ok()) << cached.error().message;
+  EXPECT_TRUE(none.asked.empty());
+  // Neither a root config nor a pipeline folder: the root's error, naming both.
+  settings.offline = false;
+  RoutedFetcher empty;
+  Result<ModelSpec> missing = LoadHubModel("acme/nothing", settings, DiskFileSystem(), empty);
+  ASSERT_FALSE(missing.ok());
+  ExpectErrorMentions(missing.error(), {"acme/nothing", "no config.json", "diffusers pipeline"});
+  EXPECT_EQ(empty.asked.size(), 3u);
+}
+
 TEST(HubModelTest, UnsupportedArchitectureNamesTheSupportedOnes) {
   TempDir dir;
   FakeFetcher fetcher;
