@@ -167,7 +167,13 @@ void KnobArgs::SetFromFile(const FileKnob& k) {
   for (const auto& [flag, field] : ints) {
     if (k.flag == flag) *field = std::stoll(k.value);
   }
-  if (k.flag == "--ddp") parallel.ddp = k.value == "true";
+  const std::pair<const char*, bool*> bools[] = {{"--ddp", &parallel.ddp},
+                                                 {"--dpo", &dpo},
+                                                 {"--dpo-precompute-ref", &dpo_precompute_ref},
+                                                 {"--packing", &packing}};
+  for (const auto& [flag, field] : bools) {
+    if (k.flag == flag) *field = k.value == "true";
+  }
   if (k.flag == "--batch") batch = std::stoull(k.value);
   if (k.flag == "--grad-accum") grad_accum = std::stoull(k.value);
   if (k.flag == "--seq") seq = std::stoull(k.value);
