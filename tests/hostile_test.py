@@ -810,3 +810,33 @@ def test_ema_is_refused_outside_diffusion_unets():
     """--ema models diffusers' EMAModel of a UNet; on a causal LM it is bad input."""
     check_bad_input(["estimate", "gpt2", "--ema"], names="--ema")
     check_bad_input(["fit", "bert-base-uncased", "--ema-foreach"], names="--ema")
+
+
+# ViTForImageClassification configs and knobs (src/ingest/family_vit.cc, lower.cc
+# ValidateVit): each refused with the key or flag named.
+VIT_BASE = {"model_type": "vit", "hidden_size": 64, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "intermediate_size": 128, "image_size": 32,
+            "patch_size": 8, "num_labels": 10}
+VIT_CASES = [
+    ("image-below-patch", {"image_size": 4}, [], "image_size"),
+    ("patch-zero", {"patch_size": 0}, [], "patch_size"),
+    ("patch-grid-huge", {"image_size": 65536, "patch_size": 1}, [], "image_size"),
+    ("heads-do-not-divide", {"num_attention_heads": 5}, [], "num_attention_heads"),
+    ("labels-zero", {"num_labels": 0}, [], "num_labels"),
+    ("channels-huge", {"num_channels": 100000}, [], "num_channels"),
+    ("problem-type", {"problem_type": "multi_label_classification"}, [], "problem_type"),
+    ("other-image-size", {}, ["--image-size", "64"], "--image-size"),
+    ("flash", {}, ["--attn", "flash", "--precision", "bf16"], "--attn"),
+    ("loss", {}, ["--loss", "chunked"], "--loss"),
+    ("multi-gpu", {}, ["--gpus", "2", "--ddp"], "one GPU"),
+    ("activation-wraps", {"image_size": 4096, "patch_size": 1, "intermediate_size": 4194304},
+     ["--batch", "65536"], "2^56"),
+]
+
+
+@pytest.mark.parametrize("extra,args,names", [pytest.param(e, a, n, id=i)
+                                              for i, e, a, n in VIT_CASES])
+def test_hostile_vit_config_exit_2(tmp_path, extra, args, names):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**VIT_BASE, **extra}))
+    check_bad_input(["estimate", str(path), *args], names=names)

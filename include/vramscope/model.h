@@ -129,6 +129,13 @@ struct UNetSpec {
   uint64_t projection_class_embeddings_input_dim = 0;
 };
 
+// ViTForImageClassification (transformers models/vit): the image it was
+// trained at and its patch grid.
+struct VitSpec {
+  uint64_t image_size = 224, patch_size = 16, num_channels = 3;
+  uint64_t Patches() const { return (image_size / patch_size) * (image_size / patch_size); }
+};
+
 struct ModelSpec {
   std::string name;          // catalog alias or path as given
   std::string hub_id;        // "meta-llama/Meta-Llama-3-8B" when known
@@ -146,6 +153,8 @@ struct ModelSpec {
   bool token_classification = false;
   bool is_unet = false;  // a diffusers UNet2DConditionModel: `unet` holds its layout
   UNetSpec unet;
+  bool is_vit = false;  // ViTForImageClassification: `vit` holds the image; num_labels the head
+  VitSpec vit;
 
   uint64_t hidden_size = 0;
   uint64_t intermediate_size = 0;

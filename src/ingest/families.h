@@ -61,8 +61,10 @@ struct Family {
 // llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, gemma2,
 // gemma3_text, gemma3, phi3, stablelm (family_decoder.cc).
 const std::vector<Family>& DecoderFamilies();
-// gpt2, gpt_neox, opt, falcon, phi, bert (family_classic.cc).
+// gpt2, gpt_neox, opt, falcon, phi, bert (family_classic.cc), vit (family_vit.cc).
 const std::vector<Family>& ClassicFamilies();
+void ReadVit(ConfigReader& r, ModelSpec& s, ArchDetails& a);
+void BuildVit(const ModelSpec& s, const ArchDetails& a, ParamListBuilder& b);
 
 // The diffusers UNet2DConditionModel (family_unet.cc). Its config.json has no
 // model_type: `_class_name` names it, and the spec gets this internal type.

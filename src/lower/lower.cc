@@ -17,6 +17,7 @@
 #include "tape.h"
 #include "transformer.h"
 #include "unet.h"
+#include "vit.h"
 #include "vramscope/common/checked.h"
 #include "vramscope/common/quote.h"
 
@@ -141,6 +142,32 @@ Status ValidateTrlFused(const ModelSpec& m, const TrainingSetup& s) {
   return Ok{};
 }
 
+// ViTForImageClassification: one GPU, the transformers loss, the image the
+// model was built for (another needs interpolate_pos_encoding, not modelled).
+Status ValidateVit(const ModelSpec& m, const TrainingSetup& s) {
+  auto bad = [](std::string msg) { return Status(MakeError(std::move(msg))); };
+  const ParallelLayout& l = s.parallel;
+  if (l.multi_gpu() || l.dp_mode != DataParallel::kNone)
+    return bad(fmt::format("{}: ViT is modelled on one GPU only for now", m.name));
+  if (s.finetune == Finetune::kQLora)
+    return bad("--finetune qlora: not modelled for ViT (use lora or full)");
+  if (s.attn == Attention::kFlash)
+    return bad("--attn flash: ViT runs eager or sdpa attention here");
+  if (s.loss != LossKind::kHf || s.dpo || s.packed || s.ema)
+    return bad("--loss, --dpo, --packing, --ema: a ViT classifier trains on its own loss");
+  if (s.image_size != 0 && s.image_size != m.vit.image_size)
+    return bad(
+        fmt::format("--image-size: {} is not the model's {} (interpolate_pos_encoding is "
+                    "not modelled)",
+                    s.image_size, m.vit.image_size));
+  // The largest activation: the MLP's [batch, patches + 1, intermediate] in fp32.
+  std::optional<uint64_t> bytes =
+      common::CheckedMul(s.batch, (m.vit.Patches() + 1) * m.intermediate_size * 4);
+  if (!bytes || *bytes > (uint64_t{1} << 56))
+    return bad("--batch: one activation of the ViT would exceed 2^56 bytes");
+  return Ok{};
+}
+
 Status ValidatePacking(const ModelSpec& m, const TrainingSetup& s) {
   auto bad = [](std::string msg) { return Status(MakeError(std::move(msg))); };
   if (m.is_encoder || m.is_unet || m.num_labels > 0)
@@ -162,7 +189,8 @@ Status Validate(const ModelSpec& m, const TrainingSetup& s) {
     return bad(fmt::format("--batch: {} is outside 1..{}", s.batch, kMaxBatch));
   if (s.seq == 0 || s.seq > kMaxSeq)
     return bad(fmt::format("--seq: {} is outside 1..{}", s.seq, kMaxSeq));
-  if (s.batch * s.seq > kMaxTokensPerMicroBatch)
+  // A ViT's sequence is its patch grid (ValidateVit bounds it); --seq is unused.
+  if (!m.is_vit && s.batch * s.seq > kMaxTokensPerMicroBatch)
     return bad(fmt::format("--batch x --seq: {} tokens per micro-batch is above the {} limit",
                            s.batch * s.seq, kMaxTokensPerMicroBatch));
   if (s.grad_accum == 0 || s.grad_accum > kMaxGradAccum)
@@ -193,6 +221,7 @@ Status Validate(const ModelSpec& m, const TrainingSetup& s) {
   if (s.activation_offload && s.grad_ckpt != GradCkpt::kNone)
     return bad(
         "--activation-offload: not modelled together with --grad-ckpt (use one or the other)");
+  if (m.is_vit) return ValidateVit(m, s);
   if (m.is_encoder && m.model_type != "bert")
     return bad(fmt::format("{}: encoder models other than bert (model_type {}) are not lowered yet",
                            m.name,
@@ -374,6 +403,11 @@ class RankLowerer {
 
   // The forward's view of the parameters, checked for what every layer needs.
   Status IndexModel() {
+    if (model_.is_vit) {
+      VS_TRY(indexed, IndexVitParams(model_, tape_.params));
+      vp_ = std::move(indexed);
+      return Ok{};
+    }
     if (model_.is_unet) {
       VS_TRY(indexed, IndexUNetParams(model_, tape_.params));
       up_ = std::move(indexed);
@@ -477,16 +511,31 @@ class RankLowerer {
     return simulated;
   }
 
+  // A ViT's batch is the data loader's: made before the forward (after the
+  // previous micro-batch's is released, as the loop rebinds its variable) and
+  // kept until the next one or the end of the step.
+  void LoadBatch() {
+    if (!model_.is_vit) return;
+    for (Var& v : step_batch_) tape_.Drop(v);
+    const VitBatch batch = MakeVitBatch(tape_, model_, setup_);
+    step_batch_ = {batch.pixels, batch.labels};
+  }
+
   void ForwardPass(size_t chunk) {
     const StageSpan& span = plan_.chunks[chunk];
+    LoadBatch();
     result_.stream.BeginPhase(step_, Phase::kForward);
     tape_.graph.offload_saved = setup_.activation_offload;
-    ForwardOut f = model_.is_unet      ? UNetForward(tape_, model_, up_, setup_)
-                   : model_.is_encoder ? EncoderForward(tape_, model_, ep_, setup_)
-                                       : Forward(tape_, model_, mp_, setup_, span,
-                                                 ref_params_.empty() ? nullptr : &ref_mp_);
+    ForwardOut f =
+        model_.is_vit
+            ? VitForward(tape_, model_, vp_, setup_, VitBatch{step_batch_[0], step_batch_[1]})
+        : model_.is_unet ? UNetForward(tape_, model_, up_, setup_)
+        : model_.is_encoder
+            ? EncoderForward(tape_, model_, ep_, setup_)
+            : Forward(tape_, model_, mp_, setup_, span, ref_params_.empty() ? nullptr : &ref_mp_);
     ClearAutocastCache(tape_);
     tape_.graph.offload_saved = false;
+
     scaler_.ScaleLoss(tape_, &f.loss);
     if (!span.head) {
       // Megatron deallocate_output_tensor (core 0.x, deallocate_pipeline_outputs):
@@ -543,6 +592,9 @@ class RankLowerer {
       ZeroGrad(tape_);
     }
     EmaStep();
+    // The loop's next iteration rebinds its batch variable: this step's go.
+    for (Var& v : step_batch_) tape_.Drop(v);
+    step_batch_.clear();
   }
 
   // diffusers' EMAModel (training_utils.py, 0.42.1): `shadow_params = [p.clone()
@@ -629,6 +681,8 @@ class RankLowerer {
   ModelParams ref_mp_;
   EncoderParams ep_;
   UNetParams up_;
+  VitParams vp_;
+  std::vector<Var> step_batch_;       // the data loader's current batch (LoadBatch)
   std::vector<TensorId> ema_shadow_;  // EMAModel.shadow_params, for the whole run
   OptimizerExtras extras_;
   GradScalerModel scaler_{false};
@@ -719,7 +773,8 @@ Result<std::vector<LoweredRank>> LowerRankClasses(const ModelSpec& model,
 
 std::vector<std::string> SetupWarnings(const ModelSpec& model, const TrainingSetup& setup) {
   std::vector<std::string> out;
-  if (model.max_position_embeddings > 0 && setup.seq > model.max_position_embeddings) {
+  if (!model.is_vit && model.max_position_embeddings > 0 &&
+      setup.seq > model.max_position_embeddings) {
     if (model.position == PositionKind::kLearned) {
       out.push_back(
           fmt::format("--seq {} is beyond {}'s {} learned positions: the real model would fail "

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <set>
 
 #include "int_math.h"
@@ -484,6 +485,45 @@ TEST(Lower, PackingRunsOneRowWithABlockMask) {
   s.dpo = true;
   s.loss = LossKind::kTrlFused;
   EXPECT_FALSE(LowerTraining(m, s, TestGpu()).ok());
+}
+
+// ViTForImageClassification: steady state, nothing left but the weights and
+// AdamW's moments after the last step (the batch goes with its step), and the
+// setups it refuses.
+TEST(VitLower, SteadyStateAndRefusals) {
+  auto parsed = ParseModelConfig(R"({"model_type": "vit", "hidden_size": 64,
+      "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128,
+      "image_size": 32, "patch_size": 8, "num_labels": 10})",
+                                 "tiny-vit");
+  ASSERT_TRUE(parsed.ok()) << parsed.error().message;
+  const ModelSpec m = *parsed;
+  EXPECT_TRUE(m.is_vit);
+  for (Attention a : {Attention::kEager, Attention::kSdpa}) {
+    for (GradCkpt c : {GradCkpt::kNone, GradCkpt::kFull, GradCkpt::kReentrant}) {
+      TrainingSetup s;
+      s.batch = 4;
+      s.precision = Precision::kBf16;
+      s.attn = a;
+      s.grad_ckpt = c;
+      SimResult r = RunLowered(s, m);
+      ASSERT_EQ(r.phases.size(), 10u);
+      for (int ph = 0; ph < 3; ++ph) {
+        EXPECT_EQ(r.phases[4 + ph].peak_allocated_bytes, r.phases[7 + ph].peak_allocated_bytes);
+      }
+      EXPECT_EQ(r.final_stats.allocated_bytes, m.ParameterCount() * 2 * 3);
+    }
+  }
+  TrainingSetup s;
+  for (auto change : std::vector<std::function<void(TrainingSetup*)>>{
+           [](TrainingSetup* t) { t->attn = Attention::kFlash; },
+           [](TrainingSetup* t) { t->image_size = 64; },
+           [](TrainingSetup* t) { t->finetune = Finetune::kQLora; },
+           [](TrainingSetup* t) { t->loss = LossKind::kChunked; },
+           [](TrainingSetup* t) { t->parallel.gpus = 2; }}) {
+    TrainingSetup bad = s;
+    change(&bad);
+    EXPECT_FALSE(LowerTraining(m, bad, TestGpu()).ok());
+  }
 }
 
 TEST(Lower, OptimizerInBackwardFreesEachGradAtOnce) {

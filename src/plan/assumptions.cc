@@ -198,7 +198,38 @@ std::vector<Assumption> DescribeUNetAssumptions(const ModelSpec& model, const Tr
 
 }  // namespace
 
+// ViTForImageClassification: the LLM lines that do not apply (the loss over a
+// vocabulary, the token batch, the KV cache) replaced by the image's.
+std::vector<Assumption> DescribeVitAssumptions(const ModelSpec& model, const TrainingSetup& s) {
+  std::vector<Assumption> out;
+  for (Assumption& a : DescribeAssumptions(s)) {
+    if (a.what == "loss" || a.what == "batch" || a.what == "KV cache") continue;
+    if (a.what == "attention" && s.attn == Attention::kSdpa) {
+      a.assumed =
+          "torch SDPA without a mask, not causal: flash (16-bit) or memory-efficient "
+          "(fp32) kernels, no b x heads x s x s scores";
+    }
+    out.push_back(std::move(a));
+  }
+  const VitSpec& v = model.vit;
+  out.push_back(
+      {"inputs",
+       fmt::format("pixel_values {} x {} x {} x {} in fp32 as an image processor gives "
+                   "them ({} patches of {} px and the class token per image), and one "
+                   "label each, kept until the step is over",
+                   s.batch, v.num_channels, v.image_size, v.image_size, v.Patches(), v.patch_size),
+       ""});
+  out.push_back({"loss",
+                 model.num_labels == 1
+                     ? std::string("MSE on the class token's score (one label)")
+                     : fmt::format("cross-entropy over {} labels on the class token's logits",
+                                   model.num_labels),
+                 ""});
+  return out;
+}
+
 std::vector<Assumption> DescribeAssumptions(const ModelSpec& model, const TrainingSetup& s) {
+  if (model.is_vit) return DescribeVitAssumptions(model, s);
   if (!model.is_unet) return DescribeAssumptions(s);
   const uint64_t image = s.image_size ? s.image_size : model.unet.sample_size * s.vae_scale;
   return DescribeUNetAssumptions(model, s, s.vae_scale ? image / s.vae_scale : 0);
@@ -207,6 +238,17 @@ std::vector<Assumption> DescribeAssumptions(const ModelSpec& model, const Traini
 std::vector<std::pair<std::string, std::string>> DescribeKnobs(const ModelSpec& model,
                                                                const TrainingSetup& s) {
   std::vector<std::pair<std::string, std::string>> knobs = DescribeSetup(s);
+  if (model.is_vit) {
+    // A ViT's sequence is its patch grid and its loss its own.
+    std::vector<std::pair<std::string, std::string>> out;
+    for (auto& [key, value] : knobs) {
+      if (key == "seq" || key == "loss") continue;
+      out.emplace_back(std::move(key), std::move(value));
+      if (out.back().first == "batch")
+        out.emplace_back("image_size", std::to_string(model.vit.image_size));
+    }
+    return out;
+  }
   if (!model.is_unet) return knobs;
   // A UNet has no sequence, no transformers loss and no transformers version:
   // its knobs are the image, the latent scale and the text length.

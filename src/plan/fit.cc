@@ -204,6 +204,8 @@ Result<FitResult> Fit(const ModelSpec& model, const TrainingSetup& setup,
     if (setup.parallel.gpus == 1 && gpus.min_gpus > 0) at.parallel.gpus = gpus.min_gpus;
     out.gpus = std::move(gpus);
   }
+  // A ViT's tokens are its patch grid and the class token, whatever --seq says.
+  if (model.is_vit) at.seq = model.vit.Patches() + 1;
   const SecondAxis second = SecondAxisOf(model, at);
   EstimateCache cache(model, at, second.variable);
   // The setup's own point first: it validates every knob (an error names the

@@ -47,6 +47,8 @@ FAMILIES = {
     "stablelm": "stablelm-2-1.6b",
     "qwen2_moe": "qwen1.5-moe-a2.7b",
     "mixtral": "mixtral-8x7b",
+    # ViTForImageClassification: a 32 x 32 image in 8 x 8 patches (17 tokens), 10 labels.
+    "vit": "vit-base-patch16-224",
 }
 
 HIDDEN = 128
@@ -151,6 +153,9 @@ UNET_FAMILIES = {
     },
 }
 
+# The ViT family's image, patches and labels at reference size.
+VIT_IMAGE, VIT_PATCH, VIT_LABELS = 32, 8, 10
+
 # vramscope's --image-size is in pixels; latent UNets see it through the VAE's 8x
 # downsampling (vramscope's default VAE scale), so sample_size latents = 8 x pixels.
 VAE_SCALE = 8
@@ -171,6 +176,9 @@ def reference_config(family):
     if is_unet(family):
         return copy.deepcopy(UNET_FAMILIES[family])
     config = reduce_config(catalog_config(FAMILIES[family]))
+    if config.get("model_type") == "vit":
+        config.update(image_size=VIT_IMAGE, patch_size=VIT_PATCH, num_labels=VIT_LABELS)
+        config.pop("vocab_size", None)
     if family in SEQUENCE_CLASSIFICATION:
         labels = SEQUENCE_CLASSIFICATION[family]
         architecture = config["architectures"][0]

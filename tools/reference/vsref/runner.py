@@ -46,6 +46,8 @@ def build_model(point, config_dict):
         auto = transformers.AutoModelForTokenClassification
     elif config.model_type == "bert":
         auto = transformers.AutoModelForMaskedLM
+    elif config.model_type == "vit":
+        auto = transformers.AutoModelForImageClassification
     else:
         auto = transformers.AutoModelForCausalLM
     torch.manual_seed(0)
@@ -100,6 +102,12 @@ def make_batch(point, config):
     if point.packed:
         return packed_batch(point, config)
     g = torch.Generator().manual_seed(1)
+    if config.model_type == "vit":
+        # An image processor's fp32 pixel_values and one class per image.
+        side = config.image_size
+        return {"pixel_values": torch.randn(point.batch, config.num_channels, side, side,
+                                            generator=g),
+                "labels": torch.randint(0, config.num_labels, (point.batch,), generator=g)}
     ids = torch.randint(2, config.vocab_size, (point.batch, point.seq), generator=g)
     if config.architectures and config.architectures[0].endswith("ForTokenClassification"):
         return {"input_ids": ids,
@@ -235,9 +243,16 @@ def _train(point, model, out_path, ref=None):
     autocast = point.precision == "bf16-mixed"
     meta = [("reference", point.name()), ("transformers", transformers.__version__),
             ("torch", torch.__version__)]
+    # A ViT's batch (pixel_values) is made each step, as a data loader's, and the loop
+    # variable holds it until the step is over.
+    per_step = model.config.model_type == "vit"
+    if per_step:
+        existing["batch"] = None
     with vramscope_trace.record(out_path, model=model, optimizer=optimizer, inputs=existing,
                                 meta=meta):
         for _ in range(point.steps):
+            if per_step:
+                batch = make_batch(point, model.config)
             optimizer.zero_grad(set_to_none=True)
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
                 loss = step_loss(point, model, batch, state)
@@ -249,6 +264,8 @@ def _train(point, model, out_path, ref=None):
                 # one fixed point. (Single-process points have none: not needed.)
                 gc.collect()
             optimizer.step()
+            if per_step:
+                del batch
 
 
 def _fsdp_rank(rank, point, config_dict, out_path, port):
