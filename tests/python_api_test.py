@@ -97,6 +97,19 @@ def test_unet_knobs_reach_the_engine():
     assert report["saved_for_backward"] == want["saved_for_backward"]
 
 
+@pytest.mark.parametrize("model,knobs", [
+    ("qwen2.5-0.5b", {"loss": "trl-fused", "dpo": True, "finetune": "lora", "batch": 2}),
+    ("qwen2.5-0.5b", {"loss": "trl-fused", "packing": True, "batch": 4, "seq": 512}),
+    ("vit-base-patch16-224", {"batch": 16, "finetune": "lora", "grad_ckpt": "full"}),
+])
+def test_trl_packing_and_vit_knobs_reach_the_engine(model, knobs):
+    """TRL's steps, packed rows and a ViT: keyword arguments like any other knob."""
+    report = vramscope.estimate(model, **knobs)
+    want = cli_json("estimate", model, *to_flags(knobs))
+    assert report.peak_allocated_bytes == want["peak_allocated_bytes"]
+    assert report["knobs"] == want["knobs"]
+
+
 def test_report_attributes_are_the_json_keys():
     report = vramscope.estimate("llama-3-8b", batch=2)
     want = cli_json("estimate", "llama-3-8b", "--batch", "2")

@@ -28,8 +28,8 @@ void ReadVit(ConfigReader& r, ModelSpec& s, ArchDetails&) {
   s.vit.image_size = r.Uint("image_size", 224, 1, 1 << 16);
   s.vit.patch_size = r.Uint("patch_size", 16, 1, 1 << 16);
   s.vit.num_channels = r.Uint("num_channels", 3, 1, 64);
-  if (r.ok() && (s.vit.image_size < s.vit.patch_size ||
-                 s.vit.image_size / s.vit.patch_size > (1u << 12))) {
+  if (r.ok() &&
+      (s.vit.image_size < s.vit.patch_size || s.vit.image_size / s.vit.patch_size > (1u << 12))) {
     r.Fail("image_size", fmt::format("{} with patch_size {} gives no sensible patch grid",
                                      s.vit.image_size, s.vit.patch_size));
   }
@@ -52,8 +52,8 @@ void BuildVit(const ModelSpec& s, const ArchDetails&, ParamListBuilder& b) {
   const uint64_t h = s.hidden_size, p = s.vit.patch_size;
   b.Tensor("vit.embeddings.cls_token", {1, 1, h}, -1, "vit.embeddings", ParamRole::kTypeEmbed,
            false);
-  b.Tensor("vit.embeddings.position_embeddings", {1, s.vit.Patches() + 1, h}, -1,
-           "vit.embeddings", ParamRole::kPosEmbed, false);
+  b.Tensor("vit.embeddings.position_embeddings", {1, s.vit.Patches() + 1, h}, -1, "vit.embeddings",
+           ParamRole::kPosEmbed, false);
   b.Tensor("vit.embeddings.patch_embeddings.projection.weight", {h, s.vit.num_channels, p, p}, -1,
            "vit.embeddings.patch_embeddings.projection", ParamRole::kConv, false);
   b.Tensor("vit.embeddings.patch_embeddings.projection.bias", {h}, -1,

@@ -15,14 +15,14 @@ namespace {
 // The slot of a layer parameter named `rest` (after "vit.layers.N.").
 void PlaceLayerParam(VitParams::Layer& l, const std::string& rest, Param* p) {
   const std::pair<const char*, Param**> slots[] = {
-      {"attention.q_proj.weight", &l.q},    {"attention.q_proj.bias", &l.q_b},
-      {"attention.k_proj.weight", &l.k},    {"attention.k_proj.bias", &l.k_b},
-      {"attention.v_proj.weight", &l.v},    {"attention.v_proj.bias", &l.v_b},
-      {"attention.o_proj.weight", &l.o},    {"attention.o_proj.bias", &l.o_b},
-      {"layernorm_before.weight", &l.ln1},  {"layernorm_before.bias", &l.ln1_b},
-      {"layernorm_after.weight", &l.ln2},   {"layernorm_after.bias", &l.ln2_b},
-      {"mlp.fc1.weight", &l.fc1},           {"mlp.fc1.bias", &l.fc1_b},
-      {"mlp.fc2.weight", &l.fc2},           {"mlp.fc2.bias", &l.fc2_b}};
+      {"attention.q_proj.weight", &l.q},   {"attention.q_proj.bias", &l.q_b},
+      {"attention.k_proj.weight", &l.k},   {"attention.k_proj.bias", &l.k_b},
+      {"attention.v_proj.weight", &l.v},   {"attention.v_proj.bias", &l.v_b},
+      {"attention.o_proj.weight", &l.o},   {"attention.o_proj.bias", &l.o_b},
+      {"layernorm_before.weight", &l.ln1}, {"layernorm_before.bias", &l.ln1_b},
+      {"layernorm_after.weight", &l.ln2},  {"layernorm_after.bias", &l.ln2_b},
+      {"mlp.fc1.weight", &l.fc1},          {"mlp.fc1.bias", &l.fc1_b},
+      {"mlp.fc2.weight", &l.fc2},          {"mlp.fc2.bias", &l.fc2_b}};
   for (const auto& [name, slot] : slots) {
     if (rest == name) *slot = p;
   }
@@ -63,8 +63,8 @@ Result<VitParams> IndexVitParams(const ModelSpec& spec, std::vector<Param>& para
   for (size_t i = 0; i < vp.layers.size(); ++i) {
     const VitParams::Layer& l = vp.layers[i];
     if (!l.q || !l.k || !l.v || !l.o || !l.ln1 || !l.ln2 || !l.fc1 || !l.fc2) {
-      return MakeError(fmt::format("{}: ViT layer {} lacks attention, MLP or norm parameters",
-                                   spec.name, i));
+      return MakeError(
+          fmt::format("{}: ViT layer {} lacks attention, MLP or norm parameters", spec.name, i));
     }
   }
   return vp;
@@ -241,8 +241,8 @@ VitBatch MakeVitBatch(Tape& tape, const ModelSpec& spec, const TrainingSetup& se
   const uint64_t side = spec.vit.image_size;
   tape.SetModule("batch");
   VitBatch batch;
-  batch.pixels = tape.New(setup.batch * spec.vit.num_channels * side * side, kF32,
-                          Category::kOther, "pixel_values");
+  batch.pixels = tape.New(setup.batch * spec.vit.num_channels * side * side, kF32, Category::kOther,
+                          "pixel_values");
   batch.labels =
       tape.New(setup.batch, spec.num_labels == 1 ? kF32 : kI64, Category::kOther, "labels");
   return batch;

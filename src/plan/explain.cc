@@ -43,8 +43,14 @@ std::vector<WhatIf> Candidates() {
        [](const TrainingSetup& s) { return s.loss == LossKind::kHf; },
        [](TrainingSetup* s) { s->loss = LossKind::kChunked; }},
       {"fused linear cross-entropy (--loss fused-linear)", "needs Liger-Kernel; no extra compute",
-       [](const TrainingSetup& s) { return s.loss != LossKind::kFusedLinear; },
+       [](const TrainingSetup& s) {
+         return s.loss == LossKind::kHf || s.loss == LossKind::kChunked;  // TRL has its own head
+       },
        [](TrainingSetup* s) { s->loss = LossKind::kFusedLinear; }},
+      {"precomputed reference log-probabilities (--dpo-precompute-ref)",
+       "one reference pass over the dataset before training; no reference forward per step",
+       [](const TrainingSetup& s) { return s.dpo && !s.dpo_precompute_ref; },
+       [](TrainingSetup* s) { s->dpo_precompute_ref = true; }},
       {"fused AdamW (--optimizer adamw-fused)", "same math, fewer temporaries",
        [](const TrainingSetup& s) {
          return s.optimizer == OptimizerKind::kAdamW || s.optimizer == OptimizerKind::kAdamWForLoop;
