@@ -29,6 +29,16 @@ SimResult RunLowered(const TrainingSetup& setup, const ModelSpec& m) {
   return *sim;
 }
 
+// Three steps, each forward / backward / optimizer after setup; steps 2 and 3
+// identical (the steady state).
+void ExpectSteadyState(const SimResult& r) {
+  ASSERT_EQ(r.phases.size(), 10u);
+  for (int ph = 0; ph < 3; ++ph) {
+    EXPECT_EQ(r.phases[4 + ph].peak_allocated_bytes, r.phases[7 + ph].peak_allocated_bytes)
+        << "phase " << ph;
+  }
+}
+
 TEST(Lower, FlashAttentionInFp32IsRejected) {
   TrainingSetup s;
   s.precision = Precision::kFp32;
@@ -383,10 +393,7 @@ TEST(Lower, TrlFusedHeadTilesInsteadOfLogits) {
   EXPECT_TRUE(head_accumulator);
   // Steady state, nothing left but weights and AdamW's moments.
   SimResult r = RunLowered(s, m);
-  ASSERT_EQ(r.phases.size(), 10u);
-  for (int ph = 0; ph < 3; ++ph) {
-    EXPECT_EQ(r.phases[4 + ph].peak_allocated_bytes, r.phases[7 + ph].peak_allocated_bytes);
-  }
+  ExpectSteadyState(r);
   EXPECT_EQ(r.final_stats.allocated_bytes, m.ParameterCount() * 2 * 3);
   // Below transformers' loss, which materializes the logits and their fp32 copy.
   TrainingSetup hf = s;
@@ -416,10 +423,7 @@ TEST(Lower, DpoReferenceCopyAndForward) {
   s.dpo = true;
   const uint64_t weights = m.ParameterCount() * 2;
   SimResult full = RunLowered(s, m);
-  ASSERT_EQ(full.phases.size(), 10u);
-  for (int ph = 0; ph < 3; ++ph) {
-    EXPECT_EQ(full.phases[4 + ph].peak_allocated_bytes, full.phases[7 + ph].peak_allocated_bytes);
-  }
+  ExpectSteadyState(full);
   // Weights, two AdamW moments and the reference copy remain.
   EXPECT_EQ(full.final_stats.allocated_bytes, weights * 3 + weights);
   TrainingSetup pre = s;
@@ -506,10 +510,7 @@ TEST(VitLower, SteadyStateAndRefusals) {
       s.attn = a;
       s.grad_ckpt = c;
       SimResult r = RunLowered(s, m);
-      ASSERT_EQ(r.phases.size(), 10u);
-      for (int ph = 0; ph < 3; ++ph) {
-        EXPECT_EQ(r.phases[4 + ph].peak_allocated_bytes, r.phases[7 + ph].peak_allocated_bytes);
-      }
+      ExpectSteadyState(r);
       EXPECT_EQ(r.final_stats.allocated_bytes, m.ParameterCount() * 2 * 3);
     }
   }
