@@ -50,7 +50,11 @@ enum class Attention : uint8_t { kEager, kSdpa, kFlash };
 // trl/kernels/chunked_logprob.py ChunkedLogProbFunction, 1.16.0), which
 // SFTTrainer and DPOTrainer install: per-token log-probabilities over
 // 4096-token x 32768-vocabulary tiles, no full logits.
-enum class LossKind : uint8_t { kHf, kChunked, kFusedLinear, kTrlFused };
+// kTorchtuneChunked: torchtune's CEWithChunkedOutputLoss (0.6.1
+// torchtune/modules/loss/ce_chunked_output_loss.py) over the chunked output of
+// its TransformerDecoder: every chunk's logits exist together, each chunk is
+// upcast and reduced in turn.
+enum class LossKind : uint8_t { kHf, kChunked, kFusedLinear, kTrlFused, kTorchtuneChunked };
 // Which device's kernels the device-dependent rules follow. kCuda is the product;
 // kCpu describes PyTorch's CPU kernels and exists only so that the lowering can be
 // compared with traces of the real libraries run on CPU (docs/fidelity.md): no cuBLAS

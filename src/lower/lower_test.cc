@@ -527,6 +527,24 @@ TEST(VitLower, SteadyStateAndRefusals) {
   }
 }
 
+// torchtune's CEWithChunkedOutputLoss keeps every chunk's logits until the loss
+// returns; the loop of --loss chunked drops each after its cross-entropy. The
+// forward peaks differ by the other seven chunks' half logits at least.
+TEST(Lower, TorchtuneChunkedLossKeepsEveryChunksLogits) {
+  const ModelSpec m = Tiny();
+  TrainingSetup s;
+  s.batch = 2;
+  s.seq = 512;
+  s.precision = Precision::kBf16;
+  s.loss = LossKind::kChunked;
+  const uint64_t forward_loop = RunLowered(s, m).phases[4].peak_allocated_bytes;
+  s.loss = LossKind::kTorchtuneChunked;
+  SimResult torchtune = RunLowered(s, m);
+  ExpectSteadyState(torchtune);
+  const uint64_t half_logits = 2 * 512 * m.vocab_size * 2;
+  EXPECT_GE(torchtune.phases[4].peak_allocated_bytes, forward_loop + half_logits * 7 / 8);
+}
+
 TEST(Lower, OptimizerInBackwardFreesEachGradAtOnce) {
   const ModelSpec m = Tiny();
   TrainingSetup s;

@@ -41,7 +41,8 @@ constexpr Named<Attention> kAttns[] = {
 constexpr Named<LossKind> kLosses[] = {{"hf", LossKind::kHf},
                                        {"chunked", LossKind::kChunked},
                                        {"fused-linear", LossKind::kFusedLinear},
-                                       {"trl-fused", LossKind::kTrlFused}};
+                                       {"trl-fused", LossKind::kTrlFused},
+                                       {"torchtune-chunked", LossKind::kTorchtuneChunked}};
 constexpr Named<DeviceRules> kDeviceRules[] = {{"cuda", DeviceRules::kCuda},
                                                {"cpu", DeviceRules::kCpu}};
 

@@ -106,6 +106,9 @@ std::string Loss(const TrainingSetup& s) {
       return "transformers' loss: full [tokens, vocab] logits, upcast to fp32 before cross_entropy";
     case LossKind::kChunked: return "cross-entropy over vocabulary chunks";
     case LossKind::kFusedLinear: return "Liger-Kernel's fused linear cross-entropy: no full logits";
+    case LossKind::kTorchtuneChunked:
+      return "torchtune's CEWithChunkedOutputLoss: 8 chunks of logits together, each upcast in "
+             "turn";
     case LossKind::kTrlFused:
       return "TRL 1.15+'s fused LM head (SFTTrainer): log-probabilities over 4096 x 32768 tiles, "
              "every position labelled";
