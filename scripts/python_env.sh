@@ -13,7 +13,11 @@ PYTHON=${PYTHON:-python3}
 make_env() {  # make_env NAME LOCKFILE
   local dir=.venv/$1 lock=$2
   local stamp=$dir/.vramscope-lock
-  if [ -x "$dir/bin/python" ] && cmp -s "$lock" "$stamp"; then
+  # requirements/reference-NAME-nodeps.txt: pins installed without their dependencies.
+  local nodeps=requirements/reference-$1-nodeps.txt
+  local wanted
+  if [ -f "$nodeps" ]; then wanted=$(cat "$lock" "$nodeps"); else wanted=$(cat "$lock"); fi
+  if [ -x "$dir/bin/python" ] && [ "$wanted" = "$(cat "$stamp" 2>/dev/null)" ]; then
     return 0
   fi
   echo "python_env.sh: creating $dir from $lock"
@@ -22,9 +26,13 @@ make_env() {  # make_env NAME LOCKFILE
   # pip's local-disk index serves torch 2.13.0 (CPU); everything else comes from PyPI.
   "$dir/bin/python" -m pip install -q --disable-pip-version-check -r "$lock" 2>&1 \
     | { grep -v "^WARNING: Location" || true; }
+  if [ -f "$nodeps" ]; then
+    "$dir/bin/python" -m pip install -q --disable-pip-version-check --no-deps -r "$nodeps" 2>&1 \
+      | { grep -v "^WARNING: Location" || true; }
+  fi
   "$dir/bin/python" -m pip install -q --disable-pip-version-check --no-deps \
     --no-build-isolation ./python 2>&1 | { grep -v "^WARNING: Location" || true; }
-  cp "$lock" "$stamp"
+  printf '%s' "$wanted" > "$stamp"
 }
 
 lock_env() {  # lock_env NAME: resolve requirements/reference-NAME.in into its .txt

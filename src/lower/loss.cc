@@ -108,58 +108,6 @@ Var ChunkedLoss(Tape& tape, const Var& hidden, Param& head, uint64_t tokens, uin
   return total;
 }
 
-// torchtune 0.6.1: TransformerDecoder.chunked_output projects each of 8
-// chunks of the final hidden states (`[self.output(chunk) for chunk in
-// last_hidden_state.tensor_split(8, dim=1)]`, modules/transformer.py): every
-// chunk's logits, in the model's dtype, exist together. The recipe shifts the
-// labels (`torch.hstack((labels[..., 1:], ignore_labels_cache))`,
-// recipes/full_finetune_single_device.py _loss_step) and CEWithChunkedOutputLoss
-// (modules/loss/ce_chunked_output_loss.py) counts the labelled tokens, then per
-// chunk `F.cross_entropy(logits.float(), labels, reduction="sum")`: the fp32
-// copy goes after its log_softmax, whose fp32 output is saved. `del logits`
-// after the loss frees the logits before backward.
-Var TorchtuneChunkedLoss(Tape& tape, const Var& hidden, Param& head, uint64_t tokens,
-                         uint64_t hidden_size, uint64_t vocab) {
-  constexpr uint64_t kChunks = 8;  // CEWithChunkedOutputLoss(num_output_chunks=8)
-  const uint64_t chunks = std::min<uint64_t>(kChunks, std::max<uint64_t>(1, tokens));
-  std::vector<Var> logits;
-  for (uint64_t c = 0; c < chunks; ++c) {
-    const uint64_t ct = tokens / chunks + (c < tokens % chunks ? 1 : 0);
-    Var hc = tape.Share(hidden);
-    hc.numel = ct * hidden_size;
-    logits.push_back(Linear(tape, hc, head, nullptr, ct, vocab));
-    tape.Drop(hc);
-  }
-  Var labels = tape.New(tokens, kI64, Category::kOther, "aten::hstack");
-  Var labelled = tape.New(tokens, kBool, Category::kTemporaries, "aten::ne");
-  Var count = tape.New(1, kI64, Category::kLoss, "aten::sum");
-  tape.Drop(labelled);
-  Var total;
-  for (Var& chunk : logits) {
-    Var l32 = Cast(tape, chunk, kF32);
-    Var part = CrossEntropyLoss(tape, l32);
-    tape.Drop(l32);
-    if (total.t == kNoTensor) {
-      total = part;
-    } else {
-      Var sum = Add(tape, total, part);
-      tape.Drop(total);
-      tape.Drop(part);
-      total = sum;
-    }
-  }
-  Var loss = tape.New(1, kF32, Category::kLoss, "aten::div");
-  if (tape.grad_enabled && total.requires_grad()) {
-    NodeId n = tape.Node("DivBackward0", &loss);
-    tape.graph.Edge(n, total, total.bytes(), Category::kLoss);
-  }
-  tape.Drop(total);
-  tape.Drop(count);
-  tape.Drop(labels);
-  for (Var& chunk : logits) tape.Drop(chunk);  // `del logits`
-  return loss;
-}
-
 // Fused linear cross-entropy (Liger-Kernel LigerFusedLinearCrossEntropyFunction):
 // gradients of the input and of the weight are computed during forward, chunk
 // by chunk, and saved; no [tokens, vocab] tensor is ever whole.
@@ -201,6 +149,61 @@ Var LogSoftmaxSavingResult(Tape& tape, const Var& logits) {
 }
 
 }  // namespace
+
+// torchtune 0.6.1 (loss.h): TransformerDecoder.chunked_output projects each of 8
+// chunks of the final hidden states (`[self.output(chunk) for chunk in
+// last_hidden_state.tensor_split(8, dim=1)]`, modules/transformer.py): every
+// chunk's logits, in the model's dtype, exist together. The recipe shifts the
+// labels (`torch.hstack((labels[..., 1:], ignore_labels_cache))`,
+// recipes/full_finetune_single_device.py _loss_step) and CEWithChunkedOutputLoss
+// (modules/loss/ce_chunked_output_loss.py) counts the labelled tokens, then per
+// chunk `F.cross_entropy(logits.float(), labels, reduction="sum")`: the fp32
+// copy goes after its log_softmax, whose fp32 output is saved. `del logits`
+// after the loss frees the logits before backward.
+Var TorchtuneChunkedLoss(Tape& tape, Var* hidden_owner, Param& head, uint64_t tokens,
+                         uint64_t hidden_size, uint64_t vocab) {
+  const Var hidden = *hidden_owner;
+  constexpr uint64_t kChunks = 8;  // CEWithChunkedOutputLoss(num_output_chunks=8)
+  const uint64_t chunks = std::min<uint64_t>(kChunks, std::max<uint64_t>(1, tokens));
+  std::vector<Var> logits;
+  for (uint64_t c = 0; c < chunks; ++c) {
+    const uint64_t ct = tokens / chunks + (c < tokens % chunks ? 1 : 0);
+    Var hc = tape.Share(hidden);
+    hc.numel = ct * hidden_size;
+    logits.push_back(Linear(tape, hc, head, nullptr, ct, vocab));
+    tape.Drop(hc);
+  }
+  // TransformerDecoder.forward returns the list: its local `h` goes.
+  tape.Drop(*hidden_owner);
+  Var labels = tape.New(tokens, kI64, Category::kOther, "aten::hstack");
+  Var labelled = tape.New(tokens, kBool, Category::kTemporaries, "aten::ne");
+  Var count = tape.New(1, kI64, Category::kLoss, "aten::sum");
+  tape.Drop(labelled);
+  Var total;
+  for (Var& chunk : logits) {
+    Var l32 = Cast(tape, chunk, kF32);
+    Var part = CrossEntropyLoss(tape, l32);
+    tape.Drop(l32);
+    if (total.t == kNoTensor) {
+      total = part;
+    } else {
+      Var sum = Add(tape, total, part);
+      tape.Drop(total);
+      tape.Drop(part);
+      total = sum;
+    }
+  }
+  Var loss = tape.New(1, kF32, Category::kLoss, "aten::div");
+  if (tape.grad_enabled && total.requires_grad()) {
+    NodeId n = tape.Node("DivBackward0", &loss);
+    tape.graph.Edge(n, total, total.bytes(), Category::kLoss);
+  }
+  tape.Drop(total);
+  tape.Drop(count);
+  tape.Drop(labels);
+  for (Var& chunk : logits) tape.Drop(chunk);  // `del logits`
+  return loss;
+}
 
 // F.cross_entropy = log_softmax (saves its output) + nll_loss (saves the
 // target and total_weight). Backward: nll_loss_backward allocates a zeroed
@@ -303,8 +306,7 @@ Var CausalLmLoss(Tape& tape, const TrainingSetup& setup, const Var& hidden, Para
       return FusedLinearLoss(tape, hidden, head, tokens, hidden_size, vocab);
     case LossKind::kTrlFused:
       return TrlFusedLoss(tape, setup, hidden, head, tokens, hidden_size, vocab);
-    case LossKind::kTorchtuneChunked:
-      return TorchtuneChunkedLoss(tape, hidden, head, tokens, hidden_size, vocab);
+    case LossKind::kTorchtuneChunked: break;  // TorchtuneChunkedLoss, called directly
     case LossKind::kHf: break;
   }
   return HfLoss(tape, setup, hidden, head, head_bias, tokens, vocab, softcap);

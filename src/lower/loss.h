@@ -35,6 +35,12 @@ Var SequenceClassificationLoss(Tape& tape, const TrainingSetup& setup, const Var
 Var TrlFusedLoss(Tape& tape, const TrainingSetup& setup, const Var& hidden, Param& head,
                  uint64_t tokens, uint64_t hidden_size, uint64_t vocab);
 
+// torchtune's chunked output and CEWithChunkedOutputLoss (loss.cc). Takes over
+// `*hidden_owner` (the final norm's output), dropped once the chunks are
+// projected, as TransformerDecoder.forward returns.
+Var TorchtuneChunkedLoss(Tape& tape, Var* hidden_owner, Param& head, uint64_t tokens,
+                         uint64_t hidden_size, uint64_t vocab);
+
 // TRL's DPO head (trl 1.16.0 DPOTrainer): the fused head over the chosen and
 // rejected rows, returning the per-sequence sums of the log-probabilities
 // [rows]. `all_outputs`: the policy's head, which also computes the entropy,

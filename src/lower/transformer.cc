@@ -145,9 +145,11 @@ Var Norm(Tape& tape, const ModelSpec& spec, const Var& x, Param* w, Param* b, co
 // no such cache.
 bool MakesTrainingCache(const ModelSpec& spec, const TrainingSetup& setup, bool ckpt) {
   // TRL's fused head calls the backbone with use_cache=False (trl 1.16
-  // trainer/utils.py add_fused_lm_head).
+  // trainer/utils.py add_fused_lm_head); torchtune's own decoder has no
+  // cache in training.
   if (!spec.use_cache || !setup.use_cache || ckpt || setup.transformers_version < 436 ||
-      setup.loss == LossKind::kTrlFused || setup.parallel.model_parallel()) {
+      setup.loss == LossKind::kTrlFused || setup.loss == LossKind::kTorchtuneChunked ||
+      setup.parallel.model_parallel()) {
     return false;
   }
   const bool gemma_eval_only = spec.model_type == "gemma2" || spec.model_type == "gemma3" ||
@@ -1323,6 +1325,9 @@ Var HeadAndLoss(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Traini
         TrlDpoLogps(tape, setup, hfin, *head, d.t, head_in, d.vocab, dpo->all_outputs, dpo->held);
     tape.Drop(hfin);
     return logps;
+  }
+  if (setup.loss == LossKind::kTorchtuneChunked) {
+    return TorchtuneChunkedLoss(tape, &hfin, *head, d.t, head_in, d.vocab);
   }
   Var loss = CausalLmLoss(tape, setup, hfin, *head, mp.lm_head_b, d.t, head_in, d.vocab,
                           spec.final_logit_softcapping);

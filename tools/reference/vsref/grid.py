@@ -97,6 +97,9 @@ def trl_points():
     points += [dataclasses.replace(_point("llama", 5, combo), trainer="trl-dpo") for combo in COMBOS]
     points += [dataclasses.replace(_point(family, 5, combo), trainer="trl-dpo")
                for family in ("qwen2", "gpt2") for combo in COMBOS[:3:2]]
+    # torchtune's chunked output and CEWithChunkedOutputLoss (0.6.1) over the backbone.
+    points += [dataclasses.replace(_point(family, 5, combo), trainer="torchtune")
+               for family in ("llama", "qwen2") for combo in COMBOS[:3]]
     return points
 
 

@@ -199,6 +199,52 @@ def dpo_batch(point, config):
     return {"input_ids": ids, "attention_mask": ones, "completion_mask": ones.clone()}
 
 
+def _torchtune_loss():
+    """torchtune 0.6.1's CEWithChunkedOutputLoss, from its own file (the package's
+    __init__ imports torchao, which the reference environment does not have)."""
+    import importlib.util
+    import pathlib
+
+    import site
+
+    for root in site.getsitepackages():
+        path = pathlib.Path(root) / "torchtune" / "modules" / "loss" / "ce_chunked_output_loss.py"
+        if path.exists():
+            spec = importlib.util.spec_from_file_location("tt_ce_chunked_output_loss", path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            return module.CEWithChunkedOutputLoss()
+    raise RuntimeError("torchtune is not installed (requirements/reference-tf5-nodeps.txt)")
+
+
+class ChunkedOutputModel(torch.nn.Module):
+    """transformers' backbone with torchtune's TransformerDecoder.chunked_output (0.6.1
+    modules/transformer.py): the final hidden states projected in 8 chunks, a list of logits.
+    The module the training loop calls, so that the recorder's forward phase starts here."""
+
+    def __init__(self, causal_lm):
+        super().__init__()
+        self.causal_lm = causal_lm
+        self.config = causal_lm.config
+
+    def forward(self, input_ids):
+        # torchtune's decoder keeps no KV cache in training.
+        hidden = self.causal_lm.get_decoder()(input_ids=input_ids, use_cache=False).last_hidden_state
+        return [self.causal_lm.lm_head(chunk) for chunk in hidden.tensor_split(8, dim=1)]
+
+
+def torchtune_step_loss(model, batch):
+    """A torchtune recipe's _loss_step (recipes/full_finetune_single_device.py, 0.6.1): the
+    chunked output, the labels shifted with hstack, CEWithChunkedOutputLoss, `del logits`."""
+    labels = batch["labels"]
+    logits = model(batch["input_ids"])
+    ignore = torch.full((labels.shape[0], 1), -100, dtype=labels.dtype)
+    labels = torch.hstack((labels[..., 1:], ignore))
+    loss = _torchtune_loss()(logits, labels)
+    del logits
+    return loss
+
+
 def step_loss(point, model, batch, trainer_state=None):
     """One micro-batch's loss: the model's own (transformers' loss), or SFTTrainer.compute_loss's
     with TRL's fused head (trl 1.16.0: -log_probs summed over the label count, then the
@@ -207,6 +253,8 @@ def step_loss(point, model, batch, trainer_state=None):
         from trl import DPOTrainer
 
         return DPOTrainer._compute_loss(trainer_state, model, batch, return_outputs=False)
+    if point.trainer == "torchtune":
+        return torchtune_step_loss(model, batch)
     if point.trainer != "trl-sft":
         return model(**batch).loss
     outputs = model(**batch, use_cache=False, fused_lm_head=True)
@@ -230,6 +278,8 @@ def run(point, config_dict, out_path):
         run_fsdp(point, config_dict, out_path)
         return
     model = add_trl_head(point, apply_knobs(point, build_model(point, config_dict)))
+    if point.trainer == "torchtune":
+        model = ChunkedOutputModel(model)
     _train(point, model, out_path, dpo_reference(point, config_dict))
 
 
