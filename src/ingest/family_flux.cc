@@ -30,8 +30,8 @@ void ReadRopeAxes(ConfigReader& r, FluxSpec& f) {
   f.axes_dims_rope = r.UintList("axes_dims_rope", kMaxHeadDim);
   if (!r.ok()) return;
   if (f.axes_dims_rope.size() != 3) {
-    r.Fail("axes_dims_rope", fmt::format("has {} entries; FluxPosEmbed rotates 3 axes",
-                                         f.axes_dims_rope.size()));
+    r.Fail("axes_dims_rope",
+           fmt::format("has {} entries; FluxPosEmbed rotates 3 axes", f.axes_dims_rope.size()));
     return;
   }
   uint64_t sum = 0;
