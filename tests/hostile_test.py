@@ -806,6 +806,48 @@ def test_hostile_unet_config_exit_2(tmp_path, extra, args, names):
     check_bad_input(["estimate", str(path), *args], names=names)
 
 
+# diffusers FluxTransformer2DModel configs (src/ingest/family_flux.cc): sizes
+# that do not fit together are refused by key; a valid config ingests (its
+# parameters) but every memory command refuses it, its training step not being
+# lowered yet.
+FLUX_BASE = {
+    "_class_name": "FluxTransformer2DModel", "num_layers": 1, "num_single_layers": 1,
+    "attention_head_dim": 16, "num_attention_heads": 2, "joint_attention_dim": 32,
+    "pooled_projection_dim": 16, "axes_dims_rope": [4, 6, 6],
+}
+FLUX_CASES = [
+    ("rope-axes-sum", {"axes_dims_rope": [4, 6, 8]}, [], "axes_dims_rope"),
+    ("rope-axes-odd", {"axes_dims_rope": [4, 5, 7]}, [], "axes_dims_rope"),
+    ("rope-axes-count", {"axes_dims_rope": [8, 8]}, [], "axes_dims_rope"),
+    ("rope-axes-nested", {"axes_dims_rope": [[4], 6, 6]}, [], "axes_dims_rope"),
+    ("no-blocks", {"num_layers": 0, "num_single_layers": 0}, [], "num_layers"),
+    ("heads-zero", {"num_attention_heads": 0}, [], "num_attention_heads"),
+    ("inner-too-wide", {"num_attention_heads": 65536, "attention_head_dim": 16384,
+                        "axes_dims_rope": [16382, 2, 0]}, [], "num_attention_heads"),
+    ("guidance-not-bool", {"guidance_embeds": "yes"}, [], "guidance_embeds"),
+    ("patch-size-huge", {"patch_size": 1000}, [], "patch_size"),
+    ("absurd-size", {"num_layers": 1024, "num_single_layers": 1024, "num_attention_heads": 512,
+                     "attention_head_dim": 2048, "axes_dims_rope": [1024, 512, 512]}, [],
+     "absurd"),
+    ("not-lowered", {}, [], "not lowered yet"),
+]
+
+
+@pytest.mark.parametrize("extra,args,names", [pytest.param(e, a, n, id=i)
+                                              for i, e, a, n in FLUX_CASES])
+def test_hostile_flux_config_exit_2(tmp_path, extra, args, names):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**FLUX_BASE, **extra}))
+    check_bad_input(["estimate", str(path), *args], names=names)
+
+
+def test_flux_catalog_entry_is_listed_but_not_estimated():
+    """flux.1-dev-transformer is in the catalog (its parameters are diffusers');
+    estimate, fit and plan refuse it by name until the lowering exists."""
+    for command in ["estimate", "fit", "plan"]:
+        check_bad_input([command, "flux.1-dev-transformer"], names="not lowered yet")
+
+
 def test_ema_is_refused_outside_diffusion_unets():
     """--ema models diffusers' EMAModel of a UNet; on a causal LM it is bad input."""
     check_bad_input(["estimate", "gpt2", "--ema"], names="--ema")

@@ -136,6 +136,21 @@ struct VitSpec {
   uint64_t Patches() const { return (image_size / patch_size) * (image_size / patch_size); }
 };
 
+// A diffusers FluxTransformer2DModel (diffusers 0.42.1
+// models/transformers/transformer_flux.py): FLUX.1-dev / schnell's MMDiT,
+// read by ingest (family_flux.cc). Its training step is not lowered yet.
+struct FluxSpec {
+  uint64_t patch_size = 1;
+  uint64_t in_channels = 64, out_channels = 64;  // out_channels null: in_channels
+  uint64_t num_layers = 19;                      // FluxTransformerBlock (double stream)
+  uint64_t num_single_layers = 38;               // FluxSingleTransformerBlock
+  uint64_t attention_head_dim = 128, num_attention_heads = 24;
+  uint64_t joint_attention_dim = 4096;   // T5 states' width (context_embedder's input)
+  uint64_t pooled_projection_dim = 768;  // pooled CLIP projection's width
+  bool guidance_embeds = false;          // dev: true (a guidance_embedder MLP)
+  std::vector<uint64_t> axes_dims_rope = {16, 56, 56};
+};
+
 struct ModelSpec {
   std::string name;          // catalog alias or path as given
   std::string hub_id;        // "meta-llama/Meta-Llama-3-8B" when known
@@ -155,6 +170,8 @@ struct ModelSpec {
   UNetSpec unet;
   bool is_vit = false;  // ViTForImageClassification: `vit` holds the image; num_labels the head
   VitSpec vit;
+  bool is_flux = false;  // a diffusers FluxTransformer2DModel: `flux` holds its layout
+  FluxSpec flux;
 
   uint64_t hidden_size = 0;
   uint64_t intermediate_size = 0;

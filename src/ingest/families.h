@@ -71,6 +71,11 @@ void BuildVit(const ModelSpec& s, const ArchDetails& a, ParamListBuilder& b);
 inline constexpr std::string_view kUNetModelType = "unet_2d_condition";
 inline constexpr std::string_view kUNetClassName = "UNet2DConditionModel";
 const std::vector<Family>& DiffusersFamilies();
+// The diffusers FluxTransformer2DModel (family_flux.cc), likewise named by
+// `_class_name`. Ingested only: its training step is not lowered yet.
+inline constexpr std::string_view kFluxModelType = "flux_transformer_2d";
+inline constexpr std::string_view kFluxClassName = "FluxTransformer2DModel";
+const std::vector<Family>& FluxFamilies();
 
 // Shared reading helpers (family_common.cc).
 // Reads a core size: the first present key of `keys`; when all are absent,

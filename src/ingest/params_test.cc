@@ -244,6 +244,54 @@ TEST(UNetParamsTest, StableDiffusionXlMatchesDiffusers) {
   EXPECT_EQ(add_embedding, (2816u * 1280 + 1280) + (1280u * 1280 + 1280));
 }
 
+// FLUX.1-dev's transformer against diffusers 0.42.1's FluxTransformer2DModel
+// built from the same config on the meta device: the total, the order of the
+// top-level modules (named_parameters()) and the shapes of the joint blocks.
+TEST(FluxParamsTest, Flux1DevMatchesDiffusers) {
+  ModelSpec s = Load("flux.1-dev-transformer");
+  ASSERT_TRUE(s.is_flux);
+  EXPECT_EQ(s.ParameterCount(), 11'901'408'320u);
+  EXPECT_EQ(s.params.size(), 1160u);
+  std::map<std::string, std::vector<uint64_t>> shape;
+  std::vector<std::string> top;
+  for (const ParamTensor& p : s.params) {
+    shape[p.name] = p.shape;
+    const std::string head = p.name.substr(0, p.name.find('.'));
+    if (top.empty() || top.back() != head) top.push_back(head);
+  }
+  EXPECT_EQ(top, (std::vector<std::string>{"time_text_embed", "context_embedder", "x_embedder",
+                                           "transformer_blocks", "single_transformer_blocks",
+                                           "norm_out", "proj_out"}));
+  using Shape = std::vector<uint64_t>;
+  EXPECT_EQ(shape["time_text_embed.guidance_embedder.linear_1.weight"], (Shape{3072, 256}));
+  EXPECT_EQ(shape["context_embedder.weight"], (Shape{3072, 4096}));
+  EXPECT_EQ(shape["transformer_blocks.18.norm1.linear.weight"], (Shape{18432, 3072}));
+  EXPECT_EQ(shape["transformer_blocks.0.attn.norm_added_k.weight"], (Shape{128}));
+  EXPECT_EQ(shape["single_transformer_blocks.37.proj_out.weight"], (Shape{3072, 15360}));
+  EXPECT_EQ(shape["single_transformer_blocks.0.norm.linear.weight"], (Shape{9216, 3072}));
+  EXPECT_EQ(shape["proj_out.weight"], (Shape{64, 3072}));
+  EXPECT_FALSE(shape.contains("single_transformer_blocks.0.attn.to_out.0.weight"));
+}
+
+// Without guidance_embeds (FLUX.1-schnell) the guidance MLP is absent
+// (diffusers 0.42.1: 11,891,178,560 parameters); patch_size and out_channels
+// widen only proj_out (a small config: 139,424 parameters in 122 tensors).
+TEST(FluxParamsTest, SchnellAndSmallConfigsMatchDiffusers) {
+  Result<ModelSpec> schnell = ParseModelConfig(
+      R"({"_class_name": "FluxTransformer2DModel", "guidance_embeds": false})", "schnell");
+  ASSERT_TRUE(schnell.ok()) << schnell.error().message;
+  EXPECT_EQ(schnell->ParameterCount(), 11'891'178'560u);
+  Result<ModelSpec> small = ParseModelConfig(
+      R"({"_class_name": "FluxTransformer2DModel", "patch_size": 2, "in_channels": 16,
+          "out_channels": 8, "num_layers": 2, "num_single_layers": 3, "attention_head_dim": 16,
+          "num_attention_heads": 2, "joint_attention_dim": 48, "pooled_projection_dim": 24,
+          "axes_dims_rope": [4, 6, 6]})",
+      "small");
+  ASSERT_TRUE(small.ok()) << small.error().message;
+  EXPECT_EQ(small->ParameterCount(), 139'424u);
+  EXPECT_EQ(small->params.size(), 122u);
+}
+
 }  // namespace
 }  // namespace vramscope
 

@@ -13,8 +13,8 @@ namespace vramscope {
 namespace {
 
 const ingest::Family* FindFamily(std::string_view model_type) {
-  for (const auto* list :
-       {&ingest::DecoderFamilies(), &ingest::ClassicFamilies(), &ingest::DiffusersFamilies()}) {
+  for (const auto* list : {&ingest::DecoderFamilies(), &ingest::ClassicFamilies(),
+                           &ingest::DiffusersFamilies(), &ingest::FluxFamilies()}) {
     for (const ingest::Family& f : *list) {
       if (f.model_type == model_type) return &f;
     }
@@ -152,19 +152,24 @@ Result<ModelSpec> ParseModelConfig(std::string_view json_text, std::string_view 
   const bool diffusers = !r.Has("model_type") && r.Has("_class_name");
   if (!r.Has("model_type") && !diffusers) {
     return MakeError(fmt::format(
-        "{}: model_type: missing (supported: {}; or a diffusers {} config, named by _class_name)",
-        name, SupportedList(), ingest::kUNetClassName));
+        "{}: model_type: missing (supported: {}; or a diffusers {} or {} config, named by "
+        "_class_name)",
+        name, SupportedList(), ingest::kUNetClassName, ingest::kFluxClassName));
   }
-  std::string model_type =
-      diffusers ? std::string(ingest::kUNetModelType) : r.String("model_type", "");
+  std::string model_type = diffusers ? "" : r.String("model_type", "");
   if (!r.ok()) return r.error();
   if (diffusers) {
     const std::string cls = r.String("_class_name", "");
-    if (r.ok() && cls != ingest::kUNetClassName) {
-      return MakeError(fmt::format("{}: _class_name: {} is not supported (diffusers models: {})",
-                                   name, common::QuoteForMessage(cls), ingest::kUNetClassName));
-    }
     if (!r.ok()) return r.error();
+    if (cls == ingest::kUNetClassName) {
+      model_type = ingest::kUNetModelType;
+    } else if (cls == ingest::kFluxClassName) {
+      model_type = ingest::kFluxModelType;
+    } else {
+      return MakeError(fmt::format(
+          "{}: _class_name: {} is not supported (diffusers models: {}, {})", name,
+          common::QuoteForMessage(cls), ingest::kUNetClassName, ingest::kFluxClassName));
+    }
   }
   const ingest::Family* family = FindFamily(model_type);
   if (family == nullptr) {
