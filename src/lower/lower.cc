@@ -183,6 +183,28 @@ Status ValidatePacking(const ModelSpec& m, const TrainingSetup& s) {
   return Ok{};
 }
 
+// The checks that depend on what the model is and which trainer runs it.
+Status ValidateByKind(const ModelSpec& m, const TrainingSetup& s) {
+  auto bad = [](std::string msg) { return Status(MakeError(std::move(msg))); };
+  if (m.is_flux)
+    return bad(fmt::format(
+        "{}: FluxTransformer2DModel is ingested (parameters, `vramscope models`) but its training "
+        "step is not lowered yet: no memory estimate",
+        m.name));
+  if (s.packed) {
+    Status packed = ValidatePacking(m, s);
+    if (!packed.ok()) return packed;
+  }
+  if (m.is_unet) return ValidateUNet(m, s);
+  if (s.loss == LossKind::kTrlFused || s.dpo) {
+    Status trl = ValidateTrlFused(m, s);
+    if (!trl.ok()) return trl;
+  }
+  if (s.ema)
+    return bad("--ema: diffusers' EMAModel is modelled for diffusion UNets, not for " + m.name);
+  return ValidateDistributed(m, s);
+}
+
 Status Validate(const ModelSpec& m, const TrainingSetup& s) {
   auto bad = [](std::string msg) { return Status(MakeError(std::move(msg))); };
   if (s.batch == 0 || s.batch > kMaxBatch)
@@ -247,23 +269,7 @@ Status Validate(const ModelSpec& m, const TrainingSetup& s) {
     return bad(
         "--moe-imbalance: with --moe-capacity-factor every expert is capped (drop the imbalance or "
         "the capacity)");
-  if (m.is_flux)
-    return bad(fmt::format(
-        "{}: FluxTransformer2DModel is ingested (parameters, `vramscope models`) but its training "
-        "step is not lowered yet: no memory estimate",
-        m.name));
-  if (s.packed) {
-    Status packed = ValidatePacking(m, s);
-    if (!packed.ok()) return packed;
-  }
-  if (m.is_unet) return ValidateUNet(m, s);
-  if (s.loss == LossKind::kTrlFused || s.dpo) {
-    Status trl = ValidateTrlFused(m, s);
-    if (!trl.ok()) return trl;
-  }
-  if (s.ema)
-    return bad("--ema: diffusers' EMAModel is modelled for diffusion UNets, not for " + m.name);
-  return ValidateDistributed(m, s);
+  return ValidateByKind(m, s);
 }
 
 // torch.amp.GradScaler (torch 2.x, fp16 autocast only): scale() creates the
