@@ -1,4 +1,4 @@
-// libFuzzer target for `--from FILE` with accelerate's and Axolotl's config
+// libFuzzer target for `--from FILE` with accelerate's, Axolotl's and TRL's config
 // YAML (cli/yaml_json.cc over libyaml, then the accelerate / Axolotl /
 // DeepSpeed / HF mappings of cli/from_config.cc), on the same input read as a .yaml file and
 // as a file without an extension (the format then follows the content).
@@ -57,7 +57,10 @@ constexpr std::string_view kFlags[] = {"--precision",
                                        "--lora-rank",
                                        "--lora-targets",
                                        "--lora-dropout",
-                                       "--attn"};
+                                       "--attn",
+                                       "--dpo",
+                                       "--dpo-precompute-ref",
+                                       "--packing"};
 
 void ParseAs(const std::string& file, const std::string& text) {
   using namespace vramscope;
