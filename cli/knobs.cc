@@ -170,7 +170,8 @@ void KnobArgs::SetFromFile(const FileKnob& k) {
   const std::pair<const char*, bool*> bools[] = {{"--ddp", &parallel.ddp},
                                                  {"--dpo", &dpo},
                                                  {"--dpo-precompute-ref", &dpo_precompute_ref},
-                                                 {"--packing", &packing}};
+                                                 {"--packing", &packing},
+                                                 {"--optimizer-in-backward", &optimizer_in_backward}};
   for (const auto& [flag, field] : bools) {
     if (k.flag == flag) *field = k.value == "true";
   }

@@ -60,7 +60,8 @@ constexpr std::string_view kFlags[] = {"--precision",
                                        "--attn",
                                        "--dpo",
                                        "--dpo-precompute-ref",
-                                       "--packing"};
+                                       "--packing",
+                                       "--optimizer-in-backward"};
 
 void ParseAs(const std::string& file, const std::string& text) {
   using namespace vramscope;
