@@ -54,9 +54,9 @@ Result<int64_t> LitgptProcesses(const Reader& r, const Json& root) {
 // bf16. quantize (bnb.*, lora only) refuses *-mixed.
 Status ReadLitgptPrecision(const Reader& r, const Json& root) {
   static constexpr std::pair<std::string_view, const char*> kPrecisions[] = {
-      {"bf16-true", "bf16"},       {"bf16-mixed", "bf16-mixed"}, {"16-true", "fp16"},
-      {"16-mixed", "fp16-mixed"},  {"32-true", "fp32"},          {"32", "fp32"},
-      {"bf16", "bf16-mixed"},      {"16", "fp16-mixed"}};
+      {"bf16-true", "bf16"},      {"bf16-mixed", "bf16-mixed"}, {"16-true", "fp16"},
+      {"16-mixed", "fp16-mixed"}, {"32-true", "fp32"},          {"32", "fp32"},
+      {"bf16", "bf16-mixed"},     {"16", "fp16-mixed"}};
   VS_TRY(precision, String(r, root, "precision", "precision"));
   if (precision.empty()) {
     r.Set("--precision", "bf16-mixed",
@@ -138,8 +138,8 @@ Status ReadLitgptLora(const Reader& r, const Json& root) {
         root.contains("lora_dropout") ? "lora_dropout"
                                       : "lora_dropout (absent: finetune_lora's default 0.05)");
   static constexpr std::tuple<const char*, bool, const char*> kTargets[] = {
-      {"lora_query", true, "q"},        {"lora_key", false, "k"},
-      {"lora_value", true, "v"},        {"lora_projection", false, "o"},
+      {"lora_query", true, "q"},           {"lora_key", false, "k"},
+      {"lora_value", true, "v"},           {"lora_projection", false, "o"},
       {"lora_mlp", false, "gate,up,down"}, {"lora_head", false, "lm_head"}};
   std::string targets;
   for (const auto& [key, on_by_default, names] : kTargets) {
@@ -207,10 +207,14 @@ Status ReadLitgptOptimizer(const Reader& r, const Json& root) {
     return r.Bad("optimizer", fmt::format("{} is not a name or a class_path mapping", Shown(*it)));
   }
   static constexpr std::pair<std::string_view, const char*> kOptimizers[] = {
-      {"AdamW", "adamw"},           {"torch.optim.AdamW", "adamw"},
-      {"Adam", "adamw"},            {"torch.optim.Adam", "adamw"},
-      {"AdamW+fused", "adamw-fused"}, {"torch.optim.AdamW+fused", "adamw-fused"},
-      {"SGD", "sgd"},               {"torch.optim.SGD", "sgd"}};
+      {"AdamW", "adamw"},
+      {"torch.optim.AdamW", "adamw"},
+      {"Adam", "adamw"},
+      {"torch.optim.Adam", "adamw"},
+      {"AdamW+fused", "adamw-fused"},
+      {"torch.optim.AdamW+fused", "adamw-fused"},
+      {"SGD", "sgd"},
+      {"torch.optim.SGD", "sgd"}};
   const char* flag = nullptr;
   for (const auto& [lit, ours] : kOptimizers) flag = lit == name ? ours : flag;
   if (flag) {
@@ -234,8 +238,9 @@ void ReadLitgptStrategy(const Reader& r, const Json& root, int64_t processes) {
   r.Set("--gpus", std::to_string(processes), "devices × num_nodes");
   if (processes == 1) return;
   const bool lora = IsLora(root);
-  r.Set("--fsdp", "full", lora ? "devices (finetune_lora: FSDP2 per Block)"
-                               : "devices (finetune_full: FSDPStrategy, FULL_SHARD)");
+  r.Set("--fsdp", "full",
+        lora ? "devices (finetune_lora: FSDP2 per Block)"
+             : "devices (finetune_full: FSDPStrategy, FULL_SHARD)");
   r.Set("--fsdp-version", lora ? "2" : "1", "devices (the script's strategy)");
   r.Set("--grad-ckpt", "full", "devices (every Block checkpointed under FSDP)");
 }

@@ -86,8 +86,9 @@ Result<std::string> TorchtuneTargets(const Reader& r, const Json& model) {
       if (name.is_string() && name.get<std::string>() == tt) flag = ours;
     }
     if (!flag) {
-      return r.Bad("model.lora_attn_modules",
-                   fmt::format("{} is not one of q_proj, k_proj, v_proj, output_proj", Shown(name)));
+      return r.Bad(
+          "model.lora_attn_modules",
+          fmt::format("{} is not one of q_proj, k_proj, v_proj, output_proj", Shown(name)));
     }
     targets += (targets.empty() ? "" : ",") + std::string(flag);
   }
@@ -122,7 +123,7 @@ Status ReadTorchtuneModel(const Reader& r, const Json& root) {
   }
   const bool four_bit = qlora || quantize.value_or(false);
   r.Set("--finetune", four_bit ? "qlora" : "lora",
-        qlora ? "model._component_ (a qlora_ builder)"
+        qlora      ? "model._component_ (a qlora_ builder)"
         : four_bit ? "model.quantize_base"
                    : "model._component_ (a lora_ builder)");
   if (four_bit) {
@@ -178,21 +179,19 @@ Status ReadTorchtuneBatch(const Reader& r, const Json& root) {
   constexpr int64_t kMax = int64_t{1} << 32;
   VS_TRY(batch, TtCount(r, root, "batch_size", "batch_size", 1, kMax));
   if (batch) r.Set("--batch", std::to_string(*batch), "batch_size");
-  VS_TRY(accum, TtCount(r, root, "gradient_accumulation_steps", "gradient_accumulation_steps", 1,
-                        kMax));
+  VS_TRY(accum,
+         TtCount(r, root, "gradient_accumulation_steps", "gradient_accumulation_steps", 1, kMax));
   if (accum) r.Set("--grad-accum", std::to_string(*accum), "gradient_accumulation_steps");
   VS_TRY(tokenizer, Object(r, root, "tokenizer", "tokenizer"));
   std::optional<int64_t> seq;
   if (tokenizer) {
-    VS_TRY(v, TtCount(r, *tokenizer, "max_seq_len", "tokenizer.max_seq_len", 1,
-                      int64_t{1} << 24));
+    VS_TRY(v, TtCount(r, *tokenizer, "max_seq_len", "tokenizer.max_seq_len", 1, int64_t{1} << 24));
     seq = v;
   }
   if (seq) {
     r.Set("--seq", std::to_string(*seq), "tokenizer.max_seq_len");
   } else {
-    r.NotModelled("tokenizer.max_seq_len",
-                  "null: rows as long as the longest sample; pass --seq");
+    r.NotModelled("tokenizer.max_seq_len", "null: rows as long as the longest sample; pass --seq");
   }
   VS_TRY(dataset, Object(r, root, "dataset", "dataset"));
   if (dataset) {
@@ -215,10 +214,9 @@ Status ReadTorchtuneBatch(const Reader& r, const Json& root) {
 // enable_activation_offloading (needs checkpointing, recipe __init__) moves
 // the saved checkpoint inputs to the CPU: not modelled.
 Status ReadTorchtuneActivations(const Reader& r, const Json& root) {
-  VS_TRY(ckpt, TtFlag(r, root, "enable_activation_checkpointing",
-                      "enable_activation_checkpointing"));
-  VS_TRY(offload,
-         TtFlag(r, root, "enable_activation_offloading", "enable_activation_offloading"));
+  VS_TRY(ckpt,
+         TtFlag(r, root, "enable_activation_checkpointing", "enable_activation_checkpointing"));
+  VS_TRY(offload, TtFlag(r, root, "enable_activation_offloading", "enable_activation_offloading"));
   if (offload.value_or(false) && !ckpt.value_or(false)) {
     return r.Bad("enable_activation_offloading",
                  "true without enable_activation_checkpointing (torchtune refuses it)");
@@ -286,8 +284,8 @@ Status ReadTorchtuneLoss(const Reader& r, const Json& root) {
   VS_TRY(name, Component(r, root, "loss"));
   if (name.empty()) return Ok{};
   if (name == "torchtune.modules.loss.CEWithChunkedOutputLoss") {
-    VS_TRY(chunks, TtCount(r, root["loss"], "num_output_chunks", "loss.num_output_chunks", 1,
-                           1 << 20));
+    VS_TRY(chunks,
+           TtCount(r, root["loss"], "num_output_chunks", "loss.num_output_chunks", 1, 1 << 20));
     if (chunks && *chunks != 8) {
       r.NotModelled("loss.num_output_chunks",
                     fmt::format("{} chunks: modelled as the default 8", *chunks));

@@ -167,11 +167,12 @@ void KnobArgs::SetFromFile(const FileKnob& k) {
   for (const auto& [flag, field] : ints) {
     if (k.flag == flag) *field = std::stoll(k.value);
   }
-  const std::pair<const char*, bool*> bools[] = {{"--ddp", &parallel.ddp},
-                                                 {"--dpo", &dpo},
-                                                 {"--dpo-precompute-ref", &dpo_precompute_ref},
-                                                 {"--packing", &packing},
-                                                 {"--optimizer-in-backward", &optimizer_in_backward}};
+  const std::pair<const char*, bool*> bools[] = {
+      {"--ddp", &parallel.ddp},
+      {"--dpo", &dpo},
+      {"--dpo-precompute-ref", &dpo_precompute_ref},
+      {"--packing", &packing},
+      {"--optimizer-in-backward", &optimizer_in_backward}};
   for (const auto& [flag, field] : bools) {
     if (k.flag == flag) *field = k.value == "true";
   }
