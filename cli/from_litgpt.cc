@@ -148,6 +148,9 @@ Status ReadLitgptLora(const Reader& r, const Json& root) {
   }
   if (targets.empty()) return r.Bad("lora_query", "every lora_* target is false: nothing trains");
   r.Set("--lora-targets", targets, "lora_query, lora_key, lora_value, lora_projection, ...");
+  // lora.py's LoRALinear is built with the model, under Fabric's precision
+  // (init_module): bf16 adapters under bf16-true, fp32 under *-mixed.
+  r.Set("--lora-dtype", "model", "lora_* (LitGPT's LoRA layers: the model's dtype)");
   r.NotModelled("lora_query",
                 "LitGPT's LoRA on the fused qkv projection: modelled as adapters on q, k, v");
   return Ok{};

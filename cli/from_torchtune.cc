@@ -148,8 +148,9 @@ Status ReadTorchtuneModel(const Reader& r, const Json& root) {
   r.Set("--lora-targets", targets, "model.lora_attn_modules, apply_lora_to_mlp/output");
   VS_TRY(dora, TtFlag(r, model, "use_dora", "model.use_dora"));
   if (dora.value_or(false)) r.NotModelled("model.use_dora", "DoRA's magnitudes and activations");
-  r.NotModelled("model._component_",
-                "torchtune's LoRA adapters are in the model's dtype (PEFT's, modelled, are fp32)");
+  // LoRALinear's adapters are made under the recipe's set_default_dtype(dtype)
+  // (modules/peft/lora.py), not upcast as PEFT's are.
+  r.Set("--lora-dtype", "model", "model._component_ (torchtune's LoRALinear: the model's dtype)");
   return Ok{};
 }
 

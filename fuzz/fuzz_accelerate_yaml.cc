@@ -61,7 +61,8 @@ constexpr std::string_view kFlags[] = {"--precision",
                                        "--dpo",
                                        "--dpo-precompute-ref",
                                        "--packing",
-                                       "--optimizer-in-backward"};
+                                       "--optimizer-in-backward",
+                                       "--lora-dtype"};
 
 void ParseAs(const std::string& file, const std::string& text) {
   using namespace vramscope;

@@ -13,7 +13,7 @@ import yaml
 
 from from_file_helpers import CFG, run, estimate, numbers, lines, write
 
-QLORA = ["--precision", "bf16", "--finetune", "qlora", "--lora-rank", 16,
+QLORA = ["--precision", "bf16", "--finetune", "qlora", "--lora-rank", 16, "--lora-dtype", "model",
          "--lora-dropout", 0.05, "--lora-targets", "q,v,gate,up,down", "--batch", 4,
          "--grad-accum", 4, "--seq", 1024, "--optimizer", "paged-adamw", "--gpus", 1]
 FULL = ["--precision", "bf16-mixed", "--finetune", "full", "--batch", 2, "--grad-accum", 4,
@@ -45,7 +45,8 @@ def config(tmp_path, body, name="litgpt.yaml"):
     return write(tmp_path, name, yaml.safe_dump(cfg))
 
 
-LORA = ["--finetune", "lora", "--lora-rank", 8, "--lora-dropout", 0.05, "--lora-targets", "q,v"]
+LORA = ["--finetune", "lora", "--lora-rank", 8, "--lora-dropout", 0.05, "--lora-targets", "q,v",
+        "--lora-dtype", "model"]
 
 
 @pytest.mark.parametrize("body,flags", [
@@ -59,7 +60,8 @@ LORA = ["--finetune", "lora", "--lora-rank", 8, "--lora-dropout", 0.05, "--lora-
     ({"lora_r": 4, "lora_key": True, "lora_projection": True, "lora_mlp": True,
       "lora_head": True, "lora_dropout": 0.0},
      BASE[:2] + ["--finetune", "lora", "--lora-rank", 4, "--lora-dropout", 0,
-                 "--lora-targets", "q,k,v,o,gate,up,down,lm_head"] + BASE[4:]),
+                 "--lora-targets", "q,k,v,o,gate,up,down,lm_head", "--lora-dtype", "model"]
+     + BASE[4:]),
     ({"lora_r": 8, "precision": "bf16-true", "quantize": "bnb.nf4-dq"},
      ["--precision", "bf16", "--finetune", "qlora"] + LORA[2:] + BASE[4:]
      + ["--optimizer", "paged-adamw"]),

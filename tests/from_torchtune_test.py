@@ -13,7 +13,7 @@ import yaml
 
 from from_file_helpers import CFG, run, estimate, numbers, lines, write
 
-LORA = ["--finetune", "lora", "--lora-rank", 16, "--lora-dropout", 0,
+LORA = ["--finetune", "lora", "--lora-rank", 16, "--lora-dropout", 0, "--lora-dtype", "model",
         "--lora-targets", "q,k,v,o,gate,up,down", "--precision", "bf16", "--batch", 4,
         "--grad-accum", 4, "--seq", 2048, "--grad-ckpt", "full", "--optimizer", "adamw-fused",
         "--loss", "torchtune-chunked"]
@@ -52,7 +52,7 @@ def recipe(tmp_path, body, name="recipe.yaml"):
 LORA_MODEL = {"_component_": "torchtune.models.qwen2_5.lora_qwen2_5_0_5b",
               "lora_attn_modules": ["q_proj", "v_proj"]}
 LORA_FLAGS = ["--finetune", "lora", "--lora-rank", 8, "--lora-dropout", 0,
-              "--lora-targets", "q,v"]
+              "--lora-targets", "q,v", "--lora-dtype", "model"]
 
 
 @pytest.mark.parametrize("body,flags", [
@@ -64,7 +64,7 @@ LORA_FLAGS = ["--finetune", "lora", "--lora-rank", 8, "--lora-dropout", 0,
     ({"model": {**LORA_MODEL, "apply_lora_to_mlp": True, "lora_rank": 32,
                 "lora_dropout": 0.1}},
      BASE[2:] + ["--finetune", "lora", "--lora-rank", 32, "--lora-dropout", 0.1,
-                 "--lora-targets", "q,v,gate,up,down"]),
+                 "--lora-targets", "q,v,gate,up,down", "--lora-dtype", "model"]),
     ({"dtype": "bf16",
       "model": {**LORA_MODEL, "_component_": "torchtune.models.qwen2_5.qlora_qwen2_5_0_5b"}},
      ["--precision", "bf16"] + BASE[4:] + ["--finetune", "qlora"] + LORA_FLAGS[2:]),

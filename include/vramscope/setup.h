@@ -61,6 +61,14 @@ enum class LossKind : uint8_t { kHf, kChunked, kFusedLinear, kTrlFused, kTorchtu
 // workspace, optimizer step counters on the device, dropout masks in the input's dtype.
 enum class DeviceRules : uint8_t { kCuda, kCpu };
 
+// The LoRA adapters' dtype. kFp32: PEFT's get_peft_model upcasts 16-bit
+// adapters (autocast_adapter_dtype=True, peft 0.12-0.21), and each adapted
+// layer casts its input to fp32. kModel: the adapters are made in the model's
+// dtype, as torchtune's LoRALinear under the recipes' set_default_dtype
+// (torchtune 0.6.1 modules/peft/lora.py) and LitGPT's lora.py under Fabric's
+// *-true precision do; the input is used as it is.
+enum class LoraDtype : uint8_t { kFp32, kModel };
+
 struct TrainingSetup {
   uint64_t batch = 1;
   uint64_t seq = 2048;
@@ -72,6 +80,7 @@ struct TrainingSetup {
   uint64_t lora_rank = 16;
   std::vector<std::string> lora_targets = {"q", "v"};
   double lora_dropout = 0.05;
+  LoraDtype lora_dtype = LoraDtype::kFp32;
   GradCkpt grad_ckpt = GradCkpt::kNone;
   Attention attn = Attention::kSdpa;
   LossKind loss = LossKind::kHf;
@@ -162,6 +171,7 @@ std::string_view GradCkptName(GradCkpt g);
 std::string_view AttentionName(Attention a);
 std::string_view LossName(LossKind l);
 std::string_view DeviceRulesName(DeviceRules d);
+std::string_view LoraDtypeName(LoraDtype d);
 
 Result<Precision> ParsePrecision(std::string_view text);
 Result<OptimizerKind> ParseOptimizer(std::string_view text);
@@ -170,6 +180,7 @@ Result<GradCkpt> ParseGradCkpt(std::string_view text);
 Result<Attention> ParseAttention(std::string_view text);
 Result<LossKind> ParseLoss(std::string_view text);
 Result<DeviceRules> ParseDeviceRules(std::string_view text);
+Result<LoraDtype> ParseLoraDtype(std::string_view text);
 // "4.46" -> 446.
 Result<int> ParseVersion(std::string_view text, std::string_view field);
 // "q,k,v" or "all-linear".

@@ -25,14 +25,6 @@ namespace vramscope {
 namespace lower {
 namespace {
 
-uint8_t ParamBytes(Precision p) {
-  switch (p) {
-    case Precision::kFp16:
-    case Precision::kBf16: return kHalf;
-    default: return kF32;
-  }
-}
-
 // The library versions whose code the lowering's rules were read from
 // (docs/lowering.md): transformers 4.36 (the DynamicCache) to 5.24, torch 2.0
 // to 2.13.

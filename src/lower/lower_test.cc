@@ -213,6 +213,33 @@ TEST(Lower, LoraTrainsOnlyAdapters) {
             m.ParameterCount() * 2 + lowered->trainable_parameters * 4 * 3);
 }
 
+// --lora-dtype model (torchtune, LitGPT): adapters in the model's bf16, so the
+// end state holds 2-byte adapters and 2-byte moments, and no adapted layer
+// copies its input to fp32 (fewer temporaries than PEFT's fp32 adapters).
+TEST(Lower, LoraInTheModelsDtypeHasNoFp32Copies) {
+  const ModelSpec m = Tiny();
+  TrainingSetup s;
+  s.finetune = Finetune::kLora;
+  s.lora_rank = 8;
+  s.precision = Precision::kBf16;
+  s.optimizer = OptimizerKind::kAdamW;
+  s.seq = 64;
+  s.lora_dropout = 0;
+  auto peft = LowerTraining(m, s, TestGpu());
+  s.lora_dtype = LoraDtype::kModel;
+  auto model_dtype = LowerTraining(m, s, TestGpu());
+  ASSERT_TRUE(peft.ok() && model_dtype.ok());
+  EXPECT_EQ(model_dtype->trainable_parameters, peft->trainable_parameters);
+  SimOptions o;
+  o.alloc.ideal = true;
+  auto a = Simulate(peft->stream, o), b = Simulate(model_dtype->stream, o);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(b->final_stats.allocated_bytes,
+            m.ParameterCount() * 2 + model_dtype->trainable_parameters * 2 * 3);
+  // The fp32 input copies PEFT's adapters make are gone: a lower peak.
+  EXPECT_LT(b->final_stats.peak_allocated_bytes, a->final_stats.peak_allocated_bytes);
+}
+
 // cuBLAS gives each thread's handle its workspace at that handle's first gemm,
 // after the gemm's output (CublasHandlePool.cpp): the forward's at the first
 // linear, the backward's (the autograd thread) at lm_head's MmBackward0, which

@@ -273,7 +273,9 @@ void PlaceParameters(Tape& tape, const ModelSpec& model, const TrainingSetup& se
 Result<uint64_t> AttachLoraAdapters(Tape& tape, const ModelSpec& model, const TrainingSetup& setup,
                                     bool whole_model, const StorageBytesFn& storage) {
   // Trainable; fp32 through get_peft_model, the base weight's dtype through
-  // diffusers' add_adapter (AttachAdapterPair).
+  // diffusers' add_adapter (AttachAdapterPair), the model's compute dtype under
+  // --lora-dtype model (torchtune, LitGPT: made with the model; over 4-bit
+  // weights, the 16-bit compute dtype).
   uint64_t lora_params = 0;
   const size_t base_count = tape.params.size();
   for (size_t i = 0; i < base_count; ++i) {
@@ -283,10 +285,11 @@ Result<uint64_t> AttachLoraAdapters(Tape& tape, const ModelSpec& model, const Tr
     lora_params += adapter;
     // The LoRA script upcasts the adapters under fp16 mixed precision only
     // (cast_training_params(unet, dtype=torch.float32)).
-    const uint8_t adapter_bytes = !model.is_unet ? kF32
-                                  : setup.precision == Precision::kFp16Mixed
-                                      ? kF32
-                                      : tape.params[i].elem_bytes;
+    const uint8_t adapter_bytes =
+        setup.lora_dtype == LoraDtype::kModel      ? ParamBytes(setup.precision)
+        : !model.is_unet                           ? kF32
+        : setup.precision == Precision::kFp16Mixed ? kF32
+                                                   : tape.params[i].elem_bytes;
     AttachAdapterPair(tape, pt, i, setup.lora_rank, storage, adapter_bytes);
   }
   if (lora_params == 0 && whole_model) {

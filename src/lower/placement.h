@@ -16,6 +16,12 @@
 
 namespace vramscope::lower {
 
+// The weights' dtype: 16-bit under --precision bf16 / fp16, else fp32 (the
+// *-mixed modes keep fp32 weights under autocast).
+inline uint8_t ParamBytes(Precision p) {
+  return p == Precision::kFp16 || p == Precision::kBf16 ? kHalf : kF32;
+}
+
 // transformers >= 5.0 stores routed experts as 3-D nn.Parameters, not nn.Linear.
 bool IsStackedExpert(const ParamTensor& pt, int transformers_version);
 // Whether PEFT's target_modules (--lora-targets) wrap this weight.

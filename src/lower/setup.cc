@@ -45,6 +45,8 @@ constexpr Named<LossKind> kLosses[] = {{"hf", LossKind::kHf},
                                        {"torchtune-chunked", LossKind::kTorchtuneChunked}};
 constexpr Named<DeviceRules> kDeviceRules[] = {{"cuda", DeviceRules::kCuda},
                                                {"cpu", DeviceRules::kCpu}};
+constexpr Named<LoraDtype> kLoraDtypes[] = {{"fp32", LoraDtype::kFp32},
+                                            {"model", LoraDtype::kModel}};
 
 template <typename E, size_t N>
 Result<E> Parse(const Named<E> (&table)[N], std::string_view text, std::string_view flag) {
@@ -75,6 +77,7 @@ std::string_view GradCkptName(GradCkpt g) { return Name(kCkpts, g); }
 std::string_view AttentionName(Attention a) { return Name(kAttns, a); }
 std::string_view LossName(LossKind l) { return Name(kLosses, l); }
 std::string_view DeviceRulesName(DeviceRules d) { return Name(kDeviceRules, d); }
+std::string_view LoraDtypeName(LoraDtype d) { return Name(kLoraDtypes, d); }
 
 Result<Precision> ParsePrecision(std::string_view t) {
   return Parse(kPrecisions, t, "--precision");
@@ -88,6 +91,9 @@ Result<Attention> ParseAttention(std::string_view t) { return Parse(kAttns, t, "
 Result<LossKind> ParseLoss(std::string_view t) { return Parse(kLosses, t, "--loss"); }
 Result<DeviceRules> ParseDeviceRules(std::string_view t) {
   return Parse(kDeviceRules, t, "--device-rules");
+}
+Result<LoraDtype> ParseLoraDtype(std::string_view t) {
+  return Parse(kLoraDtypes, t, "--lora-dtype");
 }
 
 // MAJOR.MINOR (common::ParseMajorMinor), optionally followed by ".PATCH..."
@@ -154,6 +160,8 @@ std::vector<std::pair<std::string, std::string>> DescribeSetup(const TrainingSet
   if (s.ema) k.emplace_back("ema", s.ema_foreach ? "foreach" : "true");
   if (s.device_rules != DeviceRules::kCuda)
     k.emplace_back("device_rules", std::string(DeviceRulesName(s.device_rules)));
+  if (s.finetune != Finetune::kFull && s.lora_dtype != LoraDtype::kFp32)
+    k.emplace_back("lora_dtype", std::string(LoraDtypeName(s.lora_dtype)));
   if (s.finetune != Finetune::kFull) {
     std::string targets;
     for (const auto& t : s.lora_targets) targets += (targets.empty() ? "" : ",") + t;

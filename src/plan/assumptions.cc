@@ -273,16 +273,22 @@ std::vector<Assumption> DescribeAssumptions(const TrainingSetup& s) {
   std::vector<Assumption> out;
   out.push_back({"weights", Weights(s), "--precision"});
   if (s.finetune != Finetune::kFull) {
-    std::string adapters = fmt::format(
-        "PEFT LoRA, rank {}, on {}; adapters in fp32 (get_peft_model's "
-        "autocast_adapter_dtype=True)",
-        s.lora_rank, fmt::join(s.lora_targets, ","));
+    std::string adapters =
+        s.lora_dtype == LoraDtype::kModel
+            ? fmt::format(
+                  "LoRA, rank {}, on {}; adapters in the model's dtype, made with it (torchtune's "
+                  "LoRALinear, LitGPT's lora.py); PEFT's fp32 adapters are --lora-dtype fp32",
+                  s.lora_rank, fmt::join(s.lora_targets, ","))
+            : fmt::format(
+                  "PEFT LoRA, rank {}, on {}; adapters in fp32 (get_peft_model's "
+                  "autocast_adapter_dtype=True)",
+                  s.lora_rank, fmt::join(s.lora_targets, ","));
     if (s.finetune == Finetune::kQLora) {
       adapters +=
           "; base weights NF4 with double quantization, the rest cast to fp32 "
           "(prepare_model_for_kbit_training)";
     }
-    out.push_back({"adapters", adapters, "--lora-rank, --lora-targets"});
+    out.push_back({"adapters", adapters, "--lora-rank, --lora-targets, --lora-dtype"});
   }
   out.push_back({"optimizer", Optimizer(s), "--optimizer"});
   out.push_back({"attention", Attn(s), "--attn"});
