@@ -143,4 +143,15 @@ def ci_grid():
 # Not in "full" and not in CI: the FSDP2 reference is not reproducible to the byte
 # (gloo's worker thread drops its references to collective buffers at times that vary
 # from run to run; docs/fidelity.md, "FSDP2 on CPU").
-GRIDS = {"ci": ci_grid, "full": full_grid, "fsdp": fsdp_points}
+def torchtune_model_points():
+    """torchtune's own decoder (vsref/torchtune_model.py): full and LoRA, fp32 and bf16 (the
+    recipes' dtypes), with and without checkpointing, SDPA as torchtune's attention calls
+    it. The rotary cache is max_seq_len long: 256 here, as the reduced model's."""
+    combos = [("full", "none", "fp32"), ("full", "none", "bf16"), ("full", "full", "bf16"),
+              ("lora", "none", "fp32"), ("lora", "none", "bf16"), ("lora", "full", "bf16")]
+    return [Point("llama_tt", tf=5, finetune=f, ckpt=c, attn="sdpa", precision=p,
+                  optimizer="adamw-foreach", trainer="torchtune-model") for f, c, p in combos]
+
+
+GRIDS = {"ci": ci_grid, "full": full_grid, "fsdp": fsdp_points,
+         "torchtune-model": torchtune_model_points}

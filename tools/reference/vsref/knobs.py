@@ -81,8 +81,10 @@ class Point:
             args.append("--packing")
         if self.trainer in ("trl-sft", "trl-dpo"):
             args += ["--loss", "trl-fused"]
-        if self.trainer == "torchtune":
+        if self.trainer in ("torchtune", "torchtune-model"):
             args += ["--loss", "torchtune-chunked"]
+        if self.trainer == "torchtune-model" and self.finetune == "lora":
+            args += ["--lora-dtype", "model"]
         if self.trainer == "trl-dpo":
             # DataCollatorForPreference's batch carries an attention_mask (all ones here).
             args = [a for a in args if a != "--no-attention-mask"] + ["--dpo"]

@@ -175,6 +175,13 @@ def reference_config(family):
     """The reduced config of `family`: a catalog model cut down, or a UNet written above."""
     if is_unet(family):
         return copy.deepcopy(UNET_FAMILIES[family])
+    if family == "llama_tt":
+        # torchtune's own Llama 3.2 decoder (vsref/torchtune_model.py; `--grid
+        # torchtune-model` only, not a FAMILIES entry): its rotary cache is
+        # max_seq_len long, 256 here rather than the catalog's 131072.
+        config = reduce_config(catalog_config(FAMILIES["llama"]))
+        config["max_position_embeddings"] = 256
+        return config
     config = reduce_config(catalog_config(FAMILIES[family]))
     if config.get("model_type") == "vit":
         config.update(image_size=VIT_IMAGE, patch_size=VIT_PATCH, num_labels=VIT_LABELS)

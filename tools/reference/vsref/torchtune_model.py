@@ -1,0 +1,75 @@
+"""torchtune 0.6.1's own decoder through a recipe's step: how far vramscope's estimate of a
+torchtune config (which lowers transformers' modules for the same architecture) is from
+what torchtune's modules allocate.
+
+Not part of the `full` grid (whose points must be within 1%): `--grid torchtune-model`
+reports the gap, and docs/configs.md ("torchtune") quotes it. The step is
+recipes/lora_finetune_single_device.py's and full_finetune_single_device.py's (0.6.1):
+the model built under training.set_default_dtype(dtype) (bf16 weights, no autocast),
+LoRA adapters in that dtype with only they trainable (set_trainable_params),
+set_activation_checkpointing over TransformerSelfAttentionLayer, set_num_output_chunks(8),
+CEWithChunkedOutputLoss over labels shifted with hstack, `del logits` before backward.
+torchtune's package imports torchao, omegaconf and its tokenizers' libraries: they are
+installed without their dependencies (requirements/reference-tf5-nodeps.txt).
+"""
+
+import torch
+import vramscope_trace
+
+from .runner import make_optimizer
+
+
+def build(point, config):
+    from torchtune import training
+    from torchtune.models.llama3_2 import _component_builders as llama3_2
+
+    kw = dict(vocab_size=config["vocab_size"], num_layers=config["num_hidden_layers"],
+              num_heads=config["num_attention_heads"],
+              num_kv_heads=config["num_key_value_heads"], embed_dim=config["hidden_size"],
+              max_seq_len=config["max_position_embeddings"],
+              intermediate_dim=config["intermediate_size"], norm_eps=config["rms_norm_eps"],
+              rope_base=config["rope_theta"], scale_factor=32)
+    dtype = torch.bfloat16 if point.precision == "bf16" else torch.float32
+    with training.set_default_dtype(dtype):
+        torch.manual_seed(0)
+        if point.finetune == "lora":
+            from torchtune.modules.peft import get_adapter_params, set_trainable_params
+
+            names = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "output_proj"}
+            modules = [names[t] for t in point.lora_targets.split(",")]
+            model = llama3_2.lora_llama3_2(lora_attn_modules=modules,
+                                           lora_rank=point.lora_rank,
+                                           lora_alpha=2 * point.lora_rank, **kw)
+            set_trainable_params(model, get_adapter_params(model))
+        else:
+            model = llama3_2.llama3_2(**kw)
+    if point.ckpt != "none":
+        from torchtune import modules
+
+        training.set_activation_checkpointing(
+            model, auto_wrap_policy={modules.TransformerSelfAttentionLayer})
+    return model
+
+
+def run(point, config, out_path):
+    from torchtune.modules.loss import CEWithChunkedOutputLoss
+
+    model = build(point, config)
+    loss_fn = CEWithChunkedOutputLoss()
+    model.set_num_output_chunks(loss_fn.num_output_chunks)
+    optimizer = make_optimizer(point, model)
+    g = torch.Generator().manual_seed(1)
+    tokens = torch.randint(2, config["vocab_size"], (point.batch, point.seq), generator=g)
+    labels = tokens.clone()
+    meta = [("reference", point.name()), ("torch", torch.__version__)]
+    with vramscope_trace.record(out_path, model=model, optimizer=optimizer,
+                                inputs={"batch": [tokens, labels]}, meta=meta):
+        for _ in range(point.steps):
+            optimizer.zero_grad(set_to_none=True)
+            logits = model(tokens)
+            ignore = torch.full((labels.shape[0], 1), -100, dtype=labels.dtype)
+            loss = loss_fn(logits, torch.hstack((labels[..., 1:], ignore)))
+            del logits
+            loss.backward()
+            del loss
+            optimizer.step()
