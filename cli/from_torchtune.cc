@@ -5,8 +5,9 @@
 // training/activations.py, training/_distributed.py.
 //
 // torchtune builds the model from its own modules (modules/transformer.py
-// TransformerDecoder); vramscope lowers the same architecture as transformers
-// implements it, and the report says so (a note).
+// TransformerDecoder): a Llama or Mistral builder sets --impl torchtune, which
+// lowers those modules; other families are estimated with transformers'
+// modules, listed as not modelled.
 #include <algorithm>
 #include <string>
 #include <string_view>
@@ -110,10 +111,24 @@ Status ReadTorchtuneModel(const Reader& r, const Json& root) {
   VS_TRY(component, Component(r, root, "model"));
   const Json& model = root["model"];
   r.Note(fmt::format("model {}", common::QuoteForMessage(component, common::kQuotedBytes, '\'')),
-         "model._component_",
-         "not applied, the MODEL argument names the model estimated; torchtune's own modules "
-         "are estimated as transformers' implementation of the same architecture");
+         "model._component_", "not applied, the MODEL argument names the model estimated");
   const std::string builder = LastSegment(component);
+  // The Llama and Mistral builders' modules are what --impl torchtune lowers
+  // (RMSNorm, RotaryPositionalEmbeddings / Llama3ScaledRoPE, MultiHeadAttention).
+  static constexpr std::string_view kLowered[] = {
+      "torchtune.models.llama2.",     "torchtune.models.llama3.",   "torchtune.models.llama3_1.",
+      "torchtune.models.llama3_2.",   "torchtune.models.llama3_3.", "torchtune.models.mistral.",
+      "torchtune.models.code_llama2."};
+  bool lowered = false;
+  for (std::string_view prefix : kLowered) lowered = lowered || component.rfind(prefix, 0) == 0;
+  if (lowered && builder.find("vision") == std::string::npos) {
+    r.Set("--impl", "torchtune",
+          "model._component_ (a Llama / Mistral builder: torchtune's modules)");
+  } else {
+    r.NotModelled("model._component_",
+                  "torchtune's own modules for this family: estimated as transformers' "
+                  "(--impl torchtune models Llama and Mistral)");
+  }
   VS_TRY(quantize, TtFlag(r, model, "quantize_base", "model.quantize_base"));
   const bool qlora = builder.rfind("qlora_", 0) == 0;
   const bool lora = qlora || builder.rfind("lora_", 0) == 0;

@@ -37,6 +37,8 @@ void AddKnobFlags(CLI::App* sub, KnobArgs* k) {
   sub->add_option("--lora-rank", k->lora_rank, "LoRA rank (default 16)");
   sub->add_option("--lora-targets", k->lora_targets, "q,k,v,o,gate,up,down,lm_head or all-linear");
   sub->add_option("--lora-dropout", k->lora_dropout, "LoRA dropout (default 0.05)");
+  sub->add_option("--impl", k->impl,
+                  "whose modules: transformers (default) or torchtune (its own decoder)");
   sub->add_option("--lora-dtype", k->lora_dtype,
                   "LoRA adapters' dtype: fp32 (PEFT's default) or model (torchtune, LitGPT)");
   sub->add_option("--grad-ckpt", k->grad_ckpt, "none, full (non-reentrant), reentrant");
@@ -141,12 +143,19 @@ bool FromSets(const FromConfig& from, std::string_view flag) {
 // --ddp/--zero/--fsdp on the command line overrides the file's.
 void KnobArgs::SetFromFile(const FileKnob& k) {
   const std::pair<const char*, std::string*> strings[] = {
-      {"--precision", &precision},      {"--optimizer", &optimizer},
-      {"--grad-ckpt", &grad_ckpt},      {"--loss", &loss},
-      {"--finetune", &finetune},        {"--lora-targets", &lora_targets},
-      {"--lora-dtype", &lora_dtype},    {"--attn", &attn},
-      {"--zero", &parallel.zero},       {"--fsdp", &parallel.fsdp},
-      {"--offload", &parallel.offload}, {"--zero-buckets", &parallel.zero_buckets}};
+      {"--precision", &precision},
+      {"--optimizer", &optimizer},
+      {"--grad-ckpt", &grad_ckpt},
+      {"--loss", &loss},
+      {"--finetune", &finetune},
+      {"--lora-targets", &lora_targets},
+      {"--lora-dtype", &lora_dtype},
+      {"--impl", &impl},
+      {"--attn", &attn},
+      {"--zero", &parallel.zero},
+      {"--fsdp", &parallel.fsdp},
+      {"--offload", &parallel.offload},
+      {"--zero-buckets", &parallel.zero_buckets}};
   const std::pair<const char*, int64_t*> ints[] = {
       {"--gpus", &parallel.gpus},
       {"--gpus-per-node", &parallel.gpus_per_node},
@@ -247,6 +256,9 @@ Result<TrainingSetup> KnobArgs::Convert() const {
   auto ld = ParseLoraDtype(lora_dtype);
   if (!ld.ok()) return ld.error();
   s.lora_dtype = *ld;
+  auto im = ParseModelImpl(impl);
+  if (!im.ok()) return im.error();
+  s.impl = *im;
   auto g = ParseGradCkpt(grad_ckpt);
   if (!g.ok()) return g.error();
   s.grad_ckpt = *g;

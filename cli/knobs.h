@@ -25,7 +25,8 @@ struct KnobArgs {
   double lora_dropout = 0.05;
   std::string grad_ckpt = "none", attn = "sdpa", loss = "hf";
   std::string transformers_version = "5.24", torch_version = "2.13";
-  std::string gpu = "h100-80g", alloc_conf, device_rules = "cuda", lora_dtype = "fp32";
+  std::string gpu = "h100-80g", alloc_conf, device_rules = "cuda", lora_dtype = "fp32",
+              impl = "transformers";
   bool optimizer_in_backward = false;
   bool no_attention_mask = false;
   bool no_use_cache = false;

@@ -62,7 +62,8 @@ constexpr std::string_view kFlags[] = {"--precision",
                                        "--dpo-precompute-ref",
                                        "--packing",
                                        "--optimizer-in-backward",
-                                       "--lora-dtype"};
+                                       "--lora-dtype",
+                                       "--impl"};
 
 void ParseAs(const std::string& file, const std::string& text) {
   using namespace vramscope;

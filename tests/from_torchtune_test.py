@@ -147,5 +147,24 @@ def test_recipe_configs_shipped_with_torchtune_read(tmp_path):
             "  path: /tmp/tokenizer.model\n  max_seq_len: null\n"
             "output_dir: ${output_dir}\nbatch_size: 4\ndtype: bf16\n")
     path = write(tmp_path, "1B_lora_single_device.yaml", text)
-    p = run("estimate", "qwen2.5-0.5b", "--from", path, "--seq", 128, "--json")
+    p = run("estimate", "llama-3.2-1b", "--from", path, "--seq", 128, "--json")
     assert p.returncode == 0, p.stderr
+    flags = ["--impl", "torchtune", "--finetune", "lora", "--lora-rank", 64, "--lora-dropout", 0,
+             "--lora-dtype", "model", "--lora-targets", "q,v,o,gate,up,down", "--batch", 4,
+             "--precision", "bf16", "--grad-ckpt", "none", "--seq", 128]
+    q = run("estimate", "llama-3.2-1b", *flags, "--json")
+    assert q.returncode == 0, q.stderr
+    assert numbers(json.loads(p.stdout)) == numbers(json.loads(q.stdout))
+
+
+def test_impl_torchtune_only_for_llama_and_mistral_builders(tmp_path):
+    # A Qwen2.5 builder's modules are estimated as transformers' and listed.
+    p = run("estimate", "qwen2.5-0.5b", "--from", recipe(tmp_path, {}), "--json")
+    assert p.returncode == 0, p.stderr
+    assert "--impl" not in " ".join(lines(json.loads(p.stdout), "from file"))
+    assert "this family" in " ".join(lines(json.loads(p.stdout), "unmodelled"))
+    # A Llama builder's config given to a Qwen2 model: --impl torchtune refuses it.
+    path = recipe(tmp_path, {"model": {"_component_": "torchtune.models.llama3_2.llama3_2_1b"}},
+                  name="llama.yaml")
+    p = run("estimate", "qwen2.5-0.5b", "--from", path)
+    assert p.returncode == 2 and "--impl torchtune" in p.stderr, p.stderr

@@ -69,6 +69,13 @@ enum class DeviceRules : uint8_t { kCuda, kCpu };
 // *-true precision do; the input is used as it is.
 enum class LoraDtype : uint8_t { kFp32, kModel };
 
+// Whose modules run the architecture. kTransformers: transformers' modeling
+// code (LlamaForCausalLM and its family). kTorchtune: torchtune 0.6.1's own
+// TransformerDecoder for the same architecture (modules/transformer.py,
+// attention.py, rms_norm.py, position_embeddings.py): RMSNorm over x.float(),
+// rotary embeddings from a max_seq_len cache in fp32, no KV cache in training.
+enum class ModelImpl : uint8_t { kTransformers, kTorchtune };
+
 struct TrainingSetup {
   uint64_t batch = 1;
   uint64_t seq = 2048;
@@ -81,6 +88,7 @@ struct TrainingSetup {
   std::vector<std::string> lora_targets = {"q", "v"};
   double lora_dropout = 0.05;
   LoraDtype lora_dtype = LoraDtype::kFp32;
+  ModelImpl impl = ModelImpl::kTransformers;
   GradCkpt grad_ckpt = GradCkpt::kNone;
   Attention attn = Attention::kSdpa;
   LossKind loss = LossKind::kHf;
@@ -172,6 +180,7 @@ std::string_view AttentionName(Attention a);
 std::string_view LossName(LossKind l);
 std::string_view DeviceRulesName(DeviceRules d);
 std::string_view LoraDtypeName(LoraDtype d);
+std::string_view ModelImplName(ModelImpl m);
 
 Result<Precision> ParsePrecision(std::string_view text);
 Result<OptimizerKind> ParseOptimizer(std::string_view text);
@@ -181,6 +190,7 @@ Result<Attention> ParseAttention(std::string_view text);
 Result<LossKind> ParseLoss(std::string_view text);
 Result<DeviceRules> ParseDeviceRules(std::string_view text);
 Result<LoraDtype> ParseLoraDtype(std::string_view text);
+Result<ModelImpl> ParseModelImpl(std::string_view text);
 // "4.46" -> 446.
 Result<int> ParseVersion(std::string_view text, std::string_view field);
 // "q,k,v" or "all-linear".

@@ -235,6 +235,14 @@ Status Validate(const ModelSpec& m, const TrainingSetup& s) {
   if (s.activation_offload && s.grad_ckpt != GradCkpt::kNone)
     return bad(
         "--activation-offload: not modelled together with --grad-ckpt (use one or the other)");
+  if (s.impl == ModelImpl::kTorchtune &&
+      (m.is_encoder || m.is_vit || m.is_unet || m.is_flux ||
+       (m.model_type != "llama" && m.model_type != "mistral") || m.num_labels > 0 ||
+       m.position != PositionKind::kRope || s.parallel.model_parallel()))
+    return bad(fmt::format(
+        "--impl torchtune: torchtune's own decoder is modelled for Llama and Mistral causal LMs "
+        "without Megatron-style parallelism, not {} (model_type {})",
+        m.name, common::QuoteForMessage(m.model_type, common::kQuotedBytes, '\'')));
   if (m.is_vit) return ValidateVit(m, s);
   if (m.is_encoder && m.model_type != "bert")
     return bad(fmt::format("{}: encoder models other than bert (model_type {}) are not lowered yet",
@@ -393,6 +401,7 @@ class RankLowerer {
                                       setup_.precision == Precision::kFp16Mixed);
     tape_.compute_bytes = setup_.precision == Precision::kFp32 ? kF32 : kHalf;
     tape_.lora_dropout = setup_.lora_dropout;
+    tape_.torchtune_modules = setup_.impl == ModelImpl::kTorchtune;
     tape_.cpu_rules = setup_.device_rules == DeviceRules::kCpu;
     tape_.graph.under_dispatch_mode = tape_.cpu_rules;
     tape_.graph.SetCublasWorkspaces(tape_.cpu_rules ? 0 : gpu_.cublas_workspace_bytes);

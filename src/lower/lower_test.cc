@@ -82,6 +82,44 @@ TEST(Lower, SteadyStateAndNothingLeaks) {
   }
 }
 
+// --impl torchtune: steady state, nothing left but the weights, the optimizer
+// state and the rotary cache buffer (max_position_embeddings x head_dim fp32);
+// bf16 full fine-tuning saves each RMSNorm's fp32 x * rstd (the composite path
+// for a bf16 scale over an fp32 input), so more than transformers' modules;
+// non-Llama models are refused.
+TEST(Lower, TorchtuneModulesSteadyStateAndRopeCache) {
+  const ModelSpec m = Tiny();
+  const uint64_t rope_cache_bytes = m.max_position_embeddings * m.head_dim * 4;
+  for (Precision p : {Precision::kFp32, Precision::kBf16}) {
+    for (GradCkpt c : {GradCkpt::kNone, GradCkpt::kFull}) {
+      TrainingSetup s;
+      s.optimizer = OptimizerKind::kAdamW;
+      s.batch = 2;
+      s.seq = 64;
+      s.precision = p;
+      s.grad_ckpt = c;
+      s.loss = LossKind::kTorchtuneChunked;
+      s.impl = ModelImpl::kTorchtune;
+      SimResult r = RunLowered(s, m);
+      ExpectSteadyState(r);
+      const uint64_t pbytes = p == Precision::kBf16 ? 2 : 4;
+      EXPECT_EQ(r.final_stats.allocated_bytes, m.ParameterCount() * pbytes * 3 + rope_cache_bytes);
+    }
+  }
+  TrainingSetup s;
+  s.precision = Precision::kBf16;
+  s.seq = 64;
+  s.loss = LossKind::kTorchtuneChunked;
+  const uint64_t hf = RunLowered(s, m).final_stats.peak_allocated_bytes;
+  s.impl = ModelImpl::kTorchtune;
+  EXPECT_GT(RunLowered(s, m).final_stats.peak_allocated_bytes, hf);
+  ModelSpec gpt2 = m;
+  gpt2.model_type = "gpt2";
+  auto refused = LowerTraining(gpt2, s, TestGpu());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("--impl torchtune"), std::string::npos);
+}
+
 // Activations at the end of forward for bf16 weights, flash attention, full
 // fine-tune (reference: per token per layer 20h + 4kd + 8i + 4a when a*d = h;
 // two RMSNorms at 6h, the q/k/v input 2h, the gate/up input 2h, q 2h, out 2h,

@@ -424,10 +424,11 @@ Var Dropout(Tape& tape, const Var& x, double p) {
   return out;
 }
 
-Var RmsNorm(Tape& tape, const Var& x, Param& w, uint64_t tokens, uint64_t hidden,
-            bool gemma_style) {
-  // hidden_states = hidden_states.to(torch.float32)
-  Var h = Cast(tape, x, kF32);
+namespace {
+// rsqrt(h.pow(2).mean(-1, keepdim=True) + eps) of an fp32 `h`. transformers'
+// RMSNorms add eps out of place (`variance + eps`); torch's
+// rms_norm_composite adds it in place (`.add_(eps_val)`), so no tensor.
+Var RsqrtMeanSquare(Tape& tape, const Var& h, uint64_t tokens, bool eps_in_place) {
   // variance = hidden_states.pow(2).mean(-1, keepdim=True): PowBackward0 saves
   // self; MeanBackward1 saves only sizes (torch >= 2.0).
   Var sq = tape.New(h.numel, kF32, Category::kTemporaries, "aten::pow");
@@ -446,12 +447,15 @@ Var RmsNorm(Tape& tape, const Var& x, Param& w, uint64_t tokens, uint64_t hidden
     EdgeIf(tape, n, sq);  // grad.expand(...) / N: a full-size tensor
   }
   tape.Drop(sq);
-  Var var_eps = tape.New(tokens, kF32, Category::kTemporaries, "aten::add");
-  if (AnyGrad(tape, var)) {
-    NodeId n = tape.Node("AddBackward1", &var_eps);
-    tape.graph.EdgePass(n, var);
+  Var var_eps = var;
+  if (!eps_in_place) {
+    var_eps = tape.New(tokens, kF32, Category::kTemporaries, "aten::add");
+    if (AnyGrad(tape, var)) {
+      NodeId n = tape.Node("AddBackward1", &var_eps);
+      tape.graph.EdgePass(n, var);
+    }
+    tape.Drop(var);
   }
-  tape.Drop(var);
   Var rs = tape.New(tokens, kF32, Category::kTemporaries, "aten::rsqrt");
   if (AnyGrad(tape, var_eps)) {
     NodeId n = tape.Node("RsqrtBackward0", &rs);
@@ -459,6 +463,15 @@ Var RmsNorm(Tape& tape, const Var& x, Param& w, uint64_t tokens, uint64_t hidden
     EdgeIf(tape, n, var_eps);
   }
   tape.Drop(var_eps);
+  return rs;
+}
+}  // namespace
+
+Var RmsNorm(Tape& tape, const Var& x, Param& w, uint64_t tokens, uint64_t hidden,
+            bool gemma_style) {
+  // hidden_states = hidden_states.to(torch.float32)
+  Var h = Cast(tape, x, kF32);
+  Var rs = RsqrtMeanSquare(tape, h, tokens, /*eps_in_place=*/false);
   // hidden_states * torch.rsqrt(variance + eps)
   // The full-size transient of rs's gradient: the H100 snapshot of Qwen2.5
   // shows it before h's. (Applied here only: the MoE lowering's broadcast
@@ -483,6 +496,42 @@ Var RmsNorm(Tape& tape, const Var& x, Param& w, uint64_t tokens, uint64_t hidden
     tape.Drop(normed);
   }
   (void)hidden;
+  return out;
+}
+
+// torchtune 0.6.1 modules/rms_norm.py RMSNorm.forward:
+// F.rms_norm(x.float(), normalized_shape, weight=self.scale, eps).to(x.dtype).
+// torch 2.13 rms_norm_symint (aten/src/ATen/native/layer_norm.cpp): a weight
+// whose dtype differs from the input's (a bf16 scale against the fp32 input)
+// warns and takes rms_norm_composite: rsqrt of the mean square, input * rstd,
+// then * weight (fp32 by promotion; saved for the weight's gradient when it
+// trains), cast back. Same dtypes (fp32 weights) dispatch to _fused_rms_norm,
+// whose CUDA kernel saves the input and rstd only; CPU builds register it as
+// the composite.
+Var RmsNormTorchtune(Tape& tape, const Var& x, Param& w, uint64_t tokens) {
+  Var h = Cast(tape, x, kF32);
+  Var out32;
+  if (w.elem_bytes == kF32 && !tape.cpu_rules) {
+    out32 = tape.New(h.numel, kF32, Category::kTemporaries, "aten::_fused_rms_norm");
+    Var rstd = tape.New(tokens, kF32, Category::kActivations, "aten::_fused_rms_norm");
+    if (AnyGrad(tape, h) || AnyGrad(tape, w.var)) {
+      NodeId n = tape.Node("FusedRmsNormBackward0", &out32);
+      SaveIf(tape, n, h);
+      SaveIf(tape, n, rstd);
+      EdgeIf(tape, n, h);
+      EdgeIf(tape, n, w.var);
+    }
+    tape.Drop(rstd);
+  } else {
+    Var rs = RsqrtMeanSquare(tape, h, tokens, /*eps_in_place=*/true);
+    Var normed = MulImpl(tape, h, rs, "aten::mul", /*reduce_broadcast=*/true);
+    tape.Drop(rs);
+    out32 = MulParam(tape, normed, w, false);
+    tape.Drop(normed);
+  }
+  tape.Drop(h);
+  Var out = Cast(tape, out32, x.elem_bytes);
+  tape.Drop(out32);
   return out;
 }
 

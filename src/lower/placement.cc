@@ -70,6 +70,15 @@ int UnitOf(const ParamTensor& pt, uint64_t num_layers) {
 // masks per call instead and registers neither.
 void PlaceBuffers(Tape& tape, const ModelSpec& model, const TrainingSetup& setup,
                   const std::vector<StageSpan>& chunks) {
+  if (setup.impl == ModelImpl::kTorchtune) {
+    // torchtune's rotary cache (RotaryPositionalEmbeddings / Llama3ScaledRoPE
+    // rope_init, 0.6.1): [max_seq_len, head_dim / 2, 2] fp32, one module
+    // shared by every layer (the component builders make one `rope`).
+    tape.graph.SetModule(tape.graph.Intern("model.layers.0.attn.pos_embeddings"));
+    tape.graph.Alloc(model.max_position_embeddings * model.head_dim * kF32, Category::kParameters,
+                     "register_buffer", tape.graph.module());
+    return;
+  }
   if (model.model_type == "bert") {
     // BertEmbeddings: position_ids (arange(max_position_embeddings).expand(1, -1))
     // and token_type_ids (zeros of its size), int64, non-persistent buffers

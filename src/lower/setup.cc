@@ -47,6 +47,8 @@ constexpr Named<DeviceRules> kDeviceRules[] = {{"cuda", DeviceRules::kCuda},
                                                {"cpu", DeviceRules::kCpu}};
 constexpr Named<LoraDtype> kLoraDtypes[] = {{"fp32", LoraDtype::kFp32},
                                             {"model", LoraDtype::kModel}};
+constexpr Named<ModelImpl> kModelImpls[] = {{"transformers", ModelImpl::kTransformers},
+                                            {"torchtune", ModelImpl::kTorchtune}};
 
 template <typename E, size_t N>
 Result<E> Parse(const Named<E> (&table)[N], std::string_view text, std::string_view flag) {
@@ -78,6 +80,7 @@ std::string_view AttentionName(Attention a) { return Name(kAttns, a); }
 std::string_view LossName(LossKind l) { return Name(kLosses, l); }
 std::string_view DeviceRulesName(DeviceRules d) { return Name(kDeviceRules, d); }
 std::string_view LoraDtypeName(LoraDtype d) { return Name(kLoraDtypes, d); }
+std::string_view ModelImplName(ModelImpl m) { return Name(kModelImpls, m); }
 
 Result<Precision> ParsePrecision(std::string_view t) {
   return Parse(kPrecisions, t, "--precision");
@@ -95,6 +98,7 @@ Result<DeviceRules> ParseDeviceRules(std::string_view t) {
 Result<LoraDtype> ParseLoraDtype(std::string_view t) {
   return Parse(kLoraDtypes, t, "--lora-dtype");
 }
+Result<ModelImpl> ParseModelImpl(std::string_view t) { return Parse(kModelImpls, t, "--impl"); }
 
 // MAJOR.MINOR (common::ParseMajorMinor), optionally followed by ".PATCH..."
 // (ignored); MAJOR at least 1.
@@ -160,6 +164,8 @@ std::vector<std::pair<std::string, std::string>> DescribeSetup(const TrainingSet
   if (s.ema) k.emplace_back("ema", s.ema_foreach ? "foreach" : "true");
   if (s.device_rules != DeviceRules::kCuda)
     k.emplace_back("device_rules", std::string(DeviceRulesName(s.device_rules)));
+  if (s.impl != ModelImpl::kTransformers)
+    k.emplace_back("impl", std::string(ModelImplName(s.impl)));
   if (s.finetune != Finetune::kFull && s.lora_dtype != LoraDtype::kFp32)
     k.emplace_back("lora_dtype", std::string(LoraDtypeName(s.lora_dtype)));
   if (s.finetune != Finetune::kFull) {

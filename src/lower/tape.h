@@ -65,6 +65,9 @@ class Tape {
   std::vector<Param>* other_params = nullptr;
   // CPU kernels instead of CUDA's where they allocate differently (setup.h DeviceRules).
   bool cpu_rules = false;
+  // --impl torchtune: torchtune's RMSNorm and rotary embeddings (ops.cc
+  // RmsNormTorchtune, transformer.cc RopeTorchtune).
+  bool torchtune_modules = false;
   // Linear inputs are 2-D [tokens, in] here (an MoE block's `hidden_states.view(-1,
   // hidden_dim)`): their gradients are the matmul's own output, not a reshaped view.
   bool flat_linear_inputs = false;

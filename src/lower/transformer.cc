@@ -128,7 +128,9 @@ Var Proj(Tape& tape, const Var& x, Param* w, Param* b, uint64_t tokens, uint64_t
 
 Var Norm(Tape& tape, const ModelSpec& spec, const Var& x, Param* w, Param* b, const Dims& d) {
   switch (spec.norm) {
-    case NormKind::kRmsNorm: return RmsNorm(tape, x, *w, d.t, d.h, false);
+    case NormKind::kRmsNorm:
+      if (tape.torchtune_modules) return RmsNormTorchtune(tape, x, *w, d.t);
+      return RmsNorm(tape, x, *w, d.t, d.h, false);
     case NormKind::kRmsNormGemma: return RmsNorm(tape, x, *w, d.t, d.h, true);
     case NormKind::kLayerNorm:
     case NormKind::kLayerNormNoBias: return LayerNorm(tape, x, *w, b, d.t);
@@ -148,8 +150,8 @@ bool MakesTrainingCache(const ModelSpec& spec, const TrainingSetup& setup, bool 
   // trainer/utils.py add_fused_lm_head); torchtune's own decoder has no
   // cache in training.
   if (!spec.use_cache || !setup.use_cache || ckpt || setup.transformers_version < 436 ||
-      setup.loss == LossKind::kTrlFused || setup.loss == LossKind::kTorchtuneChunked ||
-      setup.parallel.model_parallel()) {
+      setup.impl == ModelImpl::kTorchtune || setup.loss == LossKind::kTrlFused ||
+      setup.loss == LossKind::kTorchtuneChunked || setup.parallel.model_parallel()) {
     return false;
   }
   const bool gemma_eval_only = spec.model_type == "gemma2" || spec.model_type == "gemma3" ||
@@ -767,6 +769,39 @@ Var CacheUpdate(Tape& tape, Var states, uint8_t cache_bytes) {
 // itself (StableLmAttention / PhiAttention.forward, 4.57.6 and 5.24.0):
 // query_rot and query_pass are its locals; gpt_neox does it inside
 // apply_rotary_pos_emb, whose locals die when it returns.
+// torchtune 0.6.1 modules/position_embeddings.py RotaryPositionalEmbeddings
+// .forward (Llama3ScaledRoPE's is the same): xshaped = x.float().reshape(...,
+// -1, 2); each output half is a difference / sum of two products with the
+// cache's halves (fp32, half of x's elements each); torch.stack makes the
+// fp32 whole, flatten is a view, type_as(x) casts back. The cache slices are
+// views of a buffer without gradient: each MulBackward0 saves only the cache,
+// so nothing of x is kept.
+Var RopeTorchtune(Tape& tape, const Var& x) {
+  Var xf = Cast(tape, x, kF32);
+  const uint64_t half = xf.numel / 2;
+  Var parts[2];
+  for (int i = 0; i < 2; ++i) {
+    Var a = tape.New(half, kF32, Category::kTemporaries, "aten::mul");
+    Var b = tape.New(half, kF32, Category::kTemporaries, "aten::mul");
+    parts[i] = tape.New(half, kF32, Category::kTemporaries, i == 0 ? "aten::sub" : "aten::add");
+    tape.Drop(a);
+    tape.Drop(b);
+  }
+  Var stacked = tape.New(xf.numel, kF32, Category::kTemporaries, "aten::stack");
+  for (Var& p : parts) tape.Drop(p);
+  if (xf.requires_grad() && tape.grad_enabled) {
+    NodeId n = tape.Node("StackBackward0", &stacked);
+    // unbind's halves times the cache, and the selects' zero-filled gradients
+    // summed into xshaped's.
+    tape.graph.Workspace(n, xf.numel * kF32);
+    tape.graph.Edge(n, xf, xf.bytes());
+  }
+  Var out = Cast(tape, stacked, x.elem_bytes);
+  tape.Drop(stacked);
+  tape.Drop(xf);
+  return out;
+}
+
 bool RotaryPiecesAreLocals(const ModelSpec& spec) {
   return spec.model_type == "stablelm" || spec.model_type == "phi";
 }
@@ -827,8 +862,12 @@ Var SelfAttention(Tape& tape, const ModelSpec& spec, const LayerParams& lp, cons
   if (spec.position == PositionKind::kRope) {
     std::vector<Var>* pieces = RotaryPiecesAreLocals(spec) ? &locals : nullptr;
     // `q, k = apply_rotary_pos_emb(q, k, ...)`: both old ones die on return.
-    Var rq = Rope(tape, q, sh.cos, sh.sin, d.d, RotaryDim(spec, d.d), pieces);
-    Var rk = Rope(tape, k, sh.cos, sh.sin, d.d, RotaryDim(spec, d.d), pieces);
+    Var rq = tape.torchtune_modules
+                 ? RopeTorchtune(tape, q)
+                 : Rope(tape, q, sh.cos, sh.sin, d.d, RotaryDim(spec, d.d), pieces);
+    Var rk = tape.torchtune_modules
+                 ? RopeTorchtune(tape, k)
+                 : Rope(tape, k, sh.cos, sh.sin, d.d, RotaryDim(spec, d.d), pieces);
     tape.Drop(q);
     tape.Drop(k);
     q = rq;
@@ -1219,9 +1258,14 @@ Var PackedCausalMask(Tape& tape, uint64_t elems, uint8_t bytes) {
 LayerShared PrepareLayers(Tape& tape, const ModelSpec& spec, const TrainingSetup& setup,
                           const Dims& d, const Var& x, bool cache, ForwardMasks* masks) {
   LayerShared sh;
+  // torchtune's MultiHeadAttention copies k / v to every head itself
+  // (k.unsqueeze(2).expand(...).flatten(1, 2), modules/attention.py 0.6.1) and
+  // calls SDPA with is_causal when no mask is given.
+  const bool torchtune = setup.impl == ModelImpl::kTorchtune;
   sh.plan =
       PlanAttention(setup, tape.autocast ? tape.compute_bytes : x.elem_bytes, d.heads, d.kv,
-                    SdpaGetsMask(spec, setup, d.s, cache), spec.attention_dropout, spec.kv_sharing);
+                    !torchtune && SdpaGetsMask(spec, setup, d.s, cache), spec.attention_dropout,
+                    torchtune ? KvSharing::kExpanded : spec.kv_sharing);
   // Eager softmax: llama-style families call softmax(..., dtype=torch.float32)
   // .to(query.dtype); GPT-2 (softmax(attn_weights, dim=-1)) and Falcon
   // (dtype=hidden_states.dtype) stay in the scores' dtype (4.57.6 / 5.24.0).
@@ -1243,7 +1287,8 @@ LayerShared PrepareLayers(Tape& tape, const ModelSpec& spec, const TrainingSetup
     }
   }
   tape.SetModule("model.rotary_emb");
-  if (spec.position == PositionKind::kRope) {
+  // torchtune slices its rotary cache (a buffer, PlaceBuffers) in each layer.
+  if (spec.position == PositionKind::kRope && !torchtune) {
     RotaryTables(tape, d.s, RotaryDim(spec, d.d), x.elem_bytes, &sh.cos, &sh.sin);
   }
   return sh;

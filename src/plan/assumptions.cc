@@ -298,8 +298,14 @@ std::vector<Assumption> DescribeAssumptions(const TrainingSetup& s) {
                      ? "every row full length, with an attention_mask as collators add one"
                      : "input_ids and labels only, no attention_mask",
                  s.attention_mask ? "--no-attention-mask" : ""});
-  if (s.grad_ckpt == GradCkpt::kNone && s.transformers_version >= 436 &&
-      !s.parallel.model_parallel()) {
+  if (s.impl == ModelImpl::kTorchtune) {
+    out.push_back({"modules",
+                   "torchtune 0.6.1's own decoder: RMSNorm over x.float(), rotary embeddings "
+                   "in fp32 from a max_position_embeddings-long cache, k / v copied to every "
+                   "head, no KV cache; transformers' modules are --impl transformers",
+                   "--impl"});
+  } else if (s.grad_ckpt == GradCkpt::kNone && s.transformers_version >= 436 &&
+             !s.parallel.model_parallel()) {
     // lower/transformer.cc MakesTrainingCache: the cost the ground-truth harness
     // and many scripts avoid with model.config.use_cache = False.
     out.push_back({"KV cache",

@@ -145,6 +145,8 @@ Status ParseKnobs(const Ctx& c, const json& knobs, MeasuredRun* run) {
         st = wrap(ParseLoraTargets(text), &s.lora_targets);
       else if (key == "lora_dtype")
         st = wrap(ParseLoraDtype(text), &s.lora_dtype);
+      else if (key == "impl")
+        st = wrap(ParseModelImpl(text), &s.impl);
       else if (key == "alloc_conf")
         s.alloc_conf = text;
       else

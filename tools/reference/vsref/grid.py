@@ -130,7 +130,8 @@ def batch1_points():
 def full_grid():
     points = [p for family in FAMILIES for tf in (5, 4) for combo in COMBOS
               if _supported(p := _point(family, tf, combo))]
-    return points + unet_points() + trl_points() + packed_points() + batch1_points()
+    return (points + unet_points() + trl_points() + packed_points() + batch1_points()
+            + torchtune_model_points())
 
 
 def ci_grid():
@@ -144,9 +145,9 @@ def ci_grid():
 # (gloo's worker thread drops its references to collective buffers at times that vary
 # from run to run; docs/fidelity.md, "FSDP2 on CPU").
 def torchtune_model_points():
-    """torchtune's own decoder (vsref/torchtune_model.py): full and LoRA, fp32 and bf16 (the
-    recipes' dtypes), with and without checkpointing, SDPA as torchtune's attention calls
-    it. The rotary cache is max_seq_len long: 256 here, as the reduced model's."""
+    """torchtune's own decoder (vsref/torchtune_model.py), estimated with --impl torchtune:
+    full and LoRA, fp32 and bf16 (the recipes' dtypes), with and without checkpointing,
+    SDPA as torchtune's attention calls it. Two kv heads, a 256-position rotary cache."""
     combos = [("full", "none", "fp32"), ("full", "none", "bf16"), ("full", "full", "bf16"),
               ("lora", "none", "fp32"), ("lora", "none", "bf16"), ("lora", "full", "bf16")]
     return [Point("llama_tt", tf=5, finetune=f, ckpt=c, attn="sdpa", precision=p,

@@ -83,6 +83,8 @@ class Point:
             args += ["--loss", "trl-fused"]
         if self.trainer in ("torchtune", "torchtune-model"):
             args += ["--loss", "torchtune-chunked"]
+        if self.trainer == "torchtune-model":
+            args += ["--impl", "torchtune"]
         if self.trainer == "torchtune-model" and self.finetune == "lora":
             args += ["--lora-dtype", "model"]
         if self.trainer == "trl-dpo":

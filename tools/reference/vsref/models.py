@@ -177,10 +177,13 @@ def reference_config(family):
         return copy.deepcopy(UNET_FAMILIES[family])
     if family == "llama_tt":
         # torchtune's own Llama 3.2 decoder (vsref/torchtune_model.py; `--grid
-        # torchtune-model` only, not a FAMILIES entry): its rotary cache is
-        # max_seq_len long, 256 here rather than the catalog's 131072.
+        # torchtune-model` only, not a FAMILIES entry), estimated with --impl
+        # torchtune: its rotary cache is max_seq_len long, 256 here rather than
+        # the catalog's 131072.
         config = reduce_config(catalog_config(FAMILIES["llama"]))
-        config["max_position_embeddings"] = 256
+        # Two kv heads, so that torchtune's per-head k / v copies are copies
+        # (one kv head expands as a view).
+        config.update(max_position_embeddings=256, num_key_value_heads=2)
         return config
     config = reduce_config(catalog_config(FAMILIES[family]))
     if config.get("model_type") == "vit":

@@ -1,9 +1,5 @@
-"""torchtune 0.6.1's own decoder through a recipe's step: how far vramscope's estimate of a
-torchtune config (which lowers transformers' modules for the same architecture) is from
-what torchtune's modules allocate.
-
-Not part of the `full` grid (whose points must be within 1%): `--grid torchtune-model`
-reports the gap, and docs/configs.md ("torchtune") quotes it. The step is
+"""torchtune 0.6.1's own decoder through a recipe's step, the reference of `--impl torchtune`
+(in the full grid; `--grid torchtune-model` runs these points alone). The step is
 recipes/lora_finetune_single_device.py's and full_finetune_single_device.py's (0.6.1):
 the model built under training.set_default_dtype(dtype) (bf16 weights, no autocast),
 LoRA adapters in that dtype with only they trainable (set_trainable_params),
