@@ -51,5 +51,17 @@ if [ "${1:-}" = "--lock" ]; then
   lock_env tf4
   exit 0
 fi
+# torchtune's import-time libraries, kept out of .venv/tf5 (the file says why).
+extra_env() {  # extra_env DIR LIST
+  local dir=$1 list=$2 stamp=$1/.vramscope-lock
+  if [ -d "$dir" ] && [ "$(cat "$list")" = "$(cat "$stamp" 2>/dev/null)" ]; then return 0; fi
+  echo "python_env.sh: creating $dir from $list"
+  rm -rf "$dir"
+  .venv/tf5/bin/python -m pip install -q --disable-pip-version-check --no-deps --target "$dir" \
+    -r "$list" 2>&1 | { grep -v "^WARNING: Location" || true; }
+  cat "$list" > "$stamp"
+}
+
 make_env tf5 requirements/reference-tf5.txt
 make_env tf4 requirements/reference-tf4.txt
+extra_env .venv/tf5-torchtune requirements/reference-tf5-torchtune.txt

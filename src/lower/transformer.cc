@@ -806,6 +806,22 @@ bool RotaryPiecesAreLocals(const ModelSpec& spec) {
   return spec.model_type == "stablelm" || spec.model_type == "phi";
 }
 
+// `q, k = apply_rotary_pos_emb(q, k, ...)` (transformers) or torchtune's
+// pos_embeddings on each: both old ones die on return.
+void ApplyRotary(Tape& tape, const ModelSpec& spec, const Dims& d, const LayerShared& sh,
+                 std::vector<Var>* locals, Var* q, Var* k) {
+  std::vector<Var>* pieces = RotaryPiecesAreLocals(spec) ? locals : nullptr;
+  const uint64_t rot = RotaryDim(spec, d.d);
+  Var rq = tape.torchtune_modules ? RopeTorchtune(tape, *q)
+                                  : Rope(tape, *q, sh.cos, sh.sin, d.d, rot, pieces);
+  Var rk = tape.torchtune_modules ? RopeTorchtune(tape, *k)
+                                  : Rope(tape, *k, sh.cos, sh.sin, d.d, rot, pieces);
+  tape.Drop(*q);
+  tape.Drop(*k);
+  *q = rq;
+  *k = rk;
+}
+
 // `weights` receives eager attention's returned weights (see Attend).
 // The attention forward's Python locals (the fused qkv, the final q / k / v,
 // the rotary pieces above) live until it returns, after the output projection
@@ -859,20 +875,7 @@ Var SelfAttention(Tape& tape, const ModelSpec& spec, const LayerParams& lp, cons
     tape.Drop(k);
     k = nk;
   }
-  if (spec.position == PositionKind::kRope) {
-    std::vector<Var>* pieces = RotaryPiecesAreLocals(spec) ? &locals : nullptr;
-    // `q, k = apply_rotary_pos_emb(q, k, ...)`: both old ones die on return.
-    Var rq = tape.torchtune_modules
-                 ? RopeTorchtune(tape, q)
-                 : Rope(tape, q, sh.cos, sh.sin, d.d, RotaryDim(spec, d.d), pieces);
-    Var rk = tape.torchtune_modules
-                 ? RopeTorchtune(tape, k)
-                 : Rope(tape, k, sh.cos, sh.sin, d.d, RotaryDim(spec, d.d), pieces);
-    tape.Drop(q);
-    tape.Drop(k);
-    q = rq;
-    k = rk;
-  }
+  if (spec.position == PositionKind::kRope) ApplyRotary(tape, spec, d, sh, &locals, &q, &k);
   if (tape.kv_cache) {
     // transformers 4.x makes both empty cache tensors in the keys' dtype
     // (DynamicLayer.lazy_initialization(key_states), 4.57.6); 5.x gives the

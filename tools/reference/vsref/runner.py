@@ -280,7 +280,7 @@ def run(point, config_dict, out_path):
     if point.trainer == "torchtune-model":
         from . import torchtune_model  # torchtune's own modules: .venv/tf5 only
 
-        torchtune_model.run(point, config_dict, out_path)
+        torchtune_model.run_isolated(point, config_dict, out_path)
         return
     model = add_trl_head(point, apply_knobs(point, build_model(point, config_dict)))
     if point.trainer == "torchtune":

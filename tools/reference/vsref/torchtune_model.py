@@ -5,14 +5,43 @@ the model built under training.set_default_dtype(dtype) (bf16 weights, no autoca
 LoRA adapters in that dtype with only they trainable (set_trainable_params),
 set_activation_checkpointing over TransformerSelfAttentionLayer, set_num_output_chunks(8),
 CEWithChunkedOutputLoss over labels shifted with hstack, `del logits` before backward.
-torchtune's package imports torchao, omegaconf and its tokenizers' libraries: they are
-installed without their dependencies (requirements/reference-tf5-nodeps.txt).
+torchtune's package imports torchao, omegaconf and its tokenizers' libraries: they live in
+.venv/tf5-torchtune (requirements/reference-tf5-torchtune.txt), on the path of a child
+process only, because PEFT refuses to build LoRA layers beside that torchao.
 """
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
 
 import torch
 import vramscope_trace
 
+from .knobs import point_from_json
 from .runner import make_optimizer
+
+EXTRA = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                      "..", ".venv", "tf5-torchtune"))
+
+
+def run_isolated(point, config, out_path):
+    """run() in a child interpreter with torchtune's libraries on its path."""
+    if not os.path.isdir(EXTRA):
+        raise RuntimeError(f"{EXTRA} is missing: run scripts/python_env.sh")
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump({"point": point.to_json(), "config": config, "out": out_path}, f)
+    env = dict(os.environ)
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = os.pathsep.join([EXTRA, here, env.get("PYTHONPATH", "")])
+    try:
+        proc = subprocess.run([sys.executable, "-m", "vsref.torchtune_model", f.name],
+                              capture_output=True, text=True, env=env)
+    finally:
+        os.unlink(f.name)
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr.strip().splitlines()[-1] if proc.stderr else "failed")
 
 
 def build(point, config):
@@ -69,3 +98,9 @@ def run(point, config, out_path):
             loss.backward()
             del loss
             optimizer.step()
+
+
+if __name__ == "__main__":
+    with open(sys.argv[1], encoding="utf-8") as f:
+        job = json.load(f)
+    run(point_from_json(job["point"]), job["config"], job["out"])
