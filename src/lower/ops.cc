@@ -205,6 +205,10 @@ Var Mul(Tape& tape, const Var& a, const Var& b, std::string_view op) {
   return MulImpl(tape, a, b, op, false);
 }
 
+Var MulBroadcast(Tape& tape, const Var& a, const Var& b) {
+  return MulImpl(tape, a, b, "aten::mul", /*reduce_broadcast=*/true);
+}
+
 Var Add(Tape& tape, const Var& a, const Var& b) {
   const uint8_t bytes = std::max(a.elem_bytes, b.elem_bytes);
   Var out = tape.New(std::max(a.numel, b.numel), bytes, Category::kTemporaries, "aten::add");
@@ -302,8 +306,6 @@ Var Gelu(Tape& tape, const Var& x) {
 }
 Var Relu(Tape& tape, const Var& x) { return UnaryOp(tape, x, "aten::relu", "ReluBackward0", true); }
 
-namespace {
-// scalar + a: AddBackward1 saves nothing and passes the gradient on.
 Var AddScalar(Tape& tape, const Var& a) {
   Var out = tape.New(a.numel, a.elem_bytes, Category::kTemporaries, "aten::add");
   if (AnyGrad(tape, a)) {
@@ -312,6 +314,8 @@ Var AddScalar(Tape& tape, const Var& a) {
   }
   return out;
 }
+
+namespace {
 
 // torch.pow(x, 3.0): PowBackward0 saves x; its backward computes
 // grad * (3 * x.pow(2)), two x-sized temporaries beside the result.
@@ -487,25 +491,65 @@ Var RmsNorm(Tape& tape, const Var& x, Param& w, uint64_t tokens, uint64_t hidden
 }
 
 Var LayerNorm(Tape& tape, const Var& x, Param& w, Param* b, uint64_t tokens) {
+  return LayerNorm(tape, x, &w, b, tokens);
+}
+
+Var LayerNorm(Tape& tape, const Var& x, Param* w, Param* b, uint64_t tokens) {
   // CUDA autocast runs layer_norm in fp32 (autocast_mode.cpp fp32 list); CPU
   // autocast's fp32 list has no layer_norm, so it keeps the input's dtype.
   Var xin = tape.autocast && !tape.cpu_rules ? Cast(tape, x, kF32) : tape.Share(x);
   Var out = tape.New(x.numel, xin.elem_bytes, Category::kTemporaries, "aten::native_layer_norm");
   Var mean = tape.New(tokens, kF32, Category::kActivations, "aten::native_layer_norm");
   Var rstd = tape.New(tokens, kF32, Category::kActivations, "aten::native_layer_norm");
-  const bool wgrad = AnyGrad(tape, w.var) || (b && AnyGrad(tape, b->var));
+  const bool wgrad = (w && AnyGrad(tape, w->var)) || (b && AnyGrad(tape, b->var));
   if (AnyGrad(tape, xin) || wgrad) {
     NodeId n = tape.Node("NativeLayerNormBackward0", &out);
     SaveIf(tape, n, xin);
     SaveIf(tape, n, mean);
     SaveIf(tape, n, rstd);
     EdgeIf(tape, n, xin);
-    EdgeIf(tape, n, w.var);
+    if (w) EdgeIf(tape, n, w->var);
     if (b) EdgeIf(tape, n, b->var);
   }
   tape.Drop(mean);
   tape.Drop(rstd);
   tape.Drop(xin);
+  return out;
+}
+
+Var TorchRmsNorm(Tape& tape, const Var& x, Param& w, uint64_t rows) {
+  // Half inputs are upcast (opmath); the fp32 copy is what pow and mul save.
+  Var h = Cast(tape, x, kF32);
+  Var sq = tape.New(h.numel, kF32, Category::kTemporaries, "aten::pow");
+  if (AnyGrad(tape, h)) {
+    NodeId n = tape.Node("PowBackward0", &sq);
+    SaveIf(tape, n, h);
+    tape.graph.Workspace(n, h.numel * kF32);
+    tape.graph.Workspace(n, h.numel * kF32);
+    EdgeIf(tape, n, h);
+  }
+  // mean(-1, keepdim=True).add_(eps): the eps goes in place.
+  Var var = tape.New(rows, kF32, Category::kTemporaries, "aten::mean");
+  if (AnyGrad(tape, sq)) {
+    NodeId n = tape.Node("MeanBackward1", &var);
+    EdgeIf(tape, n, sq);
+  }
+  Var rs = tape.New(rows, kF32, Category::kTemporaries, "aten::rsqrt");
+  if (AnyGrad(tape, var)) {
+    NodeId n = tape.Node("RsqrtBackward0", &rs);
+    SaveIf(tape, n, rs);
+    EdgeIf(tape, n, var);
+  }
+  tape.Drop(sq);
+  tape.Drop(var);
+  Var normed = MulImpl(tape, h, rs, "aten::mul", /*reduce_broadcast=*/true);
+  tape.Drop(rs);
+  // normed * weight in fp32 (the weight promotes or is promoted), then type_as(input).
+  Var scaled = MulParam(tape, normed, w, false);
+  tape.Drop(normed);
+  Var out = Cast(tape, scaled, x.elem_bytes);
+  tape.Drop(scaled);
+  tape.Drop(h);
   return out;
 }
 
