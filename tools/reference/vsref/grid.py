@@ -146,10 +146,11 @@ def full_grid():
 
 
 def ci_grid():
-    """One point per family and transformers version, plus every combo on Llama."""
+    """One point per family and transformers version, every combo on Llama, and the FLUX
+    points (six small steps, the only check of that lowering)."""
     points = [_point(family, tf, COMBOS[0]) for family in FAMILIES for tf in (5, 4)]
     points += [_point("llama", 5, combo) for combo in COMBOS[1:]]
-    return points
+    return points + flux_points()
 
 
 # Not in "full" and not in CI: the FSDP2 reference is not reproducible to the byte
