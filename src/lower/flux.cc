@@ -23,8 +23,8 @@ Result<FluxParams> IndexFluxParams(const ModelSpec& spec, std::vector<Param>& pa
                                "time_text_embed.timestep_embedder.linear_1.weight",
                                "norm_out.linear.weight", "proj_out.weight"}) {
     if (!index.contains(required)) {
-      return MakeError(fmt::format("{}: the FLUX transformer's parameter list lacks {}", spec.name,
-                                   required));
+      return MakeError(
+          fmt::format("{}: the FLUX transformer's parameter list lacks {}", spec.name, required));
     }
   }
   return index;
@@ -59,6 +59,7 @@ struct FluxRun {
   uint64_t b = 1, n = 1, t = 1, s = 2;  // batch, image tokens, text tokens, both
   uint64_t dim = 1, heads = 1, hd = 1;
   bool ckpt = false;
+  bool fp16 = false;  // fp16 / fp16-mixed: the blocks clip their fp16 outputs
   AttnPlan plan;
   Var temb;      // the conditioning embedding every block reads
   Var cos, sin;  // FluxPosEmbed's freqs_cos / freqs_sin [s, head_dim] fp32
@@ -144,8 +145,7 @@ Var TimeTextEmbed(FluxRun& r, const Var& timestep, const Var& guidance, const Va
 // get_1d_rotary_pos_embed (float64 on CPU and CUDA: maybe_adjust_dtype_for_device)
 // makes the outer product of positions and frequencies, cos / sin,
 // repeat_interleave(2) (a clone) and .float(); then torch.cat of the three
-// axes' cos and of their sin. The [d / 2] frequency vectors are left out
-// (bytes). Returns freqs_cos in r.cos and freqs_sin in r.sin.
+// axes' cos and of their sin. Returns freqs_cos in r.cos and freqs_sin in r.sin.
 void PosEmbed(FluxRun& r, const Var& ids) {
   Tape& tape = r.tape;
   r.Module("pos_embed");
@@ -153,7 +153,21 @@ void PosEmbed(FluxRun& r, const Var& ids) {
   constexpr uint8_t kF64 = 8;
   std::vector<Var> parts;
   for (uint64_t d : r.f.axes_dims_rope) {
+    // freqs = 1.0 / (theta ** (torch.arange(0, dim, 2)[: dim // 2] / dim)): [d / 2] temporaries.
+    Var arange = tape.New(d / 2, kF64, Category::kTemporaries, "aten::arange");
+    Var ratio = tape.New(d / 2, kF64, Category::kTemporaries, "aten::div");
+    tape.Drop(arange);
+    Var power = tape.New(d / 2, kF64, Category::kTemporaries, "aten::pow");
+    tape.Drop(ratio);
+    Var inverse = tape.New(d / 2, kF64, Category::kTemporaries, "aten::reciprocal");
+    Var scaled = tape.New(d / 2, kF64, Category::kTemporaries, "aten::mul");
+    tape.Drop(power);
+    tape.Drop(inverse);
+    Var base = tape.New(d / 2, kF64, Category::kTemporaries, "aten::div");  // / linear_factor
+    tape.Drop(scaled);
+    // torch.outer(pos, freqs)
     Var freqs = tape.New(r.s * d / 2, kF64, Category::kTemporaries, "aten::mul");
+    tape.Drop(base);
     for (const char* op : {"aten::cos", "aten::sin"}) {
       Var trig = tape.New(r.s * d / 2, kF64, Category::kTemporaries, op);
       Var repeated = tape.New(r.s * d, kF64, Category::kTemporaries, "aten::clone");
@@ -192,7 +206,8 @@ AdaNorm AdaLayerNorm(FluxRun& r, const std::string& m, const Var& x, uint64_t ro
   std::vector<uint64_t> sizes(k, r.b * r.dim);
   switch (k) {
     case 6:
-      out.chunks = Split(tape, out.emb, {sizes[0], sizes[1], sizes[2], sizes[3], sizes[4], sizes[5]});
+      out.chunks =
+          Split(tape, out.emb, {sizes[0], sizes[1], sizes[2], sizes[3], sizes[4], sizes[5]});
       break;
     case 3: out.chunks = Split(tape, out.emb, {sizes[0], sizes[1], sizes[2]}); break;
     default: out.chunks = Split(tape, out.emb, {sizes[0], sizes[1]}); break;
@@ -336,6 +351,16 @@ void BeginBlock(FluxRun& r, const Var& a, const Var& b) {
   for (TensorId t : {a.t, b.t, r.temb.t, r.cos.t, r.sin.t}) r.tape.graph.Keep(t);
 }
 
+// `x.clip(-65504, 65504)` when x is fp16 (FluxTransformerBlock's text stream,
+// FluxSingleTransformerBlock's output): a new tensor; ClampBackward1 saves x.
+// Replaces *x (the old binding goes).
+void ClipFp16(FluxRun& r, Var* x) {
+  if (!r.fp16) return;
+  Var clipped = UnaryOp(r.tape, *x, "aten::clamp", "ClampBackward1", false);
+  r.tape.Drop(*x);
+  *x = clipped;
+}
+
 // One stream's second half in FluxTransformerBlock.forward: `x + gate_msa *
 // attn`, norm2, the modulation, the feed-forward, `+ gate_mlp * ff`. `mod`
 // holds norm1's chunks (shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp,
@@ -385,6 +410,7 @@ std::pair<Var, Var> DoubleBlock(FluxRun& r, uint64_t i, const Var& hs, const Var
   Var h = StreamTail(r, m, "", hs, attn, n1, r.b * r.n, held);
   tape.Drop(n1c.x);
   Var e = StreamTail(r, m, "_context", ehs, ctx, n1c, r.b * r.t, held);
+  ClipFp16(r, &e);
   // Returning drops the locals: the attention outputs, the gated products,
   // the modulated inputs of the feed-forwards, norm1's chunks.
   for (Var& v : held) tape.Drop(v);
@@ -434,6 +460,7 @@ std::pair<Var, Var> SingleBlock(FluxRun& r, uint64_t i, const Var& hs, const Var
   tape.Drop(proj);
   Var y = Add(tape, x, gated);
   tape.Drop(gated);
+  ClipFp16(r, &y);
   std::pair<Var, Var> out{SliceView(tape, y, r.b * r.t * r.dim),
                           SliceView(tape, y, r.b * r.n * r.dim)};
   for (Var* v : {&y, &mod.x, &mlp, &attn, &x}) tape.Drop(*v);
@@ -547,6 +574,7 @@ ForwardOut FluxForward(Tape& tape, const ModelSpec& spec, FluxParams& params,
   r.heads = spec.flux.num_attention_heads;
   r.hd = spec.flux.attention_head_dim;
   r.ckpt = setup.grad_ckpt != GradCkpt::kNone;
+  r.fp16 = setup.precision == Precision::kFp16 || setup.precision == Precision::kFp16Mixed;
   Var x = r.Lin("x_embedder", batch[0], r.b * r.n, r.dim);
   // SDPA through dispatch_attention_fn's native backend, in the compute dtype.
   TrainingSetup sdpa;
@@ -589,6 +617,5 @@ ForwardOut FluxForward(Tape& tape, const ModelSpec& spec, FluxParams& params,
   tape.Drop(unpacked);
   return ForwardOut{loss, {}};
 }
-
 
 }  // namespace vramscope::lower

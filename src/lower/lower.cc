@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "encoder.h"
+#include "flux.h"
 #include "ops.h"
 #include "optimizer.h"
 #include "placement.h"
@@ -16,7 +17,6 @@
 #include "sharding.h"
 #include "tape.h"
 #include "transformer.h"
-#include "flux.h"
 #include "unet.h"
 #include "vit.h"
 #include "vramscope/common/checked.h"
@@ -183,8 +183,7 @@ Status ValidateFlux(const ModelSpec& m, const TrainingSetup& s) {
     return bad(
         "--attn: FLUX runs diffusers' FluxAttnProcessor (torch SDPA); only sdpa is modelled");
   if (s.grad_ckpt == GradCkpt::kReentrant)
-    return bad(
-        "--grad-ckpt reentrant: diffusers checkpoints with use_reentrant=False (use full)");
+    return bad("--grad-ckpt reentrant: diffusers checkpoints with use_reentrant=False (use full)");
   if (s.loss != LossKind::kHf || s.dpo || s.packed)
     return bad("--loss, --dpo, --packing: FLUX trains on the flow-matching MSE loss");
   if (s.ema || s.ema_foreach)
@@ -192,19 +191,22 @@ Status ValidateFlux(const ModelSpec& m, const TrainingSetup& s) {
   if (s.activation_offload || s.optimizer_in_backward)
     return bad("--activation-offload, --optimizer-in-backward: not modelled for FLUX");
   if (m.flux.patch_size != 1)
-    return bad(fmt::format("{}: patch_size {} (FluxPipeline packs 2 x 2 latents for "
-                           "patch_size 1 only)",
-                           m.name, m.flux.patch_size));
+    return bad(
+        fmt::format("{}: patch_size {} (FluxPipeline packs 2 x 2 latents for "
+                    "patch_size 1 only)",
+                    m.name, m.flux.patch_size));
   if (TextLen(m, s) > 4096)
     return bad(fmt::format("--text-len: {} is outside 1..4096", s.text_len));
   VS_TRY(side, FluxLatentSide(s));
   // The largest activation: a single block's cat([attn, mlp]) of 5 x dim per
   // token, or the fp64 RoPE table, in 8 bytes at most.
-  std::optional<uint64_t> bytes = common::CheckedMul(s.batch, (side / 2) * (side / 2) + TextLen(m, s));
+  std::optional<uint64_t> bytes =
+      common::CheckedMul(s.batch, (side / 2) * (side / 2) + TextLen(m, s));
   if (bytes) bytes = common::CheckedMul(*bytes, 5 * m.hidden_size * 8);
   if (!bytes || *bytes > (uint64_t{1} << 56))
-    return bad("--batch x --image-size: one activation of the FLUX transformer would exceed "
-               "2^56 bytes");
+    return bad(
+        "--batch x --image-size: one activation of the FLUX transformer would exceed "
+        "2^56 bytes");
   return Ok{};
 }
 

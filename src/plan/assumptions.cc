@@ -272,8 +272,8 @@ std::vector<Assumption> DescribeFluxAssumptions(const ModelSpec& model, const Tr
        fmt::format("{} x {} packed latent tokens of {} features ({} px images / --vae-scale {}, "
                    "2 x 2 latents per token) and T5 states {} x {} x {}, in {}; the VAE and the "
                    "text encoders are not on the GPU (precomputed, or add their weights yourself)",
-                   s.batch, (latent / 2) * (latent / 2), f.in_channels, image, s.vae_scale,
-                   s.batch, TextLen(model, s), f.joint_attention_dim,
+                   s.batch, (latent / 2) * (latent / 2), f.in_channels, image, s.vae_scale, s.batch,
+                   TextLen(model, s), f.joint_attention_dim,
                    s.precision == Precision::kFp32 ? "fp32" : "the 16-bit weight dtype"),
        "--image-size, --vae-scale, --text-len"});
   out.push_back({"attention",
@@ -319,7 +319,7 @@ std::vector<std::pair<std::string, std::string>> DescribeKnobs(const ModelSpec& 
   if (!model.is_unet && !model.is_flux) return knobs;
   // A UNet or FLUX has no sequence, no transformers loss and no transformers
   // version: its knobs are the image, the latent scale and the text length.
-  const uint64_t image = s.image_size        ? s.image_size
+  const uint64_t image = s.image_size    ? s.image_size
                          : model.is_flux ? 512
                                          : model.unet.sample_size * s.vae_scale;
   std::vector<std::pair<std::string, std::string>> out;
