@@ -142,7 +142,8 @@ struct VitSpec {
 
 // A diffusers FluxTransformer2DModel (diffusers 0.42.1
 // models/transformers/transformer_flux.py): FLUX.1-dev / schnell's MMDiT,
-// read by ingest (family_flux.cc). Its training step is not lowered yet.
+// read by ingest (family_flux.cc); its training step is lowered by
+// src/lower/flux.cc.
 struct FluxSpec {
   uint64_t patch_size = 1;
   uint64_t in_channels = 64, out_channels = 64;  // out_channels null: in_channels
