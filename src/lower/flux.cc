@@ -60,6 +60,9 @@ struct FluxRun {
   uint64_t dim = 1, heads = 1, hd = 1;
   bool ckpt = false;
   bool fp16 = false;  // fp16 / fp16-mixed: the blocks clip their fp16 outputs
+  // torch.nn.RMSNorm runs CUDA's fused kernel (torch >= 2.8), else the
+  // composite rms_norm (the CPU traces).
+  bool fused_rms_norm = false;
   AttnPlan plan;
   Var temb;      // the conditioning embedding every block reads
   Var cos, sin;  // FluxPosEmbed's freqs_cos / freqs_sin [s, head_dim] fp32
@@ -289,7 +292,8 @@ Var JointAttention(FluxRun& r, const std::string& m, const Var& x, const Var* ct
   }
   auto norm = [&](const char* name, Var& y, uint64_t tokens) {
     r.Module(m + "." + name);
-    Var out = TorchRmsNorm(tape, y, r.P(m + "." + name + ".weight"), tokens * r.heads);
+    Var out =
+        TorchRmsNorm(tape, y, r.P(m + "." + name + ".weight"), tokens * r.heads, r.fused_rms_norm);
     tape.Drop(y);
     y = out;
   };
@@ -575,6 +579,7 @@ ForwardOut FluxForward(Tape& tape, const ModelSpec& spec, FluxParams& params,
   r.hd = spec.flux.attention_head_dim;
   r.ckpt = setup.grad_ckpt != GradCkpt::kNone;
   r.fp16 = setup.precision == Precision::kFp16 || setup.precision == Precision::kFp16Mixed;
+  r.fused_rms_norm = !tape.cpu_rules && setup.torch_version >= 208;
   Var x = r.Lin("x_embedder", batch[0], r.b * r.n, r.dim);
   // SDPA through dispatch_attention_fn's native backend, in the compute dtype.
   TrainingSetup sdpa;

@@ -517,7 +517,22 @@ Var LayerNorm(Tape& tape, const Var& x, Param* w, Param* b, uint64_t tokens) {
   return out;
 }
 
-Var TorchRmsNorm(Tape& tape, const Var& x, Param& w, uint64_t rows) {
+Var TorchRmsNorm(Tape& tape, const Var& x, Param& w, uint64_t rows, bool fused) {
+  if (fused) {
+    // _fused_rms_norm: the output in x's dtype and rstd [rows] in fp32; its
+    // backward (_fused_rms_norm_backward) reads x, rstd and the weight.
+    Var out = tape.New(x.numel, x.elem_bytes, Category::kTemporaries, "aten::_fused_rms_norm");
+    Var rstd = tape.New(rows, kF32, Category::kActivations, "aten::_fused_rms_norm");
+    if (AnyGrad(tape, x) || AnyGrad(tape, w.var)) {
+      NodeId n = tape.Node("FusedRmsNormBackward0", &out);
+      SaveIf(tape, n, x);
+      SaveIf(tape, n, rstd);
+      EdgeIf(tape, n, x);
+      EdgeIf(tape, n, w.var);
+    }
+    tape.Drop(rstd);
+    return out;
+  }
   // Half inputs are upcast (opmath); the fp32 copy is what pow and mul save.
   Var h = Cast(tape, x, kF32);
   Var sq = tape.New(h.numel, kF32, Category::kTemporaries, "aten::pow");

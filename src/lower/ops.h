@@ -92,7 +92,9 @@ Var LayerNorm(Tape& tape, const Var& x, Param* w, Param* b, uint64_t tokens);
 // layer_norm.cpp): half inputs upcast to fp32, x.pow(2).mean(-1,
 // keepdim=True).add_(eps), rsqrt, x * rsqrt, * weight in fp32, type_as(x).
 // `rows`: the vectors normalized (tokens x heads for per-head q / k norms).
-Var TorchRmsNorm(Tape& tape, const Var& x, Param& w, uint64_t rows);
+// `fused`: CUDA's _fused_rms_norm kernel instead (torch >= 2.8; torch 2.13
+// ships _fused_rms_norm_cuda): the output and an fp32 rstd, no temporaries.
+Var TorchRmsNorm(Tape& tape, const Var& x, Param& w, uint64_t rows, bool fused = false);
 
 // model.enable_input_require_grads(): the input embeddings' forward hook calls
 // output.requires_grad_(True) (transformers modeling_utils.py, 4.57 / 5.x), so a
