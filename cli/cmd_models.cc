@@ -48,7 +48,7 @@ std::string NoteFor(const ModelSpec& spec) {
     parts.push_back("vision tower + projector (multimodal)");
   }
   if (spec.is_encoder) parts.push_back("encoder (masked LM)");
-  if (spec.is_flux) parts.push_back("parameters only: training step not lowered yet");
+  if (spec.is_flux) parts.push_back("diffusion transformer (MMDiT): --image-size, --text-len");
   std::string out;
   for (const std::string& p : parts) out += (out.empty() ? "" : "; ") + p;
   return out;

@@ -16,13 +16,14 @@ void AddKnobFlags(CLI::App* sub, KnobArgs* k) {
   sub->add_option("--seq", k->seq, "Tokens per sample (default 2048)");
   sub->add_option("--grad-accum", k->grad_accum, "Micro-batches per optimizer step (default 1)");
   sub->add_option("--image-size", k->image_size,
-                  "Diffusion UNets: image side in pixels (default: the config's sample_size x "
-                  "--vae-scale)");
+                  "Diffusion UNets and FLUX: image side in pixels (default: a UNet config's "
+                  "sample_size x --vae-scale; FLUX 512, the dreambooth scripts' resolution)");
   sub->add_option("--vae-scale", k->vae_scale,
-                  "Diffusion UNets: pixels per latent (default 8, Stable Diffusion's VAE; 1: "
-                  "pixel space)");
+                  "Diffusion UNets and FLUX: pixels per latent (default 8, the VAEs of Stable "
+                  "Diffusion and FLUX; 1: pixel space)");
   sub->add_option("--text-len", k->text_len,
-                  "Diffusion UNets: text-encoder tokens per prompt (default 77, CLIP)");
+                  "Diffusion UNets and FLUX: text-encoder tokens per prompt (default 77, CLIP; "
+                  "FLUX: T5's 512, 256 for schnell)");
   sub->add_flag("--ema", k->ema,
                 "Diffusion UNets: diffusers' EMAModel keeps an fp32 copy of the weights on the GPU "
                 "(train_text_to_image.py --use_ema)");

@@ -829,7 +829,17 @@ FLUX_CASES = [
     ("absurd-size", {"num_layers": 1024, "num_single_layers": 1024, "num_attention_heads": 512,
                      "attention_head_dim": 2048, "axes_dims_rope": [1024, 512, 512]}, [],
      "absurd"),
-    ("not-lowered", {}, [], "not lowered yet"),
+    ("patch-size-2", {"patch_size": 2}, [], "patch_size"),
+    # The lowering's refusals (lower.cc ValidateFlux), each naming its flag.
+    ("attn-eager", {}, ["--attn", "eager"], "--attn"),
+    ("ckpt-reentrant", {}, ["--grad-ckpt", "reentrant"], "reentrant"),
+    ("qlora", {}, ["--finetune", "qlora", "--precision", "bf16"], "qlora"),
+    ("multi-gpu", {}, ["--gpus", "2"], "one GPU"),
+    ("image-not-packable", {}, ["--image-size", "520"], "--image-size"),
+    ("vae-scale-zero", {}, ["--vae-scale", "0"], "--vae-scale"),
+    ("text-len-huge", {}, ["--text-len", "5000"], "--text-len"),
+    ("ema", {}, ["--ema"], "--ema"),
+    ("chunked-loss", {}, ["--loss", "chunked"], "--loss"),
 ]
 
 
@@ -841,11 +851,11 @@ def test_hostile_flux_config_exit_2(tmp_path, extra, args, names):
     check_bad_input(["estimate", str(path), *args], names=names)
 
 
-def test_flux_catalog_entry_is_listed_but_not_estimated():
-    """flux.1-dev-transformer is in the catalog (its parameters are diffusers');
-    estimate, fit and plan refuse it by name until the lowering exists."""
+def test_flux_catalog_entry_refuses_what_is_not_modelled():
+    """flux.1-dev-transformer is lowered (src/lower/flux.cc); estimate, fit and plan
+    refuse by name what its lowering does not model."""
     for command in ["estimate", "fit", "plan"]:
-        check_bad_input([command, "flux.1-dev-transformer"], names="not lowered yet")
+        check_bad_input([command, "flux.1-dev-transformer", "--attn", "eager"], names="--attn")
 
 
 def test_ema_is_refused_outside_diffusion_unets():

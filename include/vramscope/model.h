@@ -82,6 +82,10 @@ enum class ParamRole : uint8_t {
   kProjector,  // Gemma 3 multimodal projector
   kConv,       // a diffusers UNet's convolutions (conv_in, resnets, samplers, conv_out)
   kTimeEmbed,  // a diffusers UNet's time / added-condition embedding MLPs and time_emb_proj
+  // FLUX's text-stream attention projections (add_q_proj, add_k_proj,
+  // add_v_proj, to_add_out): PEFT's to_q / to_k / to_v / to_out.0 targets do
+  // not match them.
+  kContextProj,
 };
 // The role's name as docs/models.md and --lora-targets spell it ("q", "gate_up",
 // "expert_down", ...).
@@ -138,7 +142,8 @@ struct VitSpec {
 
 // A diffusers FluxTransformer2DModel (diffusers 0.42.1
 // models/transformers/transformer_flux.py): FLUX.1-dev / schnell's MMDiT,
-// read by ingest (family_flux.cc). Its training step is not lowered yet.
+// read by ingest (family_flux.cc); its training step is lowered by
+// src/lower/flux.cc.
 struct FluxSpec {
   uint64_t patch_size = 1;
   uint64_t in_channels = 64, out_channels = 64;  // out_channels null: in_channels

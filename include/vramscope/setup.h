@@ -11,6 +11,8 @@
 
 namespace vramscope {
 
+struct ModelSpec;
+
 // The work budget's default (--max-events; docs/hardening.md, "Work budget"):
 // every catalog model with the default knobs needs under a tenth of it. An
 // event costs about 170 bytes and 1.5 us to lower and simulate, and the bound
@@ -144,9 +146,11 @@ struct TrainingSetup {
   // for Stable Diffusion's AutoencoderKL: 2 ** (len(vae block_out_channels) -
   // 1); 1 for a pixel-space UNet), and the text encoder's tokens per prompt
   // (CLIP's 77) that cross-attention reads.
+  // text_len 0: the model's default (TextLen below). FLUX transformers read the
+  // same three knobs (the image defaulting to the dreambooth scripts' 512 px).
   uint64_t image_size = 0;
   uint64_t vae_scale = 8;
-  uint64_t text_len = 77;
+  uint64_t text_len = 0;
   // diffusers' EMAModel (training_utils.py, 0.42.1) of a UNet's weights, as
   // train_text_to_image.py --use_ema keeps it: an fp32 shadow of every
   // parameter on the GPU, stepped after the optimizer (--foreach_ema: with
@@ -198,5 +202,11 @@ Result<std::vector<std::string>> ParseLoraTargets(std::string_view text);
 
 // Knob pairs for reports, in DESIGN.md's flag names.
 std::vector<std::pair<std::string, std::string>> DescribeSetup(const TrainingSetup& s);
+
+// --text-len, or the model's default when it is 0: CLIP's 77 tokens for a
+// diffusion UNet; T5's max_sequence_length for a FLUX transformer, 512 with the
+// guidance embedding (FLUX.1-dev: the dreambooth scripts' default) and 256
+// without (FLUX.1-schnell: FluxPipeline refuses more).
+uint64_t TextLen(const ModelSpec& model, const TrainingSetup& setup);
 
 }  // namespace vramscope

@@ -79,7 +79,7 @@ TEST(DocsTest, EverySupportedModelTypeIsDocumented) {
 TEST(DocsTest, EveryParameterRoleIsNamedOnceAndDocumented) {
   const std::string doc = ReadAll(DocPath());
   std::set<std::string_view> names;
-  for (int r = 0; r <= static_cast<int>(ParamRole::kTimeEmbed); ++r) {
+  for (int r = 0; r <= static_cast<int>(ParamRole::kContextProj); ++r) {
     const std::string_view name = ParamRoleName(static_cast<ParamRole>(r));
     EXPECT_TRUE(names.insert(name).second) << "two roles are named " << name;
     EXPECT_NE(doc.find(fmt::format("`{}`", name)), std::string::npos)

@@ -72,7 +72,7 @@ inline constexpr std::string_view kUNetModelType = "unet_2d_condition";
 inline constexpr std::string_view kUNetClassName = "UNet2DConditionModel";
 const std::vector<Family>& DiffusersFamilies();
 // The diffusers FluxTransformer2DModel (family_flux.cc), likewise named by
-// `_class_name`. Ingested only: its training step is not lowered yet.
+// `_class_name`; its training step is lowered by src/lower/flux.cc.
 inline constexpr std::string_view kFluxModelType = "flux_transformer_2d";
 inline constexpr std::string_view kFluxClassName = "FluxTransformer2DModel";
 const std::vector<Family>& FluxFamilies();

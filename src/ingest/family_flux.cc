@@ -122,10 +122,10 @@ void DoubleBlock(ParamListBuilder& b, const std::string& m, uint64_t dim, uint64
            false);
   b.Tensor(a + ".norm_added_k.weight", {head_dim}, layer, a + ".norm_added_k", ParamRole::kNorm,
            false);
-  b.Linear(a + ".add_q_proj", dim, dim, true, layer, ParamRole::kQ);
-  b.Linear(a + ".add_k_proj", dim, dim, true, layer, ParamRole::kK);
-  b.Linear(a + ".add_v_proj", dim, dim, true, layer, ParamRole::kV);
-  b.Linear(a + ".to_add_out", dim, dim, true, layer, ParamRole::kO);
+  b.Linear(a + ".add_q_proj", dim, dim, true, layer, ParamRole::kContextProj);
+  b.Linear(a + ".add_k_proj", dim, dim, true, layer, ParamRole::kContextProj);
+  b.Linear(a + ".add_v_proj", dim, dim, true, layer, ParamRole::kContextProj);
+  b.Linear(a + ".to_add_out", dim, dim, true, layer, ParamRole::kContextProj);
   for (const char* ff : {".ff", ".ff_context"}) {
     b.Linear(m + ff + ".net.0.proj", 4 * dim, dim, true, layer, ParamRole::kUp);
     b.Linear(m + ff + ".net.2", dim, 4 * dim, true, layer, ParamRole::kDown);

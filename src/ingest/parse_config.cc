@@ -78,6 +78,7 @@ std::string_view ParamRoleName(ParamRole r) {
     case ParamRole::kProjector: return "projector";
     case ParamRole::kConv: return "conv";
     case ParamRole::kTimeEmbed: return "time_embed";
+    case ParamRole::kContextProj: return "context_proj";
   }
   return "unknown";
 }

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "encoder.h"
+#include "flux.h"
 #include "ops.h"
 #include "optimizer.h"
 #include "placement.h"
@@ -83,7 +84,7 @@ Status ValidateUNet(const ModelSpec& m, const TrainingSetup& s) {
     return bad(
         "--loss: diffusion UNets train on the MSE loss; chunked and fused losses do not apply");
   if (s.ema_foreach && !s.ema) return bad("--ema-foreach: needs --ema");
-  if (s.text_len == 0 || s.text_len > 4096)
+  if (TextLen(m, s) > 4096)
     return bad(fmt::format("--text-len: {} is outside 1..4096", s.text_len));
   VS_TRY(side, UNetLatentSide(m, s));
   // The largest tensor is a feed-forward projection of 8 x channels per latent
@@ -160,6 +161,47 @@ Status ValidateVit(const ModelSpec& m, const TrainingSetup& s) {
   return Ok{};
 }
 
+// diffusers' FluxTransformer2DModel (flux.h): one GPU, the dreambooth
+// scripts' knobs (non-reentrant checkpointing per block, the default
+// FluxAttnProcessor's SDPA, full fine-tuning or PEFT LoRA, the flow-matching MSE).
+Status ValidateFlux(const ModelSpec& m, const TrainingSetup& s) {
+  auto bad = [](std::string msg) { return Status(MakeError(std::move(msg))); };
+  const ParallelLayout& l = s.parallel;
+  if (l.multi_gpu() || l.dp_mode != DataParallel::kNone)
+    return bad(fmt::format("{}: FLUX transformers are modelled on one GPU only for now", m.name));
+  if (s.finetune == Finetune::kQLora)
+    return bad("--finetune qlora: not modelled for FLUX transformers (use lora or full)");
+  if (s.attn != Attention::kSdpa)
+    return bad(
+        "--attn: FLUX runs diffusers' FluxAttnProcessor (torch SDPA); only sdpa is modelled");
+  if (s.grad_ckpt == GradCkpt::kReentrant)
+    return bad("--grad-ckpt reentrant: diffusers checkpoints with use_reentrant=False (use full)");
+  if (s.loss != LossKind::kHf || s.dpo || s.packed)
+    return bad("--loss, --dpo, --packing: FLUX trains on the flow-matching MSE loss");
+  if (s.ema || s.ema_foreach)
+    return bad("--ema: the FLUX dreambooth scripts keep no EMA of the transformer");
+  if (s.activation_offload || s.optimizer_in_backward)
+    return bad("--activation-offload, --optimizer-in-backward: not modelled for FLUX");
+  if (m.flux.patch_size != 1)
+    return bad(
+        fmt::format("{}: patch_size {} (FluxPipeline packs 2 x 2 latents for "
+                    "patch_size 1 only)",
+                    m.name, m.flux.patch_size));
+  if (TextLen(m, s) > 4096)
+    return bad(fmt::format("--text-len: {} is outside 1..4096", s.text_len));
+  VS_TRY(side, FluxLatentSide(s));
+  // The largest activation: a single block's cat([attn, mlp]) of 5 x dim per
+  // token, or the fp64 RoPE table, in 8 bytes at most.
+  std::optional<uint64_t> bytes =
+      common::CheckedMul(s.batch, (side / 2) * (side / 2) + TextLen(m, s));
+  if (bytes) bytes = common::CheckedMul(*bytes, 5 * m.hidden_size * 8);
+  if (!bytes || *bytes > (uint64_t{1} << 56))
+    return bad(
+        "--batch x --image-size: one activation of the FLUX transformer would exceed "
+        "2^56 bytes");
+  return Ok{};
+}
+
 Status ValidatePacking(const ModelSpec& m, const TrainingSetup& s) {
   auto bad = [](std::string msg) { return Status(MakeError(std::move(msg))); };
   if (m.is_encoder || m.is_unet || m.num_labels > 0)
@@ -178,11 +220,7 @@ Status ValidatePacking(const ModelSpec& m, const TrainingSetup& s) {
 // The checks that depend on what the model is and which trainer runs it.
 Status ValidateByKind(const ModelSpec& m, const TrainingSetup& s) {
   auto bad = [](std::string msg) { return Status(MakeError(std::move(msg))); };
-  if (m.is_flux)
-    return bad(fmt::format(
-        "{}: FluxTransformer2DModel is ingested (parameters, `vramscope models`) but its training "
-        "step is not lowered yet: no memory estimate",
-        m.name));
+  if (m.is_flux) return ValidateFlux(m, s);
   if (s.packed) {
     Status packed = ValidatePacking(m, s);
     if (!packed.ok()) return packed;
@@ -386,7 +424,9 @@ class RankLowerer {
     // still runs its forward under autocast (diffusers 0.42.1 examples).
     const bool mixed =
         setup_.precision == Precision::kBf16Mixed || setup_.precision == Precision::kFp16Mixed;
-    if (model_.is_unet && setup_.finetune == Finetune::kLora && mixed) rules.param_bytes = kHalf;
+    // train_dreambooth_lora_flux.py does the same with the FLUX transformer.
+    if ((model_.is_unet || model_.is_flux) && setup_.finetune == Finetune::kLora && mixed)
+      rules.param_bytes = kHalf;
     // QLoRA over FSDP / ZeRO-3 ("sharded QLoRA"): the 4-bit weights are loaded
     // with a 16-bit quant storage and the trainers never call
     // prepare_model_for_kbit_training ("one should never call
@@ -402,6 +442,7 @@ class RankLowerer {
     tape_.compute_bytes = setup_.precision == Precision::kFp32 ? kF32 : kHalf;
     tape_.lora_dropout = setup_.lora_dropout;
     tape_.torchtune_modules = setup_.impl == ModelImpl::kTorchtune;
+    tape_.torch_version = setup_.torch_version;
     tape_.cpu_rules = setup_.device_rules == DeviceRules::kCpu;
     tape_.graph.under_dispatch_mode = tape_.cpu_rules;
     tape_.graph.SetCublasWorkspaces(tape_.cpu_rules ? 0 : gpu_.cublas_workspace_bytes);
@@ -423,6 +464,11 @@ class RankLowerer {
     if (model_.is_unet) {
       VS_TRY(indexed, IndexUNetParams(model_, tape_.params));
       up_ = std::move(indexed);
+      return Ok{};
+    }
+    if (model_.is_flux) {
+      VS_TRY(indexed, IndexFluxParams(model_, tape_.params));
+      fp_ = std::move(indexed);
       return Ok{};
     }
     if (model_.is_encoder) {
@@ -527,8 +573,12 @@ class RankLowerer {
   // previous micro-batch's is released, as the loop rebinds its variable) and
   // kept until the next one or the end of the step.
   void LoadBatch() {
-    if (!model_.is_vit) return;
+    if (!model_.is_vit && !model_.is_flux) return;
     for (Var& v : step_batch_) tape_.Drop(v);
+    if (model_.is_flux) {
+      step_batch_ = MakeFluxBatch(tape_, model_, setup_);
+      return;
+    }
     const VitBatch batch = MakeVitBatch(tape_, model_, setup_);
     step_batch_ = {batch.pixels, batch.labels};
   }
@@ -542,6 +592,7 @@ class RankLowerer {
         model_.is_vit
             ? VitForward(tape_, model_, vp_, setup_, VitBatch{step_batch_[0], step_batch_[1]})
         : model_.is_unet ? UNetForward(tape_, model_, up_, setup_)
+        : model_.is_flux ? FluxForward(tape_, model_, fp_, setup_, step_batch_)
         : model_.is_encoder
             ? EncoderForward(tape_, model_, ep_, setup_)
             : Forward(tape_, model_, mp_, setup_, span, ref_params_.empty() ? nullptr : &ref_mp_);
@@ -693,6 +744,7 @@ class RankLowerer {
   ModelParams ref_mp_;
   EncoderParams ep_;
   UNetParams up_;
+  FluxParams fp_;
   VitParams vp_;
   std::vector<Var> step_batch_;       // the data loader's current batch (LoadBatch)
   std::vector<TensorId> ema_shadow_;  // EMAModel.shadow_params, for the whole run

@@ -772,3 +772,95 @@ TEST(UNetLower, SteadyStateNothingLeaksAndCheckpointingSaves) {
 
 }  // namespace
 }  // namespace vramscope
+
+namespace vramscope {
+namespace {
+
+// A reduced FLUX.1-dev (tools/reference/vsref/models.py FLUX_FAMILIES): the
+// guidance embedding, two double and two single blocks, two heads of 16.
+ModelSpec TinyFlux() {
+  auto parsed = ParseModelConfig(R"({"_class_name": "FluxTransformer2DModel", "patch_size": 1,
+      "in_channels": 16, "num_layers": 2, "num_single_layers": 2, "attention_head_dim": 16,
+      "num_attention_heads": 2, "joint_attention_dim": 32, "pooled_projection_dim": 24,
+      "guidance_embeds": true, "axes_dims_rope": [4, 6, 6]})",
+                                 "tiny-flux");
+  EXPECT_TRUE(parsed.ok()) << parsed.error().message;
+  return *parsed;
+}
+
+// Every FLUX knob combination reaches a steady state and leaves nothing behind
+// (the batch goes with its step); with checkpointing each double block keeps
+// only its outputs, the next block's inputs, for backward.
+TEST(FluxLower, SteadyStateNothingLeaksAndCheckpointingKeepsBlockInputs) {
+  const ModelSpec m = TinyFlux();
+  ASSERT_TRUE(m.is_flux);
+  const uint64_t b = 2, n = 4 * 4, t = 8, dim = 32;  // 64 px / 8 = 8 latents: 4 x 4 tokens
+  for (Precision p : {Precision::kFp32, Precision::kBf16, Precision::kBf16Mixed}) {
+    for (Finetune f : {Finetune::kFull, Finetune::kLora}) {
+      uint64_t saved[2] = {0, 0};
+      for (GradCkpt c : {GradCkpt::kNone, GradCkpt::kFull}) {
+        SCOPED_TRACE(testing::Message()
+                     << PrecisionName(p) << " " << FinetuneName(f) << " " << GradCkptName(c));
+        TrainingSetup s;
+        s.batch = b;
+        s.image_size = 64;
+        s.text_len = t;
+        s.precision = p;
+        s.finetune = f;
+        s.lora_targets = {"q", "k", "v", "o"};
+        s.grad_ckpt = c;
+        s.attn = Attention::kSdpa;
+        auto lowered = LowerTraining(m, s, TestGpu());
+        ASSERT_TRUE(lowered.ok()) << lowered.error().message;
+        SimOptions o;
+        o.alloc.ideal = true;
+        auto r = Simulate(lowered->stream, o);
+        ASSERT_TRUE(r.ok());
+        ExpectSteadyState(*r);
+        // Forward and backward end alike in steps 2 and 3 (the optimizer phase
+        // of step 2 ends with step 3's batch loaded, step 3's with none).
+        for (int ph = 0; ph < 2; ++ph) {
+          EXPECT_EQ(r->phases[4 + ph].allocated_at_end_bytes,
+                    r->phases[7 + ph].allocated_at_end_bytes);
+        }
+        if (p == Precision::kBf16 && f == Finetune::kFull) {
+          // Weights and AdamW's two moments; .grad and the batch are gone.
+          EXPECT_EQ(r->final_stats.allocated_bytes, m.ParameterCount() * 2 * 3);
+        }
+        auto kept = SavedAtEndOfForward(lowered->stream);
+        ASSERT_TRUE(kept.has_value());
+        saved[c == GradCkpt::kFull] = kept->total_bytes;
+        if (c == GradCkpt::kNone || f != Finetune::kFull) continue;
+        const uint64_t bytes = p == Precision::kFp32 ? 4 : 2;
+        for (const auto& [block, size] : kept->by_block) {
+          if (block.starts_with("transformer_blocks.")) EXPECT_EQ(size, b * (n + t) * dim * bytes);
+        }
+      }
+      EXPECT_LT(saved[1], saved[0] / 2) << "checkpointing keeps each block's inputs only";
+    }
+  }
+}
+
+// What the FLUX lowering does not model is refused, naming the flag.
+TEST(FluxLower, Refusals) {
+  const ModelSpec m = TinyFlux();
+  TrainingSetup s;
+  s.attn = Attention::kSdpa;
+  s.image_size = 64;
+  ASSERT_TRUE(LowerTraining(m, s, TestGpu()).ok());
+  for (auto change : std::vector<std::function<void(TrainingSetup*)>>{
+           [](TrainingSetup* t) { t->attn = Attention::kEager; },
+           [](TrainingSetup* t) { t->grad_ckpt = GradCkpt::kReentrant; },
+           [](TrainingSetup* t) { t->image_size = 72; },
+           [](TrainingSetup* t) { t->finetune = Finetune::kQLora; },
+           [](TrainingSetup* t) { t->loss = LossKind::kChunked; },
+           [](TrainingSetup* t) { t->ema = true; },
+           [](TrainingSetup* t) { t->parallel.gpus = 2; }}) {
+    TrainingSetup bad = s;
+    change(&bad);
+    EXPECT_FALSE(LowerTraining(m, bad, TestGpu()).ok());
+  }
+}
+
+}  // namespace
+}  // namespace vramscope

@@ -205,6 +205,10 @@ Var Mul(Tape& tape, const Var& a, const Var& b, std::string_view op) {
   return MulImpl(tape, a, b, op, false);
 }
 
+Var MulBroadcast(Tape& tape, const Var& a, const Var& b) {
+  return MulImpl(tape, a, b, "aten::mul", /*reduce_broadcast=*/true);
+}
+
 Var Add(Tape& tape, const Var& a, const Var& b) {
   const uint8_t bytes = std::max(a.elem_bytes, b.elem_bytes);
   Var out = tape.New(std::max(a.numel, b.numel), bytes, Category::kTemporaries, "aten::add");
@@ -302,8 +306,6 @@ Var Gelu(Tape& tape, const Var& x) {
 }
 Var Relu(Tape& tape, const Var& x) { return UnaryOp(tape, x, "aten::relu", "ReluBackward0", true); }
 
-namespace {
-// scalar + a: AddBackward1 saves nothing and passes the gradient on.
 Var AddScalar(Tape& tape, const Var& a) {
   Var out = tape.New(a.numel, a.elem_bytes, Category::kTemporaries, "aten::add");
   if (AnyGrad(tape, a)) {
@@ -312,6 +314,8 @@ Var AddScalar(Tape& tape, const Var& a) {
   }
   return out;
 }
+
+namespace {
 
 // torch.pow(x, 3.0): PowBackward0 saves x; its backward computes
 // grad * (3 * x.pow(2)), two x-sized temporaries beside the result.
@@ -426,9 +430,11 @@ Var Dropout(Tape& tape, const Var& x, double p) {
 
 namespace {
 // rsqrt(h.pow(2).mean(-1, keepdim=True) + eps) of an fp32 `h`. transformers'
-// RMSNorms add eps out of place (`variance + eps`); torch's
-// rms_norm_composite adds it in place (`.add_(eps_val)`), so no tensor.
-Var RsqrtMeanSquare(Tape& tape, const Var& h, uint64_t tokens, bool eps_in_place) {
+// RMSNorms add eps out of place (`variance + eps`) and drop the squares after
+// the mean; torch's rms_norm_composite (C++) adds it in place
+// (`.add_(eps_val)`), and its temporaries live to the end of the expression,
+// after the rsqrt.
+Var RsqrtMeanSquare(Tape& tape, const Var& h, uint64_t tokens, bool composite) {
   // variance = hidden_states.pow(2).mean(-1, keepdim=True): PowBackward0 saves
   // self; MeanBackward1 saves only sizes (torch >= 2.0).
   Var sq = tape.New(h.numel, kF32, Category::kTemporaries, "aten::pow");
@@ -446,9 +452,9 @@ Var RsqrtMeanSquare(Tape& tape, const Var& h, uint64_t tokens, bool eps_in_place
     NodeId n = tape.Node("MeanBackward1", &var);
     EdgeIf(tape, n, sq);  // grad.expand(...) / N: a full-size tensor
   }
-  tape.Drop(sq);
   Var var_eps = var;
-  if (!eps_in_place) {
+  if (!composite) {
+    tape.Drop(sq);
     var_eps = tape.New(tokens, kF32, Category::kTemporaries, "aten::add");
     if (AnyGrad(tape, var)) {
       NodeId n = tape.Node("AddBackward1", &var_eps);
@@ -462,6 +468,7 @@ Var RsqrtMeanSquare(Tape& tape, const Var& h, uint64_t tokens, bool eps_in_place
     SaveIf(tape, n, rs);
     EdgeIf(tape, n, var_eps);
   }
+  if (composite) tape.Drop(sq);
   tape.Drop(var_eps);
   return rs;
 }
@@ -471,7 +478,7 @@ Var RmsNorm(Tape& tape, const Var& x, Param& w, uint64_t tokens, uint64_t hidden
             bool gemma_style) {
   // hidden_states = hidden_states.to(torch.float32)
   Var h = Cast(tape, x, kF32);
-  Var rs = RsqrtMeanSquare(tape, h, tokens, /*eps_in_place=*/false);
+  Var rs = RsqrtMeanSquare(tape, h, tokens, /*composite=*/false);
   // hidden_states * torch.rsqrt(variance + eps)
   // The full-size transient of rs's gradient: the H100 snapshot of Qwen2.5
   // shows it before h's. (Applied here only: the MoE lowering's broadcast
@@ -506,29 +513,12 @@ Var RmsNorm(Tape& tape, const Var& x, Param& w, uint64_t tokens, uint64_t hidden
 // warns and takes rms_norm_composite: rsqrt of the mean square, input * rstd,
 // then * weight (fp32 by promotion; saved for the weight's gradient when it
 // trains), cast back. Same dtypes (fp32 weights) dispatch to _fused_rms_norm,
-// whose CUDA kernel saves the input and rstd only; CPU builds register it as
-// the composite.
+// whose CUDA kernel (torch >= 2.8) saves the input and rstd only; CPU builds
+// register it as the composite. Both paths: TorchRmsNorm.
 Var RmsNormTorchtune(Tape& tape, const Var& x, Param& w, uint64_t tokens) {
   Var h = Cast(tape, x, kF32);
-  Var out32;
-  if (w.elem_bytes == kF32 && !tape.cpu_rules) {
-    out32 = tape.New(h.numel, kF32, Category::kTemporaries, "aten::_fused_rms_norm");
-    Var rstd = tape.New(tokens, kF32, Category::kActivations, "aten::_fused_rms_norm");
-    if (AnyGrad(tape, h) || AnyGrad(tape, w.var)) {
-      NodeId n = tape.Node("FusedRmsNormBackward0", &out32);
-      SaveIf(tape, n, h);
-      SaveIf(tape, n, rstd);
-      EdgeIf(tape, n, h);
-      EdgeIf(tape, n, w.var);
-    }
-    tape.Drop(rstd);
-  } else {
-    Var rs = RsqrtMeanSquare(tape, h, tokens, /*eps_in_place=*/true);
-    Var normed = MulImpl(tape, h, rs, "aten::mul", /*reduce_broadcast=*/true);
-    tape.Drop(rs);
-    out32 = MulParam(tape, normed, w, false);
-    tape.Drop(normed);
-  }
+  const bool fused = w.elem_bytes == kF32 && !tape.cpu_rules && tape.torch_version >= 208;
+  Var out32 = TorchRmsNorm(tape, h, w, tokens, fused);
   tape.Drop(h);
   Var out = Cast(tape, out32, x.elem_bytes);
   tape.Drop(out32);
@@ -536,25 +526,60 @@ Var RmsNormTorchtune(Tape& tape, const Var& x, Param& w, uint64_t tokens) {
 }
 
 Var LayerNorm(Tape& tape, const Var& x, Param& w, Param* b, uint64_t tokens) {
+  return LayerNorm(tape, x, &w, b, tokens);
+}
+
+Var LayerNorm(Tape& tape, const Var& x, Param* w, Param* b, uint64_t tokens) {
   // CUDA autocast runs layer_norm in fp32 (autocast_mode.cpp fp32 list); CPU
   // autocast's fp32 list has no layer_norm, so it keeps the input's dtype.
   Var xin = tape.autocast && !tape.cpu_rules ? Cast(tape, x, kF32) : tape.Share(x);
   Var out = tape.New(x.numel, xin.elem_bytes, Category::kTemporaries, "aten::native_layer_norm");
   Var mean = tape.New(tokens, kF32, Category::kActivations, "aten::native_layer_norm");
   Var rstd = tape.New(tokens, kF32, Category::kActivations, "aten::native_layer_norm");
-  const bool wgrad = AnyGrad(tape, w.var) || (b && AnyGrad(tape, b->var));
+  const bool wgrad = (w && AnyGrad(tape, w->var)) || (b && AnyGrad(tape, b->var));
   if (AnyGrad(tape, xin) || wgrad) {
     NodeId n = tape.Node("NativeLayerNormBackward0", &out);
     SaveIf(tape, n, xin);
     SaveIf(tape, n, mean);
     SaveIf(tape, n, rstd);
     EdgeIf(tape, n, xin);
-    EdgeIf(tape, n, w.var);
+    if (w) EdgeIf(tape, n, w->var);
     if (b) EdgeIf(tape, n, b->var);
   }
   tape.Drop(mean);
   tape.Drop(rstd);
   tape.Drop(xin);
+  return out;
+}
+
+Var TorchRmsNorm(Tape& tape, const Var& x, Param& w, uint64_t rows, bool fused) {
+  if (fused) {
+    // _fused_rms_norm: the output in x's dtype and rstd [rows] in fp32; its
+    // backward (_fused_rms_norm_backward) reads x, rstd and the weight.
+    Var out = tape.New(x.numel, x.elem_bytes, Category::kTemporaries, "aten::_fused_rms_norm");
+    Var rstd = tape.New(rows, kF32, Category::kActivations, "aten::_fused_rms_norm");
+    if (AnyGrad(tape, x) || AnyGrad(tape, w.var)) {
+      NodeId n = tape.Node("FusedRmsNormBackward0", &out);
+      SaveIf(tape, n, x);
+      SaveIf(tape, n, rstd);
+      EdgeIf(tape, n, x);
+      EdgeIf(tape, n, w.var);
+    }
+    tape.Drop(rstd);
+    return out;
+  }
+  // Half inputs are upcast (opmath); the fp32 copy is what pow and mul save.
+  Var h = Cast(tape, x, kF32);
+  // mean(-1, keepdim=True).add_(eps): the eps goes in place.
+  Var rs = RsqrtMeanSquare(tape, h, rows, /*composite=*/true);
+  Var normed = MulImpl(tape, h, rs, "aten::mul", /*reduce_broadcast=*/true);
+  tape.Drop(rs);
+  // normed * weight in fp32 (the weight promotes or is promoted), then type_as(input).
+  Var scaled = MulParam(tape, normed, w, false);
+  tape.Drop(normed);
+  Var out = Cast(tape, scaled, x.elem_bytes);
+  tape.Drop(scaled);
+  tape.Drop(h);
   return out;
 }
 

@@ -43,6 +43,13 @@ std::vector<Var> Split(Tape& tape, const Var& whole, std::initializer_list<uint6
 // Elementwise binary ops with PyTorch type promotion (result dtype = wider).
 Var Mul(Tape& tape, const Var& a, const Var& b, std::string_view op = "aten::mul");
 Var Add(Tape& tape, const Var& a, const Var& b);
+// a * b where one operand broadcasts ([b, dim] against [b, tokens, dim]): the
+// broadcast operand's gradient is made at the output's size and summed down
+// (a full-size transient while the node runs; torch 2.13 CPU trace of
+// diffusers' FLUX modulations and gates).
+Var MulBroadcast(Tape& tape, const Var& a, const Var& b);
+// scalar + a (1 + scale): AddBackward1 saves nothing and passes the gradient on.
+Var AddScalar(Tape& tape, const Var& a);
 // a += b: no new storage; `a` gets AddBackward0 (both gradients pass through).
 Var AddInPlace(Tape& tape, const Var& a, const Var& b);
 // a * scalar (saves nothing).
@@ -79,6 +86,16 @@ Var RmsNormTorchtune(Tape& tape, const Var& x, Param& w, uint64_t tokens);
 // nn.LayerNorm (native_layer_norm): saves input, mean, rstd (fp32 per row).
 // Under autocast layer_norm runs in fp32.
 Var LayerNorm(Tape& tape, const Var& x, Param& w, Param* b, uint64_t tokens);
+// nn.LayerNorm(elementwise_affine=False) when `w` is null (diffusers' AdaLayerNorm*).
+Var LayerNorm(Tape& tape, const Var& x, Param* w, Param* b, uint64_t tokens);
+
+// torch.nn.RMSNorm (torch 2.13 composite rms_norm, CPU: aten/src/ATen/native/
+// layer_norm.cpp): half inputs upcast to fp32, x.pow(2).mean(-1,
+// keepdim=True).add_(eps), rsqrt, x * rsqrt, * weight in fp32, type_as(x).
+// `rows`: the vectors normalized (tokens x heads for per-head q / k norms).
+// `fused`: CUDA's _fused_rms_norm kernel instead (torch >= 2.8; torch 2.13
+// ships _fused_rms_norm_cuda): the output and an fp32 rstd, no temporaries.
+Var TorchRmsNorm(Tape& tape, const Var& x, Param& w, uint64_t rows, bool fused = false);
 
 // model.enable_input_require_grads(): the input embeddings' forward hook calls
 // output.requires_grad_(True) (transformers modeling_utils.py, 4.57 / 5.x), so a

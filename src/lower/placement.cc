@@ -293,10 +293,11 @@ Result<uint64_t> AttachLoraAdapters(Tape& tape, const ModelSpec& model, const Tr
     if (adapter == 0 || tape.params[i].unit < 0) continue;
     lora_params += adapter;
     // The LoRA script upcasts the adapters under fp16 mixed precision only
-    // (cast_training_params(unet, dtype=torch.float32)).
+    // (cast_training_params(unet, dtype=torch.float32); train_dreambooth_lora_flux.py
+    // likewise for the FLUX transformer).
     const uint8_t adapter_bytes =
         setup.lora_dtype == LoraDtype::kModel      ? ParamBytes(setup.precision)
-        : !model.is_unet                           ? kF32
+        : !model.is_unet && !model.is_flux         ? kF32
         : setup.precision == Precision::kFp16Mixed ? kF32
                                                    : tape.params[i].elem_bytes;
     AttachAdapterPair(tape, pt, i, setup.lora_rank, storage, adapter_bytes);

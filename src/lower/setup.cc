@@ -4,6 +4,7 @@
 
 #include "vramscope/common/quote.h"
 #include "vramscope/common/version.h"
+#include "vramscope/model.h"
 
 namespace vramscope {
 namespace {
@@ -176,6 +177,12 @@ std::vector<std::pair<std::string, std::string>> DescribeSetup(const TrainingSet
                              {"lora_dropout", fmt::format("{}", s.lora_dropout)}});
   }
   return k;
+}
+
+uint64_t TextLen(const ModelSpec& model, const TrainingSetup& setup) {
+  if (setup.text_len != 0) return setup.text_len;
+  if (model.is_flux) return model.flux.guidance_embeds ? 512 : 256;
+  return 77;
 }
 
 }  // namespace vramscope

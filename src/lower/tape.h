@@ -68,6 +68,7 @@ class Tape {
   // --impl torchtune: torchtune's RMSNorm and rotary embeddings (ops.cc
   // RmsNormTorchtune, transformer.cc RopeTorchtune).
   bool torchtune_modules = false;
+  int torch_version = 0;  // setup.torch_version (213 = 2.13): version-dependent kernels
   // Linear inputs are 2-D [tokens, in] here (an MoE block's `hidden_states.view(-1,
   // hidden_dim)`): their gradients are the matmul's own output, not a reshaped view.
   bool flat_linear_inputs = false;

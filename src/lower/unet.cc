@@ -66,38 +66,6 @@ struct UNetRun {
   void Module(const std::string& path) { tape.SetModule(path); }
 };
 
-// get_timestep_embedding (diffusers 0.42.1 embeddings.py) for `n` timesteps of
-// `dim` features: fp32 temporaries in the order the function makes and drops
-// them (torch 2.13 CPU trace). Returns the [n, dim] fp32 embedding.
-Var SinusoidalEmbedding(Tape& tape, uint64_t n, uint64_t dim) {
-  const uint64_t half = dim / 2;
-  auto f32 = [&](uint64_t numel, std::string_view op) {
-    return tape.New(numel, kF32, Category::kTemporaries, op);
-  };
-  Var arange = f32(half, "aten::arange");
-  Var scaled = f32(half, "aten::mul");
-  tape.Drop(arange);
-  Var exponent = f32(half, "aten::div");
-  tape.Drop(scaled);
-  Var freqs = f32(half, "aten::exp");
-  Var steps = f32(n, "aten::_to_copy");  // timesteps[:, None].float()
-  Var emb = f32(n * half, "aten::mul");
-  tape.Drop(freqs);
-  tape.Drop(steps);
-  Var emb_scaled = f32(n * half, "aten::mul");  // scale * emb
-  tape.Drop(emb);
-  Var sin = f32(n * half, "aten::sin");
-  Var cos = f32(n * half, "aten::cos");
-  Var cat = f32(n * 2 * half, "aten::cat");
-  tape.Drop(emb_scaled);
-  tape.Drop(sin);
-  tape.Drop(cos);
-  Var flipped = f32(n * 2 * half, "aten::cat");  // flip_sin_to_cos
-  tape.Drop(exponent);
-  tape.Drop(cat);
-  return flipped;
-}
-
 // TimestepEmbedding: linear_1, SiLU, linear_2.
 Var TimeMlp(UNetRun& r, const std::string& m, const Var& x) {
   const uint64_t dim = r.u.time_embed_dim;
@@ -517,7 +485,7 @@ ForwardOut UNetForward(Tape& tape, const ModelSpec& spec, UNetParams& params,
   UNetRun r(tape, u, params);
   r.batch = setup.batch;
   r.ckpt = setup.grad_ckpt != GradCkpt::kNone;
-  r.text_len = setup.text_len;
+  r.text_len = TextLen(spec, setup);
   const uint64_t latent = *UNetLatentSide(spec, setup);
   // The scripts keep latents and text states in weight_dtype: half unless fp32.
   const uint8_t in_bytes = setup.precision == Precision::kFp32 ? kF32 : kHalf;

@@ -96,4 +96,34 @@ Var MseLoss(Tape& tape, const Var& pred, const Var& target) {
   return loss;
 }
 
+Var SinusoidalEmbedding(Tape& tape, uint64_t n, uint64_t dim, bool copy_steps) {
+  const uint64_t half = dim / 2;
+  auto f32 = [&](uint64_t numel, std::string_view op) {
+    return tape.New(numel, kF32, Category::kTemporaries, op);
+  };
+  Var arange = f32(half, "aten::arange");
+  Var scaled = f32(half, "aten::mul");
+  tape.Drop(arange);
+  Var exponent = f32(half, "aten::div");
+  tape.Drop(scaled);
+  Var freqs = f32(half, "aten::exp");
+  // timesteps[:, None].float(): a copy unless the timesteps are fp32 already.
+  Var steps = copy_steps ? f32(n, "aten::_to_copy") : Var{};
+  Var emb = f32(n * half, "aten::mul");
+  tape.Drop(freqs);
+  if (copy_steps) tape.Drop(steps);
+  Var emb_scaled = f32(n * half, "aten::mul");  // scale * emb
+  tape.Drop(emb);
+  Var sin = f32(n * half, "aten::sin");
+  Var cos = f32(n * half, "aten::cos");
+  Var cat = f32(n * 2 * half, "aten::cat");
+  tape.Drop(emb_scaled);
+  tape.Drop(sin);
+  tape.Drop(cos);
+  Var flipped = f32(n * 2 * half, "aten::cat");  // flip_sin_to_cos
+  tape.Drop(exponent);
+  tape.Drop(cat);
+  return flipped;
+}
+
 }  // namespace vramscope::lower

@@ -43,4 +43,10 @@ Var Contiguous(Tape& tape, const Var& x);
 // saves both operands and allocates a pred-sized gradient (the target needs none).
 Var MseLoss(Tape& tape, const Var& pred, const Var& target);
 
+// get_timestep_embedding (diffusers 0.42.1 embeddings.py) for `n` timesteps of
+// `dim` features: fp32 temporaries in the order the function makes and drops
+// them (torch 2.13 CPU trace). `copy_steps`: the timesteps are not fp32, so
+// `timesteps[:, None].float()` copies them. Returns the [n, dim] fp32 embedding.
+Var SinusoidalEmbedding(Tape& tape, uint64_t n, uint64_t dim, bool copy_steps = true);
+
 }  // namespace vramscope::lower

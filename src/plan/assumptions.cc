@@ -174,7 +174,7 @@ std::vector<Assumption> DescribeUNetAssumptions(const ModelSpec& model, const Tr
                              "text states {} x {} x {}, in {}; the VAE and the text encoder are "
                              "not on the GPU (precomputed, or add their weights yourself)",
                              s.batch, u.in_channels, latent, latent, latent * s.vae_scale,
-                             s.vae_scale, s.batch, s.text_len, u.cross_attention_dim,
+                             s.vae_scale, s.batch, TextLen(model, s), u.cross_attention_dim,
                              s.precision == Precision::kFp32 ? "fp32" : "the 16-bit weight dtype"),
                  "--image-size, --vae-scale, --text-len"});
   out.push_back({"attention",
@@ -231,8 +231,72 @@ std::vector<Assumption> DescribeVitAssumptions(const ModelSpec& model, const Tra
   return out;
 }
 
+namespace {
+
+std::string FluxWeights(const TrainingSetup& s) {
+  const bool mixed = s.precision == Precision::kBf16Mixed || s.precision == Precision::kFp16Mixed;
+  if (mixed && s.finetune != Finetune::kFull) {
+    return "the transformer cast to the 16-bit weight_dtype before add_adapter "
+           "(train_dreambooth_lora_flux.py), still run under accelerate's autocast";
+  }
+  if (mixed) {
+    return "fp32 weights under accelerate's torch.autocast (train_dreambooth_flux.py): linears "
+           "and attention in 16-bit, the RMSNorms and RoPE in fp32; the output is converted to "
+           "fp32";
+  }
+  return s.precision == Precision::kFp32 ? "fp32 weights, gradients and optimizer state"
+                                         : "16-bit weights, gradients and optimizer state";
+}
+
+}  // namespace
+
+// FluxTransformer2DModel through the dreambooth scripts' step (lower/flux.h).
+std::vector<Assumption> DescribeFluxAssumptions(const ModelSpec& model, const TrainingSetup& s) {
+  const uint64_t image = s.image_size ? s.image_size : 512;
+  const uint64_t latent = s.vae_scale ? image / s.vae_scale : 0;
+  const FluxSpec& f = model.flux;
+  std::vector<Assumption> out;
+  out.push_back({"weights", FluxWeights(s), "--precision"});
+  if (s.finetune != Finetune::kFull) {
+    out.push_back({"adapters",
+                   fmt::format("PEFT LoRA through diffusers' add_adapter, rank {}, on {} (to_q, "
+                               "to_k, to_v, to_out.0 are q, k, v, o; the text stream's "
+                               "projections are context_proj); adapters in the transformer's "
+                               "dtype; the rest frozen",
+                               s.lora_rank, fmt::join(s.lora_targets, ",")),
+                   "--lora-rank, --lora-targets"});
+  }
+  out.push_back({"optimizer", Optimizer(s), "--optimizer"});
+  out.push_back(
+      {"inputs",
+       fmt::format("{} x {} packed latent tokens of {} features ({} px images / --vae-scale {}, "
+                   "2 x 2 latents per token) and T5 states {} x {} x {}, in {}; the VAE and the "
+                   "text encoders are not on the GPU (precomputed, or add their weights yourself)",
+                   s.batch, (latent / 2) * (latent / 2), f.in_channels, image, s.vae_scale, s.batch,
+                   TextLen(model, s), f.joint_attention_dim,
+                   s.precision == Precision::kFp32 ? "fp32" : "the 16-bit weight dtype"),
+       "--image-size, --vae-scale, --text-len"});
+  out.push_back({"attention",
+                 "diffusers' FluxAttnProcessor: torch SDPA over text + image tokens without a "
+                 "mask, flash (16-bit) or memory-efficient (fp32) kernels, no scores matrix",
+                 ""});
+  out.push_back({"loss",
+                 "the scripts' flow-matching MSE: mean((weighting * (pred.float() - "
+                 "target.float()) ** 2).reshape(b, -1), 1).mean() on the unpacked prediction",
+                 ""});
+  out.push_back({"libraries",
+                 fmt::format("diffusers 0.42, peft 0.21 and torch {}.{} behaviour",
+                             s.torch_version / 100, s.torch_version % 100),
+                 "--torch-version"});
+  out.push_back(
+      {"steps", fmt::format("{} optimizer steps simulated; the peak is the worst of them", s.steps),
+       "--steps"});
+  return out;
+}
+
 std::vector<Assumption> DescribeAssumptions(const ModelSpec& model, const TrainingSetup& s) {
   if (model.is_vit) return DescribeVitAssumptions(model, s);
+  if (model.is_flux) return DescribeFluxAssumptions(model, s);
   if (!model.is_unet) return DescribeAssumptions(s);
   const uint64_t image = s.image_size ? s.image_size : model.unet.sample_size * s.vae_scale;
   return DescribeUNetAssumptions(model, s, s.vae_scale ? image / s.vae_scale : 0);
@@ -252,10 +316,12 @@ std::vector<std::pair<std::string, std::string>> DescribeKnobs(const ModelSpec& 
     }
     return out;
   }
-  if (!model.is_unet) return knobs;
-  // A UNet has no sequence, no transformers loss and no transformers version:
-  // its knobs are the image, the latent scale and the text length.
-  const uint64_t image = s.image_size ? s.image_size : model.unet.sample_size * s.vae_scale;
+  if (!model.is_unet && !model.is_flux) return knobs;
+  // A UNet or FLUX has no sequence, no transformers loss and no transformers
+  // version: its knobs are the image, the latent scale and the text length.
+  const uint64_t image = s.image_size    ? s.image_size
+                         : model.is_flux ? 512
+                                         : model.unet.sample_size * s.vae_scale;
   std::vector<std::pair<std::string, std::string>> out;
   for (auto& [key, value] : knobs) {
     if (key == "seq" || key == "loss" || key == "transformers_version" || key == "attn") continue;
@@ -263,7 +329,7 @@ std::vector<std::pair<std::string, std::string>> DescribeKnobs(const ModelSpec& 
     if (out.back().first == "batch") {
       out.emplace_back("image_size", std::to_string(image));
       out.emplace_back("vae_scale", std::to_string(s.vae_scale));
-      out.emplace_back("text_len", std::to_string(s.text_len));
+      out.emplace_back("text_len", std::to_string(TextLen(model, s)));
     }
   }
   return out;

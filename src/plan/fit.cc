@@ -41,6 +41,12 @@ struct SecondAxis {
 };
 
 SecondAxis SecondAxisOf(const ModelSpec& model, const TrainingSetup& setup) {
+  // A FLUX transformer's latents are packed 2 x 2: 2 x vae_scale pixels per
+  // step, from the dreambooth scripts' 512 px.
+  if (model.is_flux) {
+    return {SweepVariable::kImageSize, setup.image_size ? setup.image_size : 512,
+            2 * std::max<uint64_t>(setup.vae_scale, 1)};
+  }
   if (!model.is_unet) return {SweepVariable::kSeq, setup.seq, 1};
   // One more latent at the smallest resolution: vae_scale x 2^(levels - 1) pixels.
   const uint64_t step = std::max<uint64_t>(setup.vae_scale, 1)
@@ -214,7 +220,8 @@ Result<FitResult> Fit(const ModelSpec& model, const TrainingSetup& setup,
   (void)base;
   VS_TRY(batch,
          Search(cache, at, SweepVariable::kBatch, second, BatchCap(at, options), out.limit_bytes));
-  const Cap second_cap = model.is_unet ? ImageCap(second) : SeqCap(model, at, options);
+  const Cap second_cap =
+      model.is_unet || model.is_flux ? ImageCap(second) : SeqCap(model, at, options);
   VS_TRY(seq, Search(cache, at, second.variable, second, second_cap, out.limit_bytes));
   out.batch = std::move(batch);
   out.seq = std::move(seq);

@@ -1,8 +1,10 @@
 """The FLUX transformer's reference side: the catalog's published FLUX.1-dev
 transformer/config.json, built by diffusers 0.42.1 on the meta device, has the
 parameters `vramscope models` gives it (src/ingest/family_flux.cc), and so do
-reduced configs exercising the optional paths. The training step is not lowered
-yet: `vramscope estimate` refuses it by name.
+reduced configs exercising the optional paths; `vramscope estimate` lowers them
+(src/lower/flux.cc) and refuses by name what it does not model. The fidelity grid's
+FLUX points (vsref/grid.py flux_points) compare the lowering with vsref/flux.py's
+recorded steps.
 
 Runs under .venv/tf5 (diffusers 0.42.1); skipped where diffusers is not installed.
 """
@@ -63,25 +65,39 @@ def test_catalog_flux_has_the_parameters_diffusers_makes():
      "num_single_layers": 3, "attention_head_dim": 16, "num_attention_heads": 2,
      "joint_attention_dim": 48, "pooled_projection_dim": 24, "axes_dims_rope": [4, 6, 6]},
 ], ids=["schnell", "reduced"])
-def test_estimate_refuses_flux_by_name(config, tmp_path):
+def test_estimate_lowers_flux_and_counts_diffusers_parameters(config, tmp_path):
     """The parameter counts of these configs are checked in C++
     (src/ingest/params_test.cc FluxParamsTest); here diffusers builds them and
-    vramscope refuses to estimate them, naming the missing lowering."""
+    vramscope estimates their training step with the same count. A patch size
+    other than 1 is refused by name (FluxPipeline packs 2 x 2 latents)."""
     _require_binary()
     full = {"_class_name": "FluxTransformer2DModel", **config}
-    assert _diffusers_parameters(full) > 0
+    parameters = _diffusers_parameters(full)
     path = tmp_path / "config.json"
     path.write_text(json.dumps(full), encoding="utf-8")
-    proc = subprocess.run([fidelity.VRAMSCOPE, "estimate", str(path)], capture_output=True,
-                          text=True, timeout=60)
-    assert proc.returncode == 2, proc.stderr
-    assert "not lowered yet" in proc.stderr
+    proc = subprocess.run([fidelity.VRAMSCOPE, "estimate", str(path), "--image-size", "64",
+                           "--text-len", "8", "--json"], capture_output=True, text=True,
+                          timeout=60)
+    if full.get("patch_size", 1) != 1:
+        assert proc.returncode == 2 and "patch_size" in proc.stderr, proc.stderr
+        return
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["model"]["parameters"] == parameters
+
+
+def test_flux_refusals_name_the_flag(tmp_path):
+    """What the lowering does not model exits 2 naming it (lower.cc ValidateFlux)."""
+    _require_binary()
+    for args, name in [(["--attn", "eager"], "--attn"), (["--grad-ckpt", "reentrant"], "reentrant"),
+                       (["--image-size", "520"], "--image-size"), (["--gpus", "2"], "one GPU")]:
+        proc = subprocess.run([fidelity.VRAMSCOPE, "estimate", ALIAS, *args], capture_output=True,
+                              text=True, timeout=60)
+        assert proc.returncode == 2 and name in proc.stderr, (args, proc.stderr)
 
 
 def test_reduced_flux_training_step_runs():
     """vsref/flux.py's step (packed latents, ids, guidance, flow-matching MSE) runs
-    forward and backward on the real diffusers model, ready for the grid once the
-    lowering exists."""
+    forward and backward on the real diffusers model."""
     from vsref import flux
 
     config = flux.FLUX_FAMILIES["flux_dev"]

@@ -1,41 +1,42 @@
-"""The FLUX transformer's reference training step (groundwork for issue 21's lowering).
+"""Runs a FLUX grid point: the real diffusers 0.42.1 FluxTransformer2DModel trained on CPU.
 
-Not in the fidelity grid yet: vramscope does not lower FluxTransformer2DModel, so no point
-can be compared. This drives the real diffusers 0.42.1 FluxTransformer2DModel through the
-step of examples/dreambooth/train_dreambooth_lora_flux.py (and train_dreambooth_flux.py),
-with the frozen VAE and text encoders replaced by tensors of their output shapes:
+Called by runner.py for the families of models.FLUX_FAMILIES, inside .venv/tf5. The step is
+that of examples/dreambooth/train_dreambooth_flux.py (full fine-tuning) and
+train_dreambooth_lora_flux.py (LoRA), diffusers 0.42.1, with the frozen VAE and text
+encoders replaced by tensors of their output shapes:
 
 - latents [b, c, h, w] (c = in_channels / 4) are noised by flow matching,
   noisy = (1 - sigma) * latents + sigma * noise, packed 2 x 2 into (h/2)·(w/2) tokens of
   4c features (FluxPipeline._pack_latents);
 - img_ids [(h/2)·(w/2), 3] hold each token's row and column (FluxPipeline.
   _prepare_latent_image_ids), txt_ids [text_len, 3] are zeros;
-- timestep = t / 1000, guidance (only with guidance_embeds) the guidance scale per sample,
+- timestep = t / 1000 in fp32 (the scheduler's timesteps), guidance (only with
+  guidance_embeds) the guidance scale, a [1] fp32 tensor expanded to the batch,
   pooled_projections [b, pooled_projection_dim], encoder_hidden_states [b, text_len,
-  joint_attention_dim];
+  joint_attention_dim], all but the timestep and guidance in the scripts' weight_dtype;
 - the prediction is unpacked and the loss is the weighted flow-matching MSE against
-  noise - latents (weighting 1: the scripts' default "none" scheme).
+  noise - latents (weighting = ones_like(sigmas): the scripts' default "none" scheme).
+
+The knobs, as the scripts apply them: LoRA is `transformer.requires_grad_(False)`, the
+dtype cast, checkpointing, then `add_adapter(LoraConfig(r, lora_alpha=r,
+init_lora_weights="gaussian", target_modules=[to_k, to_q, to_v, to_out.0]))`;
+checkpointing is `enable_gradient_checkpointing()` (use_reentrant=False); bf16-mixed is
+accelerate's autocast around forward with its output converted to fp32, the full script
+keeping the transformer in fp32 and the LoRA script casting it to bf16 first.
 """
 
 import diffusers
 import torch
 import vramscope_trace
 
+from .knobs import UNET_CKPTS
+from .models import FLUX_FAMILIES, FLUX_LATENT_SIDE, FLUX_TEXT_LEN  # noqa: F401
 from .runner import make_optimizer
 
 # The LoRA script's default --lora_layers (train_dreambooth_lora_flux.py).
 LORA_MODULES = ["to_k", "to_q", "to_v", "to_out.0"]
-
-# A reduced FLUX.1-dev layout (guidance embedding, two double and two single blocks,
-# two heads of 16 features rotated by axes 4 + 6 + 6).
-FLUX_FAMILIES = {
-    "flux_dev": {
-        "_class_name": "FluxTransformer2DModel", "patch_size": 1, "in_channels": 16,
-        "num_layers": 2, "num_single_layers": 2, "attention_head_dim": 16,
-        "num_attention_heads": 2, "joint_attention_dim": 32, "pooled_projection_dim": 24,
-        "guidance_embeds": True, "axes_dims_rope": [4, 6, 6],
-    },
-}
+# The lowering's --lora-targets names for them.
+_LORA_TARGETS = {"q": "to_q", "k": "to_k", "v": "to_v", "o": "to_out.0"}
 
 
 def build(config, dtype=torch.float32):
@@ -67,46 +68,82 @@ def image_ids(h, w, dtype):
 def make_batch(config, batch, latent_side, text_len, dtype):
     g = torch.Generator().manual_seed(1)
     c, side = config["in_channels"] // 4, latent_side
-    latents = torch.randn(batch, c, side, side, generator=g, dtype=dtype)
-    noise = torch.randn(latents.shape, generator=g, dtype=dtype)
+    latents = torch.randn(batch, c, side, side, generator=g).to(dtype)
+    noise = torch.randn(latents.shape, generator=g).to(dtype)
     sigma = torch.rand(batch, generator=g).to(dtype).view(batch, 1, 1, 1)
     out = {
         "hidden_states": pack((1 - sigma) * latents + sigma * noise),
-        "timestep": (sigma.flatten() * 1000).to(dtype) / 1000,
-        "pooled_projections": torch.randn(batch, config["pooled_projection_dim"], generator=g,
-                                          dtype=dtype),
+        "timestep": torch.rand(batch, generator=g),
+        "pooled_projections": torch.randn(batch, config["pooled_projection_dim"],
+                                          generator=g).to(dtype),
         "encoder_hidden_states": torch.randn(batch, text_len, config["joint_attention_dim"],
-                                             generator=g, dtype=dtype),
+                                             generator=g).to(dtype),
         "txt_ids": torch.zeros(text_len, 3, dtype=dtype),
         "img_ids": image_ids(side, side, dtype),
         "target": noise - latents,
+        "weighting": torch.ones_like(sigma),
     }
     if config.get("guidance_embeds"):
-        out["guidance"] = torch.full((batch,), 3.5, dtype=torch.float32)
+        out["guidance"] = torch.full((1,), 3.5, dtype=torch.float32).expand(batch)
     return out
 
 
-def loss_of(model, batch, side):
-    inputs = {k: v for k, v in batch.items() if k != "target"}
-    pred = model(**inputs, return_dict=False)[0]
-    pred = unpack(pred, side, side)
-    return torch.mean(((pred.float() - batch["target"].float()) ** 2).reshape(pred.shape[0], -1),
-                      1).mean()
+def predict(model, batch, mixed=False):
+    inputs = {k: v for k, v in batch.items() if k not in ("target", "weighting")}
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mixed):
+        pred = model(**inputs, return_dict=False)[0]
+    # accelerate's convert_outputs_to_fp32, outside the autocast.
+    return pred.float() if mixed else pred
 
 
-def run(point, config, out_path, latent_side=8, text_len=8):
-    """One recorded run (fp32, full fine-tuning): not called by the grid yet."""
-    model = build(config)
+def loss_of(model, batch, side, mixed=False):
+    """The scripts' flow-matching loss on the unpacked prediction."""
+    pred = unpack(predict(model, batch, mixed), side, side)
+    target = batch["target"]
+    return torch.mean((batch["weighting"].float() * (pred.float() - target.float()) ** 2)
+                      .reshape(target.shape[0], -1), 1).mean()
+
+
+def _dtype(point):
+    # As for the UNet (vsref/unet.py): bf16 weights under "bf16", and under "bf16-mixed" for
+    # LoRA (the LoRA script casts the transformer to weight_dtype before add_adapter); the
+    # full script keeps the trained transformer in fp32.
+    if point.precision == "bf16" or (point.precision == "bf16-mixed" and point.finetune == "lora"):
+        return torch.bfloat16
+    return torch.float32
+
+
+def apply_knobs(point, model):
+    if point.finetune == "lora":
+        import peft
+
+        model.requires_grad_(False)
+    if point.ckpt == "full":
+        model.enable_gradient_checkpointing()
+    if point.finetune == "lora":
+        targets = [_LORA_TARGETS[key] for key in point.lora_targets.split(",")]
+        model.add_adapter(peft.LoraConfig(r=point.lora_rank, lora_alpha=point.lora_rank,
+                                          lora_dropout=0.0, init_lora_weights="gaussian",
+                                          target_modules=targets))
     model.train()
+    return model
+
+
+def run(point, config, out_path, latent_side=FLUX_LATENT_SIDE):
+    if point.ckpt not in UNET_CKPTS or point.attn != "sdpa" or point.gpus != 1:
+        raise ValueError(f"{point.name()}: a FLUX point takes ckpt none/full, attn sdpa, 1 GPU")
+    model = apply_knobs(point, build(config, _dtype(point)))
     optimizer = make_optimizer(point, model)
-    batch = make_batch(config, point.batch, latent_side, text_len, torch.float32)
+    batch_dtype = torch.float32 if point.precision == "fp32" else torch.bfloat16
+    batch = make_batch(config, point.batch, latent_side, point.seq, batch_dtype)
+    mixed = point.precision == "bf16-mixed"
     meta = [("reference", point.name()), ("diffusers", diffusers.__version__),
             ("torch", torch.__version__)]
     with vramscope_trace.record(out_path, model=model, optimizer=optimizer, inputs=batch,
                                 meta=meta):
         for _ in range(point.steps):
             optimizer.zero_grad(set_to_none=True)
-            loss = loss_of(model, batch, latent_side)
+            loss = loss_of(model, batch, latent_side, mixed)
             loss.backward()
             del loss
             optimizer.step()

@@ -9,7 +9,7 @@ QLoRA is not in the grid: bitsandbytes' 4-bit path needs CUDA kernels (docs/fide
 import dataclasses
 
 from .knobs import UNET_LORA_TARGETS, UNET_SEQ, Point
-from .models import FAMILIES, UNET_FAMILIES
+from .models import FAMILIES, FLUX_FAMILIES, FLUX_TEXT_LEN, UNET_FAMILIES
 
 # (finetune, ckpt, attn, precision, optimizer): every value of every knob at least once.
 COMBOS = (
@@ -80,6 +80,18 @@ def unet_points():
     return [_unet_point(family, combo) for family in UNET_FAMILIES for combo in UNET_COMBOS]
 
 
+# diffusers' FluxTransformer2DModel through train_dreambooth_(lora_)flux.py's step
+# (vsref/flux.py): the UNet's knob set (diffusers checkpoints non-reentrantly and runs SDPA),
+# full fine-tuning and LoRA on to_q / to_k / to_v / to_out.0, each with and without
+# checkpointing, bf16 weights and accelerate's bf16 autocast.
+FLUX_COMBOS = UNET_COMBOS
+
+
+def flux_points():
+    return [dataclasses.replace(_unet_point(family, combo), seq=FLUX_TEXT_LEN)
+            for family in FLUX_FAMILIES for combo in FLUX_COMBOS]
+
+
 # TRL 1.16's SFTTrainer step (its fused LM head; trl is installed in .venv/tf5 only): every
 # combo on Llama, three on families with tied embeddings (gemma, gpt2) or another layout
 # (qwen2), and one row per micro-batch (the shifted slice is then contiguous, no copy).
@@ -130,15 +142,16 @@ def batch1_points():
 def full_grid():
     points = [p for family in FAMILIES for tf in (5, 4) for combo in COMBOS
               if _supported(p := _point(family, tf, combo))]
-    return (points + unet_points() + trl_points() + packed_points() + batch1_points()
-            + torchtune_model_points())
+    return (points + unet_points() + flux_points() + trl_points() + packed_points()
+            + batch1_points() + torchtune_model_points())
 
 
 def ci_grid():
-    """One point per family and transformers version, plus every combo on Llama."""
+    """One point per family and transformers version, every combo on Llama, and the FLUX
+    points (six small steps, the only check of that lowering)."""
     points = [_point(family, tf, COMBOS[0]) for family in FAMILIES for tf in (5, 4)]
     points += [_point("llama", 5, combo) for combo in COMBOS[1:]]
-    return points
+    return points + flux_points()
 
 
 # Not in "full" and not in CI: the FSDP2 reference is not reproducible to the byte

@@ -7,7 +7,7 @@ for the UNet families, unet.py to a diffusers UNet2DConditionModel) the way user
 
 import dataclasses
 
-from .models import UNET_FAMILIES, VAE_SCALE, is_unet
+from .models import FLUX_LATENT_SIDE, FLUX_TEXT_LEN, UNET_FAMILIES, VAE_SCALE, is_flux, is_unet
 
 PRECISIONS = ("fp32", "bf16", "bf16-mixed")
 FINETUNES = ("full", "lora")
@@ -59,7 +59,9 @@ class Point:
         return "/".join(parts)
 
     def _default_shape(self):
-        # A UNet point's `seq` is its text length (encoder_hidden_states), 7 by default.
+        # A UNet or FLUX point's `seq` is its text length (encoder_hidden_states).
+        if is_flux(self.family):
+            return (2, FLUX_TEXT_LEN)
         return (2, UNET_SEQ) if is_unet(self.family) else (2, 64)
 
     def transformers_version(self):
@@ -67,7 +69,7 @@ class Point:
 
     def estimate_args(self):
         """The `vramscope estimate` flags of this point (model path not included)."""
-        if is_unet(self.family):
+        if is_unet(self.family) or is_flux(self.family):
             return self._unet_estimate_args()
         args = ["--batch", str(self.batch), "--seq", str(self.seq), "--steps", str(self.steps),
                 "--precision", self.precision, "--optimizer", self.optimizer,
@@ -99,7 +101,11 @@ class Point:
     def _unet_estimate_args(self):
         # No --transformers-version (diffusers runs the model) and no --no-attention-mask
         # (a UNet call has no attention mask); the point's seq is the text length.
-        image_size = UNET_FAMILIES[self.family]["sample_size"] * VAE_SCALE
+        # A FLUX point's latents are FLUX_LATENT_SIDE square (vsref/flux.py), from an
+        # image VAE_SCALE times larger.
+        latent = (FLUX_LATENT_SIDE if is_flux(self.family)
+                  else UNET_FAMILIES[self.family]["sample_size"])
+        image_size = latent * VAE_SCALE
         args = ["--batch", str(self.batch), "--text-len", str(self.seq), "--image-size",
                 str(image_size), "--steps", str(self.steps), "--precision", self.precision,
                 "--optimizer", self.optimizer, "--finetune", self.finetune,

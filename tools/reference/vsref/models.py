@@ -160,9 +160,28 @@ VIT_IMAGE, VIT_PATCH, VIT_LABELS = 32, 8, 10
 # downsampling (vramscope's default VAE scale), so sample_size latents = 8 x pixels.
 VAE_SCALE = 8
 
+# diffusers' FluxTransformer2DModel at reduced width (vsref/flux.py runs it): FLUX.1-dev's
+# layout (guidance embedding, double and single blocks) with two blocks of each kind and
+# two heads of 16 features rotated by axes 4 + 6 + 6.
+FLUX_FAMILIES = {
+    "flux_dev": {
+        "_class_name": "FluxTransformer2DModel", "patch_size": 1, "in_channels": 16,
+        "num_layers": 2, "num_single_layers": 2, "attention_head_dim": 16,
+        "num_attention_heads": 2, "joint_attention_dim": 32, "pooled_projection_dim": 24,
+        "guidance_embeds": True, "axes_dims_rope": [4, 6, 6],
+    },
+}
+# A FLUX point's latent side (the VAE's latents, before the 2 x 2 packing) and text length.
+FLUX_LATENT_SIDE = 8
+FLUX_TEXT_LEN = 8
+
 
 def is_unet(family):
     return family in UNET_FAMILIES
+
+
+def is_flux(family):
+    return family in FLUX_FAMILIES
 
 
 # Sequence-classification heads on a catalog config: the architecture and the labels
@@ -175,11 +194,12 @@ def reference_config(family):
     """The reduced config of `family`: a catalog model cut down, or a UNet written above."""
     if is_unet(family):
         return copy.deepcopy(UNET_FAMILIES[family])
+    if is_flux(family):
+        return copy.deepcopy(FLUX_FAMILIES[family])
     if family == "llama_tt":
-        # torchtune's own Llama 3.2 decoder (vsref/torchtune_model.py; `--grid
-        # torchtune-model` only, not a FAMILIES entry), estimated with --impl
-        # torchtune: its rotary cache is max_seq_len long, 256 here rather than
-        # the catalog's 131072.
+        # torchtune's own Llama 3.2 decoder (vsref/torchtune_model.py; not a
+        # FAMILIES entry), estimated with --impl torchtune: its rotary cache is
+        # max_seq_len long, 256 here rather than the catalog's 131072.
         config = reduce_config(catalog_config(FAMILIES["llama"]))
         # Two kv heads, so that torchtune's per-head k / v copies are copies
         # (one kv head expands as a view).

@@ -24,7 +24,7 @@ import transformers
 import vramscope_trace
 
 from .knobs import point_from_json
-from .models import is_unet
+from .models import is_flux, is_unet
 
 # The target modules of the lowering's --lora-targets names, per family (PEFT's
 # target_modules match module-name suffixes).
@@ -273,6 +273,11 @@ def run(point, config_dict, out_path):
         from . import unet  # diffusers: .venv/tf5 only
 
         unet.run(point, config_dict, out_path)
+        return
+    if is_flux(point.family):
+        from . import flux  # diffusers: .venv/tf5 only
+
+        flux.run(point, config_dict, out_path)
         return
     if point.gpus > 1:
         run_fsdp(point, config_dict, out_path)
