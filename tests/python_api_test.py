@@ -101,6 +101,9 @@ def test_unet_knobs_reach_the_engine():
     ("qwen2.5-0.5b", {"loss": "trl-fused", "dpo": True, "finetune": "lora", "batch": 2}),
     ("qwen2.5-0.5b", {"loss": "trl-fused", "packing": True, "batch": 4, "seq": 512}),
     ("vit-base-patch16-224", {"batch": 16, "finetune": "lora", "grad_ckpt": "full"}),
+    ("llama-3.2-1b", {"impl": "torchtune", "loss": "torchtune-chunked", "finetune": "lora",
+                      "lora_dtype": "model", "precision": "bf16", "seq": 512}),
+    ("flux.1-dev-transformer", {"precision": "bf16", "grad_ckpt": "full", "image_size": 512}),
 ])
 def test_trl_packing_and_vit_knobs_reach_the_engine(model, knobs):
     """TRL's steps, packed rows and a ViT: keyword arguments like any other knob."""
