@@ -69,6 +69,16 @@ Result<std::optional<bool>> Bool(const Reader& r, const Json& parent, const char
   return std::optional<bool>{it->get<bool>()};
 }
 
+Result<std::optional<double>> Fraction(const Reader& r, const Json& parent, const char* key,
+                                       const std::string& path) {
+  auto it = parent.find(key);
+  if (it == parent.end() || it->is_null()) return std::optional<double>{};
+  if (!it->is_number() || !(it->get<double>() >= 0 && it->get<double>() < 1)) {
+    return r.Bad(path, fmt::format("{} is not a number in [0, 1)", Shown(*it)));
+  }
+  return std::optional<double>{it->get<double>()};
+}
+
 // A string member, or "" when absent / null.
 Result<std::string> String(const Reader& r, const Json& parent, const char* key,
                            const std::string& path) {

@@ -70,6 +70,9 @@ Result<std::optional<int64_t>> Number(const Reader& r, const Json& parent, const
 // A boolean, or "auto" / absent (nullopt).
 Result<std::optional<bool>> Bool(const Reader& r, const Json& parent, const char* key,
                                  const std::string& path);
+// A number in [0, 1) (a dropout probability), or absent / null (nullopt).
+Result<std::optional<double>> Fraction(const Reader& r, const Json& parent, const char* key,
+                                       const std::string& path);
 // A string member, or "" when absent / null.
 Result<std::string> String(const Reader& r, const Json& parent, const char* key,
                            const std::string& path);

@@ -127,16 +127,9 @@ Status ReadLitgptLora(const Reader& r, const Json& root) {
   VS_TRY(rank, Number(r, root, "lora_r", "lora_r", 1, 1 << 16));
   r.Set("--lora-rank", std::to_string(rank.value_or(8)),
         rank ? "lora_r" : "lora_r (absent: finetune_lora's default 8)");
-  double dropout = 0.05;
-  if (auto it = root.find("lora_dropout"); it != root.end() && !it->is_null()) {
-    if (!it->is_number() || !(it->get<double>() >= 0 && it->get<double>() < 1)) {
-      return r.Bad("lora_dropout", fmt::format("{} is not a number in [0, 1)", Shown(*it)));
-    }
-    dropout = it->get<double>();
-  }
-  r.Set("--lora-dropout", fmt::format("{}", dropout),
-        root.contains("lora_dropout") ? "lora_dropout"
-                                      : "lora_dropout (absent: finetune_lora's default 0.05)");
+  VS_TRY(dropout, Fraction(r, root, "lora_dropout", "lora_dropout"));
+  r.Set("--lora-dropout", fmt::format("{}", dropout.value_or(0.05)),
+        dropout ? "lora_dropout" : "lora_dropout (absent: finetune_lora's default 0.05)");
   static constexpr std::tuple<const char*, bool, const char*> kTargets[] = {
       {"lora_query", true, "q"},           {"lora_key", false, "k"},
       {"lora_value", true, "v"},           {"lora_projection", false, "o"},

@@ -149,16 +149,9 @@ Status ReadTorchtuneModel(const Reader& r, const Json& root) {
   VS_TRY(rank, TtCount(r, model, "lora_rank", "model.lora_rank", 1, 1 << 16));
   r.Set("--lora-rank", std::to_string(rank.value_or(8)),
         rank ? "model.lora_rank" : "model.lora_rank (absent: the builders' default 8)");
-  double dropout = 0;
-  if (auto it = model.find("lora_dropout"); it != model.end() && !it->is_null()) {
-    if (!it->is_number() || !(it->get<double>() >= 0 && it->get<double>() < 1)) {
-      return r.Bad("model.lora_dropout", fmt::format("{} is not a number in [0, 1)", Shown(*it)));
-    }
-    dropout = it->get<double>();
-  }
-  r.Set("--lora-dropout", fmt::format("{}", dropout),
-        model.contains("lora_dropout") ? "model.lora_dropout"
-                                       : "model.lora_dropout (absent: the builders' default 0.0)");
+  VS_TRY(dropout, Fraction(r, model, "lora_dropout", "model.lora_dropout"));
+  r.Set("--lora-dropout", fmt::format("{}", dropout.value_or(0.0)),
+        dropout ? "model.lora_dropout" : "model.lora_dropout (absent: the builders' default 0.0)");
   VS_TRY(targets, TorchtuneTargets(r, model));
   r.Set("--lora-targets", targets, "model.lora_attn_modules, apply_lora_to_mlp/output");
   VS_TRY(dora, TtFlag(r, model, "use_dora", "model.use_dora"));

@@ -125,12 +125,8 @@ Status ReadTrlPeft(const Reader& r, const Json& root) {
   VS_TRY(rank, Number(r, root, "lora_r", "lora_r", 1, 1 << 16));
   r.Set("--lora-rank", std::to_string(rank.value_or(16)),
         rank ? "lora_r" : "lora_r (absent: ModelConfig's default 16)");
-  if (auto it = root.find("lora_dropout"); it != root.end() && !it->is_null()) {
-    if (!it->is_number() || !(it->get<double>() >= 0 && it->get<double>() < 1)) {
-      return r.Bad("lora_dropout", fmt::format("{} is not a number in [0, 1)", Shown(*it)));
-    }
-    r.Set("--lora-dropout", fmt::format("{}", it->get<double>()), "lora_dropout");
-  }
+  VS_TRY(dropout, Fraction(r, root, "lora_dropout", "lora_dropout"));
+  if (dropout) r.Set("--lora-dropout", fmt::format("{}", *dropout), "lora_dropout");
   for (const char* key : {"use_dora", "load_in_8bit"}) {
     if (root.value(key, Json(false)) == true) r.NotModelled(key, "not modelled");
   }
