@@ -4,6 +4,7 @@
 # PYTHONPATH=build/python imports `vramscope`). The module needs the Python headers and
 # pybind11 (python3-dev, pybind11-dev: scripts/deps.sh); without them it is left out, with
 # a note, and the tests of the Python package skip. VRAMSCOPE_PYTHON=ON or OFF decides.
+# Then the web page (scripts/build_web.sh, build-web/web/) when emscripten is installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python=${VRAMSCOPE_PYTHON:-}
@@ -18,3 +19,4 @@ fi
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DVRAMSCOPE_UNITY=ON \
   -DVRAMSCOPE_PYTHON="$python" >/dev/null
 cmake --build build -j "$(nproc)"
+scripts/build_web.sh

@@ -1,0 +1,318 @@
+"""The web page (web/, built by scripts/build_web.sh into build-web/web/) in
+headless Chromium, driven over the DevTools protocol (--remote-debugging-pipe:
+NUL-separated JSON on file descriptors 3 and 4, so the Python standard library
+is enough; no Playwright, no websockets).
+
+The page is loaded from file:// with the network disabled (the flags of
+tests/html_test.py: every host name resolves to nothing). For each setup of
+SETUPS the test sets the knobs through the DOM (values, then one `change`
+event, as a user's last edit fires), reads the three numbers the page shows,
+and checks them against `vramscope estimate --json` run with the same knobs
+written as CLI flags here (not read back from the page). Then: the URL hash
+the page wrote, opened in a fresh page, gives back the same knobs, the same
+hash and the same numbers; the page's "copy as CLI command" text, run, gives
+the same numbers; and no request left the machine (DevTools' Network events
+and Chromium's NetLog, as html_test.py reads it).
+
+Skipped when Chromium or the built page is missing, unless VRAMSCOPE_WEB=ON
+(scripts/build.sh builds the page whenever emscripten is installed).
+Timings for README.md: python3 tests/web_test.py --timing
+"""
+import json
+import os
+import pathlib
+import shlex
+import subprocess
+import sys
+import time
+
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from html_test import BIN, CHROMIUM, CHROMIUM_FLAGS, gib, page_requests_from_netlog  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PAGE = pathlib.Path(os.environ.get("VRAMSCOPE_WEB_PAGE", ROOT / "build-web" / "web" / "index.html"))
+REQUIRED = os.environ.get("VRAMSCOPE_WEB") == "ON"
+
+pytestmark = pytest.mark.skipif(
+    not REQUIRED and (CHROMIUM is None or not PAGE.exists()),
+    reason="no chromium or no build-web/web/index.html (scripts/build_web.sh needs emscripten)")
+
+# knob id on the page (= the flag without "--") -> value; "model" is the
+# catalog alias. Booleans are checkboxes.
+SETUPS = [
+    {"model": "llama-3-8b"},
+    {"model": "llama-3-8b", "batch": "2", "seq": "4096", "grad-ckpt": "full", "gpu": "a100-80g"},
+    {"model": "qwen2.5-0.5b", "precision": "bf16", "optimizer": "adamw-8bit", "attn": "flash"},
+    {"model": "llama-3-8b", "finetune": "lora", "lora-rank": "64", "lora-targets": "all-linear"},
+    {"model": "llama-3-8b", "finetune": "qlora", "gpu": "rtx-4090", "grad-ckpt": "full", "seq": "1024"},
+    {"model": "llama-3-8b", "gpus": "8", "zero": "3", "grad-ckpt": "full"},
+    {"model": "llama-3-8b", "gpus": "8", "zero": "2", "offload": "optimizer"},
+    {"model": "llama-3-8b", "gpus": "8", "fsdp": "full", "batch": "4"},
+    {"model": "llama-3-70b", "gpus": "16", "fsdp": "hybrid", "grad-ckpt": "full"},
+    {"model": "llama-3-70b", "tp": "4", "pp": "2", "sp": True, "grad-accum": "4"},
+    {"model": "llama-3-8b", "tp": "2", "pp": "2", "gpus": "8", "zero": "1", "grad-accum": "2"},
+    {"model": "llama-3-8b", "alloc-conf": "expandable_segments:True", "loss": "chunked", "batch": "4"},
+    {"model": "llama-3-8b", "gpus": "4", "ddp": True, "precision": "fp16-mixed", "optimizer": "sgd-momentum"},
+]
+
+NUMBERS = {"peak-allocated": "peak_allocated_bytes", "peak-reserved": "peak_reserved_bytes",
+           "device-total": "device_total_bytes"}
+
+
+class Browser:
+    """Headless Chromium with one page, over --remote-debugging-pipe."""
+
+    def __init__(self, tmp_path):
+        self.netlog = tmp_path / "netlog.json"
+        to_chrome_r, self.to_chrome = os.pipe()
+        self.from_chrome, from_chrome_w = os.pipe()
+
+        def wire_fds():  # the child's fd 3 reads commands, fd 4 writes answers
+            os.dup2(to_chrome_r, 3)
+            os.dup2(from_chrome_w, 4)
+
+        flags = [f for f in CHROMIUM_FLAGS if not f.startswith("--virtual-time-budget")]
+        self.proc = subprocess.Popen(
+            [CHROMIUM, *flags, "--remote-debugging-pipe", f"--user-data-dir={tmp_path / 'profile'}",
+             f"--log-net-log={self.netlog}", "about:blank"],
+            pass_fds=(to_chrome_r, from_chrome_w), preexec_fn=wire_fds,
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        os.close(to_chrome_r)
+        os.close(from_chrome_w)
+        self.buffer, self.next_id, self.events = b"", 0, []
+        self.session = None
+        page = next(t for t in self.send("Target.getTargets")["targetInfos"] if t["type"] == "page")
+        self.session = self.send("Target.attachToTarget", targetId=page["targetId"], flatten=True)["sessionId"]
+        for domain in ("Page", "Runtime", "Network"):
+            self.send(f"{domain}.enable")
+
+    def _read_message(self):
+        while b"\0" not in self.buffer:
+            chunk = os.read(self.from_chrome, 1 << 16)
+            if not chunk:
+                raise RuntimeError("Chromium closed the DevTools pipe: " + self.proc.stderr.read().decode()[-2000:])
+            self.buffer += chunk
+        message, self.buffer = self.buffer.split(b"\0", 1)
+        return json.loads(message)
+
+    def send(self, method, **params):
+        self.next_id += 1
+        message = {"id": self.next_id, "method": method, "params": params}
+        if self.session:
+            message["sessionId"] = self.session
+        os.write(self.to_chrome, json.dumps(message).encode() + b"\0")
+        while True:
+            reply = self._read_message()
+            if reply.get("id") == self.next_id:
+                if "error" in reply:
+                    raise RuntimeError(f"{method}: {reply['error']}")
+                return reply["result"]
+            self.events.append(reply)
+
+    def eval(self, expression):
+        result = self.send("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
+        if "exceptionDetails" in result:
+            raise RuntimeError(f"{expression[:80]}: {result['exceptionDetails']}")
+        return result["result"].get("value")
+
+    def open(self, url):
+        """Navigates and waits until the page has shown its first result."""
+        self.send("Page.navigate", url=url)
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            if self.eval("document.readyState === 'complete' && document.body.dataset.runs === '1'"):
+                return
+            time.sleep(0.05)
+        raise RuntimeError("the page showed no result: " + str(self.eval("document.body.innerText"))[:2000])
+
+    def close(self):
+        try:
+            self.send("Browser.close")
+        except RuntimeError:
+            pass
+        self.proc.wait(timeout=30)
+        os.close(self.to_chrome)
+        os.close(self.from_chrome)
+
+    def network_urls(self):
+        """Every URL the page asked for, per DevTools."""
+        return [e["params"]["request"]["url"] for e in self.events if e.get("method") == "Network.requestWillBeSent"]
+
+    def console_errors(self):
+        return [e["params"] for e in self.events
+                if e.get("method") in ("Runtime.exceptionThrown",)
+                or (e.get("method") == "Runtime.consoleAPICalled" and e["params"].get("type") == "error")]
+
+
+# Sets the knobs of `setup` through the DOM (every other knob to its default),
+# fires one change event, and returns what the page shows.
+SET_KNOBS_JS = """
+(setup) => {
+  const all = Object.assign({}, DEFAULTS);
+  for (const [k, v] of Object.entries(setup)) if (k !== 'model') all[k] = v;
+  document.getElementById('source-catalog').checked = true;
+  document.getElementById('model').value = setup.model;
+  for (const [id, v] of Object.entries(all)) {
+    const node = document.getElementById(id);
+    if (node.type === 'checkbox') node.checked = v === true; else node.value = v;
+  }
+  const before = Number(document.body.dataset.runs);
+  document.getElementById('seq').dispatchEvent(new Event('change'));
+  if (Number(document.body.dataset.runs) !== before + 1) throw new Error('no estimate ran');
+  return READ_PAGE();
+}
+"""
+
+READ_PAGE_JS = """
+() => {
+  const out = {hash: location.hash, cli: document.getElementById('cli').textContent,
+               error: document.getElementById('error').textContent, ok: document.body.dataset.ok,
+               knobs: {model: document.getElementById('model').value}, numbers: {}};
+  for (const id of KNOB_IDS) {
+    const node = document.getElementById(id);
+    out.knobs[id] = node.type === 'checkbox' ? node.checked : node.value;
+  }
+  for (const id of ['peak-allocated', 'peak-reserved', 'device-total']) {
+    const node = document.getElementById(id);
+    out.numbers[id] = {text: node.textContent, bytes: node.dataset.bytes};
+  }
+  return out;
+}
+"""
+
+
+def set_knobs(browser, setup):
+    return browser.eval(f"window.READ_PAGE = {READ_PAGE_JS}; ({SET_KNOBS_JS})({json.dumps(setup)})")
+
+
+def read_page(browser):
+    return browser.eval(f"({READ_PAGE_JS})()")
+
+
+def cli_flags(setup):
+    flags = [setup["model"]]
+    for knob, value in setup.items():
+        if knob == "model":
+            continue
+        flags += [f"--{knob}"] if value is True else [f"--{knob}", value]
+    return flags
+
+
+def vramscope_estimate(args):
+    p = subprocess.run([BIN, "estimate", *args, "--json"], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+def assert_numbers_equal(shown, expected, what):
+    assert shown["ok"] == "true", f"{what}: the page says {shown['error']}"
+    for element, key in NUMBERS.items():
+        assert shown["numbers"][element]["bytes"] == str(expected[key]), (what, key)
+        assert shown["numbers"][element]["text"] == f"{expected[key] / (1 << 30):.2f} GiB", (what, key)
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    b = Browser(tmp_path_factory.mktemp("chromium"))
+    b.open(PAGE.resolve().as_uri())
+    yield b
+    b.close()
+
+
+def test_page_numbers_equal_the_cli(browser):
+    assert gib(1 << 30) == "1.00 GiB"
+    for setup in SETUPS:
+        shown = set_knobs(browser, setup)
+        assert_numbers_equal(shown, vramscope_estimate(cli_flags(setup)), setup)
+
+
+def test_copy_as_cli_command_is_the_same_estimate(browser):
+    setup = SETUPS[9]
+    shown = set_knobs(browser, setup)
+    argv = shlex.split(shown["cli"])
+    assert argv[0] == "vramscope" and argv[1] == "estimate" and argv[-1] == "--json"
+    assert_numbers_equal(shown, vramscope_estimate(argv[2:-1]), shown["cli"])
+
+
+def test_url_hash_round_trips(browser):
+    for setup in (SETUPS[3], SETUPS[9], SETUPS[11]):
+        shown = set_knobs(browser, setup)
+        for knob, value in setup.items():
+            assert shown["knobs"][knob] == value, (knob, shown["knobs"][knob])
+        browser.send("Page.navigate", url="about:blank")
+        browser.open(PAGE.resolve().as_uri() + shown["hash"])
+        again = read_page(browser)
+        assert again["hash"] == shown["hash"]
+        assert again["knobs"] == shown["knobs"]
+        assert again["numbers"] == shown["numbers"]
+
+
+def test_pasted_config_json_equals_the_cli(browser, tmp_path):
+    path = ROOT / "data" / "models" / "qwen2.5-0.5b.json"  # a Hugging Face config.json
+    text = path.read_text()
+    (tmp_path / "config.json").write_text(text)
+    shown = browser.eval(f"""(() => {{
+      document.getElementById('source-config').checked = true;
+      document.getElementById('config').value = {json.dumps(text)};
+      document.getElementById('batch').value = '2';
+      document.getElementById('config').dispatchEvent(new Event('change'));
+      return ({READ_PAGE_JS})();
+    }})()""")
+    assert_numbers_equal(shown, vramscope_estimate([str(tmp_path / "config.json"), "--batch", "2"]), path)
+
+
+def test_no_request_left_the_machine(browser):
+    urls = [u for u in browser.network_urls() if not u.startswith(("file://", "data:", "about:"))]
+    assert urls == [], urls
+    assert browser.console_errors() == []
+    requests, events = page_requests_from_netlog_when_flushed(browser)
+    assert events > 0
+    assert [u for u in requests if not u.startswith("file://")] == []
+
+
+def page_requests_from_netlog_when_flushed(browser):
+    # Chromium writes the NetLog's closing bracket when it exits; until then
+    # the file is read as far as it goes.
+    text = browser.netlog.read_text() if browser.netlog.exists() else ""
+    if not text.rstrip().endswith("}"):
+        text = text.rstrip().rstrip(",") + "]}"
+    tmp = browser.netlog.with_suffix(".closed.json")
+    tmp.write_text(text)
+    return page_requests_from_netlog(tmp)
+
+
+def measure(tmp_path, model, repeats=10):
+    """Time to first result (navigation to the first estimate shown) and per
+    re-estimate (one knob changed through the DOM to the views redrawn)."""
+    b = Browser(tmp_path)
+    try:
+        start = time.time()
+        b.open(PAGE.resolve().as_uri() + f"#model={model}&sweep=")
+        wall_first_ms = (time.time() - start) * 1000
+        first = b.eval("window.vramscope.timing.first_result_ms")
+        ms = b.eval(f"""(() => {{
+          const out = [];
+          for (let i = 0; i < {repeats}; i++) {{
+            const node = document.getElementById('batch');
+            node.value = String(1 + (i % 2));
+            const t0 = performance.now();
+            node.dispatchEvent(new Event('change'));
+            out.push([performance.now() - t0, window.vramscope.timing.last_estimate_ms]);
+          }}
+          return out;
+        }})()""")
+        page = sorted(m[0] for m in ms)[len(ms) // 2]
+        engine = sorted(m[1] for m in ms)[len(ms) // 2]
+        return {"model": model, "first_result_ms": round(first), "first_result_wall_ms": round(wall_first_ms),
+                "re_estimate_median_ms": round(page, 1), "engine_median_ms": round(engine, 1)}
+    finally:
+        b.close()
+
+
+if __name__ == "__main__" and "--timing" in sys.argv:
+    import tempfile
+    for model in ("llama-3-8b", "llama-3-70b"):
+        with tempfile.TemporaryDirectory() as d:
+            print(json.dumps(measure(pathlib.Path(d), model)))
