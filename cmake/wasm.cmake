@@ -29,9 +29,9 @@ set_target_properties(fmt::fmt PROPERTIES INTERFACE_COMPILE_DEFINITIONS FMT_HEAD
 # Threads::Threads stays empty: without -pthread (which needs
 # SharedArrayBuffer, and so cross-origin isolation a file:// page cannot
 # have) std::thread is served by web/engine/no_threads.cc.
-# libc++ 13 (emscripten 3.1.6) has no floating-point std::from_chars; the
-# shim supplies the one overload the engine uses (web/engine/from_chars_compat.h).
-add_compile_options(-include ${PROJECT_SOURCE_DIR}/web/engine/from_chars_compat.h)
+# libc++ 13 (emscripten 3.1.6) lacks floating-point std::from_chars and
+# std::make_unique_for_overwrite: web/engine/libcxx13_compat.h supplies them.
+add_compile_options(-include ${PROJECT_SOURCE_DIR}/web/engine/libcxx13_compat.h)
 # The engine and CLI11 report bad input by throwing and catching;
 # emscripten's default aborts on the first throw. JavaScript-based exception
 # handling (-fexceptions), because the prebuilt libc++ of Debian's emscripten

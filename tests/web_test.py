@@ -77,7 +77,7 @@ class Browser:
         self.proc = subprocess.Popen(
             [CHROMIUM, *flags, "--remote-debugging-pipe", f"--user-data-dir={tmp_path / 'profile'}",
              f"--log-net-log={self.netlog}", "about:blank"],
-            pass_fds=(to_chrome_r, from_chrome_w), preexec_fn=wire_fds,
+            close_fds=False, preexec_fn=wire_fds,  # close_fds would close 3 and 4 after wire_fds
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         os.close(to_chrome_r)
         os.close(from_chrome_w)
@@ -254,6 +254,10 @@ def test_pasted_config_json_equals_the_cli(browser, tmp_path):
     text = path.read_text()
     (tmp_path / "config.json").write_text(text)
     shown = browser.eval(f"""(() => {{
+      for (const [id, v] of Object.entries(DEFAULTS)) {{
+        const node = document.getElementById(id);
+        if (node.type === 'checkbox') node.checked = v; else node.value = v;
+      }}
       document.getElementById('source-config').checked = true;
       document.getElementById('config').value = {json.dumps(text)};
       document.getElementById('batch').value = '2';
@@ -264,12 +268,31 @@ def test_pasted_config_json_equals_the_cli(browser, tmp_path):
 
 
 def test_no_request_left_the_machine(browser):
+    assert any(u.startswith("file://") for u in browser.network_urls()), "DevTools saw no request at all"
     urls = [u for u in browser.network_urls() if not u.startswith(("file://", "data:", "about:"))]
     assert urls == [], urls
     assert browser.console_errors() == []
     requests, events = page_requests_from_netlog_when_flushed(browser)
     assert events > 0
     assert [u for u in requests if not u.startswith("file://")] == []
+
+
+def test_hub_fetch_offline_says_so_and_is_seen(browser):
+    """The one request the page can make, on the user's click: offline it
+    says so, and the detector above sees the attempt (it is not blind)."""
+    browser.eval("""(() => {
+      document.getElementById('source-config').checked = true;
+      document.getElementById('source-config').dispatchEvent(new Event('change'));
+      document.getElementById('hub-id').value = 'Qwen/Qwen2.5-7B';
+      document.getElementById('hub-fetch').click();
+    })()""")
+    deadline = time.time() + 30
+    message = ""
+    while time.time() < deadline and "Could not fetch" not in message:
+        time.sleep(0.1)
+        message = browser.eval("document.getElementById('hub-status').textContent")
+    assert "Could not fetch from the Hub" in message and "paste" in message, message
+    assert any("huggingface.co" in u for u in browser.network_urls())
 
 
 def page_requests_from_netlog_when_flushed(browser):
