@@ -32,12 +32,18 @@ set_target_properties(fmt::fmt PROPERTIES INTERFACE_COMPILE_DEFINITIONS FMT_HEAD
 # libc++ 13 (emscripten 3.1.6) lacks floating-point std::from_chars and
 # std::make_unique_for_overwrite: web/engine/libcxx13_compat.h supplies them.
 add_compile_options(-include ${PROJECT_SOURCE_DIR}/web/engine/libcxx13_compat.h)
-# The engine and CLI11 report bad input by throwing and catching;
-# emscripten's default aborts on the first throw. JavaScript-based exception
-# handling (-fexceptions), because the prebuilt libc++ of Debian's emscripten
-# has no wasm-exceptions variant and its cache is frozen.
-add_compile_options(-fexceptions)
-add_link_options(-fexceptions)
+# Exceptions are linked in (the link of web/CMakeLists.txt passes
+# -fexceptions): CLI11 and nlohmann_json report bad input by throwing, and the
+# CLI's commands, the ingest readers and the snapshot readers catch.
+# emscripten's exceptions are JavaScript-based here (the prebuilt libc++ of
+# Debian's emscripten has no wasm-exceptions variant, and its cache is
+# frozen), which costs every call that may throw in a TU compiled with
+# -fexceptions a trip through JavaScript: lowering and simulation ran 3 times
+# slower. So only the targets that catch compile with it
+# (web/CMakeLists.txt); the hot stages (events, alloc, sim, device, report,
+# lower) catch nothing, and an exception thrown through them still reaches
+# the catching caller (without running their destructors: a leak, on a path
+# that is already a failure).
 # libc++ 13 has no <memory_resource> (std::pmr came with libc++ 16): the
 # subset src/alloc uses, with the standard's names (web/engine/compat/).
 include_directories(BEFORE SYSTEM ${PROJECT_SOURCE_DIR}/web/engine/compat)

@@ -70,8 +70,11 @@ class Browser:
         self.from_chrome, from_chrome_w = os.pipe()
 
         def wire_fds():  # the child's fd 3 reads commands, fd 4 writes answers
-            os.dup2(to_chrome_r, 3)
-            os.dup2(from_chrome_w, 4)
+            # Copies first: a pipe may already be fd 3 or 4, and dup2 onto
+            # itself would keep close-on-exec.
+            read_end, write_end = os.dup(to_chrome_r), os.dup(from_chrome_w)
+            os.dup2(read_end, 3)
+            os.dup2(write_end, 4)
 
         flags = [f for f in CHROMIUM_FLAGS if not f.startswith("--virtual-time-budget")]
         self.proc = subprocess.Popen(

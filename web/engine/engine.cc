@@ -71,14 +71,17 @@ json Timeline(const Report& report, size_t buckets) {
         points.begin() + start, points.begin() + end,
         [](const auto& a, const auto& b) { return a.allocated_bytes < b.allocated_bytes; });
     uint64_t reserved_max = 0;
-    for (size_t i = start; i < end; ++i) reserved_max = std::max(reserved_max, points[i].reserved_bytes);
+    for (size_t i = start; i < end; ++i)
+      reserved_max = std::max(reserved_max, points[i].reserved_bytes);
     event.push_back(top->event_index);
     allocated.push_back(top->allocated_bytes);
     reserved.push_back(reserved_max);
     phase.push_back(std::string(PhaseName(top->phase)) + " " + std::to_string(top->step));
   }
-  return {{"event_index", event}, {"allocated_bytes", allocated},
-          {"reserved_bytes", reserved}, {"phase", phase}};
+  return {{"event_index", event},
+          {"allocated_bytes", allocated},
+          {"reserved_bytes", reserved},
+          {"phase", phase}};
 }
 
 // One request of the page: {"argv": [...], "files": {path: text}}. The answer
@@ -102,7 +105,8 @@ std::string Run(const std::string& request_text) {
   cli::TakeWarnings();  // none left from an earlier call
   auto value = (*run)(io);
   const std::vector<std::string> warnings = cli::TakeWarnings();
-  if (!value.ok()) return json{{"ok", false}, {"error", cli::OneLine(value.error().message)}}.dump();
+  if (!value.ok())
+    return json{{"ok", false}, {"error", cli::OneLine(value.error().message)}}.dump();
   json extra = {{"ok", true}, {"warnings", warnings}};
   if (value->report) extra["timeline"] = Timeline(*value->report, 1200);
   std::string out = extra.dump();
@@ -147,9 +151,10 @@ EMSCRIPTEN_KEEPALIVE const char* vs_run(const char* request) {
   try {
     return vramscope::web::Answer(vramscope::web::Run(request));
   } catch (const std::exception& e) {
-    return vramscope::web::Answer(
-        nlohmann::json{{"ok", false}, {"error", std::string("internal error: ") + e.what()}}
-            .dump());
+    return vramscope::web::Answer(nlohmann::json{
+        {"ok", false},
+        {"error", std::string("internal error: ") +
+                      e.what()}}.dump());
   }
 }
 

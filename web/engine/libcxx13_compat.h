@@ -16,18 +16,17 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
-#include <type_traits>
 #include <system_error>
+#include <type_traits>
 
 #if defined(__EMSCRIPTEN__) && defined(_LIBCPP_VERSION) && _LIBCPP_VERSION < 200000
 
 namespace std {
 
 inline from_chars_result from_chars(const char* first, const char* last, double& value) {
-  const bool well_started =
-      first < last && (isdigit(static_cast<unsigned char>(*first)) || *first == '-' ||
-                       *first == '.' || *first == 'i' || *first == 'I' || *first == 'n' ||
-                       *first == 'N');
+  const bool well_started = first < last && (isdigit(static_cast<unsigned char>(*first)) ||
+                                             *first == '-' || *first == '.' || *first == 'i' ||
+                                             *first == 'I' || *first == 'n' || *first == 'N');
   const bool hex = last - first >= 2 && first[0] == '0' && (first[1] == 'x' || first[1] == 'X');
   if (!well_started || hex) return {first, errc::invalid_argument};
   const string copy(first, last);
@@ -52,14 +51,10 @@ inline from_chars_result from_chars(const char* first, const char* last, double&
 namespace std {
 
 template <class T>
-  requires(!is_array_v<T>)
-unique_ptr<T> make_unique_for_overwrite() {
-  return unique_ptr<T>(new T);
-}
+requires(!is_array_v<T>) unique_ptr<T> make_unique_for_overwrite() { return unique_ptr<T>(new T); }
 
 template <class T>
-  requires is_unbounded_array_v<T>
-unique_ptr<T> make_unique_for_overwrite(size_t n) {
+requires is_unbounded_array_v<T> unique_ptr<T> make_unique_for_overwrite(size_t n) {
   return unique_ptr<T>(new remove_extent_t<T>[n]);
 }
 
