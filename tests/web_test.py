@@ -270,6 +270,29 @@ def test_pasted_config_json_equals_the_cli(browser, tmp_path):
     assert_numbers_equal(shown, vramscope_estimate([str(tmp_path / "config.json"), "--batch", "2"]), path)
 
 
+def test_sweep_chart_points_equal_the_cli(browser):
+    """The sweep chart's points are `vramscope sweep --json`'s, knobs and grid alike."""
+    set_knobs(browser, {"model": "llama-3-8b", "finetune": "lora", "grad-ckpt": "full"})
+    deadline = time.time() + 60
+    while time.time() < deadline and "estimates" not in browser.eval("document.getElementById('sweep-note').textContent"):
+        time.sleep(0.1)
+    points = browser.eval("window.vramscope.sweepPoints")
+    grid = ",".join(str(p["seq"]) for p in points)
+    p = subprocess.run([BIN, "sweep", "llama-3-8b", "--finetune", "lora", "--grad-ckpt", "full", "--seq", grid,
+                        "--json"], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert p.returncode == 0, p.stderr
+    assert points == json.loads(p.stdout)["points"]
+    assert browser.eval("document.querySelectorAll('#sweep circle').length") == len(points)
+
+
+def test_explain_shows_the_explanation(browser):
+    shown = set_knobs(browser, {"model": "llama-3-8b", "explain": True})
+    assert shown["ok"] == "true" and "--explain" in shown["cli"]
+    expected = vramscope_estimate(["llama-3-8b", "--explain"])["explanation"]
+    assert browser.eval("document.querySelectorAll('#explanation li').length") == len(expected) > 0
+    assert browser.eval("document.getElementById('explain-box').hidden") is False
+
+
 def test_no_request_left_the_machine(browser):
     assert any(u.startswith("file://") for u in browser.network_urls()), "DevTools saw no request at all"
     urls = [u for u in browser.network_urls() if not u.startswith(("file://", "data:", "about:"))]

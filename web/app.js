@@ -251,6 +251,7 @@ function scheduleSweep(ok) {
       $("sweep-note").textContent = `(${answer.error})`;
       return;
     }
+    state.sweepPoints = answer.json.points;
     $("sweep-note").textContent = `(${knob}; ${answer.json.points.length} estimates in ${ms.toFixed(0)} ms)`;
     vsCharts.sweep($("sweep"), answer.json.points, knob, state.result.json.gpu.usable_bytes);
   }, 30);
