@@ -21,7 +21,7 @@ const SELECTS = {
 const DEFAULTS = {
   gpu: "h100-80g", batch: "1", seq: "2048", "grad-accum": "1", precision: "bf16-mixed",
   optimizer: "adamw", finetune: "full", "lora-rank": "16", "lora-targets": "q,v", "grad-ckpt": "none",
-  attn: "sdpa", loss: "hf", "alloc-conf": "", gpus: "1", ddp: false, zero: "", fsdp: "",
+  attn: "sdpa", loss: "hf", "alloc-conf": "", gpus: "", ddp: false, zero: "", fsdp: "",
   offload: "none", tp: "1", pp: "1", sp: false, cp: "1", microbatches: "", explain: false,
 };
 const KNOB_IDS = Object.keys(DEFAULTS);
@@ -162,6 +162,29 @@ function render(answer) {
   $("explain-box").hidden = !(r.explanation && r.explanation.length);
   renderList($("explanation"), r.explanation || [], (e) => (typeof e === "string" ? e : JSON.stringify(e)));
   renderLive(r);
+  renderRanks(r);
+}
+
+// Parallel layouts: every class of ranks with the same memory, as the CLI lists them.
+function renderRanks(r) {
+  const ranks = r.ranks || [];
+  $("ranks-box").hidden = ranks.length < 2;
+  const tbody = $("ranks").querySelector("tbody");
+  tbody.textContent = "";
+  for (const k of ranks) {
+    const needed = k.full_requirement ? k.full_requirement.device_total_bytes : k.device_total_bytes;
+    const cells = [[k.rank_class], [String(k.ranks.length)], [gib(k.peak_allocated_bytes), "bytes"],
+                   [gib(k.peak_reserved_bytes), "bytes"], [gib(k.device_total_bytes), "bytes"],
+                   [gib(needed), "bytes"], [k.fits ? "yes" : "no"]];
+    const tr = document.createElement("tr");
+    for (const [value, cls] of cells) {
+      const td = document.createElement("td");
+      td.textContent = value;
+      if (cls) td.className = cls;
+      tr.appendChild(td);
+    }
+    tbody.appendChild(tr);
+  }
 }
 
 function renderVerdict(r) {
@@ -317,6 +340,7 @@ function wire() {
   $("source-config").addEventListener("change", showSource);
   $("hub-fetch").addEventListener("click", fetchHub);
   $("copy-cli").addEventListener("click", () => navigator.clipboard.writeText($("cli").textContent));
+  $("config").addEventListener("dragover", (e) => e.preventDefault());  // or the drop never comes
   $("config").addEventListener("drop", (e) => {
     e.preventDefault();
     e.dataTransfer.files[0].text().then((t) => { $("config").value = t; estimate(); });

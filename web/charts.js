@@ -88,7 +88,7 @@ const vsCharts = (() => {
     const svg = el("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": "memory timeline" });
     let top = 0;
     for (let i = lo; i <= hi; i++) top = Math.max(top, tl.reserved_bytes[i], tl.allocated_bytes[i]);
-    if (usable > top && usable < top * 1.6) top = usable;
+    if (usable > top && usable < top * 2) top = usable;
     const ticks = gibTicks(top), yMax = ticks[ticks.length - 1] * GIB;
     const x = (i) => PAD.l + ((i - lo) / Math.max(1, hi - lo)) * (W - PAD.l - PAD.r);
     const y = (b) => H - PAD.b - (b / yMax) * (H - PAD.t - PAD.b);
