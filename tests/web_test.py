@@ -268,6 +268,12 @@ def test_pasted_config_json_equals_the_cli(browser, tmp_path):
       return ({READ_PAGE_JS})();
     }})()""")
     assert_numbers_equal(shown, vramscope_estimate([str(tmp_path / "config.json"), "--batch", "2"]), path)
+    # The hash holds the pasted config too: a shared link computes the same.
+    browser.send("Page.navigate", url="about:blank")
+    browser.open(PAGE.resolve().as_uri() + shown["hash"])
+    again = read_page(browser)
+    assert (again["hash"], again["numbers"]) == (shown["hash"], shown["numbers"])
+    assert browser.eval("document.getElementById('config').value") == text
 
 
 def test_sweep_chart_points_equal_the_cli(browser):
