@@ -38,8 +38,9 @@ add_compile_options(-include ${PROJECT_SOURCE_DIR}/web/engine/libcxx13_compat.h)
 # emscripten's exceptions are JavaScript-based here (the prebuilt libc++ of
 # Debian's emscripten has no wasm-exceptions variant, and its cache is
 # frozen), which costs every call that may throw in a TU compiled with
-# -fexceptions a trip through JavaScript: lowering and simulation ran 3 times
-# slower. So only the targets that catch compile with it
+# -fexceptions a trip through JavaScript (a Llama-3-70B estimate took 120 ms
+# with every target so compiled, 44 ms without). So only the targets that
+# catch compile with it
 # (web/CMakeLists.txt); the hot stages (events, alloc, sim, device, report,
 # lower) catch nothing, and an exception thrown through them still reaches
 # the catching caller (without running their destructors: a leak, on a path

@@ -299,6 +299,29 @@ def test_explain_shows_the_explanation(browser):
     assert browser.eval("document.getElementById('explain-box').hidden") is False
 
 
+BAD_INPUTS = [["llama-3-8b", "--batch", "0"], ["llama-3-8b", "--precision", "fp8"], ["no-such-model"],
+              ["llama-3-8b", "--tp", "3"], ["llama-3-8b", "--gpus", "3", "--tp", "2"]]
+
+
+def test_bad_input_gets_the_cli_message(browser, tmp_path):
+    """The page shows the CLI's error message: flag parsing (CLI11's
+    exceptions), model resolution, layout checks and a broken config.json
+    (nlohmann_json's exceptions) fail in the engine as on the command line."""
+    bad = tmp_path / "config.json"
+    bad.write_text('{"model_type": "llama", "hidden_size": ')
+    for args in [*BAD_INPUTS, [str(bad)]]:
+        p = subprocess.run([BIN, "estimate", *args, "--json"], capture_output=True, text=True, timeout=60, cwd=ROOT)
+        assert p.returncode == 2, p.stderr
+        expected = p.stderr.strip().splitlines()[0].removeprefix("vramscope: error: ").removesuffix(" (see --help)")
+        argv = ["estimate", *args]
+        files = {}
+        if args == [str(bad)]:
+            argv, files = ["estimate", "/page/config.json"], {"/page/config.json": bad.read_text()}
+            expected = expected.replace(str(bad), "/page/config.json")
+        answer = browser.eval(f"callEngine({json.dumps(argv)}, {json.dumps(files)})")
+        assert answer == {"ok": False, "error": expected}
+
+
 def test_no_request_left_the_machine(browser):
     assert any(u.startswith("file://") for u in browser.network_urls()), "DevTools saw no request at all"
     urls = [u for u in browser.network_urls() if not u.startswith(("file://", "data:", "about:"))]
