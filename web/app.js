@@ -339,7 +339,12 @@ function wire() {
   $("source-catalog").addEventListener("change", showSource);
   $("source-config").addEventListener("change", showSource);
   $("hub-fetch").addEventListener("click", fetchHub);
-  $("copy-cli").addEventListener("click", () => navigator.clipboard.writeText($("cli").textContent));
+  $("copy-cli").addEventListener("click", () => {
+    // Where the clipboard is refused, the command is selected for Ctrl+C.
+    const select = () => window.getSelection().selectAllChildren($("cli"));
+    if (navigator.clipboard) navigator.clipboard.writeText($("cli").textContent).catch(select);
+    else select();
+  });
   $("config").addEventListener("dragover", (e) => e.preventDefault());  // or the drop never comes
   $("config").addEventListener("drop", (e) => {
     e.preventDefault();
