@@ -299,6 +299,25 @@ def test_explain_shows_the_explanation(browser):
     assert browser.eval("document.getElementById('explain-box').hidden") is False
 
 
+def test_timeline_zooms_and_resets(browser):
+    """Dragging across the timeline redraws it over fewer events; a double
+    click draws all of them again."""
+    set_knobs(browser, {"model": "llama-3-8b"})
+    counts = browser.eval("""(() => {
+      const points = () => document.querySelector('#timeline polyline.allocated').getAttribute('points')
+        .split(' ').length;
+      const all = points();
+      const svg = document.querySelector('#timeline svg'), box = svg.getBoundingClientRect();
+      const at = (type, f) => svg.dispatchEvent(new MouseEvent(type, {bubbles: true,
+        clientX: box.left + f * box.width, clientY: box.top + box.height / 2}));
+      at('mousedown', 0.3); at('mousemove', 0.5); at('mouseup', 0.5);
+      const zoomed = points();
+      document.querySelector('#timeline svg').dispatchEvent(new MouseEvent('dblclick', {bubbles: true}));
+      return [all, zoomed, points()];
+    })()""")
+    assert counts[0] > 100 and 2 < counts[1] < counts[0] / 2 and counts[2] == counts[0], counts
+
+
 BAD_INPUTS = [["llama-3-8b", "--batch", "0"], ["llama-3-8b", "--precision", "fp8"], ["no-such-model"],
               ["llama-3-8b", "--tp", "3"], ["llama-3-8b", "--gpus", "3", "--tp", "2"]]
 
