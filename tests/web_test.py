@@ -280,7 +280,8 @@ def test_sweep_chart_points_equal_the_cli(browser):
     """The sweep chart's points are `vramscope sweep --json`'s, knobs and grid alike."""
     set_knobs(browser, {"model": "llama-3-8b", "finetune": "lora", "grad-ckpt": "full"})
     deadline = time.time() + 60
-    while time.time() < deadline and "estimates" not in browser.eval("document.getElementById('sweep-note').textContent"):
+    note = "document.getElementById('sweep-note').textContent"
+    while time.time() < deadline and "estimates" not in browser.eval(note):
         time.sleep(0.1)
     points = browser.eval("window.vramscope.sweepPoints")
     grid = ",".join(str(p["seq"]) for p in points)
