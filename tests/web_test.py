@@ -88,7 +88,7 @@ class Browser:
         self.session = None
         page = next(t for t in self.send("Target.getTargets")["targetInfos"] if t["type"] == "page")
         self.session = self.send("Target.attachToTarget", targetId=page["targetId"], flatten=True)["sessionId"]
-        for domain in ("Page", "Runtime", "Network"):
+        for domain in ("Page", "Runtime", "Network", "Log"):  # Log: CSP violations, failed loads
             self.send(f"{domain}.enable")
 
     def _read_message(self):
@@ -144,9 +144,12 @@ class Browser:
         return [e["params"]["request"]["url"] for e in self.events if e.get("method") == "Network.requestWillBeSent"]
 
     def console_errors(self):
+        """Uncaught exceptions, console.error calls and the browser's own
+        error log entries (a Content-Security-Policy violation is one)."""
         return [e["params"] for e in self.events
-                if e.get("method") in ("Runtime.exceptionThrown",)
-                or (e.get("method") == "Runtime.consoleAPICalled" and e["params"].get("type") == "error")]
+                if e.get("method") == "Runtime.exceptionThrown"
+                or (e.get("method") == "Runtime.consoleAPICalled" and e["params"].get("type") == "error")
+                or (e.get("method") == "Log.entryAdded" and e["params"]["entry"].get("level") == "error")]
 
 
 # Sets the knobs of `setup` through the DOM (every other knob to its default),

@@ -331,6 +331,7 @@ function fillPickers() {
 
 function wire() {
   const rerun = () => estimate();
+  $("knobs").addEventListener("submit", (e) => e.preventDefault());  // Enter in a field re-estimates only
   for (const node of document.querySelectorAll("#knobs select, #knobs input")) {
     if (node.id === "hub-id") continue;
     node.addEventListener("change", rerun);
