@@ -2,8 +2,10 @@
 # Builds the web page (web/, docs/web.md) in build-web/: the engine compiled to
 # WebAssembly with Debian's emscripten (scripts/deps.sh installs it), and the
 # page's files beside it. Open build-web/web/index.html in a browser (file://
-# is fine: no server, no network). Without emscripten it says so and exits 0,
-# so that scripts/build.sh goes on; VRAMSCOPE_WEB=ON makes that an error.
+# is fine: no server, no network). scripts/build.sh builds the same folder
+# through the native build (cmake/web_page.cmake); this script is the page
+# alone. Without emscripten it says so and exits 0; VRAMSCOPE_WEB=ON makes
+# that an error.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v emcmake >/dev/null; then
