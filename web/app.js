@@ -275,7 +275,9 @@ function scheduleSweep(ok) {
       return;
     }
     state.sweepPoints = answer.json.points;
-    $("sweep-note").textContent = `(${knob}; ${answer.json.points.length} estimates in ${ms.toFixed(0)} ms)`;
+    // (A browser with a frozen clock, as a headless screenshot's, reports 0 ms.)
+    const took = ms >= 1 ? ` in ${ms.toFixed(0)} ms` : "";
+    $("sweep-note").textContent = `(${knob}; ${answer.json.points.length} estimates${took})`;
     vsCharts.sweep($("sweep"), answer.json.points, knob, state.result.json.gpu.usable_bytes);
   }, 30);
 }
