@@ -20,6 +20,7 @@ packages=(
   python3-dev pybind11-dev  # the Python package's engine module (python/core/)
   python3-venv  # the wheel's smoke test installs it into a fresh virtual environment
   chromium  # headless browser: tests/html_test.py renders the HTML reports offline
+  emscripten  # the web page's engine in WebAssembly (optional: scripts/build_web.sh, web/)
 )
 if [ "${1:-}" = "--build" ]; then
   packages=("${build_packages[@]}")

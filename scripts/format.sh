@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The C++ sources (src/, cli/, include/, fuzz/, bench/, python/core/) follow .clang-format.
+# The C++ sources (src/, cli/, include/, fuzz/, bench/, python/core/, web/) follow .clang-format.
 #   scripts/format.sh           rewrites the files that do not
 #   scripts/format.sh --check   lists them and fails (scripts/test.sh runs this)
 set -euo pipefail
@@ -9,7 +9,7 @@ if [ -z "$format" ]; then
   echo "format.sh: clang-format-14 is missing: run scripts/deps.sh" >&2
   exit 1
 fi
-mapfile -t files < <(git ls-files '*.cc' '*.h' | grep -E '^(src|cli|include|fuzz|bench|python/core)/')
+mapfile -t files < <(git ls-files '*.cc' '*.h' | grep -E '^(src|cli|include|fuzz|bench|python/core|web)/')
 if [ "${1:-}" = "--check" ]; then
   bad=()
   for f in "${files[@]}"; do

@@ -18,6 +18,9 @@ step() {
 }
 
 step deps scripts/deps.sh
+# deps.sh installed emscripten: the web page must build and its test must run, not skip
+# (scripts/build_web.sh, tests/web_test.py).
+export VRAMSCOPE_WEB=ON
 step format scripts/format.sh --check  # .clang-format
 step python-env scripts/python_env.sh  # .venv/tf5, .venv/tf4: torch 2.13 (CPU), transformers, PEFT
 step build scripts/build.sh
