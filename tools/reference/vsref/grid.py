@@ -167,5 +167,13 @@ def torchtune_model_points():
                   optimizer="adamw-foreach", trainer="torchtune-model") for f, c, p in combos]
 
 
+def torchtune_model_as_transformers_points():
+    """The torchtune-model references estimated with transformers' modules (no --impl):
+    what --impl torchtune changes. Not gated: these are expected to be off."""
+    return [dataclasses.replace(p, trainer="torchtune-model-as-transformers")
+            for p in torchtune_model_points()]
+
+
 GRIDS = {"ci": ci_grid, "full": full_grid, "fsdp": fsdp_points,
-         "torchtune-model": torchtune_model_points}
+         "torchtune-model": torchtune_model_points,
+         "torchtune-model-as-transformers": torchtune_model_as_transformers_points}

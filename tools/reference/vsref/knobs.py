@@ -83,11 +83,14 @@ class Point:
             args.append("--packing")
         if self.trainer in ("trl-sft", "trl-dpo"):
             args += ["--loss", "trl-fused"]
-        if self.trainer in ("torchtune", "torchtune-model"):
+        # torchtune-model-as-transformers: the same reference, estimated with
+        # transformers' modules (what --impl torchtune changes).
+        tt_model = self.trainer in ("torchtune-model", "torchtune-model-as-transformers")
+        if self.trainer == "torchtune" or tt_model:
             args += ["--loss", "torchtune-chunked"]
         if self.trainer == "torchtune-model":
             args += ["--impl", "torchtune"]
-        if self.trainer == "torchtune-model" and self.finetune == "lora":
+        if tt_model and self.finetune == "lora":
             args += ["--lora-dtype", "model"]
         if self.trainer == "trl-dpo":
             # DataCollatorForPreference's batch carries an attention_mask (all ones here).

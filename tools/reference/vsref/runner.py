@@ -282,7 +282,7 @@ def run(point, config_dict, out_path):
     if point.gpus > 1:
         run_fsdp(point, config_dict, out_path)
         return
-    if point.trainer == "torchtune-model":
+    if point.trainer in ("torchtune-model", "torchtune-model-as-transformers"):
         from . import torchtune_model  # torchtune's own modules: .venv/tf5 only
 
         torchtune_model.run_isolated(point, config_dict, out_path)
