@@ -220,8 +220,10 @@ Status ReadTorchtuneBatch(const Reader& r, const Json& root) {
 // enable_activation_checkpointing (default false) wraps every
 // TransformerSelfAttentionLayer in a non-reentrant checkpoint_wrapper
 // (training/activations.py) -> --grad-ckpt full.
-// enable_activation_offloading (needs checkpointing, recipe __init__) moves
-// the saved checkpoint inputs to the CPU: not modelled.
+// enable_activation_offloading (needs checkpointing, recipe __init__):
+// training.get_act_offloading_ctx_manager's OffloadActivations, which
+// --activation-offload models under --impl torchtune (the Llama / Mistral
+// builders); with other builders' modules it is listed as not modelled.
 Status ReadTorchtuneActivations(const Reader& r, const Json& root) {
   VS_TRY(ckpt,
          TtFlag(r, root, "enable_activation_checkpointing", "enable_activation_checkpointing"));
@@ -234,9 +236,16 @@ Status ReadTorchtuneActivations(const Reader& r, const Json& root) {
         root.contains("enable_activation_checkpointing")
             ? "enable_activation_checkpointing"
             : "enable_activation_checkpointing (absent: false)");
-  if (offload.value_or(false)) {
+  if (!offload.value_or(false)) return Ok{};
+  const bool own_modules = std::any_of(r.out->knobs.begin(), r.out->knobs.end(), [](const auto& k) {
+    return k.flag == "--impl" && k.value == "torchtune";
+  });
+  if (own_modules) {
+    r.Set("--activation-offload", "true", "enable_activation_offloading");
+  } else {
     r.NotModelled("enable_activation_offloading",
-                  "checkpointed layer inputs offloaded to the CPU; modelled as kept on the GPU");
+                  "OffloadActivations is modelled with torchtune's Llama / Mistral modules "
+                  "(--impl torchtune); checkpointed layer inputs estimated as kept on the GPU");
   }
   return Ok{};
 }

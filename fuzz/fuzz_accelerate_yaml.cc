@@ -63,7 +63,8 @@ constexpr std::string_view kFlags[] = {"--precision",
                                        "--packing",
                                        "--optimizer-in-backward",
                                        "--lora-dtype",
-                                       "--impl"};
+                                       "--impl",
+                                       "--activation-offload"};
 
 void ParseAs(const std::string& file, const std::string& text) {
   using namespace vramscope;

@@ -101,6 +101,26 @@ def test_unmodelled_keys_are_listed_and_warned(tmp_path):
         assert key in unmodelled and key in p.stderr, key
 
 
+def test_activation_offloading_with_torchtune_modules(tmp_path):
+    # A Llama builder: torchtune's own modules, whose OffloadActivations is modelled.
+    # LoRA at 4k tokens, so that the checkpointed layer inputs matter at the peak.
+    model = {**LORA_MODEL, "_component_": "torchtune.models.llama3_2.lora_llama3_2_1b"}
+    path = recipe(tmp_path, {"model": model, "dtype": "bf16", "tokenizer": {"max_seq_len": 4096},
+                             "enable_activation_checkpointing": True,
+                             "enable_activation_offloading": True})
+    flags = ["--precision", "bf16", "--batch", 2, "--seq", 4096, "--grad-ckpt", "full",
+             "--impl", "torchtune", "--json"] + LORA_FLAGS
+    reports = [run("estimate", "llama-3.2-1b", *args) for args in
+               (["--from", path, "--json"], flags + ["--activation-offload"], flags)]
+    for p in reports:
+        assert p.returncode == 0, p.stderr
+    from_file, offloaded, kept = (json.loads(p.stdout) for p in reports)
+    assert numbers(from_file) == numbers(offloaded)
+    assert not lines(from_file, "unmodelled")
+    assert offloaded["peak_allocated_bytes"] < kept["peak_allocated_bytes"]
+    assert offloaded["host_peak_bytes"] > 0 == kept["host_peak_bytes"]
+
+
 def test_model_component_is_a_note(tmp_path):
     notes = " ".join(lines(estimate("--from", recipe(tmp_path, {})), "from file"))
     assert "qwen2_5_0_5b" in notes and "MODEL argument" in notes

@@ -121,6 +121,13 @@ void Graph::MarkSaved(TensorId t) {
 
 void Graph::Save(NodeId n, TensorId t) {
   if (t == kNoTensor) return;
+  if (offload_activations && region_ == kNoRegion) {
+    Packed packed;
+    if (Pack(t, &packed)) {
+      nodes_[n].packed.push_back(packed);
+      return;
+    }
+  }
   if (offload_saved && region_ == kNoRegion) {
     // pack_hook: torch.empty(..., pin_memory=True).copy_(tensor) on the host.
     const uint64_t bytes = tensors_[t].bytes;
@@ -222,6 +229,14 @@ void Graph::Keep(TensorId t) {
   VS_CHECK(region_ != kNoRegion);
   Region& r = regions_[region_];
   if (t == kNoTensor || std::find(r.kept.begin(), r.kept.end(), t) != r.kept.end()) return;
+  Packed packed;
+  if (offload_activations && !r.reentrant && Pack(t, &packed)) {
+    // The frame's saved input is on the host: the region holds no reference.
+    packed.kept_index = static_cast<uint32_t>(r.kept.size());
+    r.kept.push_back(t);
+    r.packed_inputs.push_back(packed);
+    return;
+  }
   Ref(t);
   r.kept.push_back(t);
 }
@@ -240,8 +255,11 @@ void Graph::EndCheckpoint() {
   // saved tensors' pack hooks): its inputs go as the call returns. A frozen
   // UNet's resnets under LoRA (CPU fidelity traces) are such regions.
   if (r.pending_nodes == 0 || (!r.reentrant && r.saves.empty())) {
-    for (TensorId t : r.kept) Drop(t);
+    for (size_t i = 0; i < r.kept.size(); ++i) {
+      if (KeptOwned(r, i)) Drop(r.kept[i]);
+    }
     r.kept.clear();
+    r.packed_inputs.clear();
   }
   region_ = kNoRegion;
 }
@@ -249,6 +267,7 @@ void Graph::EndCheckpoint() {
 void Graph::Recompute(uint32_t region) {
   Region& r = regions_[region];
   r.recomputed = true;
+  BringBackInputs(r, &brought_back_);
   if (r.reentrant) {
     for (uint64_t bytes : r.ungraded_outputs) {
       r.kept.push_back(Alloc(bytes, Category::kTemporaries, "aten::zeros", module_));
@@ -306,6 +325,8 @@ void Graph::Recompute(uint32_t region) {
       out_->Free(tensors_[t].event_id);
     }
   }
+  // The recompute's arguments go as it returns.
+  for (const Packed& p : r.packed_inputs) Drop(r.kept[p.kept_index]);
   module_ = saved_module;
 }
 
@@ -473,8 +494,11 @@ void Graph::ReleaseAfterRun(Node& node, const std::vector<TensorId>& workspace,
 void Graph::FinishRegionNode(uint32_t region) {
   Region& r = regions_[region];
   if (--r.pending_nodes == 0) {
-    for (TensorId t : r.kept) Drop(t);
+    for (size_t i = 0; i < r.kept.size(); ++i) {
+      if (KeptOwned(r, i)) Drop(r.kept[i]);
+    }
     r.kept.clear();
+    r.packed_inputs.clear();
   }
 }
 
@@ -486,7 +510,11 @@ void Graph::Run(NodeId n) {
     return;
   }
   if (pre_node_hook) pre_node_hook(node.module);
+  brought_back_.clear();
+  // OffloadActivations' unpack hook ran for this node (its hook is then registered).
+  bool unpacked_packed = !node.packed.empty();
   if (node.region != kNoRegion && !regions_[node.region].recomputed && UnpacksInRegion(n)) {
+    unpacked_packed = unpacked_packed || !regions_[node.region].packed_inputs.empty();
     Recompute(node.region);
   }
   if (node.region != kNoRegion && regions_[node.region].reentrant) KeepOutputGrads(node);
@@ -496,11 +524,17 @@ void Graph::Run(NodeId n) {
   // gradients it produces; then everything it held goes before the
   // gradients move on.
   const std::vector<TensorId> unpacked = UnpackOffloaded(node);
+  const std::vector<TensorId> from_host = UnpackPacked(node, &brought_back_);
   const std::vector<TensorId> workspace = AllocWorkspace(node, op);
   std::vector<Produced> produced;
   if (node.grads_before_scratch) produced = ProduceGrads(node, op);
   RunScratch(node, op);
   if (!node.grads_before_scratch) produced = ProduceGrads(node, op);
+  // The node's function returns (its unpacked tensors go), then its hooks run,
+  // then it releases its saved variables.
+  for (TensorId t : from_host) Drop(t);
+  node.packed.clear();
+  if (unpacked_packed) AfterUnpackingNode(brought_back_);
   ReleaseAfterRun(node, workspace, unpacked);
   for (const Produced& p : produced) {
     Deliver(p.out->target, p.out->target_slot, p.grad, node.region, p.slice_bytes);
@@ -554,6 +588,7 @@ void Graph::Backward(const Var& root, std::string_view seed_op, Category seed_ca
       if (--nodes_[t].deps == 0) ready.push(t);
     }
   }
+  ReleaseOffloadStashes();
 }
 
 }  // namespace vramscope::lower

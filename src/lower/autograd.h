@@ -105,12 +105,28 @@ class Graph {
   // saved tensor is copied to pinned host memory when saved (the graph keeps
   // no GPU reference) and copied back to the GPU when its node runs.
   bool offload_saved = false;
+  // torchtune's OffloadActivations (training/_activation_offloading.py, 0.6.1,
+  // with use_streams): while set, its pack hook sees what autograd saves outside
+  // checkpoint regions and the inputs a region keeps (torch 2.13's checkpoint
+  // saves them as SavedTensors: _CheckpointFrame.save_inputs). Each pack takes
+  // the next id; a tensor of >= 1024 bytes that is not a parameter is copied to
+  // pinned host memory, and its device tensor stays referenced by the forward
+  // stash until a pack 5 ids later. In backward the first node that unpacks an
+  // offloaded tensor releases the forward stash; a tensor no longer in it is
+  // copied back and held by the backward stash until the hook of the next node
+  // that brings one back (at once when something else references it by then),
+  // and the rest go when backward ends (its queued callback). Checkpoint
+  // regions only, non-reentrant: the recipes require it.
+  bool offload_activations = false;
   // Called before a (non-AccumulateGrad) node runs in backward, with the module
   // it was recorded in: data-parallel sharding gathers parameters there
   // (FSDP pre-backward hooks, ZeRO-3 fetch_sub_module).
   std::function<void(uint32_t module)> pre_node_hook;
   uint64_t host_peak_bytes() const { return host_peak_bytes_; }
   uint32_t Intern(std::string_view s) { return out_->Intern(s); }
+
+  // The pinned host memory OffloadActivations / save_on_cpu hold now.
+  uint64_t host_live_bytes() const { return host_live_bytes_; }
 
   // --- graph ---------------------------------------------------------------
   // A node with `num_slots` differentiable outputs.
@@ -195,6 +211,14 @@ class Graph {
   void MarkSaved(TensorId t);
   uint64_t host_live_bytes_ = 0, host_peak_bytes_ = 0;
   uint64_t forward_workspace_bytes_ = 0, backward_workspace_bytes_ = 0;  // still to make
+  // A tensor OffloadActivations copied to the host: its pack id, its device
+  // tensor (referenced by the forward stash while it is there), its size.
+  struct Packed {
+    uint64_t id = 0;
+    TensorId device = kNoTensor;
+    uint64_t bytes = 0;
+    uint32_t kept_index = 0;  // a region input: its index in Region::kept
+  };
   struct Node {
     uint64_t seq = 0;
     uint32_t op = 0;
@@ -216,6 +240,7 @@ class Graph {
     std::vector<uint64_t> scratch;
     bool grads_before_scratch = false;
     std::vector<std::pair<uint64_t, Category>> offloaded;  // saved on the host
+    std::vector<Packed> packed;                            // offloaded by OffloadActivations
     bool gemm = false;                                     // runs cuBLAS gemms (Gemm)
     bool second_input_first = false;  // its gradients are made in reverse edge order
   };
@@ -234,6 +259,7 @@ class Graph {
     std::vector<TensorId> locals;                    // forward tensor of each local index
     std::vector<std::pair<NodeId, uint32_t>> saves;  // (node, local index)
     std::vector<TensorId> kept;                      // external inputs kept by the closure
+    std::vector<Packed> packed_inputs;               // kept inputs OffloadActivations offloaded
     int32_t pending_nodes = 0;
     size_t pack_end = 0;                     // script length when the last Save was made
     std::vector<uint64_t> ungraded_outputs;  // bytes of outputs without a gradient
@@ -282,6 +308,19 @@ class Graph {
   void FinishRegionNode(uint32_t region);
   void Recompute(uint32_t region);
   int32_t LocalOf(uint32_t region, TensorId t) const;
+  // OffloadActivations (autograd_offload.cc): the pack hook (true: offloaded),
+  // bringing a packed tensor back, and the hook run after a node that did.
+  bool Pack(TensorId t, Packed* packed);
+  TensorId Unpack(const Packed& p, std::vector<TensorId>* brought_back);
+  void BringBackInputs(Region& r, std::vector<TensorId>* brought_back);
+  std::vector<TensorId> UnpackPacked(const Node& node, std::vector<TensorId>* brought_back);
+  void AfterUnpackingNode(const std::vector<TensorId>& brought_back);
+  void ReleaseOffloadStashes();
+  bool KeptOwned(const Region& r, size_t kept_index) const;
+  uint64_t next_pack_id_ = 0;
+  std::vector<std::pair<uint64_t, TensorId>> fwd_stash_;  // (pack id, device tensor)
+  std::vector<TensorId> bwd_stash_;                       // brought back by earlier nodes
+  std::vector<TensorId> brought_back_;                    // by the node running now
 
   EventStream* out_;
   std::vector<Tensor> tensors_;

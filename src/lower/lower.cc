@@ -270,9 +270,18 @@ Status Validate(const ModelSpec& m, const TrainingSetup& s) {
     return bad(
         "--optimizer-in-backward: steps at every backward, so it cannot accumulate gradients "
         "(--grad-accum must be 1)");
-  if (s.activation_offload && s.grad_ckpt != GradCkpt::kNone)
+  // Under --impl torchtune, --activation-offload is the recipes'
+  // enable_activation_offloading: OffloadActivations, which they allow only with
+  // (non-reentrant) activation checkpointing. Otherwise it is save_on_cpu,
+  // modelled without checkpointing.
+  if (s.activation_offload && s.impl == ModelImpl::kTorchtune && s.grad_ckpt != GradCkpt::kFull)
     return bad(
-        "--activation-offload: not modelled together with --grad-ckpt (use one or the other)");
+        "--activation-offload with --impl torchtune: torchtune's recipes offload only with "
+        "activation checkpointing (--grad-ckpt full)");
+  if (s.activation_offload && s.impl != ModelImpl::kTorchtune && s.grad_ckpt != GradCkpt::kNone)
+    return bad(
+        "--activation-offload: save_on_cpu is not modelled together with --grad-ckpt (use one "
+        "or the other; torchtune's OffloadActivations with checkpointing is --impl torchtune)");
   if (s.impl == ModelImpl::kTorchtune &&
       (m.is_encoder || m.is_vit || m.is_unet || m.is_flux ||
        (m.model_type != "llama" && m.model_type != "mistral") || m.num_labels > 0 ||
@@ -587,7 +596,12 @@ class RankLowerer {
     const StageSpan& span = plan_.chunks[chunk];
     LoadBatch();
     result_.stream.BeginPhase(step_, Phase::kForward);
-    tape_.graph.offload_saved = setup_.activation_offload;
+    // torchtune's recipes: `with self.activations_handling_ctx: logits = self._model(...)`
+    // (OffloadActivations); otherwise torch.autograd.graph.save_on_cpu.
+    const bool torchtune_offload =
+        setup_.activation_offload && setup_.impl == ModelImpl::kTorchtune;
+    tape_.graph.offload_saved = setup_.activation_offload && !torchtune_offload;
+    tape_.graph.offload_activations = torchtune_offload;
     ForwardOut f =
         model_.is_vit
             ? VitForward(tape_, model_, vp_, setup_, VitBatch{step_batch_[0], step_batch_[1]})
@@ -598,6 +612,7 @@ class RankLowerer {
             : Forward(tape_, model_, mp_, setup_, span, ref_params_.empty() ? nullptr : &ref_mp_);
     ClearAutocastCache(tape_);
     tape_.graph.offload_saved = false;
+    tape_.graph.offload_activations = false;
 
     scaler_.ScaleLoss(tape_, &f.loss);
     if (!span.head) {

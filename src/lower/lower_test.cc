@@ -669,6 +669,46 @@ TEST(Lower, ActivationOffloadMovesSavedTensorsToTheHost) {
   EXPECT_FALSE(LowerTraining(m, s, TestGpu()).ok());
 }
 
+// torchtune's OffloadActivations (--impl torchtune with checkpointing): the
+// layer inputs go to the host, so the forward ends lower; steady state, and
+// nothing left behind on the device or the host. The recipes refuse it
+// without checkpointing, and save_on_cpu stays refused with it.
+TEST(Lower, TorchtuneOffloadActivationsMovesLayerInputsToTheHost) {
+  // Eight layers: more than OffloadActivations' forward stash of five.
+  std::string config = lower_testing::kTinyLlama;
+  const std::string layers = "\"num_hidden_layers\": 4";
+  config.replace(config.find(layers), layers.size(), "\"num_hidden_layers\": 8");
+  auto parsed = ParseModelConfig(config, "tiny8");
+  ASSERT_TRUE(parsed.ok());
+  const ModelSpec m = *parsed;
+  TrainingSetup s;
+  s.batch = 2;
+  s.seq = 64;
+  s.precision = Precision::kBf16;
+  s.impl = ModelImpl::kTorchtune;
+  s.loss = LossKind::kTorchtuneChunked;
+  s.grad_ckpt = GradCkpt::kFull;
+  SimResult kept = RunLowered(s, m);
+  s.activation_offload = true;
+  auto lowered = LowerTraining(m, s, TestGpu());
+  ASSERT_TRUE(lowered.ok()) << lowered.error().message;
+  SimResult offloaded = RunLowered(s, m);
+  ExpectSteadyState(offloaded);
+  // Eight layer inputs of [b, s, h] bf16 at least (and the final norm's saves).
+  EXPECT_GE(lowered->host_peak_bytes, 8 * s.batch * s.seq * m.hidden_size * 2);
+  EXPECT_LT(offloaded.phases[4].allocated_at_end_bytes, kept.phases[4].allocated_at_end_bytes);
+  EXPECT_EQ(offloaded.final_stats.allocated_bytes, kept.final_stats.allocated_bytes);
+  s.grad_ckpt = GradCkpt::kNone;
+  auto no_ckpt = LowerTraining(m, s, TestGpu());
+  ASSERT_FALSE(no_ckpt.ok());
+  EXPECT_NE(no_ckpt.error().message.find("--grad-ckpt full"), std::string::npos);
+  s.grad_ckpt = GradCkpt::kFull;
+  s.impl = ModelImpl::kTransformers;
+  auto save_on_cpu = LowerTraining(m, s, TestGpu());
+  ASSERT_FALSE(save_on_cpu.ok());
+  EXPECT_NE(save_on_cpu.error().message.find("--impl torchtune"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace vramscope
 

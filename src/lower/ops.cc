@@ -584,7 +584,10 @@ Var TorchRmsNorm(Tape& tape, const Var& x, Param& w, uint64_t rows, bool fused) 
 }
 
 bool InputsRequireGrad(const TrainingSetup& setup) {
-  return setup.finetune != Finetune::kFull && setup.grad_ckpt != GradCkpt::kNone;
+  // PEFT / transformers' enable_input_require_grads; torchtune 0.6.1's recipes
+  // never call it (its checkpointing is non-reentrant, which needs none).
+  return setup.finetune != Finetune::kFull && setup.grad_ckpt != GradCkpt::kNone &&
+         setup.impl != ModelImpl::kTorchtune;
 }
 
 Var RequireInputGrad(Tape& tape, Var x) {

@@ -999,7 +999,11 @@ Var DecoderLayer(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const
                  const Dims& d, const LayerShared& sh, bool moe, Var* returned) {
   if (spec.post_norm) return PostNormDecoderLayer(tape, spec, lp, x, d, sh);
   const Dims r = d.Residual();
-  const NormOutLife h_life = FirstNormLife(spec);
+  // torchtune's TransformerSelfAttentionLayer.forward (0.6.1): `h = self.sa_norm(x)`,
+  // `attn_out = self.attn(h, h, ...)`, `h = self.sa_scale(attn_out) + x`: the norm's
+  // output goes with that sum, and `attn_out` stays bound until the layer returns.
+  const NormOutLife h_life =
+      tape.torchtune_modules ? NormOutLife::kResidualAdd : FirstNormLife(spec);
   Var h = Norm(tape, spec, x, lp.norm1, lp.norm1_b, r);
   // Every decoder layer keeps the attention weights that eager attention
   // returns in a local (`hidden_states, _ = self.self_attn(...)` and its
@@ -1027,8 +1031,8 @@ Var DecoderLayer(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const
   // resid_dropout) keep the attention output in its own local until the layer
   // returns (4.57.6 / 5.24.0); the other sequential families overwrite
   // `hidden_states` with the residual sum.
-  const bool attn_lives =
-      spec.model_type == "stablelm" || spec.model_type == "gpt2" || spec.model_type == "falcon";
+  const bool attn_lives = tape.torchtune_modules || spec.model_type == "stablelm" ||
+                          spec.model_type == "gpt2" || spec.model_type == "falcon";
   if (!attn_lives) tape.Drop(attn);
   Param* pre = spec.sandwich_norm ? lp.norm3 : lp.norm2;
   Var h2 = Norm(tape, spec, mid, pre, spec.sandwich_norm ? nullptr : lp.norm2_b, r);
@@ -1218,7 +1222,8 @@ Var EmbedTokens(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Traini
   // it (frozen layers: the H100 snapshot of Qwen2.5 LoRA keeps it to the end).
   if (mp.pos_embed) {
     AddPositions(tape, spec, mp, d, ids, x, base_locals);
-  } else {
+  } else if (setup.impl != ModelImpl::kTorchtune) {
+    // torchtune's TransformerDecoder.forward (0.6.1) rebinds `h` instead.
     base_locals->push_back(tape.Share(x));
   }
   if (IsGemma(spec) && !scaled_inside)
@@ -1367,6 +1372,10 @@ Var HeadAndLoss(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Traini
     return loss;
   }
   tape.SetModule("lm_head");
+  // get_act_offloading_ctx_manager (torchtune 0.6.1) runs the output projection
+  // under a NoOpManager, and the recipes compute the loss after the offloading
+  // context has exited: nothing from here on is offloaded.
+  tape.graph.offload_activations = false;
   Param* head = mp.lm_head ? mp.lm_head : mp.embed;  // tied embeddings
   if (dpo) {
     Var logps =

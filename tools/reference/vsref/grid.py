@@ -163,15 +163,21 @@ def torchtune_model_points():
     SDPA as torchtune's attention calls it. Two kv heads, a 256-position rotary cache."""
     combos = [("full", "none", "fp32"), ("full", "none", "bf16"), ("full", "full", "bf16"),
               ("lora", "none", "fp32"), ("lora", "none", "bf16"), ("lora", "full", "bf16")]
-    return [Point("llama_tt", tf=5, finetune=f, ckpt=c, attn="sdpa", precision=p,
-                  optimizer="adamw-foreach", trainer="torchtune-model") for f, c, p in combos]
+    points = [Point("llama_tt", tf=5, finetune=f, ckpt=c, attn="sdpa", precision=p,
+                    optimizer="adamw-foreach", trainer="torchtune-model") for f, c, p in combos]
+    # The recipes' enable_activation_offloading (needs checkpointing): eight layers, so that
+    # OffloadActivations' forward stash of 5 lets the earlier layers' inputs go.
+    offload = [("full", "bf16"), ("full", "fp32"), ("lora", "bf16"), ("lora", "fp32")]
+    return points + [Point("llama_tt8", tf=5, finetune=f, ckpt="full", attn="sdpa", precision=p,
+                           optimizer="adamw-foreach", trainer="torchtune-model", offload=True)
+                     for f, p in offload]
 
 
 def torchtune_model_as_transformers_points():
     """The torchtune-model references estimated with transformers' modules (no --impl):
     what --impl torchtune changes. Not gated: these are expected to be off."""
     return [dataclasses.replace(p, trainer="torchtune-model-as-transformers")
-            for p in torchtune_model_points()]
+            for p in torchtune_model_points() if not p.offload]
 
 
 GRIDS = {"ci": ci_grid, "full": full_grid, "fsdp": fsdp_points,

@@ -44,6 +44,9 @@ class Point:
     # (transformers' DataCollatorWithFlattening, or TRL's padding_free collator for
     # trl-sft), estimated with --packing.
     packed: bool = False
+    # torchtune's OffloadActivations around the model's forward (torchtune-model points
+    # only; vsref/torchtune_model.py), estimated with --activation-offload.
+    offload: bool = False
 
     def name(self):
         parts = [self.family, f"tf{self.tf}", self.finetune, f"ckpt-{self.ckpt}", self.attn,
@@ -56,6 +59,8 @@ class Point:
             parts.append(self.trainer)
         if self.packed:
             parts.append("packed")
+        if self.offload:
+            parts.append("offload")
         return "/".join(parts)
 
     def _default_shape(self):
@@ -90,6 +95,8 @@ class Point:
             args += ["--loss", "torchtune-chunked"]
         if self.trainer == "torchtune-model":
             args += ["--impl", "torchtune"]
+        if self.offload:
+            args.append("--activation-offload")
         if tt_model and self.finetune == "lora":
             args += ["--lora-dtype", "model"]
         if self.trainer == "trl-dpo":

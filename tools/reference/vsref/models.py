@@ -205,6 +205,11 @@ def reference_config(family):
         # (one kv head expands as a view).
         config.update(max_position_embeddings=256, num_key_value_heads=2)
         return config
+    if family == "llama_tt8":
+        # The same with eight layers (the activation-offloading points).
+        config = reference_config("llama_tt")
+        config.update(num_hidden_layers=8)
+        return config
     config = reduce_config(catalog_config(FAMILIES[family]))
     if config.get("model_type") == "vit":
         config.update(image_size=VIT_IMAGE, patch_size=VIT_PATCH, num_labels=VIT_LABELS)

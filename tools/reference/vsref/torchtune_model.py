@@ -10,6 +10,7 @@ torchtune's package imports torchao, omegaconf and its tokenizers' libraries: th
 process only, because PEFT refuses to build LoRA layers beside that torchao.
 """
 
+import contextlib
 import json
 import os
 import subprocess
@@ -76,12 +77,31 @@ def build(point, config):
     return model
 
 
+def offloading(point, model):
+    """The recipes' activations_handling_ctx (0.6.1: training.get_act_offloading_ctx_manager,
+    entered around `self._model(**batch)` only): OffloadActivations with the output head under
+    a NoOpManager, run across vsref/device_boundary.py's CPU stand-in for the device."""
+    if not point.offload:
+        return contextlib.nullcontext()
+    from torchtune import training
+
+    return training.get_act_offloading_ctx_manager(model, True)
+
+
 def run(point, config, out_path):
+    from .device_boundary import cpu_device_boundary
+
+    with cpu_device_boundary():
+        _run(point, config, out_path)
+
+
+def _run(point, config, out_path):
     from torchtune.modules.loss import CEWithChunkedOutputLoss
 
     model = build(point, config)
     loss_fn = CEWithChunkedOutputLoss()
     model.set_num_output_chunks(loss_fn.num_output_chunks)
+    offload_ctx = offloading(point, model)
     optimizer = make_optimizer(point, model)
     g = torch.Generator().manual_seed(1)
     tokens = torch.randint(2, config["vocab_size"], (point.batch, point.seq), generator=g)
@@ -91,7 +111,8 @@ def run(point, config, out_path):
                                 inputs={"batch": [tokens, labels]}, meta=meta):
         for _ in range(point.steps):
             optimizer.zero_grad(set_to_none=True)
-            logits = model(tokens)
+            with offload_ctx:
+                logits = model(tokens)
             ignore = torch.full((labels.shape[0], 1), -100, dtype=labels.dtype)
             loss = loss_fn(logits, torch.hstack((labels[..., 1:], ignore)))
             del logits
