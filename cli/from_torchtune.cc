@@ -113,21 +113,22 @@ Status ReadTorchtuneModel(const Reader& r, const Json& root) {
   r.Note(fmt::format("model {}", common::QuoteForMessage(component, common::kQuotedBytes, '\'')),
          "model._component_", "not applied, the MODEL argument names the model estimated");
   const std::string builder = LastSegment(component);
-  // The Llama and Mistral builders' modules are what --impl torchtune lowers
-  // (RMSNorm, RotaryPositionalEmbeddings / Llama3ScaledRoPE, MultiHeadAttention).
+  // The Llama, Mistral and Qwen2 builders' modules are what --impl torchtune
+  // lowers (RMSNorm, RotaryPositionalEmbeddings / Llama3ScaledRoPE /
+  // Qwen2RotaryPositionalEmbeddings, MultiHeadAttention, TiedLinear).
   static constexpr std::string_view kLowered[] = {
-      "torchtune.models.llama2.",     "torchtune.models.llama3.",   "torchtune.models.llama3_1.",
-      "torchtune.models.llama3_2.",   "torchtune.models.llama3_3.", "torchtune.models.mistral.",
-      "torchtune.models.code_llama2."};
+      "torchtune.models.llama2.",      "torchtune.models.llama3.",   "torchtune.models.llama3_1.",
+      "torchtune.models.llama3_2.",    "torchtune.models.llama3_3.", "torchtune.models.mistral.",
+      "torchtune.models.code_llama2.", "torchtune.models.qwen2.",    "torchtune.models.qwen2_5."};
   bool lowered = false;
   for (std::string_view prefix : kLowered) lowered = lowered || component.rfind(prefix, 0) == 0;
   if (lowered && builder.find("vision") == std::string::npos) {
     r.Set("--impl", "torchtune",
-          "model._component_ (a Llama / Mistral builder: torchtune's modules)");
+          "model._component_ (a Llama / Mistral / Qwen2 builder: torchtune's modules)");
   } else {
     r.NotModelled("model._component_",
                   "torchtune's own modules for this family: estimated as transformers' "
-                  "(--impl torchtune models Llama and Mistral)");
+                  "(--impl torchtune models Llama, Mistral and Qwen2)");
   }
   VS_TRY(quantize, TtFlag(r, model, "quantize_base", "model.quantize_base"));
   const bool qlora = builder.rfind("qlora_", 0) == 0;
@@ -244,7 +245,7 @@ Status ReadTorchtuneActivations(const Reader& r, const Json& root) {
     r.Set("--activation-offload", "true", "enable_activation_offloading");
   } else {
     r.NotModelled("enable_activation_offloading",
-                  "OffloadActivations is modelled with torchtune's Llama / Mistral modules "
+                  "OffloadActivations is modelled with torchtune's Llama / Mistral / Qwen2 modules "
                   "(--impl torchtune); checkpointed layer inputs estimated as kept on the GPU");
   }
   return Ok{};

@@ -11,7 +11,14 @@ import json
 import pytest
 import yaml
 
-from from_file_helpers import CFG, run, estimate, numbers, lines, write
+import from_file_helpers
+from from_file_helpers import CFG, run, numbers, lines, write
+
+
+def estimate(*args):
+    # The recipes' Qwen2.5 builders are torchtune's modules (--impl torchtune); the flag on
+    # the command line names the same value the file sets.
+    return from_file_helpers.estimate("--impl", "torchtune", *args)
 
 LORA = ["--finetune", "lora", "--lora-rank", 16, "--lora-dropout", 0, "--lora-dtype", "model",
         "--lora-targets", "q,k,v,o,gate,up,down", "--precision", "bf16", "--batch", 4,
@@ -93,7 +100,8 @@ def test_unmodelled_keys_are_listed_and_warned(tmp_path):
                              "enable_activation_offloading": True,
                              "tokenizer": {"max_seq_len": None},
                              "loss": {"_component_": "torchtune.rlhf.loss.DPOLoss"},
-                             "model": {**LORA_MODEL, "use_dora": True}})
+                             "model": {**LORA_MODEL, "use_dora": True,
+                                       "_component_": "torchtune.models.gemma.lora_gemma_2b"}})
     p = run("estimate", "qwen2.5-0.5b", "--from", path, "--seq", 256, "--json")
     assert p.returncode == 0, p.stderr
     unmodelled = " ".join(lines(json.loads(p.stdout), "unmodelled"))
@@ -177,14 +185,15 @@ def test_recipe_configs_shipped_with_torchtune_read(tmp_path):
     assert numbers(json.loads(p.stdout)) == numbers(json.loads(q.stdout))
 
 
-def test_impl_torchtune_only_for_llama_and_mistral_builders(tmp_path):
-    # A Qwen2.5 builder's modules are estimated as transformers' and listed.
-    p = run("estimate", "qwen2.5-0.5b", "--from", recipe(tmp_path, {}), "--json")
+def test_impl_torchtune_only_for_llama_mistral_and_qwen2_builders(tmp_path):
+    # A Gemma builder's modules are estimated as transformers' and listed.
+    gemma = {"model": {"_component_": "torchtune.models.gemma.gemma_2b"}}
+    p = run("estimate", "gemma-2b", "--from", recipe(tmp_path, gemma), "--json")
     assert p.returncode == 0, p.stderr
     assert "--impl" not in " ".join(lines(json.loads(p.stdout), "from file"))
     assert "this family" in " ".join(lines(json.loads(p.stdout), "unmodelled"))
-    # A Llama builder's config given to a Qwen2 model: --impl torchtune refuses it.
+    # A Llama builder's config given to a Gemma model: --impl torchtune refuses it.
     path = recipe(tmp_path, {"model": {"_component_": "torchtune.models.llama3_2.llama3_2_1b"}},
                   name="llama.yaml")
-    p = run("estimate", "qwen2.5-0.5b", "--from", path)
+    p = run("estimate", "gemma-2b", "--from", path)
     assert p.returncode == 2 and "--impl torchtune" in p.stderr, p.stderr

@@ -192,6 +192,10 @@ struct ModelSpec {
   MlpKind mlp = MlpKind::kGatedSilu;
   PositionKind position = PositionKind::kRope;
   double partial_rotary_factor = 1.0;
+  // rope_scaling / rope_parameters rope_type "llama3" (Llama 3.1 and later):
+  // torchtune builds those with Llama3ScaledRoPE and one rotary module shared
+  // by every layer, also under LoRA.
+  bool rope_llama3_scaled = false;
   bool qkv_bias = false;  // qwen2
   bool o_bias = false;
   bool mlp_bias = false;

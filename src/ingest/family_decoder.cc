@@ -88,11 +88,26 @@ void ReadMoe(ConfigReader& r, ModelSpec& s, const char* experts_key, uint64_t ex
   }
 }
 
+// rope_scaling's rope_type (or its older spelling `type`), also under
+// transformers 5.x's rope_parameters; "" when absent.
+std::string RopeType(ConfigReader& r) {
+  for (std::string_view nested : {"rope_parameters", "rope_scaling"}) {
+    const nlohmann::json* obj = r.Object(nested);
+    if (!obj) continue;
+    ConfigReader inner(*obj, fmt::format("{}: {}", r.context(), nested));
+    std::string type = inner.String("rope_type", inner.String("type", ""));
+    r.Adopt(inner);
+    if (!type.empty()) return type;
+  }
+  return "";
+}
+
 void ReadLlama(ConfigReader& r, ModelSpec& s, ArchDetails&) {
   ReadDecoderCore(r, s, {"LlamaForCausalLM", 32000, 4096, 11008, 32, 32, 0, 0, 2048, false});
   bool attention_bias = r.Bool("attention_bias", false);
   s.qkv_bias = s.o_bias = attention_bias;
   s.mlp_bias = r.Bool("mlp_bias", false);
+  s.rope_llama3_scaled = RopeType(r) == "llama3";
 }
 
 void ReadMistral(ConfigReader& r, ModelSpec& s, ArchDetails&) {

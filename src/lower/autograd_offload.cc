@@ -63,8 +63,7 @@ void Graph::BringBackInputs(Region& r, std::vector<TensorId>* brought_back) {
   for (const Packed& p : r.packed_inputs) r.kept[p.kept_index] = Unpack(p, brought_back);
 }
 
-std::vector<TensorId> Graph::UnpackPacked(const Node& node,
-                                          std::vector<TensorId>* brought_back) {
+std::vector<TensorId> Graph::UnpackPacked(const Node& node, std::vector<TensorId>* brought_back) {
   std::vector<TensorId> unpacked;
   unpacked.reserve(node.packed.size());
   for (const Packed& p : node.packed) unpacked.push_back(Unpack(p, brought_back));

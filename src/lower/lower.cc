@@ -284,10 +284,11 @@ Status Validate(const ModelSpec& m, const TrainingSetup& s) {
         "or the other; torchtune's OffloadActivations with checkpointing is --impl torchtune)");
   if (s.impl == ModelImpl::kTorchtune &&
       (m.is_encoder || m.is_vit || m.is_unet || m.is_flux ||
-       (m.model_type != "llama" && m.model_type != "mistral") || m.num_labels > 0 ||
-       m.position != PositionKind::kRope || s.parallel.model_parallel()))
+       (m.model_type != "llama" && m.model_type != "mistral" && m.model_type != "qwen2") ||
+       m.num_labels > 0 || m.position != PositionKind::kRope || s.parallel.model_parallel()))
     return bad(fmt::format(
-        "--impl torchtune: torchtune's own decoder is modelled for Llama and Mistral causal LMs "
+        "--impl torchtune: torchtune's own decoder is modelled for Llama, Mistral and Qwen2 causal "
+        "LMs "
         "without Megatron-style parallelism, not {} (model_type {})",
         m.name, common::QuoteForMessage(m.model_type, common::kQuotedBytes, '\'')));
   if (m.is_vit) return ValidateVit(m, s);

@@ -74,9 +74,21 @@ void PlaceBuffers(Tape& tape, const ModelSpec& model, const TrainingSetup& setup
     // torchtune's rotary cache (RotaryPositionalEmbeddings / Llama3ScaledRoPE
     // rope_init, 0.6.1): [max_seq_len, head_dim / 2, 2] fp32, one module
     // shared by every layer (the component builders make one `rope`).
-    tape.graph.SetModule(tape.graph.Intern("model.layers.0.attn.pos_embeddings"));
-    tape.graph.Alloc(model.max_position_embeddings * model.head_dim * kF32, Category::kParameters,
-                     "register_buffer", tape.graph.module());
+    // Qwen2RotaryPositionalEmbeddings keeps cos and sin of the whole head_dim:
+    // [max_seq_len, 2 * head_dim] fp32.
+    // Each module also has its theta [head_dim / 2] fp32. The LoRA builders of
+    // llama2, llama3, mistral and qwen2 make one module per layer
+    // (lora_*_self_attention); llama3_1 / llama3_2's share one.
+    const uint64_t per_position = model.model_type == "qwen2" ? 2 * model.head_dim : model.head_dim;
+    const uint64_t module_bytes =
+        (model.max_position_embeddings * per_position + model.head_dim / 2) * kF32;
+    const bool per_layer = setup.finetune != Finetune::kFull && !model.rope_llama3_scaled;
+    const uint64_t modules = per_layer ? model.num_layers : 1;
+    for (uint64_t i = 0; i < modules; ++i) {
+      tape.graph.SetModule(
+          tape.graph.Intern(fmt::format("model.layers.{}.attn.pos_embeddings", i)));
+      tape.graph.Alloc(module_bytes, Category::kParameters, "register_buffer", tape.graph.module());
+    }
     return;
   }
   if (model.model_type == "bert") {

@@ -802,6 +802,49 @@ Var RopeTorchtune(Tape& tape, const Var& x) {
   return out;
 }
 
+// torchtune 0.6.1 models/qwen2/_positional_embeddings.py
+// Qwen2RotaryPositionalEmbeddings.forward: cos / sin are the cache's
+// [s, head_dim] halves `.to(x.dtype)` (copies for 16-bit x, views of the fp32
+// buffer otherwise); `rotated = torch.cat((-x2, x1))` stays bound until the
+// return; `(x * cos) + (rotated * sin)`; type_as(x) keeps x's dtype. cos and
+// sin need no gradient, so each MulBackward0 saves only them.
+Var RopeQwen2Torchtune(Tape& tape, const Var& x, uint64_t seq, uint64_t head_dim) {
+  const bool copies = x.elem_bytes != kF32;
+  Var cos, sin;  // views of the buffer: no tensor of their own
+  cos.numel = sin.numel = seq * head_dim;
+  cos.elem_bytes = sin.elem_bytes = x.elem_bytes;
+  if (copies) {
+    cos = tape.New(seq * head_dim, x.elem_bytes, Category::kTemporaries, "aten::_to_copy");
+    sin = tape.New(seq * head_dim, x.elem_bytes, Category::kTemporaries, "aten::_to_copy");
+  }
+  Var neg = tape.New(x.numel / 2, x.elem_bytes, Category::kTemporaries, "aten::neg");
+  Var rotated = tape.New(x.numel, x.elem_bytes, Category::kTemporaries, "aten::cat");
+  tape.Drop(neg);
+  if (x.requires_grad() && tape.grad_enabled) {
+    NodeId n = tape.Node("CatBackward0", &rotated);
+    // neg and slice backwards: a half and a full buffer on the way back.
+    tape.graph.Workspace(n, x.bytes() / 2);
+    tape.graph.Edge(n, x, x.bytes());
+  }
+  Var a = Mul(tape, x, cos);
+  Var b = Mul(tape, rotated, sin);
+  Var out = Add(tape, a, b);
+  tape.Drop(a);
+  tape.Drop(b);
+  tape.Drop(rotated);
+  if (copies) {
+    tape.Drop(cos);
+    tape.Drop(sin);
+  }
+  return out;
+}
+
+// torchtune's rotary embeddings for this family's builder.
+Var RopeOfTorchtune(Tape& tape, const ModelSpec& spec, const Dims& d, const Var& x) {
+  return spec.model_type == "qwen2" ? RopeQwen2Torchtune(tape, x, d.s, d.d)
+                                    : RopeTorchtune(tape, x);
+}
+
 bool RotaryPiecesAreLocals(const ModelSpec& spec) {
   return spec.model_type == "stablelm" || spec.model_type == "phi";
 }
@@ -812,9 +855,9 @@ void ApplyRotary(Tape& tape, const ModelSpec& spec, const Dims& d, const LayerSh
                  std::vector<Var>* locals, Var* q, Var* k) {
   std::vector<Var>* pieces = RotaryPiecesAreLocals(spec) ? locals : nullptr;
   const uint64_t rot = RotaryDim(spec, d.d);
-  Var rq = tape.torchtune_modules ? RopeTorchtune(tape, *q)
+  Var rq = tape.torchtune_modules ? RopeOfTorchtune(tape, spec, d, *q)
                                   : Rope(tape, *q, sh.cos, sh.sin, d.d, rot, pieces);
-  Var rk = tape.torchtune_modules ? RopeTorchtune(tape, *k)
+  Var rk = tape.torchtune_modules ? RopeOfTorchtune(tape, spec, d, *k)
                                   : Rope(tape, *k, sh.cos, sh.sin, d.d, rot, pieces);
   tape.Drop(*q);
   tape.Drop(*k);

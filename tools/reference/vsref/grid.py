@@ -160,11 +160,17 @@ def ci_grid():
 def torchtune_model_points():
     """torchtune's own decoder (vsref/torchtune_model.py), estimated with --impl torchtune:
     full and LoRA, fp32 and bf16 (the recipes' dtypes), with and without checkpointing,
-    SDPA as torchtune's attention calls it. Two kv heads, a 256-position rotary cache."""
+    SDPA as torchtune's attention calls it. Two kv heads, a 256-position rotary cache.
+    Llama 3.2's and Qwen2's builders; activation offloading over eight Llama layers."""
     combos = [("full", "none", "fp32"), ("full", "none", "bf16"), ("full", "full", "bf16"),
               ("lora", "none", "fp32"), ("lora", "none", "bf16"), ("lora", "full", "bf16")]
     points = [Point("llama_tt", tf=5, finetune=f, ckpt=c, attn="sdpa", precision=p,
                     optimizer="adamw-foreach", trainer="torchtune-model") for f, c, p in combos]
+    # Qwen2's builders: its own rotary embeddings, q / k / v biases, tied embeddings.
+    qwen = [("full", "none", "bf16"), ("full", "full", "fp32"), ("lora", "none", "fp32"),
+            ("lora", "full", "bf16")]
+    points += [Point("qwen2_tt", tf=5, finetune=f, ckpt=c, attn="sdpa", precision=p,
+                     optimizer="adamw-foreach", trainer="torchtune-model") for f, c, p in qwen]
     # The recipes' enable_activation_offloading (needs checkpointing): eight layers, so that
     # OffloadActivations' forward stash of 5 lets the earlier layers' inputs go.
     offload = [("full", "bf16"), ("full", "fp32"), ("lora", "bf16"), ("lora", "fp32")]

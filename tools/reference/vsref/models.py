@@ -202,7 +202,16 @@ def reference_config(family):
         # max_seq_len long, 256 here rather than the catalog's 131072.
         config = reduce_config(catalog_config(FAMILIES["llama"]))
         # Two kv heads, so that torchtune's per-head k / v copies are copies
-        # (one kv head expands as a view).
+        # (one kv head expands as a view). The reference is built with llama3_2's
+        # builders (Llama3ScaledRoPE, one module for every layer): the config says
+        # so with Llama 3.2's rope_type, which reduce_config drops.
+        config.update(max_position_embeddings=256, num_key_value_heads=2,
+                      rope_scaling=catalog_config(FAMILIES["llama"])["rope_scaling"])
+        return config
+    if family == "qwen2_tt":
+        # torchtune's own Qwen2 decoder (qwen2 / lora_qwen2 component builders): Qwen2.5's
+        # q / k / v biases, tied embeddings (TiedLinear), Qwen2RotaryPositionalEmbeddings.
+        config = reduce_config(catalog_config(FAMILIES["qwen2"]))
         config.update(max_position_embeddings=256, num_key_value_heads=2)
         return config
     if family == "llama_tt8":

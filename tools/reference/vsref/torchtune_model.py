@@ -45,16 +45,29 @@ def run_isolated(point, config, out_path):
         raise RuntimeError(proc.stderr.strip().splitlines()[-1] if proc.stderr else "failed")
 
 
-def build(point, config):
-    from torchtune import training
-    from torchtune.models.llama3_2 import _component_builders as llama3_2
-
+def _builders(config):
+    """The family's (full, LoRA) component builders and their keyword arguments."""
     kw = dict(vocab_size=config["vocab_size"], num_layers=config["num_hidden_layers"],
               num_heads=config["num_attention_heads"],
               num_kv_heads=config["num_key_value_heads"], embed_dim=config["hidden_size"],
               max_seq_len=config["max_position_embeddings"],
               intermediate_dim=config["intermediate_size"], norm_eps=config["rms_norm_eps"],
-              rope_base=config["rope_theta"], scale_factor=32)
+              rope_base=config["rope_theta"])
+    if config["model_type"] == "qwen2":
+        from torchtune.models.qwen2 import _component_builders as qwen2
+
+        kw["tie_word_embeddings"] = config.get("tie_word_embeddings", False)
+        return qwen2.qwen2, qwen2.lora_qwen2, kw
+    from torchtune.models.llama3_2 import _component_builders as llama3_2
+
+    kw["scale_factor"] = 32
+    return llama3_2.llama3_2, llama3_2.lora_llama3_2, kw
+
+
+def build(point, config):
+    from torchtune import training
+
+    full_builder, lora_builder, kw = _builders(config)
     dtype = torch.bfloat16 if point.precision == "bf16" else torch.float32
     with training.set_default_dtype(dtype):
         torch.manual_seed(0)
@@ -63,12 +76,11 @@ def build(point, config):
 
             names = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "output_proj"}
             modules = [names[t] for t in point.lora_targets.split(",")]
-            model = llama3_2.lora_llama3_2(lora_attn_modules=modules,
-                                           lora_rank=point.lora_rank,
-                                           lora_alpha=2 * point.lora_rank, **kw)
+            model = lora_builder(lora_attn_modules=modules, lora_rank=point.lora_rank,
+                                 lora_alpha=2 * point.lora_rank, **kw)
             set_trainable_params(model, get_adapter_params(model))
         else:
-            model = llama3_2.llama3_2(**kw)
+            model = full_builder(**kw)
     if point.ckpt != "none":
         from torchtune import modules
 
