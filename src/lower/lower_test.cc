@@ -864,3 +864,50 @@ TEST(FluxLower, Refusals) {
 
 }  // namespace
 }  // namespace vramscope
+
+// T5ForConditionalGeneration: steady state and nothing left but the weights
+// and AdamW's moments for every checkpointing mode, a longer target costing
+// more, and the setups it refuses (T5EncoderModel has no head to train).
+TEST(T5Lower, SteadyStateAndRefusals) {
+  auto parsed = ParseModelConfig(R"({"model_type": "t5", "d_model": 64, "d_kv": 8, "d_ff": 128,
+      "num_layers": 2, "num_decoder_layers": 3, "num_heads": 4, "vocab_size": 256,
+      "feed_forward_proj": "gated-gelu", "tie_word_embeddings": false})",
+                                 "tiny-t5");
+  ASSERT_TRUE(parsed.ok()) << parsed.error().message;
+  const ModelSpec m = *parsed;
+  ASSERT_TRUE(m.is_t5);
+  TrainingSetup base;
+  base.batch = 2;
+  base.seq = 32;
+  base.attn = Attention::kEager;
+  base.precision = Precision::kBf16;
+  for (GradCkpt c : {GradCkpt::kNone, GradCkpt::kFull, GradCkpt::kReentrant}) {
+    TrainingSetup s = base;
+    s.grad_ckpt = c;
+    SimResult r = RunLowered(s, m);
+    ASSERT_EQ(r.phases.size(), 10u);
+    for (int ph = 0; ph < 3; ++ph) {
+      EXPECT_EQ(r.phases[4 + ph].peak_allocated_bytes, r.phases[7 + ph].peak_allocated_bytes);
+    }
+    EXPECT_EQ(r.final_stats.allocated_bytes, m.ParameterCount() * 2 * 3);
+  }
+  TrainingSetup longer = base;
+  longer.target_len = 64;
+  EXPECT_GT(RunLowered(longer, m).peak_allocated_bytes, RunLowered(base, m).peak_allocated_bytes);
+  for (auto change : std::vector<std::function<void(TrainingSetup*)>>{
+           [](TrainingSetup* t) { t->attn = Attention::kSdpa; },
+           [](TrainingSetup* t) { t->transformers_version = 457; },
+           [](TrainingSetup* t) { t->precision = Precision::kFp16Mixed; },
+           [](TrainingSetup* t) { t->finetune = Finetune::kQLora; },
+           [](TrainingSetup* t) { t->loss = LossKind::kChunked; },
+           [](TrainingSetup* t) { t->parallel.gpus = 2; }}) {
+    TrainingSetup bad = base;
+    change(&bad);
+    EXPECT_FALSE(LowerTraining(m, bad, TestGpu()).ok());
+  }
+  auto encoder = ParseModelConfig(
+      R"({"model_type": "t5", "architectures": ["T5EncoderModel"], "d_model": 64, "num_heads": 4})",
+      "tiny-t5-encoder");
+  ASSERT_TRUE(encoder.ok()) << encoder.error().message;
+  EXPECT_FALSE(LowerTraining(*encoder, base, TestGpu()).ok());
+}

@@ -316,6 +316,17 @@ std::vector<std::pair<std::string, std::string>> DescribeKnobs(const ModelSpec& 
     }
     return out;
   }
+  if (model.is_t5) {
+    // A T5's --seq is the source; the decoder's length follows it.
+    for (size_t i = 0; i < knobs.size(); ++i) {
+      if (knobs[i].first != "seq") continue;
+      const uint64_t target = s.target_len ? s.target_len : s.seq;
+      knobs.insert(knobs.begin() + static_cast<std::ptrdiff_t>(i) + 1,
+                   {"target_len", std::to_string(target)});
+      break;
+    }
+    return knobs;
+  }
   if (!model.is_unet && !model.is_flux) return knobs;
   // A UNet or FLUX has no sequence, no transformers loss and no transformers
   // version: its knobs are the image, the latent scale and the text length.

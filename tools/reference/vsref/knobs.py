@@ -44,6 +44,9 @@ class Point:
     # (transformers' DataCollatorWithFlattening, or TRL's padding_free collator for
     # trl-sft), estimated with --packing.
     packed: bool = False
+    # T5 (seq2seq): the labels' length, decoder tokens (0: seq, the source length),
+    # estimated with --target-len.
+    target_len: int = 0
 
     def name(self):
         parts = [self.family, f"tf{self.tf}", self.finetune, f"ckpt-{self.ckpt}", self.attn,
@@ -56,6 +59,8 @@ class Point:
             parts.append(self.trainer)
         if self.packed:
             parts.append("packed")
+        if self.target_len:
+            parts.append(f"tgt{self.target_len}")
         return "/".join(parts)
 
     def _default_shape(self):
@@ -81,6 +86,8 @@ class Point:
             args += ["--gpus", str(self.gpus), "--fsdp", "full", "--fsdp-version", "2"]
         if self.packed:
             args.append("--packing")
+        if self.target_len:
+            args += ["--target-len", str(self.target_len)]
         if self.trainer in ("trl-sft", "trl-dpo"):
             args += ["--loss", "trl-fused"]
         # torchtune-model-as-transformers: the same reference, estimated with
