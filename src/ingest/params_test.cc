@@ -364,6 +364,9 @@ TEST(BertHeadsTest, TokenClassificationHasNoPooler) {
 }  // namespace
 }  // namespace vramscope
 
+namespace vramscope {
+namespace {
+
 // T5 against transformers 5.24.0 built from the same configs on the meta
 // device (named_parameters()): totals, tensor counts, the last name, and the
 // shapes that depend on d_kv, the gated feed-forward and the relative bias.
@@ -400,3 +403,6 @@ TEST(T5ParamsTest, CatalogMatchesTransformers) {
   EXPECT_FALSE(flan.t5.scale_decoder_outputs);
   EXPECT_TRUE(Load("t5-base").t5.scale_decoder_outputs);
 }
+
+}  // namespace
+}  // namespace vramscope

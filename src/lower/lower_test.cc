@@ -8,6 +8,7 @@
 #include <set>
 
 #include "int_math.h"
+#include "t5.h"
 #include "test_models.h"
 
 #include "vramscope/saved_activations.h"
@@ -862,9 +863,6 @@ TEST(FluxLower, Refusals) {
   }
 }
 
-}  // namespace
-}  // namespace vramscope
-
 // T5ForConditionalGeneration: steady state and nothing left but the weights
 // and AdamW's moments for every checkpointing mode, a longer target costing
 // more, and the setups it refuses (T5EncoderModel has no head to train).
@@ -911,3 +909,43 @@ TEST(T5Lower, SteadyStateAndRefusals) {
   ASSERT_TRUE(encoder.ok()) << encoder.error().message;
   EXPECT_FALSE(LowerTraining(*encoder, base, TestGpu()).ok());
 }
+
+// T5EncoderModel's no-grad forward (t5.h, for a frozen text encoder): bf16
+// weights, input_ids [2, 16]; no node is recorded, so only the weights and the
+// returned [2, 16, d_model] output are left, and the peak holds at least one
+// layer's eager scores [2, heads, 16, 16] beside them.
+TEST(T5Lower, EncoderNoGradForwardLeavesOnlyItsOutput) {
+  using namespace lower;  // NOLINT: the lowering's internals (t5.h, tape.h)
+  auto parsed = ParseModelConfig(R"({"model_type": "t5", "architectures": ["T5EncoderModel"],
+      "d_model": 64, "d_kv": 8, "d_ff": 128, "num_layers": 2, "num_heads": 4, "vocab_size": 256,
+      "feed_forward_proj": "gated-gelu"})",
+                                 "tiny-t5-encoder");
+  ASSERT_TRUE(parsed.ok()) << parsed.error().message;
+  const ModelSpec m = *parsed;
+  EventStream stream;
+  Tape tape(&stream);
+  for (const ParamTensor& pt : m.params) {
+    Param p;
+    p.name = pt.name;
+    p.numel = pt.numel;
+    p.elem_bytes = kHalf;
+    p.storage_bytes = pt.numel * kHalf;
+    p.trainable = false;
+    p.var = tape.New(pt.numel, kHalf, Category::kParameters, "param");
+    tape.params.push_back(p);
+  }
+  auto tp = IndexT5Params(m, tape.params);
+  ASSERT_TRUE(tp.ok()) << tp.error().message;
+  Var out = T5EncoderNoGrad(tape, m, *tp, 2, 16);
+  EXPECT_EQ(out.numel, 2u * 16 * 64);
+  EXPECT_EQ(out.elem_bytes, kHalf);
+  EXPECT_FALSE(out.requires_grad());
+  SimOptions o;
+  o.alloc.ideal = true;
+  auto sim = Simulate(stream, o);
+  ASSERT_TRUE(sim.ok());
+  EXPECT_EQ(sim->final_stats.allocated_bytes, m.ParameterCount() * 2 + out.bytes());
+  EXPECT_GE(sim->peak_allocated_bytes, m.ParameterCount() * 2 + 2u * 4 * 16 * 16 * 2);
+}
+}  // namespace
+}  // namespace vramscope
