@@ -83,7 +83,9 @@ def test_estimate_equals_cli_json_for_every_catalog_model(knobs):
         expected = list(pool.map(lambda m: cli_outcome(m, knobs), models))
     for model, outcome, want in zip(models, got, expected):
         assert outcome == want, model
-    assert sum(kind == "ok" for kind, _ in got) >= len(models) - 8
+    # The T5 entries refuse the default --attn sdpa (eager only: docs/lowering.md, "T5").
+    t5 = sum("t5" in m for m in models)
+    assert sum(kind == "ok" for kind, _ in got) >= len(models) - 8 - t5
 
 
 def test_unet_knobs_reach_the_engine():

@@ -172,6 +172,10 @@ Status ValidateT5(const ModelSpec& m, const TrainingSetup& s) {
         "{}: T5EncoderModel has no head to train (a frozen text encoder's forward is not a "
         "training step; estimate T5ForConditionalGeneration instead)",
         m.name));
+  // transformers 4.57.6 modeling_t5.py T5Attention.forward adds the masked
+  // bias in place (`scores += position_bias_masked`) and runs
+  // `softmax(scores.float()).type_as(scores)`; its T5Config keeps an untied
+  // lm_head when tie_word_embeddings is false: other tensors, not modelled.
   if (s.transformers_version < 500)
     return bad(
         "--transformers-version: T5 is modelled for transformers 5.x (4.x's T5Attention and "

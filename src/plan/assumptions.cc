@@ -294,8 +294,32 @@ std::vector<Assumption> DescribeFluxAssumptions(const ModelSpec& model, const Tr
   return out;
 }
 
+namespace {
+
+// T5ForConditionalGeneration (lower/t5.cc): the causal-LM lines, with the
+// seq2seq batch and T5's own loss in place of theirs.
+std::vector<Assumption> DescribeT5Assumptions(const TrainingSetup& s) {
+  std::vector<Assumption> out = DescribeAssumptions(s);
+  for (Assumption& a : out) {
+    if (a.what == "loss") {
+      a.assumed =
+          "T5ForConditionalGeneration's CrossEntropyLoss(ignore_index=-100) on the [batch x "
+          "target, vocab] logits of lm_head (the shared embedding), as the model returns them";
+    } else if (a.what == "batch") {
+      a.assumed =
+          "input_ids [batch, seq] and labels [batch, target_len], every row full length (an "
+          "all-ones attention_mask is dropped for the encoder and the cross-attention)";
+      a.flag = "--seq, --target-len";
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<Assumption> DescribeAssumptions(const ModelSpec& model, const TrainingSetup& s) {
   if (model.is_vit) return DescribeVitAssumptions(model, s);
+  if (model.is_t5) return DescribeT5Assumptions(s);
   if (model.is_flux) return DescribeFluxAssumptions(model, s);
   if (!model.is_unet) return DescribeAssumptions(s);
   const uint64_t image = s.image_size ? s.image_size : model.unet.sample_size * s.vae_scale;
