@@ -25,6 +25,9 @@ void AddKnobFlags(CLI::App* sub, KnobArgs* k) {
   sub->add_option("--text-len", k->text_len,
                   "Diffusion UNets and FLUX: text-encoder tokens per prompt (default 77, CLIP; "
                   "FLUX: T5's 512, 256 for schnell)");
+  sub->add_option("--target-len", k->target_len,
+                  "T5: decoder tokens per sample, the labels' length (default: --seq, which is "
+                  "the source length)");
   sub->add_flag("--ema", k->ema,
                 "Diffusion UNets: diffusers' EMAModel keeps an fp32 copy of the weights on the GPU "
                 "(train_text_to_image.py --use_ema)");
@@ -249,6 +252,7 @@ Result<TrainingSetup> KnobArgs::Convert() const {
   s.image_size = image_size;
   s.vae_scale = vae_scale;
   s.text_len = text_len;
+  s.target_len = target_len;
   s.ema = ema || ema_foreach;
   s.ema_foreach = ema_foreach;
   auto p = ParsePrecision(precision);

@@ -18,6 +18,7 @@ namespace vramscope::cli {
 struct KnobArgs {
   uint64_t batch = 1, seq = 2048, grad_accum = 1;
   uint64_t image_size = 0, vae_scale = 8, text_len = 0;  // text_len 0: the model's default
+  uint64_t target_len = 0;                               // T5 decoder tokens; 0: --seq
   uint32_t steps = 3;
   std::string precision = "bf16-mixed", optimizer = "adamw", finetune = "full";
   uint64_t lora_rank = 16;

@@ -892,3 +892,37 @@ def test_hostile_vit_config_exit_2(tmp_path, extra, args, names):
     path = tmp_path / "config.json"
     path.write_text(json.dumps({**VIT_BASE, **extra}))
     check_bad_input(["estimate", str(path), *args], names=names)
+
+
+# T5 configs and knobs (src/ingest/family_t5.cc, lower.cc ValidateT5): each refused with
+# the key or flag named.
+T5_BASE = {"model_type": "t5", "d_model": 64, "d_kv": 8, "d_ff": 128, "num_layers": 2,
+           "num_heads": 4, "vocab_size": 256}
+T5_CASES = [
+    ("other-head", {"architectures": ["T5ForSequenceClassification"]}, ["--attn", "eager"],
+     "architectures"),
+    ("decoder-alone", {"is_decoder": True}, ["--attn", "eager"], "is_decoder"),
+    ("bad-feed-forward", {"feed_forward_proj": "gated-gelu-x"}, ["--attn", "eager"],
+     "feed_forward_proj"),
+    ("gated-disagrees", {"feed_forward_proj": "relu", "is_gated_act": True}, ["--attn", "eager"],
+     "is_gated_act"),
+    ("unknown-act", {"feed_forward_proj": "gated-swish7"}, ["--attn", "eager"], "dense_act_fn"),
+    ("d-kv-zero", {"d_kv": 0}, ["--attn", "eager"], "d_kv"),
+    ("buckets-one", {"relative_attention_num_buckets": 1}, ["--attn", "eager"],
+     "relative_attention_num_buckets"),
+    ("encoder-only", {"architectures": ["T5EncoderModel"]}, ["--attn", "eager"], "T5EncoderModel"),
+    ("sdpa", {}, ["--attn", "sdpa"], "--attn"),
+    ("tf4", {}, ["--attn", "eager", "--transformers-version", "4.57"], "--transformers-version"),
+    ("fp16", {}, ["--attn", "eager", "--precision", "fp16-mixed"], "--precision"),
+    ("target-huge", {}, ["--attn", "eager", "--target-len", "99999999999"], "--target-len"),
+    ("loss", {}, ["--attn", "eager", "--loss", "chunked"], "--loss"),
+    ("multi-gpu", {}, ["--attn", "eager", "--gpus", "2", "--ddp"], "one GPU"),
+]
+
+
+@pytest.mark.parametrize("extra,args,names", [pytest.param(e, a, n, id=i)
+                                              for i, e, a, n in T5_CASES])
+def test_hostile_t5_config_exit_2(tmp_path, extra, args, names):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**T5_BASE, **extra}))
+    check_bad_input(["estimate", str(path), *args], names=names)

@@ -83,7 +83,9 @@ def test_estimate_equals_cli_json_for_every_catalog_model(knobs):
         expected = list(pool.map(lambda m: cli_outcome(m, knobs), models))
     for model, outcome, want in zip(models, got, expected):
         assert outcome == want, model
-    assert sum(kind == "ok" for kind, _ in got) >= len(models) - 8
+    # The T5 entries refuse the default --attn sdpa (eager only: docs/lowering.md, "T5").
+    t5 = sum("t5" in m for m in models)
+    assert sum(kind == "ok" for kind, _ in got) >= len(models) - 8 - t5
 
 
 def test_unet_knobs_reach_the_engine():
@@ -104,6 +106,8 @@ def test_unet_knobs_reach_the_engine():
     ("llama-3.2-1b", {"impl": "torchtune", "loss": "torchtune-chunked", "finetune": "lora",
                       "lora_dtype": "model", "precision": "bf16", "seq": 512}),
     ("flux.1-dev-transformer", {"precision": "bf16", "grad_ckpt": "full", "image_size": 512}),
+    ("t5-base", {"attn": "eager", "seq": 256, "target_len": 64, "batch": 4, "finetune": "lora",
+                 "lora_targets": ["q", "v"]}),
 ])
 def test_trl_packing_and_vit_knobs_reach_the_engine(model, knobs):
     """TRL's steps, packed rows and a ViT: keyword arguments like any other knob."""

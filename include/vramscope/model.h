@@ -156,6 +156,20 @@ struct FluxSpec {
   std::vector<uint64_t> axes_dims_rope = {16, 56, 56};
 };
 
+// T5 (transformers 5.24.0 models/t5/modeling_t5.py, configuration_t5.py): an
+// encoder stack and a decoder stack sharing one embedding. ModelSpec's
+// num_layers counts both stacks (encoder blocks first); head_dim is d_kv,
+// whose heads x d_kv inner width may differ from d_model.
+struct T5Spec {
+  uint64_t encoder_layers = 6, decoder_layers = 6;
+  uint64_t num_buckets = 32, max_distance = 128;  // relative_attention_*
+  bool gated = false;                 // feed_forward_proj "gated-*" (T5DenseGatedActDense)
+  bool scale_decoder_outputs = true;  // `* d_model**-0.5` before lm_head (tied embeddings)
+  bool encoder_only = false;          // T5EncoderModel (no decoder, no head)
+  double dropout = 0.1;               // dropout_rate
+  uint64_t Inner(uint64_t heads, uint64_t d_kv) const { return heads * d_kv; }
+};
+
 struct ModelSpec {
   std::string name;          // catalog alias or path as given
   std::string hub_id;        // "meta-llama/Meta-Llama-3-8B" when known
@@ -177,6 +191,8 @@ struct ModelSpec {
   VitSpec vit;
   bool is_flux = false;  // a diffusers FluxTransformer2DModel: `flux` holds its layout
   FluxSpec flux;
+  bool is_t5 = false;  // T5ForConditionalGeneration / T5EncoderModel: `t5` holds its layout
+  T5Spec t5;
 
   uint64_t hidden_size = 0;
   uint64_t intermediate_size = 0;

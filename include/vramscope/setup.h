@@ -151,6 +151,9 @@ struct TrainingSetup {
   uint64_t image_size = 0;
   uint64_t vae_scale = 8;
   uint64_t text_len = 0;
+  // T5 (seq2seq): decoder tokens per sample, the labels' length (0: --seq,
+  // which is the encoder's source length).
+  uint64_t target_len = 0;
   // diffusers' EMAModel (training_utils.py, 0.42.1) of a UNet's weights, as
   // train_text_to_image.py --use_ema keeps it: an fp32 shadow of every
   // parameter on the GPU, stepped after the optimizer (--foreach_ema: with

@@ -65,6 +65,9 @@ const std::vector<Family>& DecoderFamilies();
 const std::vector<Family>& ClassicFamilies();
 void ReadVit(ConfigReader& r, ModelSpec& s, ArchDetails& a);
 void BuildVit(const ModelSpec& s, const ArchDetails& a, ParamListBuilder& b);
+// t5 (family_t5.cc): T5ForConditionalGeneration and T5EncoderModel.
+void ReadT5(ConfigReader& r, ModelSpec& s, ArchDetails& a);
+void BuildT5(const ModelSpec& s, const ArchDetails& a, ParamListBuilder& b);
 
 // The diffusers UNet2DConditionModel (family_unet.cc). Its config.json has no
 // model_type: `_class_name` names it, and the spec gets this internal type.

@@ -384,7 +384,7 @@ const std::vector<Family>& ClassicFamilies() {
       {"gpt2", ReadGpt2, BuildGpt2}, {"gpt_neox", ReadGptNeox, BuildGptNeox},
       {"opt", ReadOpt, BuildOpt},    {"falcon", ReadFalcon, BuildFalcon},
       {"phi", ReadPhi, BuildPhi},    {"bert", ReadBert, BuildBert},
-      {"vit", ReadVit, BuildVit},
+      {"vit", ReadVit, BuildVit},    {"t5", ReadT5, BuildT5},
   };
   return kFamilies;
 }

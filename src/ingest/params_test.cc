@@ -363,3 +363,46 @@ TEST(BertHeadsTest, TokenClassificationHasNoPooler) {
 
 }  // namespace
 }  // namespace vramscope
+
+namespace vramscope {
+namespace {
+
+// T5 against transformers 5.24.0 built from the same configs on the meta
+// device (named_parameters()): totals, tensor counts, the last name, and the
+// shapes that depend on d_kv, the gated feed-forward and the relative bias.
+// 5.24.0 ties lm_head to `shared` even for flan (tie_word_embeddings false).
+TEST(T5ParamsTest, CatalogMatchesTransformers) {
+  struct Want {
+    const char* alias;
+    uint64_t params, tensors;
+    const char* last;
+  };
+  for (const Want& w :
+       {Want{"t5-base", 222'903'552u, 257u, "decoder.final_layer_norm.weight"},
+        Want{"flan-t5-large", 750'251'008u, 557u, "decoder.final_layer_norm.weight"},
+        Want{"t5-v1_1-xxl-encoder", 4'762'310'656u, 219u, "encoder.final_layer_norm.weight"}}) {
+    ModelSpec s = Load(w.alias);
+    ASSERT_TRUE(s.is_t5) << w.alias;
+    EXPECT_EQ(s.ParameterCount(), w.params) << w.alias;
+    EXPECT_EQ(s.params.size(), w.tensors) << w.alias;
+    EXPECT_EQ(s.params.front().name, "shared.weight") << w.alias;
+    EXPECT_EQ(s.params.back().name, w.last) << w.alias;
+  }
+  ModelSpec flan = Load("flan-t5-large");
+  std::map<std::string, std::vector<uint64_t>> shape;
+  for (const ParamTensor& p : flan.params) shape[p.name] = p.shape;
+  using Shape = std::vector<uint64_t>;
+  EXPECT_EQ(shape["encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"],
+            (Shape{32, 16}));
+  EXPECT_EQ(shape["encoder.block.0.layer.1.DenseReluDense.wi_1.weight"], (Shape{2816, 1024}));
+  EXPECT_EQ(shape["decoder.block.1.layer.1.EncDecAttention.q.weight"], (Shape{1024, 1024}));
+  EXPECT_FALSE(shape.contains("lm_head.weight"));
+  EXPECT_FALSE(
+      shape.contains("decoder.block.1.layer.0.SelfAttention.relative_attention_bias.weight"));
+  EXPECT_TRUE(flan.t5.gated);
+  EXPECT_FALSE(flan.t5.scale_decoder_outputs);
+  EXPECT_TRUE(Load("t5-base").t5.scale_decoder_outputs);
+}
+
+}  // namespace
+}  // namespace vramscope

@@ -446,3 +446,18 @@ Var Attend(Tape& tape, const AttnPlan& plan, const AttnShape& shape, const Var& 
 }
 
 }  // namespace vramscope::lower
+
+namespace vramscope::lower {
+
+Var AttnBmm(Tape& tape, const Var& a, const Var& b, uint64_t numel, uint8_t bytes) {
+  return Bmm(tape, a, b, numel, bytes);
+}
+
+Var AttnMatmulOperand(Tape& tape, const Var& x, bool head_major, uint64_t batch) {
+  if (batch == 1) return tape.Share(x);
+  return MatmulOperand(tape, x, head_major);
+}
+
+Var AttnSoftmaxNoDtype(Tape& tape, const Var& w) { return SoftmaxNoDtype(tape, w); }
+
+}  // namespace vramscope::lower

@@ -75,4 +75,14 @@ AttnPlan PlanAttention(const TrainingSetup& setup, uint8_t compute_bytes, uint64
 Var Attend(Tape& tape, const AttnPlan& plan, const AttnShape& shape, const Var& q, const Var& k,
            const Var& v, const Var* mask, double dropout, Var* weights = nullptr);
 
+// The eager kernel's pieces, for attention written outside Attend (t5.cc,
+// where queries and keys differ in length and a position bias is added):
+// torch.bmm with BmmBackward0's saves; torch.matmul's operand, a copy when a
+// transposed [b, s, heads * d] view cannot merge b and heads (a view for a
+// head-major tensor or one row); softmax without a dtype (fp32 under CUDA
+// autocast).
+Var AttnBmm(Tape& tape, const Var& a, const Var& b, uint64_t numel, uint8_t bytes);
+Var AttnMatmulOperand(Tape& tape, const Var& x, bool head_major, uint64_t batch);
+Var AttnSoftmaxNoDtype(Tape& tape, const Var& w);
+
 }  // namespace vramscope::lower

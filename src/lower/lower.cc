@@ -15,6 +15,7 @@
 #include "rank_classes.h"
 #include "schedule.h"
 #include "sharding.h"
+#include "t5.h"
 #include "tape.h"
 #include "transformer.h"
 #include "unet.h"
@@ -161,6 +162,56 @@ Status ValidateVit(const ModelSpec& m, const TrainingSetup& s) {
   return Ok{};
 }
 
+// T5ForConditionalGeneration (t5.h; transformers 5.24.0 models/t5): one GPU,
+// eager attention, transformers' own loss, full or LoRA. T5EncoderModel has
+// no head to train.
+Status ValidateT5(const ModelSpec& m, const TrainingSetup& s) {
+  auto bad = [](std::string msg) { return Status(MakeError(std::move(msg))); };
+  if (m.t5.encoder_only)
+    return bad(fmt::format(
+        "{}: T5EncoderModel has no head to train (a frozen text encoder's forward is not a "
+        "training step; estimate T5ForConditionalGeneration instead)",
+        m.name));
+  // transformers 4.57.6 modeling_t5.py T5Attention.forward adds the masked
+  // bias in place (`scores += position_bias_masked`) and runs
+  // `softmax(scores.float()).type_as(scores)`; its T5Config keeps an untied
+  // lm_head when tie_word_embeddings is false: other tensors, not modelled.
+  if (s.transformers_version < 500)
+    return bad(
+        "--transformers-version: T5 is modelled for transformers 5.x (4.x's T5Attention and "
+        "untied lm_head differ)");
+  const ParallelLayout& l = s.parallel;
+  if (l.multi_gpu() || l.dp_mode != DataParallel::kNone)
+    return bad(fmt::format("{}: T5 is modelled on one GPU only for now", m.name));
+  if (s.finetune == Finetune::kQLora)
+    return bad("--finetune qlora: not modelled for T5 (use lora or full)");
+  if (s.attn != Attention::kEager)
+    return bad(
+        "--attn: T5 is modelled with eager attention only (pass --attn eager; transformers "
+        "5.24's sdpa path folds the position bias into a float mask, not modelled)");
+  if (s.precision == Precision::kFp16 || s.precision == Precision::kFp16Mixed)
+    return bad(
+        "--precision: fp16 is not modelled for T5 (wo kept in fp32 by _keep_in_fp32_modules, "
+        "the fp16 clamps); use fp32, bf16 or bf16-mixed");
+  if (s.loss != LossKind::kHf || s.dpo || s.packed || s.ema)
+    return bad("--loss, --dpo, --packing, --ema: T5 trains on its own cross-entropy loss");
+  if (s.activation_offload || s.optimizer_in_backward)
+    return bad("--activation-offload, --optimizer-in-backward: not modelled for T5");
+  if (s.impl != ModelImpl::kTransformers)
+    return bad("--impl: T5 is modelled with transformers' modules only");
+  const uint64_t tgt = T5TargetLen(s);
+  if (tgt == 0 || tgt > kMaxSeq)
+    return bad(fmt::format("--target-len: {} is outside 1..{}", tgt, kMaxSeq));
+  // The largest activation: eager scores [b, heads, max len, max len] in fp32,
+  // or the logits [b, tgt, vocab].
+  const uint64_t len = std::max(s.seq, tgt);
+  std::optional<uint64_t> bytes = common::CheckedMul(s.batch * m.num_heads, len * len * 4);
+  std::optional<uint64_t> logits = common::CheckedMul(s.batch * tgt, m.vocab_size * 4);
+  if (!bytes || !logits || *bytes > (uint64_t{1} << 56) || *logits > (uint64_t{1} << 56))
+    return bad("--batch x --seq / --target-len: one activation of the T5 would exceed 2^56 bytes");
+  return Ok{};
+}
+
 // diffusers' FluxTransformer2DModel (flux.h): one GPU, the dreambooth
 // scripts' knobs (non-reentrant checkpointing per block, the default
 // FluxAttnProcessor's SDPA, full fine-tuning or PEFT LoRA, the flow-matching MSE).
@@ -221,6 +272,7 @@ Status ValidatePacking(const ModelSpec& m, const TrainingSetup& s) {
 Status ValidateByKind(const ModelSpec& m, const TrainingSetup& s) {
   auto bad = [](std::string msg) { return Status(MakeError(std::move(msg))); };
   if (m.is_flux) return ValidateFlux(m, s);
+  if (m.is_t5) return ValidateT5(m, s);
   if (s.packed) {
     Status packed = ValidatePacking(m, s);
     if (!packed.ok()) return packed;
@@ -481,6 +533,11 @@ class RankLowerer {
       fp_ = std::move(indexed);
       return Ok{};
     }
+    if (model_.is_t5) {
+      VS_TRY(indexed, IndexT5Params(model_, tape_.params));
+      tp_ = std::move(indexed);
+      return Ok{};
+    }
     if (model_.is_encoder) {
       VS_TRY(indexed, IndexEncoderParams(model_, tape_.params));
       ep_ = indexed;
@@ -608,6 +665,7 @@ class RankLowerer {
             ? VitForward(tape_, model_, vp_, setup_, VitBatch{step_batch_[0], step_batch_[1]})
         : model_.is_unet ? UNetForward(tape_, model_, up_, setup_)
         : model_.is_flux ? FluxForward(tape_, model_, fp_, setup_, step_batch_)
+        : model_.is_t5   ? T5Forward(tape_, model_, tp_, setup_)
         : model_.is_encoder
             ? EncoderForward(tape_, model_, ep_, setup_)
             : Forward(tape_, model_, mp_, setup_, span, ref_params_.empty() ? nullptr : &ref_mp_);
@@ -761,6 +819,7 @@ class RankLowerer {
   EncoderParams ep_;
   UNetParams up_;
   FluxParams fp_;
+  T5Params tp_;
   VitParams vp_;
   std::vector<Var> step_batch_;       // the data loader's current batch (LoadBatch)
   std::vector<TensorId> ema_shadow_;  // EMAModel.shadow_params, for the whole run

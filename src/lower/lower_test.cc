@@ -8,6 +8,7 @@
 #include <set>
 
 #include "int_math.h"
+#include "t5.h"
 #include "test_models.h"
 
 #include "vramscope/saved_activations.h"
@@ -903,5 +904,89 @@ TEST(FluxLower, Refusals) {
   }
 }
 
+// T5ForConditionalGeneration: steady state and nothing left but the weights
+// and AdamW's moments for every checkpointing mode, a longer target costing
+// more, and the setups it refuses (T5EncoderModel has no head to train).
+TEST(T5Lower, SteadyStateAndRefusals) {
+  auto parsed = ParseModelConfig(R"({"model_type": "t5", "d_model": 64, "d_kv": 8, "d_ff": 128,
+      "num_layers": 2, "num_decoder_layers": 3, "num_heads": 4, "vocab_size": 256,
+      "feed_forward_proj": "gated-gelu", "tie_word_embeddings": false})",
+                                 "tiny-t5");
+  ASSERT_TRUE(parsed.ok()) << parsed.error().message;
+  const ModelSpec m = *parsed;
+  ASSERT_TRUE(m.is_t5);
+  TrainingSetup base;
+  base.batch = 2;
+  base.seq = 32;
+  base.attn = Attention::kEager;
+  base.precision = Precision::kBf16;
+  for (GradCkpt c : {GradCkpt::kNone, GradCkpt::kFull, GradCkpt::kReentrant}) {
+    TrainingSetup s = base;
+    s.grad_ckpt = c;
+    SimResult r = RunLowered(s, m);
+    ASSERT_EQ(r.phases.size(), 10u);
+    for (int ph = 0; ph < 3; ++ph) {
+      EXPECT_EQ(r.phases[4 + ph].peak_allocated_bytes, r.phases[7 + ph].peak_allocated_bytes);
+    }
+    EXPECT_EQ(r.final_stats.allocated_bytes, m.ParameterCount() * 2 * 3);
+  }
+  TrainingSetup longer = base;
+  longer.target_len = 64;
+  EXPECT_GT(RunLowered(longer, m).peak_allocated_bytes, RunLowered(base, m).peak_allocated_bytes);
+  for (auto change : std::vector<std::function<void(TrainingSetup*)>>{
+           [](TrainingSetup* t) { t->attn = Attention::kSdpa; },
+           [](TrainingSetup* t) { t->transformers_version = 457; },
+           [](TrainingSetup* t) { t->precision = Precision::kFp16Mixed; },
+           [](TrainingSetup* t) { t->finetune = Finetune::kQLora; },
+           [](TrainingSetup* t) { t->loss = LossKind::kChunked; },
+           [](TrainingSetup* t) { t->parallel.gpus = 2; }}) {
+    TrainingSetup bad = base;
+    change(&bad);
+    EXPECT_FALSE(LowerTraining(m, bad, TestGpu()).ok());
+  }
+  auto encoder = ParseModelConfig(
+      R"({"model_type": "t5", "architectures": ["T5EncoderModel"], "d_model": 64, "num_heads": 4})",
+      "tiny-t5-encoder");
+  ASSERT_TRUE(encoder.ok()) << encoder.error().message;
+  EXPECT_FALSE(LowerTraining(*encoder, base, TestGpu()).ok());
+}
+
+// T5EncoderModel's no-grad forward (t5.h, for a frozen text encoder): bf16
+// weights, input_ids [2, 16]; no node is recorded, so only the weights and the
+// returned [2, 16, d_model] output are left, and the peak holds at least one
+// layer's eager scores [2, heads, 16, 16] beside them.
+TEST(T5Lower, EncoderNoGradForwardLeavesOnlyItsOutput) {
+  using namespace lower;  // NOLINT: the lowering's internals (t5.h, tape.h)
+  auto parsed = ParseModelConfig(R"({"model_type": "t5", "architectures": ["T5EncoderModel"],
+      "d_model": 64, "d_kv": 8, "d_ff": 128, "num_layers": 2, "num_heads": 4, "vocab_size": 256,
+      "feed_forward_proj": "gated-gelu"})",
+                                 "tiny-t5-encoder");
+  ASSERT_TRUE(parsed.ok()) << parsed.error().message;
+  const ModelSpec m = *parsed;
+  EventStream stream;
+  Tape tape(&stream);
+  for (const ParamTensor& pt : m.params) {
+    Param p;
+    p.name = pt.name;
+    p.numel = pt.numel;
+    p.elem_bytes = kHalf;
+    p.storage_bytes = pt.numel * kHalf;
+    p.trainable = false;
+    p.var = tape.New(pt.numel, kHalf, Category::kParameters, "param");
+    tape.params.push_back(p);
+  }
+  auto tp = IndexT5Params(m, tape.params);
+  ASSERT_TRUE(tp.ok()) << tp.error().message;
+  Var out = T5EncoderNoGrad(tape, m, *tp, 2, 16);
+  EXPECT_EQ(out.numel, 2u * 16 * 64);
+  EXPECT_EQ(out.elem_bytes, kHalf);
+  EXPECT_FALSE(out.requires_grad());
+  SimOptions o;
+  o.alloc.ideal = true;
+  auto sim = Simulate(stream, o);
+  ASSERT_TRUE(sim.ok());
+  EXPECT_EQ(sim->final_stats.allocated_bytes, m.ParameterCount() * 2 + out.bytes());
+  EXPECT_GE(sim->peak_allocated_bytes, m.ParameterCount() * 2 + 2u * 4 * 16 * 16 * 2);
+}
 }  // namespace
 }  // namespace vramscope

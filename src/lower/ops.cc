@@ -515,6 +515,26 @@ Var RmsNorm(Tape& tape, const Var& x, Param& w, uint64_t tokens, uint64_t hidden
 // trains), cast back. Same dtypes (fp32 weights) dispatch to _fused_rms_norm,
 // whose CUDA kernel (torch >= 2.8) saves the input and rstd only; CPU builds
 // register it as the composite. Both paths: TorchRmsNorm.
+// T5LayerNorm.forward (transformers 5.24.0 / 4.57.6 models/t5/modeling_t5.py):
+// `variance = hidden_states.to(torch.float32).pow(2).mean(-1, keepdim=True)`
+// (pow saves the fp32 copy, or x itself when x is fp32), then
+// `hidden_states * torch.rsqrt(variance + eps)` multiplies the input as it is
+// by the fp32 rsqrt (an fp32 product whose node saves both), a cast back to the
+// weight's dtype only when the weight is fp16 / bf16, and `self.weight *
+// hidden_states`.
+Var T5LayerNorm(Tape& tape, const Var& x, Param& w, uint64_t tokens) {
+  Var h32 = Cast(tape, x, kF32);
+  Var rs = RsqrtMeanSquare(tape, h32, tokens, /*composite=*/false);
+  tape.Drop(h32);
+  Var normed = MulImpl(tape, x, rs, "aten::mul", /*reduce_broadcast=*/true);
+  tape.Drop(rs);
+  Var back = w.elem_bytes == kF32 ? tape.Share(normed) : Cast(tape, normed, w.elem_bytes);
+  tape.Drop(normed);
+  Var out = MulParam(tape, back, w, false);
+  tape.Drop(back);
+  return out;
+}
+
 Var RmsNormTorchtune(Tape& tape, const Var& x, Param& w, uint64_t tokens) {
   Var h = Cast(tape, x, kF32);
   const bool fused = w.elem_bytes == kF32 && !tape.cpu_rules && tape.torch_version >= 208;

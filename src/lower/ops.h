@@ -82,6 +82,9 @@ Var Dropout(Tape& tape, const Var& x, double p);
 // LlamaRMSNorm / GemmaRMSNorm (modeling_llama.py, modeling_gemma.py): fp32
 // upcast, pow, mean, rsqrt, multiply, cast back, weight multiply.
 Var RmsNorm(Tape& tape, const Var& x, Param& w, uint64_t tokens, uint64_t hidden, bool gemma_style);
+// T5LayerNorm (transformers models/t5): the variance from an fp32 copy, the
+// input times the fp32 rsqrt, cast to a half weight's dtype, times the weight.
+Var T5LayerNorm(Tape& tape, const Var& x, Param& w, uint64_t tokens);
 Var RmsNormTorchtune(Tape& tape, const Var& x, Param& w, uint64_t tokens);
 // nn.LayerNorm (native_layer_norm): saves input, mean, rstd (fp32 per row).
 // Under autocast layer_norm runs in fp32.

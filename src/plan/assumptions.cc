@@ -294,8 +294,32 @@ std::vector<Assumption> DescribeFluxAssumptions(const ModelSpec& model, const Tr
   return out;
 }
 
+namespace {
+
+// T5ForConditionalGeneration (lower/t5.cc): the causal-LM lines, with the
+// seq2seq batch and T5's own loss in place of theirs.
+std::vector<Assumption> DescribeT5Assumptions(const TrainingSetup& s) {
+  std::vector<Assumption> out = DescribeAssumptions(s);
+  for (Assumption& a : out) {
+    if (a.what == "loss") {
+      a.assumed =
+          "T5ForConditionalGeneration's CrossEntropyLoss(ignore_index=-100) on the [batch x "
+          "target, vocab] logits of lm_head (the shared embedding), as the model returns them";
+    } else if (a.what == "batch") {
+      a.assumed =
+          "input_ids [batch, seq] and labels [batch, target_len], every row full length (an "
+          "all-ones attention_mask is dropped for the encoder and the cross-attention)";
+      a.flag = "--seq, --target-len";
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<Assumption> DescribeAssumptions(const ModelSpec& model, const TrainingSetup& s) {
   if (model.is_vit) return DescribeVitAssumptions(model, s);
+  if (model.is_t5) return DescribeT5Assumptions(s);
   if (model.is_flux) return DescribeFluxAssumptions(model, s);
   if (!model.is_unet) return DescribeAssumptions(s);
   const uint64_t image = s.image_size ? s.image_size : model.unet.sample_size * s.vae_scale;
@@ -315,6 +339,17 @@ std::vector<std::pair<std::string, std::string>> DescribeKnobs(const ModelSpec& 
         out.emplace_back("image_size", std::to_string(model.vit.image_size));
     }
     return out;
+  }
+  if (model.is_t5) {
+    // A T5's --seq is the source; the decoder's length follows it.
+    for (size_t i = 0; i < knobs.size(); ++i) {
+      if (knobs[i].first != "seq") continue;
+      const uint64_t target = s.target_len ? s.target_len : s.seq;
+      knobs.insert(knobs.begin() + static_cast<std::ptrdiff_t>(i) + 1,
+                   {"target_len", std::to_string(target)});
+      break;
+    }
+    return knobs;
   }
   if (!model.is_unet && !model.is_flux) return knobs;
   // A UNet or FLUX has no sequence, no transformers loss and no transformers

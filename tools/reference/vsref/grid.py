@@ -9,7 +9,7 @@ QLoRA is not in the grid: bitsandbytes' 4-bit path needs CUDA kernels (docs/fide
 import dataclasses
 
 from .knobs import UNET_LORA_TARGETS, UNET_SEQ, Point
-from .models import FAMILIES, FLUX_FAMILIES, FLUX_TEXT_LEN, UNET_FAMILIES
+from .models import FAMILIES, FLUX_FAMILIES, FLUX_TEXT_LEN, UNET_FAMILIES, is_t5
 
 # (finetune, ckpt, attn, precision, optimizer): every value of every knob at least once.
 COMBOS = (
@@ -31,6 +31,9 @@ def _point(family, tf, combo):
 
 
 def _supported(point):
+    # T5 is modelled for transformers 5.x with eager attention only (t5_points).
+    if is_t5(point.family):
+        return point.tf == 5 and point.attn == "eager"
     # transformers 5.x refuses attn_implementation="sdpa" for Gemma 2 (ValueError:
     # "does not support an attention implementation through ... scaled_dot_product_attention").
     return not (point.family == "gemma2" and point.tf == 5 and point.attn == "sdpa")
@@ -139,17 +142,32 @@ def batch1_points():
             for family in BATCH1_FAMILIES for tf in (5, 4) for combo in (COMBOS[0], COMBOS[3])]
 
 
+# T5ForConditionalGeneration (both feed-forward variants): every combo with eager
+# attention (the sdpa path is refused), transformers 5.24, and one point whose target
+# length differs from the source's.
+T5_FAMILIES = ("t5", "t5_v11")
+
+
+def t5_points():
+    points = [dataclasses.replace(_point(family, 5, combo), attn="eager")
+              for family in T5_FAMILIES for combo in COMBOS]
+    points += [dataclasses.replace(_point(family, 5, COMBOS[2]), attn="eager", target_len=24)
+               for family in T5_FAMILIES]
+    return points
+
+
 def full_grid():
     points = [p for family in FAMILIES for tf in (5, 4) for combo in COMBOS
-              if _supported(p := _point(family, tf, combo))]
+              if not is_t5(family) and _supported(p := _point(family, tf, combo))]
     return (points + unet_points() + flux_points() + trl_points() + packed_points()
-            + batch1_points() + torchtune_model_points())
+            + batch1_points() + torchtune_model_points() + t5_points())
 
 
 def ci_grid():
     """One point per family and transformers version, every combo on Llama, and the FLUX
     points (six small steps, the only check of that lowering)."""
-    points = [_point(family, tf, COMBOS[0]) for family in FAMILIES for tf in (5, 4)]
+    points = [p for family in FAMILIES for tf in (5, 4)
+              if _supported(p := _point(family, tf, COMBOS[0]))]
     points += [_point("llama", 5, combo) for combo in COMBOS[1:]]
     return points + flux_points()
 

@@ -47,6 +47,9 @@ class Point:
     # torchtune's OffloadActivations around the model's forward (torchtune-model points
     # only; vsref/torchtune_model.py), estimated with --activation-offload.
     offload: bool = False
+    # T5 (seq2seq): the labels' length, decoder tokens (0: seq, the source length),
+    # estimated with --target-len.
+    target_len: int = 0
 
     def name(self):
         parts = [self.family, f"tf{self.tf}", self.finetune, f"ckpt-{self.ckpt}", self.attn,
@@ -61,6 +64,8 @@ class Point:
             parts.append("packed")
         if self.offload:
             parts.append("offload")
+        if self.target_len:
+            parts.append(f"tgt{self.target_len}")
         return "/".join(parts)
 
     def _default_shape(self):
@@ -86,6 +91,8 @@ class Point:
             args += ["--gpus", str(self.gpus), "--fsdp", "full", "--fsdp-version", "2"]
         if self.packed:
             args.append("--packing")
+        if self.target_len:
+            args += ["--target-len", str(self.target_len)]
         if self.trainer in ("trl-sft", "trl-dpo"):
             args += ["--loss", "trl-fused"]
         # torchtune-model-as-transformers: the same reference, estimated with

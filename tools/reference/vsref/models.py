@@ -49,7 +49,13 @@ FAMILIES = {
     "mixtral": "mixtral-8x7b",
     # ViTForImageClassification: a 32 x 32 image in 8 x 8 patches (17 tokens), 10 labels.
     "vit": "vit-base-patch16-224",
+    # T5ForConditionalGeneration (seq2seq): the original relu feed-forward with tied
+    # embeddings (t5-base), and v1.1 / flan's gated-gelu with tie_word_embeddings false
+    # (flan-t5-large; transformers 5.24 ties lm_head anyway, without the output scaling).
+    "t5": "t5-base",
+    "t5_v11": "flan-t5-large",
 }
+
 
 HIDDEN = 128
 HEADS = 4
@@ -57,6 +63,14 @@ HEAD_DIM = HIDDEN // HEADS
 INTERMEDIATE = 256
 VOCAB = 512
 LAYERS = 2
+
+# T5's reduced inner attention width (num_heads x d_kv) differs from d_model both ways,
+# and flan's decoder is one block deeper than its encoder (num_decoder_layers).
+T5_SHAPES = {"t5": {"d_kv": 16}, "t5_v11": {"d_kv": 48, "num_decoder_layers": LAYERS + 1}}
+
+
+def is_t5(family):
+    return family in T5_SHAPES
 
 
 def catalog_config(alias):
@@ -220,6 +234,12 @@ def reference_config(family):
         config.update(num_hidden_layers=8)
         return config
     config = reduce_config(catalog_config(FAMILIES[family]))
+    if is_t5(family):
+        # T5Config names its sizes num_layers / num_heads / d_ff (num_hidden_layers is an
+        # alias that vramscope does not read).
+        config.pop("num_hidden_layers", None)
+        config.update(num_layers=LAYERS, num_heads=HEADS, d_ff=INTERMEDIATE, **T5_SHAPES[family])
+        config.setdefault("num_decoder_layers", LAYERS)
     if config.get("model_type") == "vit":
         config.update(image_size=VIT_IMAGE, patch_size=VIT_PATCH, num_labels=VIT_LABELS)
         config.pop("vocab_size", None)

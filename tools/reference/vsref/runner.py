@@ -48,6 +48,8 @@ def build_model(point, config_dict):
         auto = transformers.AutoModelForMaskedLM
     elif config.model_type == "vit":
         auto = transformers.AutoModelForImageClassification
+    elif config.model_type == "t5":
+        auto = transformers.AutoModelForSeq2SeqLM  # T5ForConditionalGeneration
     else:
         auto = transformers.AutoModelForCausalLM
     torch.manual_seed(0)
@@ -65,6 +67,9 @@ def apply_knobs(point, model):
         names = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
         targets = sorted(t for key in point.lora_targets.split(",")
                          for t in _LORA_MODULES[key] if t in names)
+        if model.config.model_type == "t5":
+            # T5Attention's q / k / v / o (PEFT's default targets for t5 are q and v).
+            targets = point.lora_targets.split(",")
         config = peft.LoraConfig(r=point.lora_rank, lora_alpha=2 * point.lora_rank,
                                  lora_dropout=0.0, target_modules=targets)
         # Checkpointing is on before the adapters are attached (the usual order), so
@@ -109,6 +114,11 @@ def make_batch(point, config):
                                             generator=g),
                 "labels": torch.randint(0, config.num_labels, (point.batch,), generator=g)}
     ids = torch.randint(2, config.vocab_size, (point.batch, point.seq), generator=g)
+    if config.model_type == "t5":
+        # Seq2seq: source ids and target labels (the model shifts them right itself).
+        tgt = point.target_len or point.seq
+        return {"input_ids": ids,
+                "labels": torch.randint(2, config.vocab_size, (point.batch, tgt), generator=g)}
     if config.architectures and config.architectures[0].endswith("ForTokenClassification"):
         return {"input_ids": ids,
                 "labels": torch.randint(0, config.num_labels, (point.batch, point.seq), generator=g)}
