@@ -24,6 +24,13 @@ void AddKnobFlags(CLI::App* sub, KnobArgs* k) {
   sub->add_option("--text-len", k->text_len,
                   "Diffusion UNets and FLUX: text-encoder tokens per prompt (default 77, CLIP; "
                   "FLUX: T5's 512, 256 for schnell)");
+  sub->add_option("--text-encoder", k->text_encoders,
+                  "Diffusion UNets and FLUX: a frozen text encoder kept on the GPU and run each "
+                  "micro-batch (catalog alias, Hub id or config.json; repeatable, in the "
+                  "pipeline's order: SDXL and FLUX have two). Default: none, the embeddings "
+                  "were precomputed")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   sub->add_flag("--ema", k->ema,
                 "Diffusion UNets: diffusers' EMAModel keeps an fp32 copy of the weights on the GPU "
                 "(train_text_to_image.py --use_ema)");
@@ -220,6 +227,16 @@ Result<KnobArgs> KnobArgs::WithFiles(FromConfig* from) const {
   applied.notes = std::move(config.notes);
   if (from) *from = std::move(applied);
   return merged;
+}
+
+Status KnobArgs::ResolveTextEncoders(const ModelIo& io, TrainingSetup* setup) const {
+  for (const std::string& name : text_encoders) {
+    auto spec = ResolveModel(name, io);
+    if (!spec.ok()) return MakeError("--text-encoder: " + spec.error().message);
+    setup->text_encoder_names.push_back(name);
+    setup->text_encoders.push_back(std::make_shared<const ModelSpec>(std::move(*spec)));
+  }
+  return Ok{};
 }
 
 Result<TrainingSetup> KnobArgs::ToSetup(FromConfig* from) const {

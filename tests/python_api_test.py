@@ -104,6 +104,8 @@ def test_unet_knobs_reach_the_engine():
     ("llama-3.2-1b", {"impl": "torchtune", "loss": "torchtune-chunked", "finetune": "lora",
                       "lora_dtype": "model", "precision": "bf16", "seq": 512}),
     ("flux.1-dev-transformer", {"precision": "bf16", "grad_ckpt": "full", "image_size": 512}),
+    ("clip-vit-large-patch14", {"batch": 8, "finetune": "lora", "lora_targets": ["q", "k", "v", "o"],
+                                "grad_ckpt": "full"}),
 ])
 def test_trl_packing_and_vit_knobs_reach_the_engine(model, knobs):
     """TRL's steps, packed rows and a ViT: keyword arguments like any other knob."""
@@ -111,6 +113,19 @@ def test_trl_packing_and_vit_knobs_reach_the_engine(model, knobs):
     want = cli_json("estimate", model, *to_flags(knobs))
     assert report.peak_allocated_bytes == want["peak_allocated_bytes"]
     assert report["knobs"] == want["knobs"]
+
+
+def test_text_encoders_repeat_the_flag():
+    """text_encoder=[a, b] is --text-encoder a --text-encoder b (SDXL's two encoders)."""
+    knobs = {"batch": 2, "precision": "bf16",
+             "text_encoder": ["sd-1.5-text-encoder", "sdxl-text-encoder-2"]}
+    assert to_flags(knobs)[-4:] == ["--text-encoder", "sd-1.5-text-encoder",
+                                    "--text-encoder", "sdxl-text-encoder-2"]
+    report = vramscope.estimate("sdxl-base-unet", **knobs)
+    want = cli_json("estimate", "sdxl-base-unet", *to_flags(knobs))
+    assert report.peak_allocated_bytes == want["peak_allocated_bytes"]
+    assert report.peak_allocated_bytes > vramscope.estimate(
+        "sdxl-base-unet", batch=2, precision="bf16").peak_allocated_bytes
 
 
 def test_report_attributes_are_the_json_keys():

@@ -17,7 +17,10 @@ train_text_to_image_lora.py for LoRA):
 
 The batch stands in for what the scripts compute from the VAE and the text encoder (which
 train nothing): noisy latents, timesteps, text hidden states, the noise as target, and for
-"text_time" (SDXL) the pooled text embeddings and the six time ids.
+"text_time" (SDXL) the pooled text embeddings and the six time ids. A family of
+models.UNET_TEXT_ENCODERS runs its frozen CLIPTextModel instead (train_text_to_image.py:
+`text_encoder.requires_grad_(False)`, `.to(device, dtype=weight_dtype)`, then each step
+`text_encoder(batch["input_ids"], return_dict=False)[0]` outside the UNet's autocast).
 """
 
 import diffusers
@@ -26,6 +29,7 @@ import torch.nn.functional as F
 import vramscope_trace
 
 from .knobs import UNET_CKPTS
+from .models import UNET_TEXT_ENCODERS
 from .runner import make_optimizer
 
 # The lowering's --lora-targets names for diffusers' attention projections.
@@ -119,17 +123,44 @@ def predict(point, unet, batch):
     return pred.float() if mixed else pred
 
 
+def build_text_encoder(point):
+    """The family's frozen CLIPTextModel in weight_dtype, or None."""
+    if point.family not in UNET_TEXT_ENCODERS:
+        return None
+    import transformers
+
+    config = dict(UNET_TEXT_ENCODERS[point.family])
+    config.pop("architectures")
+    config.pop("model_type")
+    torch.manual_seed(0)
+    encoder = transformers.CLIPTextModel(transformers.CLIPTextConfig(**config))
+    encoder.requires_grad_(False)
+    return encoder.to(_batch_dtype(point))
+
+
 def run(point, config, out_path):
     _check(point)
     unet = apply_knobs(point, build_unet(point, config))
+    encoder = build_text_encoder(point)
     optimizer = make_optimizer(point, unet)
     batch = make_batch(point, config)
+    inputs = batch
+    if encoder is not None:
+        # The text states come from the encoder each step; its weights and buffers
+        # exist before the steps (setup allocations).
+        del batch["encoder_hidden_states"]
+        inputs = {"batch": batch, "text_encoder": [*encoder.parameters(), *encoder.buffers()]}
     meta = [("reference", point.name()), ("diffusers", diffusers.__version__),
             ("torch", torch.__version__)]
-    with vramscope_trace.record(out_path, model=unet, optimizer=optimizer, inputs=batch,
+    with vramscope_trace.record(out_path, model=unet, optimizer=optimizer, inputs=inputs,
                                 meta=meta):
         for _ in range(point.steps):
             optimizer.zero_grad(set_to_none=True)
+            if encoder is not None:
+                ids = torch.randint(2, UNET_TEXT_ENCODERS[point.family]["vocab_size"],
+                                    (point.batch, point.seq))
+                batch["encoder_hidden_states"] = encoder(ids, return_dict=False)[0]
+                del ids
             pred = predict(point, unet, batch)
             loss = F.mse_loss(pred.float(), batch["target"].float(), reduction="mean")
             loss.backward()
@@ -137,4 +168,6 @@ def run(point, config, out_path):
             # still (until the next step replaces it), the grid drops it before step() as
             # the transformers points drop their output.
             del loss, pred
+            if encoder is not None:
+                del batch["encoder_hidden_states"]
             optimizer.step()
