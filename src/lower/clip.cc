@@ -157,9 +157,21 @@ Var ClipAttention(Tape& tape, const ClipLayerParams& l, const TrainingSetup& set
   Var v = Linear(tape, n1, *l.v, l.v_b, d.t, d.h);
   AttnShape shape{d.b, d.s, d.heads, d.heads, d.h / d.heads};
   shape.causal = causal;
+  // 4.57.6's fp32 [s, s] mask, expanded over the batch, into SDPA under
+  // autocast: scaled_dot_product_attention is on autocast's lower-precision
+  // list, so the mask is cast to a dense [b, 1, s, s] copy, which the
+  // kernel's backward keeps (seen in the torch 2.13 CPU trace).
+  Var cast_mask;
+  const bool sdpa = plan.kernel != AttnKernel::kMath;
+  if (sdpa && mask && tape.autocast && mask->elem_bytes != tape.compute_bytes) {
+    cast_mask =
+        tape.New(d.b * d.s * d.s, tape.compute_bytes, Category::kTemporaries, "aten::_to_copy");
+    mask = &cast_mask;
+  }
   Var weights;
   Var ctx = Attend(tape, plan, shape, q, k, v, mask, d.attention_dropout,
                    plan.kernel == AttnKernel::kMath ? &weights : nullptr);
+  if (cast_mask.t != kNoTensor) tape.Drop(cast_mask);
   Var o = Linear(tape, ctx, *l.o, l.o_b, d.t, d.h);
   tape.Drop(ctx);
   for (Var* x : {&q, &k, &v}) tape.Drop(*x);
@@ -240,8 +252,11 @@ Var ClipRunEncoder(Tape& tape, const std::vector<ClipLayerParams>& layers,
 
 AttnPlan ClipTowerPlan(Tape& tape, const TrainingSetup& setup, const ClipTowerDims& d,
                        uint8_t x_bytes, bool mask) {
-  return PlanAttention(setup, tape.autocast ? tape.compute_bytes : x_bytes, d.heads, d.heads,
-                       /*sliding_window_mask=*/mask, d.attention_dropout);
+  AttnPlan plan = PlanAttention(setup, tape.autocast ? tape.compute_bytes : x_bytes, d.heads,
+                                d.heads, /*sliding_window_mask=*/mask, d.attention_dropout);
+  // SDPA's backward keeps the float mask it was given (4.57.6's text tower).
+  plan.save_float_mask = mask;
+  return plan;
 }
 
 // The text tower's causal mask. 4.57.6 (`_create_4d_causal_attention_mask`,
@@ -329,6 +344,9 @@ ClipTextOut ClipTextForward(Tape& tape, const ModelSpec& spec, ClipParams& cp,
   const Var* mask_p = mask.t != kNoTensor ? &mask : nullptr;
   const AttnPlan plan = ClipTowerPlan(tape, setup, d, x.elem_bytes, mask_p != nullptr);
   std::vector<Var> all_hidden;
+  // CLIPTextModel.forward's `hidden_states` (the encoder's inputs_embeds)
+  // keeps the embeddings' output until the tower returns.
+  Var embeddings = tape.Share(x);
   Var last = ClipRunEncoder(tape, cp.text_layers, prefix, setup, plan, d, /*causal=*/true, mask_p,
                             x, penultimate ? &all_hidden : nullptr);
   tape.SetModule(prefix + "final_layer_norm");
@@ -343,6 +361,7 @@ ClipTextOut ClipTextForward(Tape& tape, const ModelSpec& spec, ClipParams& cp,
   // The forward returns: encoder_outputs (the last layer's output), the
   // mask and the other collected hidden states go.
   tape.Drop(last);
+  tape.Drop(embeddings);
   for (Var& h : all_hidden) tape.Drop(h);
   if (mask.t != kNoTensor) tape.Drop(mask);
   out.pooled = pooled;
@@ -413,6 +432,9 @@ ClipVisionOut ClipVisionForward(Tape& tape, const ModelSpec& spec, ClipParams& c
   Var x = LayerNorm(tape, e, *cp.pre_norm, cp.pre_norm_b, d.t);
   tape.Drop(e);
   const AttnPlan plan = ClipTowerPlan(tape, setup, d, x.elem_bytes, false);
+  // CLIPVisionModel.forward's `hidden_states` keeps pre_layrnorm's output
+  // until the tower returns.
+  Var encoder_input = tape.Share(x);
   Var last = ClipRunEncoder(tape, cp.vision_layers, prefix, setup, plan, d, /*causal=*/false,
                             nullptr, x, nullptr);
   tape.SetModule(prefix + "post_layernorm");
@@ -426,6 +448,7 @@ ClipVisionOut ClipVisionForward(Tape& tape, const ModelSpec& spec, ClipParams& c
   Var pooled = LayerNorm(tape, first, *cp.post_norm, cp.post_norm_b, d.b);
   tape.Drop(rows);
   tape.Drop(first);
+  tape.Drop(encoder_input);
   return ClipVisionOut{last, pooled};
 }
 
