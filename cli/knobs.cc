@@ -10,11 +10,11 @@
 
 namespace vramscope::cli {
 
-void AddKnobFlags(CLI::App* sub, KnobArgs* k) {
-  k->app = sub;
-  sub->add_option("--batch", k->batch, "Micro-batch per GPU (default 1)");
-  sub->add_option("--seq", k->seq, "Tokens per sample (default 2048)");
-  sub->add_option("--grad-accum", k->grad_accum, "Micro-batches per optimizer step (default 1)");
+namespace {
+
+// The knobs of the diffusion steps (UNet, FLUX): the image, the prompt, the
+// frozen text encoders, diffusers' EMA.
+void AddDiffusionFlags(CLI::App* sub, KnobArgs* k) {
   sub->add_option("--image-size", k->image_size,
                   "Diffusion UNets and FLUX: image side in pixels (default: a UNet config's "
                   "sample_size x --vae-scale; FLUX 512, the dreambooth scripts' resolution)");
@@ -36,6 +36,16 @@ void AddKnobFlags(CLI::App* sub, KnobArgs* k) {
                 "(train_text_to_image.py --use_ema)");
   sub->add_flag("--ema-foreach", k->ema_foreach,
                 "With --ema: the EMA step uses torch._foreach ops (--foreach_ema)");
+}
+
+}  // namespace
+
+void AddKnobFlags(CLI::App* sub, KnobArgs* k) {
+  k->app = sub;
+  sub->add_option("--batch", k->batch, "Micro-batch per GPU (default 1)");
+  sub->add_option("--seq", k->seq, "Tokens per sample (default 2048)");
+  sub->add_option("--grad-accum", k->grad_accum, "Micro-batches per optimizer step (default 1)");
+  AddDiffusionFlags(sub, k);
   sub->add_option("--steps", k->steps, "Optimizer steps to simulate (default 3)");
   sub->add_option("--precision", k->precision, "fp32, fp16-mixed, bf16-mixed, fp16, bf16");
   sub->add_option("--optimizer", k->optimizer,

@@ -16,11 +16,6 @@
 namespace vramscope::ingest {
 namespace {
 
-const nlohmann::json& EmptyObject() {
-  static const nlohmann::json kEmpty = nlohmann::json::object();
-  return kEmpty;
-}
-
 // The keys CLIPTextConfig and CLIPVisionConfig share (configuration_clip.py).
 void ReadTower(ConfigReader& r, ClipTower& t, const ClipTower& def) {
   t.hidden = r.Uint("hidden_size", def.hidden, 1, kMaxHidden);
@@ -89,13 +84,29 @@ void CheckArchitecture(ConfigReader& r, ModelSpec& s, std::initializer_list<cons
 
 }  // namespace
 
+namespace {
+
+// A tower's config: `text_config` / `vision_config`, with the legacy
+// `text_config_dict` / `vision_config_dict` over it (CLIPConfig.__init__,
+// 5.24.0: the *_dict values take precedence, key by key).
+nlohmann::json TowerConfig(ConfigReader& r, const char* key, const char* legacy_key) {
+  nlohmann::json tower = nlohmann::json::object();
+  if (const nlohmann::json* base = r.Object(key)) tower = *base;
+  if (const nlohmann::json* legacy = r.Object(legacy_key)) {
+    for (const auto& [k, v] : legacy->items()) tower[k] = v;
+  }
+  return tower;
+}
+
+}  // namespace
+
 void ReadClip(ConfigReader& r, ModelSpec& s, ArchDetails&) {
   s.architecture = ReadArchitecture(r, "CLIPModel");
   CheckArchitecture(r, s, {"CLIPModel"});
-  const nlohmann::json* text = r.Object("text_config");
-  const nlohmann::json* vision = r.Object("vision_config");
-  ConfigReader t(text ? *text : EmptyObject(), r.context() + ": text_config");
-  ConfigReader v(vision ? *vision : EmptyObject(), r.context() + ": vision_config");
+  const nlohmann::json text = TowerConfig(r, "text_config", "text_config_dict");
+  const nlohmann::json vision = TowerConfig(r, "vision_config", "vision_config_dict");
+  ConfigReader t(text, r.context() + ": text_config");
+  ConfigReader v(vision, r.context() + ": vision_config");
   ReadTextTower(t, s.clip);
   ReadVisionTower(v, s.clip);
   r.Adopt(t);

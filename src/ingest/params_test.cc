@@ -176,7 +176,12 @@ TEST(ParamInvariantsTest, EveryCatalogModel) {
       EXPECT_EQ(p.numel, numel) << p.name;
       EXPECT_GE(p.layer, -1) << p.name;
       EXPECT_LT(p.layer, static_cast<int>(s.num_layers)) << p.name;
-      EXPECT_EQ(p.name.rfind(p.module + ".", 0), 0u) << p.name << " / " << p.module;
+      if (p.module.empty()) {
+        // The root module's own parameter (CLIPModel.logit_scale).
+        EXPECT_EQ(p.name.find('.'), std::string::npos) << p.name;
+      } else {
+        EXPECT_EQ(p.name.rfind(p.module + ".", 0), 0u) << p.name << " / " << p.module;
+      }
       EXPECT_NE(p.role, ParamRole::kUnknown) << p.name;
       if (p.is_linear_weight) {
         EXPECT_EQ(p.shape.size(), 2u) << p.name;
@@ -477,6 +482,17 @@ TEST(ParamNamesTest, ClipVisionModel) {
             "encoder.layers.0.mlp.fc1.bias:12;encoder.layers.0.mlp.fc2.weight:4x12;"
             "encoder.layers.0.mlp.fc2.bias:4;encoder.layers.0.layer_norm2.weight:4;"
             "encoder.layers.0.layer_norm2.bias:4;post_layernorm.weight:4;post_layernorm.bias:4");
+}
+
+// CLIPConfig's legacy text_config_dict / vision_config_dict override
+// text_config / vision_config key by key (configuration_clip.py, 5.24.0).
+TEST(ParamNamesTest, ClipLegacyConfigDicts) {
+  ModelSpec s = ParseClip(R"({"model_type": "clip", "text_config": {"hidden_size": 64,
+      "num_attention_heads": 4}, "text_config_dict": {"hidden_size": 32},
+      "vision_config_dict": {"num_hidden_layers": 3}})");
+  EXPECT_EQ(s.clip.text.hidden, 32u);
+  EXPECT_EQ(s.clip.text.heads, 4u);
+  EXPECT_EQ(s.clip.vision.layers, 3u);
 }
 
 TEST(ParamNamesTest, ClipRefusesWhatItDoesNotModel) {
