@@ -153,8 +153,8 @@ std::string UNetWeights(const TrainingSetup& s) {
 std::string OffTheGpu(const TrainingSetup& s, const char* encoders) {
   if (!s.text_encoders.empty())
     return "the VAE is not on the GPU (precomputed latents, or add its weights yourself)";
-  return fmt::format("the VAE and {} not on the GPU (precomputed, or add their weights yourself)",
-                     encoders);
+  return fmt::format(
+      "the VAE and {} are not on the GPU (precomputed, or add their weights yourself)", encoders);
 }
 
 // --text-encoder: the frozen encoders on the GPU (lower/frozen_encoder.cc).
@@ -198,7 +198,7 @@ std::vector<Assumption> DescribeUNetAssumptions(const ModelSpec& model, const Tr
                              s.batch, u.in_channels, latent, latent, latent * s.vae_scale,
                              s.vae_scale, s.batch, TextLen(model, s), u.cross_attention_dim,
                              s.precision == Precision::kFp32 ? "fp32" : "the 16-bit weight dtype",
-                             OffTheGpu(s, "the text encoder is")),
+                             OffTheGpu(s, "the text encoder")),
                  "--image-size, --vae-scale, --text-len"});
   AddTextEncoders(s, &out);
   out.push_back({"attention",
@@ -326,7 +326,7 @@ std::vector<Assumption> DescribeFluxAssumptions(const ModelSpec& model, const Tr
                    s.batch, (latent / 2) * (latent / 2), f.in_channels, image, s.vae_scale, s.batch,
                    TextLen(model, s), f.joint_attention_dim,
                    s.precision == Precision::kFp32 ? "fp32" : "the 16-bit weight dtype",
-                   OffTheGpu(s, "the text encoders are")),
+                   OffTheGpu(s, "the text encoders")),
        "--image-size, --vae-scale, --text-len"});
   AddTextEncoders(s, &out);
   out.push_back({"attention",
