@@ -83,7 +83,12 @@ def test_estimate_equals_cli_json_for_every_catalog_model(knobs):
         expected = list(pool.map(lambda m: cli_outcome(m, knobs), models))
     for model, outcome, want in zip(models, got, expected):
         assert outcome == want, model
-    assert sum(kind == "ok" for kind, _ in got) >= len(models) - 8
+    # A CLIP tower alone has no training step (it is a diffusion step's --text-encoder):
+    # refused whatever the knobs, so not counted.
+    towers = [m for m, (kind, msg) in zip(models, got)
+              if kind == "error" and "has no training loss" in msg]
+    assert len(towers) <= 3
+    assert sum(kind == "ok" for kind, _ in got) >= len(models) - len(towers) - 8
 
 
 def test_unet_knobs_reach_the_engine():
