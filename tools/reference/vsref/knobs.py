@@ -8,7 +8,7 @@ for the UNet families, unet.py to a diffusers UNet2DConditionModel) the way user
 import dataclasses
 
 from .models import (FLUX_LATENT_SIDE, FLUX_TEXT_LEN, UNET_FAMILIES, UNET_TEXT_ENCODERS, VAE_SCALE,
-                     is_flux, is_unet, text_encoder_config_path)
+                     is_flux, is_unet, text_encoder_config_paths)
 
 PRECISIONS = ("fp32", "bf16", "bf16-mixed")
 FINETUNES = ("full", "lora")
@@ -120,8 +120,8 @@ class Point:
         if self.finetune == "lora":
             args += ["--lora-rank", str(self.lora_rank), "--lora-targets", self.lora_targets,
                      "--lora-dropout", "0"]
-        if self.family in UNET_TEXT_ENCODERS:
-            args += ["--text-encoder", text_encoder_config_path(self.family)]
+        for path in text_encoder_config_paths(self.family) if self.family in UNET_TEXT_ENCODERS else []:
+            args += ["--text-encoder", path]
         return args
 
     def to_json(self):

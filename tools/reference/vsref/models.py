@@ -171,15 +171,31 @@ UNET_TEXT_ENCODERS = {
 }
 
 
-def text_encoder_config_path(family):
-    """A file holding UNET_TEXT_ENCODERS[family] for `estimate --text-encoder` (written on
-    demand under the system's temporary directory)."""
+# SDXL's UNet with both frozen text encoders (train_text_to_image_lora_sdxl.py encodes each
+# micro-batch): CLIPTextModel 16 wide and CLIPTextModelWithProjection 32 wide (gelu, as
+# sdxl-text-encoder-2), whose penultimate hidden states concatenate to the UNet's
+# cross_attention_dim 48 and whose projection (32) is its text_embeds.
+UNET_FAMILIES["unet_sdxl_te"] = UNET_FAMILIES["unet_sdxl"]
+UNET_TEXT_ENCODERS["unet_sdxl_te"] = [
+    dict(UNET_TEXT_ENCODERS["unet_sd15_te"], hidden_size=16, intermediate_size=32),
+    dict(UNET_TEXT_ENCODERS["unet_sd15_te"], architectures=["CLIPTextModelWithProjection"],
+         hidden_act="gelu", projection_dim=32),
+]
+UNET_TEXT_ENCODERS["unet_sd15_te"] = [UNET_TEXT_ENCODERS["unet_sd15_te"]]
+
+
+def text_encoder_config_paths(family):
+    """Files holding UNET_TEXT_ENCODERS[family] for `estimate --text-encoder`, in order
+    (written on demand under the system's temporary directory)."""
     import tempfile
 
-    path = os.path.join(tempfile.gettempdir(), f"vsref-{family}-text-encoder.json")
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(UNET_TEXT_ENCODERS[family], f)
-    return path
+    paths = []
+    for i, config in enumerate(UNET_TEXT_ENCODERS[family]):
+        path = os.path.join(tempfile.gettempdir(), f"vsref-{family}-text-encoder-{i}.json")
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(config, f)
+        paths.append(path)
+    return paths
 
 
 # The ViT family's image, patches and labels at reference size.

@@ -123,44 +123,67 @@ def predict(point, unet, batch):
     return pred.float() if mixed else pred
 
 
-def build_text_encoder(point):
-    """The family's frozen CLIPTextModel in weight_dtype, or None."""
+def build_text_encoders(point):
+    """The family's frozen text encoders in weight_dtype, in the pipeline's order."""
     if point.family not in UNET_TEXT_ENCODERS:
-        return None
+        return []
     import transformers
 
-    config = dict(UNET_TEXT_ENCODERS[point.family])
-    config.pop("architectures")
-    config.pop("model_type")
-    torch.manual_seed(0)
-    encoder = transformers.CLIPTextModel(transformers.CLIPTextConfig(**config))
-    encoder.requires_grad_(False)
-    return encoder.to(_batch_dtype(point))
+    encoders = []
+    for i, config in enumerate(UNET_TEXT_ENCODERS[point.family]):
+        config = dict(config)
+        cls = getattr(transformers, config.pop("architectures")[0])
+        config.pop("model_type")
+        torch.manual_seed(i)
+        encoder = cls(transformers.CLIPTextConfig(**config))
+        encoder.requires_grad_(False)
+        encoders.append(encoder.to(_batch_dtype(point)))
+    return encoders
+
+
+def encode_prompt(point, encoders, batch):
+    """SD 1.5: `text_encoder(input_ids, return_dict=False)[0]`. SDXL (two encoders,
+    train_text_to_image_lora_sdxl.py encode_prompt): each encoder with
+    output_hidden_states=True, `pooled = out[0]`, `hidden_states[-2]` kept, the two
+    concatenated; the last encoder's pooled projection is text_embeds."""
+    ids = torch.randint(2, UNET_TEXT_ENCODERS[point.family][0]["vocab_size"],
+                        (point.batch, point.seq))
+    if len(encoders) == 1:
+        batch["encoder_hidden_states"] = encoders[0](ids, return_dict=False)[0]
+        return
+    states = []
+    for encoder in encoders:
+        out = encoder(ids, output_hidden_states=True, return_dict=False)
+        pooled = out[0]
+        states.append(out[-1][-2])
+        del out
+    batch["encoder_hidden_states"] = torch.concat(states, dim=-1)
+    del states
+    batch["added_cond_kwargs"]["text_embeds"] = pooled
 
 
 def run(point, config, out_path):
     _check(point)
     unet = apply_knobs(point, build_unet(point, config))
-    encoder = build_text_encoder(point)
+    encoders = build_text_encoders(point)
     optimizer = make_optimizer(point, unet)
     batch = make_batch(point, config)
     inputs = batch
-    if encoder is not None:
-        # The text states come from the encoder each step; its weights and buffers
+    if encoders:
+        # The text states come from the encoders each step; their weights and buffers
         # exist before the steps (setup allocations).
         del batch["encoder_hidden_states"]
-        inputs = {"batch": batch, "text_encoder": [*encoder.parameters(), *encoder.buffers()]}
+        batch["added_cond_kwargs"].pop("text_embeds", None)
+        weights = [t for e in encoders for t in (*e.parameters(), *e.buffers())]
+        inputs = {"batch": batch, "text_encoders": weights}
     meta = [("reference", point.name()), ("diffusers", diffusers.__version__),
             ("torch", torch.__version__)]
     with vramscope_trace.record(out_path, model=unet, optimizer=optimizer, inputs=inputs,
                                 meta=meta):
         for _ in range(point.steps):
             optimizer.zero_grad(set_to_none=True)
-            if encoder is not None:
-                ids = torch.randint(2, UNET_TEXT_ENCODERS[point.family]["vocab_size"],
-                                    (point.batch, point.seq))
-                batch["encoder_hidden_states"] = encoder(ids, return_dict=False)[0]
-                del ids
+            if encoders:
+                encode_prompt(point, encoders, batch)
             pred = predict(point, unet, batch)
             loss = F.mse_loss(pred.float(), batch["target"].float(), reduction="mean")
             loss.backward()
@@ -168,6 +191,7 @@ def run(point, config, out_path):
             # still (until the next step replaces it), the grid drops it before step() as
             # the transformers points drop their output.
             del loss, pred
-            if encoder is not None:
+            if encoders:
                 del batch["encoder_hidden_states"]
+                batch["added_cond_kwargs"].pop("text_embeds", None)
             optimizer.step()
