@@ -64,6 +64,8 @@ Result<Comparison> ComputeCompare(const CompareArgs& args, const CompareEstimate
   options.device = args.device;
   VS_TRY(measured, ExplainSnapshotFile(args.snapshot_path, gpu, options));
   VS_TRY(model, ResolveModel(estimate.model, io));
+  VS_TRY(encoders, estimate.knobs.ResolveTextEncoders(io, &setup));
+  (void)encoders;
   estimate.knobs.Warn(model, setup);
   VS_TRY(predicted, Estimate(model, setup));
   predicted.report.source = estimate.model;

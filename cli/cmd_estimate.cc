@@ -29,6 +29,8 @@ Result<Estimated> ComputeEstimate(const EstimateArgs& args, const ModelIo& io) {
   FromConfig from;
   VS_TRY(setup, args.knobs.ToSetup(&from));
   VS_TRY(model, ResolveModel(args.model, io));
+  VS_TRY(encoders, args.knobs.ResolveTextEncoders(io, &setup));
+  (void)encoders;
   args.knobs.Warn(model, setup);
   EstimateOptions options;
   options.top_allocations = args.top;

@@ -31,6 +31,8 @@ Result<FitResult> ComputeFit(const FitArgs& args, const ModelIo& io) {
   VS_TRY(gpu, FindGpu(setup.gpu));
   VS_TRY(margin, ParseMargin(args.margin, gpu.usable_bytes));
   VS_TRY(model, ResolveModel(args.model, io));
+  VS_TRY(encoders, args.knobs.ResolveTextEncoders(io, &setup));
+  (void)encoders;
   args.knobs.Warn(model, setup);
   FitOptions options;
   options.margin_bytes = margin;

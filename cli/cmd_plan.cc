@@ -28,6 +28,8 @@ Result<PlanResult> ComputePlan(const PlanArgs& args, const ModelIo& io) {
   FromConfig from;
   VS_TRY(setup, args.knobs.ToSetup(&from));
   VS_TRY(model, ResolveModel(args.model, io));
+  VS_TRY(encoders, args.knobs.ResolveTextEncoders(io, &setup));
+  (void)encoders;
   args.knobs.Warn(model, setup);
   PlanOptions options;
   options.tokens_per_step = args.tokens_per_step;

@@ -61,6 +61,8 @@ Result<SweepResult> ComputeSweep(const SweepArgs& args, const ModelIo& io) {
   VS_TRY(setup, args.knobs.ToSetup());
   VS_TRY(axes, ParseAxes(args, &setup));
   VS_TRY(model, ResolveModel(args.model, io));
+  VS_TRY(encoders, args.knobs.ResolveTextEncoders(io, &setup));
+  (void)encoders;
   args.knobs.Warn(model, setup);
   ProgressLine progress("sweep: points");
   auto sweep =

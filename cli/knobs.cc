@@ -11,11 +11,11 @@
 
 namespace vramscope::cli {
 
-void AddKnobFlags(CLI::App* sub, KnobArgs* k) {
-  k->app = sub;
-  sub->add_option("--batch", k->batch, "Micro-batch per GPU (default 1)");
-  sub->add_option("--seq", k->seq, "Tokens per sample (default 2048)");
-  sub->add_option("--grad-accum", k->grad_accum, "Micro-batches per optimizer step (default 1)");
+namespace {
+
+// The knobs of the diffusion steps (UNet, FLUX): the image, the prompt, the
+// frozen text encoders, diffusers' EMA.
+void AddDiffusionFlags(CLI::App* sub, KnobArgs* k) {
   sub->add_option("--image-size", k->image_size,
                   "Diffusion UNets and FLUX: image side in pixels (default: a UNet config's "
                   "sample_size x --vae-scale; FLUX 512, the dreambooth scripts' resolution)");
@@ -28,11 +28,28 @@ void AddKnobFlags(CLI::App* sub, KnobArgs* k) {
   sub->add_option("--target-len", k->target_len,
                   "T5: decoder tokens per sample, the labels' length (default: --seq, which is "
                   "the source length)");
+  sub->add_option("--text-encoder", k->text_encoders,
+                  "Diffusion UNets and FLUX: a frozen text encoder kept on the GPU and run each "
+                  "micro-batch (catalog alias, Hub id or config.json; repeatable, in the "
+                  "pipeline's order: SDXL and FLUX have two). Default: none, the embeddings "
+                  "were precomputed")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   sub->add_flag("--ema", k->ema,
                 "Diffusion UNets: diffusers' EMAModel keeps an fp32 copy of the weights on the GPU "
                 "(train_text_to_image.py --use_ema)");
   sub->add_flag("--ema-foreach", k->ema_foreach,
                 "With --ema: the EMA step uses torch._foreach ops (--foreach_ema)");
+}
+
+}  // namespace
+
+void AddKnobFlags(CLI::App* sub, KnobArgs* k) {
+  k->app = sub;
+  sub->add_option("--batch", k->batch, "Micro-batch per GPU (default 1)");
+  sub->add_option("--seq", k->seq, "Tokens per sample (default 2048)");
+  sub->add_option("--grad-accum", k->grad_accum, "Micro-batches per optimizer step (default 1)");
+  AddDiffusionFlags(sub, k);
   sub->add_option("--steps", k->steps, "Optimizer steps to simulate (default 3)");
   sub->add_option("--precision", k->precision, "fp32, fp16-mixed, bf16-mixed, fp16, bf16");
   sub->add_option("--optimizer", k->optimizer,
@@ -234,6 +251,16 @@ Result<KnobArgs> KnobArgs::WithFiles(FromConfig* from) const {
   applied.notes = std::move(config.notes);
   if (from) *from = std::move(applied);
   return merged;
+}
+
+Status KnobArgs::ResolveTextEncoders(const ModelIo& io, TrainingSetup* setup) const {
+  for (const std::string& name : text_encoders) {
+    auto spec = ResolveModel(name, io);
+    if (!spec.ok()) return MakeError("--text-encoder: " + spec.error().message);
+    setup->text_encoder_names.push_back(name);
+    setup->text_encoders.push_back(std::make_shared<const ModelSpec>(std::move(*spec)));
+  }
+  return Ok{};
 }
 
 Result<TrainingSetup> KnobArgs::ToSetup(FromConfig* from) const {

@@ -9,6 +9,7 @@
 #include "from_config.h"
 #include "parallel_flags.h"
 #include "vramscope/model.h"
+#include "vramscope/model_io.h"
 #include "vramscope/report.h"
 #include "vramscope/setup.h"
 
@@ -43,6 +44,9 @@ struct KnobArgs {
   // --from FILE (repeatable): knobs read from a DeepSpeed config or
   // TrainingArguments JSON; a flag given on the command line wins.
   std::vector<std::string> from_files;
+  // --text-encoder NAME|FILE (repeatable): a diffusion step's frozen text
+  // encoders, resolved like MODEL by ResolveTextEncoders.
+  std::vector<std::string> text_encoders;
   // Which flags were given: `app` (set by AddKnobFlags) while it lives, else
   // `given`, filled by KeepGiven() before a short-lived app goes away.
   CLI::App* app = nullptr;
@@ -55,6 +59,8 @@ struct KnobArgs {
   // Defers one warning (DeferWarning) per knob that is allowed but likely not
   // meant (SetupWarnings, LoRA flags without LoRA).
   void Warn(const ModelSpec& model, const TrainingSetup& setup) const;
+  // Resolves --text-encoder's names through `io` (as MODEL is) into `setup`.
+  Status ResolveTextEncoders(const ModelIo& io, TrainingSetup* setup) const;
 
  private:
   Result<TrainingSetup> Convert() const;

@@ -140,6 +140,29 @@ struct VitSpec {
   uint64_t Patches() const { return (image_size / patch_size) * (image_size / patch_size); }
 };
 
+// CLIP (transformers 5.24.0 models/clip/modeling_clip.py, configuration_clip.py):
+// a causal text tower and/or a ViT-like vision tower (class token,
+// pre_layrnorm), each of CLIPEncoderLayers. Read by family_clip.cc; lowered by
+// src/lower/clip.cc (CLIPModel's contrastive step, or a frozen text encoder of
+// a diffusion step).
+struct ClipTower {
+  uint64_t hidden = 0, intermediate = 0, layers = 0, heads = 0;
+  MlpKind act = MlpKind::kQuickGelu;  // CLIP*Config.hidden_act, default quick_gelu
+  double attention_dropout = 0;
+};
+struct ClipSpec {
+  bool has_text = false, has_vision = false;
+  ClipTower text, vision;
+  uint64_t vocab_size = 49408, max_positions = 77;  // CLIPTextConfig
+  uint64_t eos_token_id = 49407;
+  uint64_t image_size = 224, patch_size = 32, num_channels = 3;  // CLIPVisionConfig
+  uint64_t projection_dim = 512;
+  bool text_projection = false;    // CLIPModel, CLIPTextModelWithProjection
+  bool visual_projection = false;  // CLIPModel, CLIPVisionModelWithProjection
+  bool logit_scale = false;        // CLIPModel
+  uint64_t Patches() const { return (image_size / patch_size) * (image_size / patch_size); }
+};
+
 // A diffusers FluxTransformer2DModel (diffusers 0.42.1
 // models/transformers/transformer_flux.py): FLUX.1-dev / schnell's MMDiT,
 // read by ingest (family_flux.cc); its training step is lowered by
@@ -193,6 +216,8 @@ struct ModelSpec {
   FluxSpec flux;
   bool is_t5 = false;  // T5ForConditionalGeneration / T5EncoderModel: `t5` holds its layout
   T5Spec t5;
+  bool is_clip = false;  // clip / clip_text_model / clip_vision_model: `clip` holds the towers
+  ClipSpec clip;
 
   uint64_t hidden_size = 0;
   uint64_t intermediate_size = 0;

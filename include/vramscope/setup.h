@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -160,6 +161,13 @@ struct TrainingSetup {
   // torch._foreach ops).
   bool ema = false;
   bool ema_foreach = false;
+  // --text-encoder NAME|FILE (repeatable): frozen text encoders a diffusion
+  // step keeps on the GPU in weight_dtype and runs under no_grad each
+  // micro-batch (lower/frozen_encoder.cc). The caller resolves the names (the
+  // CLI through its ModelIo) into `text_encoders`, in the same order. Empty:
+  // the embeddings were precomputed, as before.
+  std::vector<std::string> text_encoder_names;
+  std::vector<std::shared_ptr<const ModelSpec>> text_encoders;
   std::string gpu = "h100-80g";
   std::string alloc_conf;
   DeviceRules device_rules = DeviceRules::kCuda;

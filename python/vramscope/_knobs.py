@@ -3,7 +3,8 @@
 The knob names and values are the CLI's (DESIGN.md): `lora_rank=8` is
 `--lora-rank 8`, `grad_ckpt="full"` is `--grad-ckpt full`, `sp=True` is `--sp`,
 `lora_targets=["q", "v"]` is `--lora-targets q,v`, `from_=["ds.json", "args.json"]`
-is `--from ds.json --from args.json`. The engine parses the flags
+is `--from ds.json --from args.json`, and `text_encoder=["a", "b"]` is
+`--text-encoder a --text-encoder b`. The engine parses the flags
 with the CLI's own declarations, so an unknown knob or a bad value raises
 ValueError with the CLI's message.
 """
@@ -27,8 +28,9 @@ def to_flags(knobs: dict) -> list[str]:
             continue
         if value is True:
             flags.append(flag)
-        elif isinstance(value, (list, tuple)) and flag == "--from":
-            # --from is repeatable (one config file each), not a comma list.
+        elif isinstance(value, (list, tuple)) and flag in ("--from", "--text-encoder"):
+            # --from and --text-encoder are repeatable (one file or model each), not
+            # comma lists.
             for v in value:
                 flags += [flag, os.fspath(v)]
         elif isinstance(value, (list, tuple)):

@@ -80,6 +80,10 @@ inline constexpr std::string_view kFluxModelType = "flux_transformer_2d";
 inline constexpr std::string_view kFluxClassName = "FluxTransformer2DModel";
 const std::vector<Family>& FluxFamilies();
 
+// clip, clip_text_model, clip_vision_model (family_clip.cc): CLIPModel and
+// its towers; ModelSpec::clip holds them.
+const std::vector<Family>& ClipFamilies();
+
 // Shared reading helpers (family_common.cc).
 // Reads a core size: the first present key of `keys`; when all are absent,
 // `def` and a note naming the assumed default.

@@ -176,7 +176,12 @@ TEST(ParamInvariantsTest, EveryCatalogModel) {
       EXPECT_EQ(p.numel, numel) << p.name;
       EXPECT_GE(p.layer, -1) << p.name;
       EXPECT_LT(p.layer, static_cast<int>(s.num_layers)) << p.name;
-      EXPECT_EQ(p.name.rfind(p.module + ".", 0), 0u) << p.name << " / " << p.module;
+      if (p.module.empty()) {
+        // The root module's own parameter (CLIPModel.logit_scale).
+        EXPECT_EQ(p.name.find('.'), std::string::npos) << p.name;
+      } else {
+        EXPECT_EQ(p.name.rfind(p.module + ".", 0), 0u) << p.name << " / " << p.module;
+      }
       EXPECT_NE(p.role, ParamRole::kUnknown) << p.name;
       if (p.is_linear_weight) {
         EXPECT_EQ(p.shape.size(), 2u) << p.name;
@@ -359,6 +364,152 @@ TEST(BertHeadsTest, TokenClassificationHasNoPooler) {
   // BertModel without its pooler (the MaskedLM count less the MLM head) + 768 x 9 + 9.
   EXPECT_EQ(s->ParameterCount(), 109'482'240u - 590'592u + 768u * 9 + 9);
   for (const ParamTensor& p : s->params) EXPECT_FALSE(p.name.starts_with("bert.pooler"));
+}
+
+// CLIP (family_clip.cc): every name and shape, in named_parameters() order,
+// as transformers 5.24.0's named_parameters() lists them for these one-layer
+// configs (CLIPModel, CLIPTextModelWithProjection, CLIPVisionModel built on
+// the meta device).
+std::string NamesAndShapes(const ModelSpec& s) {
+  std::string out;
+  for (const ParamTensor& p : s.params) {
+    if (!out.empty()) out += ";";
+    out += p.name + ":";
+    for (size_t i = 0; i < p.shape.size(); ++i) out += (i ? "x" : "") + std::to_string(p.shape[i]);
+  }
+  return out;
+}
+
+ModelSpec ParseClip(const std::string& json) {
+  Result<ModelSpec> spec = ParseModelConfig(json, "clip.json");
+  EXPECT_TRUE(spec.ok()) << (spec.ok() ? "" : spec.error().message);
+  return spec.ok() ? spec.value() : ModelSpec{};
+}
+
+constexpr const char* kClipText =
+    R"("hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 1,
+       "num_attention_heads": 2, "vocab_size": 10, "max_position_embeddings": 5,
+       "projection_dim": 6)";
+constexpr const char* kClipVision =
+    R"("hidden_size": 4, "intermediate_size": 12, "num_hidden_layers": 1,
+       "num_attention_heads": 2, "image_size": 8, "patch_size": 4, "projection_dim": 6)";
+
+TEST(ParamNamesTest, ClipModel) {
+  ModelSpec s =
+      ParseClip(std::string(R"({"model_type": "clip", "projection_dim": 6, "text_config": {)") +
+                kClipText + R"(}, "vision_config": {)" + kClipVision + "}}");
+  EXPECT_EQ(NamesAndShapes(s),
+            "logit_scale:;text_model.embeddings.token_embedding.weight:10x8;"
+            "text_model.embeddings.position_embedding.weight:5x8;"
+            "text_model.encoder.layers.0.self_attn.k_proj.weight:8x8;"
+            "text_model.encoder.layers.0.self_attn.k_proj.bias:8;"
+            "text_model.encoder.layers.0.self_attn.v_proj.weight:8x8;"
+            "text_model.encoder.layers.0.self_attn.v_proj.bias:8;"
+            "text_model.encoder.layers.0.self_attn.q_proj.weight:8x8;"
+            "text_model.encoder.layers.0.self_attn.q_proj.bias:8;"
+            "text_model.encoder.layers.0.self_attn.out_proj.weight:8x8;"
+            "text_model.encoder.layers.0.self_attn.out_proj.bias:8;"
+            "text_model.encoder.layers.0.layer_norm1.weight:8;"
+            "text_model.encoder.layers.0.layer_norm1.bias:8;"
+            "text_model.encoder.layers.0.mlp.fc1.weight:16x8;"
+            "text_model.encoder.layers.0.mlp.fc1.bias:16;"
+            "text_model.encoder.layers.0.mlp.fc2.weight:8x16;"
+            "text_model.encoder.layers.0.mlp.fc2.bias:8;"
+            "text_model.encoder.layers.0.layer_norm2.weight:8;"
+            "text_model.encoder.layers.0.layer_norm2.bias:8;text_model.final_layer_norm.weight:8;"
+            "text_model.final_layer_norm.bias:8;vision_model.embeddings.class_embedding:4;"
+            "vision_model.embeddings.patch_embedding.weight:4x3x4x4;"
+            "vision_model.embeddings.position_embedding.weight:5x4;"
+            "vision_model.pre_layrnorm.weight:4;vision_model.pre_layrnorm.bias:4;"
+            "vision_model.encoder.layers.0.self_attn.k_proj.weight:4x4;"
+            "vision_model.encoder.layers.0.self_attn.k_proj.bias:4;"
+            "vision_model.encoder.layers.0.self_attn.v_proj.weight:4x4;"
+            "vision_model.encoder.layers.0.self_attn.v_proj.bias:4;"
+            "vision_model.encoder.layers.0.self_attn.q_proj.weight:4x4;"
+            "vision_model.encoder.layers.0.self_attn.q_proj.bias:4;"
+            "vision_model.encoder.layers.0.self_attn.out_proj.weight:4x4;"
+            "vision_model.encoder.layers.0.self_attn.out_proj.bias:4;"
+            "vision_model.encoder.layers.0.layer_norm1.weight:4;"
+            "vision_model.encoder.layers.0.layer_norm1.bias:4;"
+            "vision_model.encoder.layers.0.mlp.fc1.weight:12x4;"
+            "vision_model.encoder.layers.0.mlp.fc1.bias:12;"
+            "vision_model.encoder.layers.0.mlp.fc2.weight:4x12;"
+            "vision_model.encoder.layers.0.mlp.fc2.bias:4;"
+            "vision_model.encoder.layers.0.layer_norm2.weight:4;"
+            "vision_model.encoder.layers.0.layer_norm2.bias:4;vision_model.post_layernorm.weight:4;"
+            "vision_model.post_layernorm.bias:4;visual_projection.weight:6x4;"
+            "text_projection.weight:6x8");
+}
+
+TEST(ParamNamesTest, ClipTextModelWithProjection) {
+  ModelSpec s = ParseClip(std::string(R"({"model_type": "clip_text_model",
+      "architectures": ["CLIPTextModelWithProjection"], )") +
+                          kClipText + "}");
+  EXPECT_EQ(NamesAndShapes(s),
+            "text_model.embeddings.token_embedding.weight:10x8;"
+            "text_model.embeddings.position_embedding.weight:5x8;"
+            "text_model.encoder.layers.0.self_attn.k_proj.weight:8x8;"
+            "text_model.encoder.layers.0.self_attn.k_proj.bias:8;"
+            "text_model.encoder.layers.0.self_attn.v_proj.weight:8x8;"
+            "text_model.encoder.layers.0.self_attn.v_proj.bias:8;"
+            "text_model.encoder.layers.0.self_attn.q_proj.weight:8x8;"
+            "text_model.encoder.layers.0.self_attn.q_proj.bias:8;"
+            "text_model.encoder.layers.0.self_attn.out_proj.weight:8x8;"
+            "text_model.encoder.layers.0.self_attn.out_proj.bias:8;"
+            "text_model.encoder.layers.0.layer_norm1.weight:8;"
+            "text_model.encoder.layers.0.layer_norm1.bias:8;"
+            "text_model.encoder.layers.0.mlp.fc1.weight:16x8;"
+            "text_model.encoder.layers.0.mlp.fc1.bias:16;"
+            "text_model.encoder.layers.0.mlp.fc2.weight:8x16;"
+            "text_model.encoder.layers.0.mlp.fc2.bias:8;"
+            "text_model.encoder.layers.0.layer_norm2.weight:8;"
+            "text_model.encoder.layers.0.layer_norm2.bias:8;text_model.final_layer_norm.weight:8;"
+            "text_model.final_layer_norm.bias:8;text_projection.weight:6x8");
+}
+
+TEST(ParamNamesTest, ClipVisionModel) {
+  ModelSpec s =
+      ParseClip(std::string(R"({"model_type": "clip_vision_model", )") + kClipVision + "}");
+  EXPECT_EQ(NamesAndShapes(s),
+            "embeddings.class_embedding:4;embeddings.patch_embedding.weight:4x3x4x4;"
+            "embeddings.position_embedding.weight:5x4;pre_layrnorm.weight:4;pre_layrnorm.bias:4;"
+            "encoder.layers.0.self_attn.k_proj.weight:4x4;encoder.layers.0.self_attn.k_proj.bias:4;"
+            "encoder.layers.0.self_attn.v_proj.weight:4x4;encoder.layers.0.self_attn.v_proj.bias:4;"
+            "encoder.layers.0.self_attn.q_proj.weight:4x4;encoder.layers.0.self_attn.q_proj.bias:4;"
+            "encoder.layers.0.self_attn.out_proj.weight:4x4;"
+            "encoder.layers.0.self_attn.out_proj.bias:4;encoder.layers.0.layer_norm1.weight:4;"
+            "encoder.layers.0.layer_norm1.bias:4;encoder.layers.0.mlp.fc1.weight:12x4;"
+            "encoder.layers.0.mlp.fc1.bias:12;encoder.layers.0.mlp.fc2.weight:4x12;"
+            "encoder.layers.0.mlp.fc2.bias:4;encoder.layers.0.layer_norm2.weight:4;"
+            "encoder.layers.0.layer_norm2.bias:4;post_layernorm.weight:4;post_layernorm.bias:4");
+}
+
+// CLIPConfig's legacy text_config_dict / vision_config_dict override
+// text_config / vision_config key by key (configuration_clip.py, 5.24.0).
+TEST(ParamNamesTest, ClipLegacyConfigDicts) {
+  ModelSpec s = ParseClip(R"({"model_type": "clip", "text_config": {"hidden_size": 64,
+      "num_attention_heads": 4}, "text_config_dict": {"hidden_size": 32},
+      "vision_config_dict": {"num_hidden_layers": 3}})");
+  EXPECT_EQ(s.clip.text.hidden, 32u);
+  EXPECT_EQ(s.clip.text.heads, 4u);
+  EXPECT_EQ(s.clip.vision.layers, 3u);
+}
+
+TEST(ParamNamesTest, ClipRefusesWhatItDoesNotModel) {
+  EXPECT_FALSE(
+      ParseModelConfig(R"({"model_type": "clip", "architectures": ["CLIPForImageClassification"]})",
+                       "c.json")
+          .ok());
+  Result<ModelSpec> act =
+      ParseModelConfig(R"({"model_type": "clip_text_model", "hidden_act": "swish"})", "c.json");
+  ASSERT_FALSE(act.ok());
+  EXPECT_NE(act.error().message.find("hidden_act"), std::string::npos) << act.error().message;
+  Result<ModelSpec> heads = ParseModelConfig(
+      R"({"model_type": "clip", "vision_config": {"hidden_size": 10, "num_attention_heads": 3}})",
+      "c.json");
+  ASSERT_FALSE(heads.ok());
+  EXPECT_NE(heads.error().message.find("vision_config"), std::string::npos)
+      << heads.error().message;
 }
 
 }  // namespace

@@ -13,8 +13,9 @@ namespace vramscope {
 namespace {
 
 const ingest::Family* FindFamily(std::string_view model_type) {
-  for (const auto* list : {&ingest::DecoderFamilies(), &ingest::ClassicFamilies(),
-                           &ingest::DiffusersFamilies(), &ingest::FluxFamilies()}) {
+  for (const auto* list :
+       {&ingest::DecoderFamilies(), &ingest::ClassicFamilies(), &ingest::DiffusersFamilies(),
+        &ingest::FluxFamilies(), &ingest::ClipFamilies()}) {
     for (const ingest::Family& f : *list) {
       if (f.model_type == model_type) return &f;
     }
@@ -113,7 +114,8 @@ uint64_t ModelSpec::ParameterCount() const {
 const std::vector<std::string>& SupportedModelTypes() {
   static const std::vector<std::string> kTypes = [] {
     std::vector<std::string> types;
-    for (const auto* list : {&ingest::DecoderFamilies(), &ingest::ClassicFamilies()}) {
+    for (const auto* list :
+         {&ingest::DecoderFamilies(), &ingest::ClassicFamilies(), &ingest::ClipFamilies()}) {
       for (const ingest::Family& f : *list) types.emplace_back(f.model_type);
     }
     std::sort(types.begin(), types.end());

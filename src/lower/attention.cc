@@ -172,6 +172,7 @@ Var FlashKernel(Tape& tape, const AttnPlan& plan, const AttnShape& shape, const 
                              : "ScaledDotProductFlashAttentionForCpuBackward0",
                          &out);
     if (bias.t != kNoTensor) tape.graph.Save(n, bias.t);
+    if (plan.save_float_mask && mask && mask->elem_bytes != kBool) tape.graph.Save(n, mask->t);
     for (const Var* t : {&q, &k, &v, static_cast<const Var*>(&out), static_cast<const Var*>(&lse)})
       tape.graph.Save(n, t->t);
     // Backward: dq accumulator in fp32 and softmax_d (flash-attn mha_bwd); for

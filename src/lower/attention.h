@@ -56,6 +56,11 @@ struct AttnPlan {
   // the local `attention_scores` keeps the masked scores until the function
   // returns (softmax's result is bound to `attention_probs` instead).
   bool legacy_bert = false;
+  // SDPA's backward keeps a float attn_mask (ScaledDotProductFlashAttention*
+  // Backward0 saves it). Set where the mask would otherwise die before the
+  // layer's backward: CLIP's 4.57.6 text tower under autocast, whose SDPA call
+  // casts the fp32 mask to a [b, 1, s, s] copy per layer.
+  bool save_float_mask = false;
 };
 
 // Decides the kernel for a training forward without padding.

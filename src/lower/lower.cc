@@ -7,8 +7,10 @@
 
 #include <fmt/format.h>
 
+#include "clip.h"
 #include "encoder.h"
 #include "flux.h"
+#include "frozen_encoder.h"
 #include "ops.h"
 #include "optimizer.h"
 #include "placement.h"
@@ -209,6 +211,49 @@ Status ValidateT5(const ModelSpec& m, const TrainingSetup& s) {
   std::optional<uint64_t> logits = common::CheckedMul(s.batch * tgt, m.vocab_size * 4);
   if (!bytes || !logits || *bytes > (uint64_t{1} << 56) || *logits > (uint64_t{1} << 56))
     return bad("--batch x --seq / --target-len: one activation of the T5 would exceed 2^56 bytes");
+// CLIPModel's contrastive step (clip.h): one GPU, the model's own loss, the
+// image it was built for. A tower without CLIPModel's head has no loss in
+// transformers (CLIPTextModel, CLIPVisionModel): refused here, used frozen by
+// --text-encoder instead.
+Status ValidateClip(const ModelSpec& m, const TrainingSetup& s) {
+  auto bad = [](std::string msg) { return Status(MakeError(std::move(msg))); };
+  const ClipSpec& c = m.clip;
+  if (!c.has_text || !c.has_vision || !c.logit_scale)
+    return bad(fmt::format(
+        "{}: {} has no training loss in transformers (only CLIPModel's contrastive step is "
+        "lowered); use it as a diffusion step's frozen --text-encoder",
+        m.name, m.architecture));
+  const ParallelLayout& l = s.parallel;
+  if (l.multi_gpu() || l.dp_mode != DataParallel::kNone)
+    return bad(fmt::format("{}: CLIP is modelled on one GPU only for now", m.name));
+  if (s.finetune == Finetune::kQLora)
+    return bad("--finetune qlora: not modelled for CLIP (use lora or full)");
+  if (s.attn == Attention::kFlash)
+    return bad("--attn flash: CLIP runs eager or sdpa attention here");
+  if (s.loss != LossKind::kHf || s.dpo || s.packed || s.ema)
+    return bad("--loss, --dpo, --packing, --ema: CLIPModel trains on its contrastive loss");
+  if (s.image_size != 0 && s.image_size != c.image_size)
+    return bad(fmt::format(
+        "--image-size: {} is not the model's {} (interpolate_pos_encoding is not modelled)",
+        s.image_size, c.image_size));
+  if (ClipTextLen(m, s) > c.max_positions)
+    return bad(fmt::format("--text-len: {} is above the text tower's {} positions",
+                           ClipTextLen(m, s), c.max_positions));
+  // transformers 4.57.6's CLIPModel has no get_input_embeddings(), which
+  // PEFT's enable_input_require_grads calls when the model checkpoints.
+  if (s.finetune != Finetune::kFull && s.grad_ckpt != GradCkpt::kNone &&
+      s.transformers_version < 500)
+    return bad(
+        "--finetune lora with --grad-ckpt: transformers 4.57's CLIPModel raises "
+        "NotImplementedError in get_input_embeddings (PEFT's enable_input_require_grads)");
+  // The largest activation: an MLP's [batch, tokens, intermediate] in fp32,
+  // or eager's [batch, heads, tokens, tokens] scores.
+  const uint64_t tokens = std::max(c.Patches() + 1, ClipTextLen(m, s));
+  const uint64_t widest = std::max({c.text.intermediate, c.vision.intermediate,
+                                    tokens * std::max(c.text.heads, c.vision.heads)});
+  std::optional<uint64_t> bytes = common::CheckedMul(s.batch, tokens * widest * 4);
+  if (!bytes || *bytes > (uint64_t{1} << 56))
+    return bad("--batch: one activation of the CLIP model would exceed 2^56 bytes");
   return Ok{};
 }
 
@@ -289,12 +334,13 @@ Status ValidateByKind(const ModelSpec& m, const TrainingSetup& s) {
 
 Status Validate(const ModelSpec& m, const TrainingSetup& s) {
   auto bad = [](std::string msg) { return Status(MakeError(std::move(msg))); };
+  if (Status encoders = ValidateFrozenEncoders(m, s); !encoders.ok()) return encoders;
   if (s.batch == 0 || s.batch > kMaxBatch)
     return bad(fmt::format("--batch: {} is outside 1..{}", s.batch, kMaxBatch));
   if (s.seq == 0 || s.seq > kMaxSeq)
     return bad(fmt::format("--seq: {} is outside 1..{}", s.seq, kMaxSeq));
   // A ViT's sequence is its patch grid (ValidateVit bounds it); --seq is unused.
-  if (!m.is_vit && s.batch * s.seq > kMaxTokensPerMicroBatch)
+  if (!m.is_vit && !m.is_clip && s.batch * s.seq > kMaxTokensPerMicroBatch)
     return bad(fmt::format("--batch x --seq: {} tokens per micro-batch is above the {} limit",
                            s.batch * s.seq, kMaxTokensPerMicroBatch));
   if (s.grad_accum == 0 || s.grad_accum > kMaxGradAccum)
@@ -335,7 +381,7 @@ Status Validate(const ModelSpec& m, const TrainingSetup& s) {
         "--activation-offload: save_on_cpu is not modelled together with --grad-ckpt (use one "
         "or the other; torchtune's OffloadActivations with checkpointing is --impl torchtune)");
   if (s.impl == ModelImpl::kTorchtune &&
-      (m.is_encoder || m.is_vit || m.is_unet || m.is_flux ||
+      (m.is_encoder || m.is_vit || m.is_clip || m.is_unet || m.is_flux ||
        (m.model_type != "llama" && m.model_type != "mistral" && m.model_type != "qwen2") ||
        m.num_labels > 0 || m.position != PositionKind::kRope || s.parallel.model_parallel()))
     return bad(fmt::format(
@@ -344,6 +390,7 @@ Status Validate(const ModelSpec& m, const TrainingSetup& s) {
         "without Megatron-style parallelism, not {} (model_type {})",
         m.name, common::QuoteForMessage(m.model_type, common::kQuotedBytes, '\'')));
   if (m.is_vit) return ValidateVit(m, s);
+  if (m.is_clip) return ValidateClip(m, s);
   if (m.is_encoder && m.model_type != "bert")
     return bad(fmt::format("{}: encoder models other than bert (model_type {}) are not lowered yet",
                            m.name,
@@ -508,6 +555,10 @@ class RankLowerer {
     tape_.cpu_rules = setup_.device_rules == DeviceRules::kCpu;
     tape_.graph.under_dispatch_mode = tape_.cpu_rules;
     tape_.graph.SetCublasWorkspaces(tape_.cpu_rules ? 0 : gpu_.cublas_workspace_bytes);
+    // --text-encoder: the frozen encoders' weights, moved to the GPU before the
+    // denoiser is prepared (train_text_to_image.py).
+    VS_TRY(encoders, PlaceFrozenEncoders(tape_, model_, setup_));
+    encoders_ = std::move(encoders);
     PlaceParameters(tape_, model_, setup_, plan_.chunks, rules);
     if (setup_.finetune == Finetune::kFull) return uint64_t{0};
     const std::vector<StageSpan>& chunks = plan_.chunks;
@@ -518,6 +569,11 @@ class RankLowerer {
 
   // The forward's view of the parameters, checked for what every layer needs.
   Status IndexModel() {
+    if (model_.is_clip) {
+      VS_TRY(indexed, IndexClipParams(model_, tape_.params));
+      cp_ = std::move(indexed);
+      return Ok{};
+    }
     if (model_.is_vit) {
       VS_TRY(indexed, IndexVitParams(model_, tape_.params));
       vp_ = std::move(indexed);
@@ -640,8 +696,13 @@ class RankLowerer {
   // previous micro-batch's is released, as the loop rebinds its variable) and
   // kept until the next one or the end of the step.
   void LoadBatch() {
-    if (!model_.is_vit && !model_.is_flux) return;
+    if (!model_.is_vit && !model_.is_flux && !model_.is_clip) return;
     for (Var& v : step_batch_) tape_.Drop(v);
+    if (model_.is_clip) {
+      const ClipBatch batch = MakeClipBatch(tape_, model_, setup_);
+      step_batch_ = {batch.input_ids, batch.pixels};
+      return;
+    }
     if (model_.is_flux) {
       step_batch_ = MakeFluxBatch(tape_, model_, setup_);
       return;
@@ -653,6 +714,9 @@ class RankLowerer {
   void ForwardPass(size_t chunk) {
     const StageSpan& span = plan_.chunks[chunk];
     LoadBatch();
+    // The scripts encode the prompt before calling the denoiser, whose call
+    // starts the forward (as the recorder marks it).
+    RunFrozenEncoders(tape_, setup_, encoders_);
     result_.stream.BeginPhase(step_, Phase::kForward);
     // torchtune's recipes: `with self.activations_handling_ctx: logits = self._model(...)`
     // (OffloadActivations); otherwise torch.autograd.graph.save_on_cpu.
@@ -661,7 +725,9 @@ class RankLowerer {
     tape_.graph.offload_saved = setup_.activation_offload && !torchtune_offload;
     tape_.graph.offload_activations = torchtune_offload;
     ForwardOut f =
-        model_.is_vit
+        model_.is_clip
+            ? ClipForward(tape_, model_, cp_, setup_, ClipBatch{step_batch_[0], step_batch_[1]})
+        : model_.is_vit
             ? VitForward(tape_, model_, vp_, setup_, VitBatch{step_batch_[0], step_batch_[1]})
         : model_.is_unet ? UNetForward(tape_, model_, up_, setup_)
         : model_.is_flux ? FluxForward(tape_, model_, fp_, setup_, step_batch_)
@@ -821,8 +887,10 @@ class RankLowerer {
   FluxParams fp_;
   T5Params tp_;
   VitParams vp_;
-  std::vector<Var> step_batch_;       // the data loader's current batch (LoadBatch)
-  std::vector<TensorId> ema_shadow_;  // EMAModel.shadow_params, for the whole run
+  ClipParams cp_;
+  std::vector<FrozenEncoder> encoders_;  // --text-encoder (frozen_encoder.h)
+  std::vector<Var> step_batch_;          // the data loader's current batch (LoadBatch)
+  std::vector<TensorId> ema_shadow_;     // EMAModel.shadow_params, for the whole run
   OptimizerExtras extras_;
   GradScalerModel scaler_{false};
   std::unordered_map<TensorId*, Param*> param_of_grad_;
@@ -912,7 +980,7 @@ Result<std::vector<LoweredRank>> LowerRankClasses(const ModelSpec& model,
 
 std::vector<std::string> SetupWarnings(const ModelSpec& model, const TrainingSetup& setup) {
   std::vector<std::string> out;
-  if (!model.is_vit && model.max_position_embeddings > 0 &&
+  if (!model.is_vit && !model.is_clip && model.max_position_embeddings > 0 &&
       setup.seq > model.max_position_embeddings) {
     if (model.position == PositionKind::kLearned) {
       out.push_back(

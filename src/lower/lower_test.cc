@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <memory>
 #include <set>
 
 #include "int_math.h"
@@ -592,6 +593,106 @@ TEST(VitLower, SteadyStateAndRefusals) {
     change(&bad);
     EXPECT_FALSE(LowerTraining(m, bad, TestGpu()).ok());
   }
+}
+
+// CLIPModel's contrastive step: steady state for every attention x
+// checkpointing x precision, nothing left but the weights and AdamW's moments
+// (the batch goes with its step), and what it refuses.
+TEST(ClipLower, SteadyStateAndRefusals) {
+  auto parsed = ParseModelConfig(R"({"model_type": "clip", "projection_dim": 48,
+      "text_config": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                      "intermediate_size": 128, "vocab_size": 512, "max_position_embeddings": 32},
+      "vision_config": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+                        "intermediate_size": 64, "image_size": 32, "patch_size": 8}})",
+                                 "tiny-clip");
+  ASSERT_TRUE(parsed.ok()) << parsed.error().message;
+  const ModelSpec m = *parsed;
+  ASSERT_TRUE(m.is_clip);
+  for (int version : {457, 524}) {
+    for (Attention a : {Attention::kEager, Attention::kSdpa}) {
+      for (GradCkpt c : {GradCkpt::kNone, GradCkpt::kFull, GradCkpt::kReentrant}) {
+        SCOPED_TRACE(testing::Message()
+                     << version << " " << AttentionName(a) << " " << GradCkptName(c));
+        TrainingSetup s;
+        s.batch = 4;
+        s.precision = Precision::kBf16;
+        s.attn = a;
+        s.grad_ckpt = c;
+        s.transformers_version = version;
+        SimResult r = RunLowered(s, m);
+        ExpectSteadyState(r);
+        // And the two int64 position_ids buffers (32 text and 17 vision positions).
+        EXPECT_EQ(r.final_stats.allocated_bytes, m.ParameterCount() * 2 * 3 + (32 + 17) * 8);
+      }
+    }
+  }
+  TrainingSetup lora;
+  lora.finetune = Finetune::kLora;
+  lora.lora_targets = {"q", "k", "v", "o"};
+  lora.grad_ckpt = GradCkpt::kFull;
+  lora.precision = Precision::kBf16Mixed;
+  ExpectSteadyState(RunLowered(lora, m));
+  TrainingSetup s;
+  for (auto change : std::vector<std::function<void(TrainingSetup*)>>{
+           [](TrainingSetup* t) { t->attn = Attention::kFlash; },
+           [](TrainingSetup* t) { t->image_size = 64; }, [](TrainingSetup* t) { t->text_len = 33; },
+           [](TrainingSetup* t) { t->finetune = Finetune::kQLora; },
+           [](TrainingSetup* t) { t->loss = LossKind::kChunked; },
+           [](TrainingSetup* t) { t->parallel.gpus = 2; },
+           [](TrainingSetup* t) {
+             t->finetune = Finetune::kLora;
+             t->grad_ckpt = GradCkpt::kFull;
+             t->transformers_version = 457;
+           }}) {
+    TrainingSetup bad = s;
+    change(&bad);
+    EXPECT_FALSE(LowerTraining(m, bad, TestGpu()).ok());
+  }
+  // A tower alone has no loss to train on.
+  auto text = ParseModelConfig(R"({"model_type": "clip_text_model"})", "text.json");
+  ASSERT_TRUE(text.ok());
+  auto refused = LowerTraining(*text, s, TestGpu());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("--text-encoder"), std::string::npos);
+}
+
+// --text-encoder: the frozen encoders' weights in weight_dtype for the whole
+// run, their forward each micro-batch before the UNet's (it adds no more than
+// its activations), nothing left behind; other families and denoisers refused.
+TEST(FrozenEncoderLower, WeightsForwardAndRefusals) {
+  auto unet = LoadCatalogModel("sd-1.5-unet");
+  auto clip_l = LoadCatalogModel("sd-1.5-text-encoder");
+  ASSERT_TRUE(unet.ok() && clip_l.ok());
+  TrainingSetup s;
+  s.batch = 2;
+  s.image_size = 128;
+  s.precision = Precision::kBf16Mixed;
+  SimResult without = RunLowered(s, *unet);
+  s.text_encoder_names = {"sd-1.5-text-encoder"};
+  s.text_encoders = {std::make_shared<const ModelSpec>(*clip_l)};
+  SimResult with = RunLowered(s, *unet);
+  ExpectSteadyState(with);
+  const uint64_t weights = clip_l->ParameterCount() * 2;
+  EXPECT_GE(with.final_stats.allocated_bytes, without.final_stats.allocated_bytes + weights);
+  EXPECT_LE(with.final_stats.allocated_bytes,
+            without.final_stats.allocated_bytes + weights + 2 * 1024 * 1024);
+  // fp32: the encoder in fp32 too.
+  s.precision = Precision::kFp32;
+  TrainingSetup fp32_without = s;
+  fp32_without.text_encoders.clear();
+  fp32_without.text_encoder_names.clear();
+  EXPECT_GE(RunLowered(s, *unet).final_stats.allocated_bytes,
+            RunLowered(fp32_without, *unet).final_stats.allocated_bytes + weights * 2);
+  // Refusals: a non-CLIP encoder, a non-diffusion model, a prompt past 77 tokens.
+  TrainingSetup bad = s;
+  bad.text_encoders = {std::make_shared<const ModelSpec>(*unet)};
+  auto wrong_family = LowerTraining(*unet, bad, TestGpu());
+  ASSERT_FALSE(wrong_family.ok());
+  EXPECT_NE(wrong_family.error().message.find("--text-encoder"), std::string::npos);
+  EXPECT_FALSE(LowerTraining(Tiny(), s, TestGpu()).ok());
+  bad = s;
+  bad.text_len = 78;
+  EXPECT_FALSE(LowerTraining(*unet, bad, TestGpu()).ok());
 }
 
 // torchtune's CEWithChunkedOutputLoss keeps every chunk's logits until the loss

@@ -91,6 +91,19 @@ void PlaceBuffers(Tape& tape, const ModelSpec& model, const TrainingSetup& setup
     }
     return;
   }
+  if (model.is_clip) {
+    // CLIPTextEmbeddings / CLIPVisionEmbeddings: position_ids
+    // (arange(positions).expand(1, -1)), an int64 non-persistent nn.Buffer
+    // each (transformers 5.24.0 modeling_clip.py; register_buffer in 4.57.6).
+    const ClipSpec& c = model.clip;
+    for (const uint64_t positions :
+         {c.has_text ? c.max_positions : 0, c.has_vision ? c.Patches() + 1 : 0}) {
+      if (positions == 0) continue;
+      tape.graph.Alloc(positions * kI64, Category::kParameters, "register_buffer",
+                       tape.graph.module());
+    }
+    return;
+  }
   if (model.model_type == "bert") {
     // BertEmbeddings: position_ids (arange(max_position_embeddings).expand(1, -1))
     // and token_type_ids (zeros of its size), int64, non-persistent buffers

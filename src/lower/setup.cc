@@ -163,6 +163,7 @@ std::vector<std::pair<std::string, std::string>> DescribeSetup(const TrainingSet
   if (!s.use_cache) k.emplace_back("use_cache", "false");
   if (s.built_on_gpu) k.emplace_back("built_on_gpu", "true");
   if (s.ema) k.emplace_back("ema", s.ema_foreach ? "foreach" : "true");
+  for (const std::string& name : s.text_encoder_names) k.emplace_back("text_encoder", name);
   if (s.device_rules != DeviceRules::kCuda)
     k.emplace_back("device_rules", std::string(DeviceRulesName(s.device_rules)));
   if (s.impl != ModelImpl::kTransformers)

@@ -148,6 +148,29 @@ std::string UNetWeights(const TrainingSetup& s) {
   return "";
 }
 
+// What a diffusion step's inputs line says is not on the GPU: the VAE and,
+// without --text-encoder, the text encoders.
+std::string OffTheGpu(const TrainingSetup& s, const char* encoders) {
+  if (!s.text_encoders.empty())
+    return "the VAE is not on the GPU (precomputed latents, or add its weights yourself)";
+  return fmt::format(
+      "the VAE and {} are not on the GPU (precomputed, or add their weights yourself)", encoders);
+}
+
+// --text-encoder: the frozen encoders on the GPU (lower/frozen_encoder.cc).
+void AddTextEncoders(const TrainingSetup& s, std::vector<Assumption>* out) {
+  if (s.text_encoder_names.empty()) return;
+  std::string names;
+  for (const std::string& n : s.text_encoder_names) names += (names.empty() ? "" : ", ") + n;
+  out->push_back(
+      {"text encoders",
+       fmt::format("{}: frozen on the GPU in {}, each micro-batch's prompt encoded without "
+                   "autocast and without a graph before the denoiser's forward "
+                   "(train_text_to_image.py, train_text_to_image_lora_sdxl.py)",
+                   names, s.precision == Precision::kFp32 ? "fp32" : "the 16-bit weight dtype"),
+       "--text-encoder"});
+}
+
 std::vector<Assumption> DescribeUNetAssumptions(const ModelSpec& model, const TrainingSetup& s,
                                                 uint64_t latent) {
   const UNetSpec& u = model.unet;
@@ -171,12 +194,13 @@ std::vector<Assumption> DescribeUNetAssumptions(const ModelSpec& model, const Tr
        s.ema ? "" : "--ema"});
   out.push_back({"inputs",
                  fmt::format("noisy latents {} x {} x {} x {} ({} px images / --vae-scale {}) and "
-                             "text states {} x {} x {}, in {}; the VAE and the text encoder are "
-                             "not on the GPU (precomputed, or add their weights yourself)",
+                             "text states {} x {} x {}, in {}; {}",
                              s.batch, u.in_channels, latent, latent, latent * s.vae_scale,
                              s.vae_scale, s.batch, TextLen(model, s), u.cross_attention_dim,
-                             s.precision == Precision::kFp32 ? "fp32" : "the 16-bit weight dtype"),
+                             s.precision == Precision::kFp32 ? "fp32" : "the 16-bit weight dtype",
+                             OffTheGpu(s, "the text encoder")),
                  "--image-size, --vae-scale, --text-len"});
+  AddTextEncoders(s, &out);
   out.push_back({"attention",
                  "diffusers' AttnProcessor2_0: torch SDPA without a mask, flash (16-bit) or "
                  "memory-efficient (fp32) kernels, no b x heads x hw x hw scores",
@@ -231,6 +255,34 @@ std::vector<Assumption> DescribeVitAssumptions(const ModelSpec& model, const Tra
   return out;
 }
 
+// CLIPModel's contrastive step (lower/clip.cc): the image and the text instead
+// of a token batch, its own loss, no KV cache.
+std::vector<Assumption> DescribeClipAssumptions(const ModelSpec& model, const TrainingSetup& s) {
+  std::vector<Assumption> out;
+  for (Assumption& a : DescribeAssumptions(s)) {
+    if (a.what == "loss" || a.what == "batch" || a.what == "KV cache") continue;
+    if (a.what == "attention" && s.attn == Attention::kSdpa) {
+      a.assumed =
+          "torch SDPA: the vision tower without a mask; the text tower causal (is_causal in "
+          "transformers 5.x, an [s, s] float mask in 4.x)";
+    }
+    out.push_back(std::move(a));
+  }
+  const ClipSpec& c = model.clip;
+  const uint64_t text_len = s.text_len ? s.text_len : c.max_positions;
+  out.push_back(
+      {"inputs",
+       fmt::format("input_ids {} x {} (int64, padded to max_length) and pixel_values {} x {} x "
+                   "{} x {} in fp32, made per micro-batch and kept until the step is over",
+                   s.batch, text_len, s.batch, c.num_channels, c.image_size, c.image_size),
+       "--text-len"});
+  out.push_back({"loss",
+                 "CLIPModel(return_loss=True): the mean of the two cross-entropies over the "
+                 "batch x batch image-text similarities",
+                 ""});
+  return out;
+}
+
 namespace {
 
 std::string FluxWeights(const TrainingSetup& s) {
@@ -270,12 +322,13 @@ std::vector<Assumption> DescribeFluxAssumptions(const ModelSpec& model, const Tr
   out.push_back(
       {"inputs",
        fmt::format("{} x {} packed latent tokens of {} features ({} px images / --vae-scale {}, "
-                   "2 x 2 latents per token) and T5 states {} x {} x {}, in {}; the VAE and the "
-                   "text encoders are not on the GPU (precomputed, or add their weights yourself)",
+                   "2 x 2 latents per token) and T5 states {} x {} x {}, in {}; {}",
                    s.batch, (latent / 2) * (latent / 2), f.in_channels, image, s.vae_scale, s.batch,
                    TextLen(model, s), f.joint_attention_dim,
-                   s.precision == Precision::kFp32 ? "fp32" : "the 16-bit weight dtype"),
+                   s.precision == Precision::kFp32 ? "fp32" : "the 16-bit weight dtype",
+                   OffTheGpu(s, "the text encoders")),
        "--image-size, --vae-scale, --text-len"});
+  AddTextEncoders(s, &out);
   out.push_back({"attention",
                  "diffusers' FluxAttnProcessor: torch SDPA over text + image tokens without a "
                  "mask, flash (16-bit) or memory-efficient (fp32) kernels, no scores matrix",
@@ -320,6 +373,7 @@ std::vector<Assumption> DescribeT5Assumptions(const TrainingSetup& s) {
 std::vector<Assumption> DescribeAssumptions(const ModelSpec& model, const TrainingSetup& s) {
   if (model.is_vit) return DescribeVitAssumptions(model, s);
   if (model.is_t5) return DescribeT5Assumptions(s);
+  if (model.is_clip) return DescribeClipAssumptions(model, s);
   if (model.is_flux) return DescribeFluxAssumptions(model, s);
   if (!model.is_unet) return DescribeAssumptions(s);
   const uint64_t image = s.image_size ? s.image_size : model.unet.sample_size * s.vae_scale;
@@ -329,6 +383,15 @@ std::vector<Assumption> DescribeAssumptions(const ModelSpec& model, const Traini
 std::vector<std::pair<std::string, std::string>> DescribeKnobs(const ModelSpec& model,
                                                                const TrainingSetup& s) {
   std::vector<std::pair<std::string, std::string>> knobs = DescribeSetup(s);
+  if (model.is_clip) {
+    // CLIP's sequence is --text-len and its loss its own.
+    std::vector<std::pair<std::string, std::string>> out;
+    for (auto& [key, value] : knobs) {
+      if (key == "seq" || key == "loss") continue;
+      out.emplace_back(std::move(key), std::move(value));
+    }
+    return out;
+  }
   if (model.is_vit) {
     // A ViT's sequence is its patch grid and its loss its own.
     std::vector<std::pair<std::string, std::string>> out;

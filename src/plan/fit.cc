@@ -212,6 +212,8 @@ Result<FitResult> Fit(const ModelSpec& model, const TrainingSetup& setup,
   }
   // A ViT's tokens are its patch grid and the class token, whatever --seq says.
   if (model.is_vit) at.seq = model.vit.Patches() + 1;
+  // CLIP's text length is --text-len; --seq is not read.
+  if (model.is_clip) at.seq = model.clip.max_positions;
   const SecondAxis second = SecondAxisOf(model, at);
   EstimateCache cache(model, at, second.variable);
   // The setup's own point first: it validates every knob (an error names the

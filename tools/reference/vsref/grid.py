@@ -24,10 +24,16 @@ COMBOS = (
 )
 
 
+# CLIP's LoRA points adapt all four attention projections (q_proj, k_proj, v_proj,
+# out_proj).
+CLIP_LORA_TARGETS = "q,k,v,o"
+
+
 def _point(family, tf, combo):
     finetune, ckpt, attn, precision, optimizer = combo
     return Point(family, tf=tf, finetune=finetune, ckpt=ckpt, attn=attn, precision=precision,
-                 optimizer=optimizer)
+                 optimizer=optimizer,
+                 lora_targets=CLIP_LORA_TARGETS if family == "clip" else "q,v")
 
 
 def _supported(point):
@@ -36,7 +42,13 @@ def _supported(point):
         return point.tf == 5 and point.attn == "eager"
     # transformers 5.x refuses attn_implementation="sdpa" for Gemma 2 (ValueError:
     # "does not support an attention implementation through ... scaled_dot_product_attention").
-    return not (point.family == "gemma2" and point.tf == 5 and point.attn == "sdpa")
+    if point.family == "gemma2" and point.tf == 5 and point.attn == "sdpa":
+        return False
+    # transformers 4.57.6's CLIPModel has no get_input_embeddings(), which PEFT calls to make
+    # checkpointed inputs require grad: that run raises NotImplementedError (and vramscope
+    # refuses it).
+    return not (point.family == "clip" and point.tf == 4 and point.finetune == "lora"
+                and point.ckpt != "none")
 
 
 # FSDP2 over gloo, 2 ranks (fully_shard per decoder layer, then the root), against

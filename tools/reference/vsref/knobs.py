@@ -7,7 +7,8 @@ for the UNet families, unet.py to a diffusers UNet2DConditionModel) the way user
 
 import dataclasses
 
-from .models import FLUX_LATENT_SIDE, FLUX_TEXT_LEN, UNET_FAMILIES, VAE_SCALE, is_flux, is_unet
+from .models import (FLUX_LATENT_SIDE, FLUX_TEXT_LEN, UNET_FAMILIES, UNET_TEXT_ENCODERS, VAE_SCALE,
+                     is_flux, is_unet, text_encoder_config_paths)
 
 PRECISIONS = ("fp32", "bf16", "bf16-mixed")
 FINETUNES = ("full", "lora")
@@ -87,6 +88,9 @@ class Point:
                 "--transformers-version", self.transformers_version(),
                 # runner.py calls model(input_ids=..., labels=...) without a mask.
                 "--no-attention-mask"]
+        if self.family == "clip":
+            # CLIPModel's text tower reads --text-len tokens (--seq is not read).
+            args += ["--text-len", str(self.seq)]
         if self.gpus > 1:
             args += ["--gpus", str(self.gpus), "--fsdp", "full", "--fsdp-version", "2"]
         if self.packed:
@@ -130,6 +134,8 @@ class Point:
         if self.finetune == "lora":
             args += ["--lora-rank", str(self.lora_rank), "--lora-targets", self.lora_targets,
                      "--lora-dropout", "0"]
+        for path in text_encoder_config_paths(self.family) if self.family in UNET_TEXT_ENCODERS else []:
+            args += ["--text-encoder", path]
         return args
 
     def to_json(self):

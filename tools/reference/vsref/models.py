@@ -54,6 +54,8 @@ FAMILIES = {
     # (flan-t5-large; transformers 5.24 ties lm_head anyway, without the output scaling).
     "t5": "t5-base",
     "t5_v11": "flan-t5-large",
+    # CLIPModel's contrastive step (return_loss=True): both towers cut down (CLIP_REDUCED).
+    "clip": "clip-vit-large-patch14",
 }
 
 
@@ -167,6 +169,49 @@ UNET_FAMILIES = {
     },
 }
 
+# SD 1.5's UNet with its frozen CLIP text encoder on the device (train_text_to_image.py
+# keeps it there and encodes each micro-batch): the unet_sd15 UNet, and a CLIPTextModel
+# as sd-1.5-text-encoder cut down to the UNet's cross_attention_dim (32 wide, 4 heads,
+# quick_gelu, eos_token_id 2), estimated with --text-encoder.
+UNET_FAMILIES["unet_sd15_te"] = UNET_FAMILIES["unet_sd15"]
+UNET_TEXT_ENCODERS = {
+    "unet_sd15_te": {
+        "architectures": ["CLIPTextModel"], "model_type": "clip_text_model",
+        "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "vocab_size": 512, "max_position_embeddings": 16,
+        "hidden_act": "quick_gelu", "bos_token_id": 0, "eos_token_id": 2, "pad_token_id": 1,
+        "projection_dim": 32,
+    },
+}
+
+
+# SDXL's UNet with both frozen text encoders (train_text_to_image_lora_sdxl.py encodes each
+# micro-batch): CLIPTextModel 16 wide and CLIPTextModelWithProjection 32 wide (gelu, as
+# sdxl-text-encoder-2), whose penultimate hidden states concatenate to the UNet's
+# cross_attention_dim 48 and whose projection (32) is its text_embeds.
+UNET_FAMILIES["unet_sdxl_te"] = UNET_FAMILIES["unet_sdxl"]
+UNET_TEXT_ENCODERS["unet_sdxl_te"] = [
+    dict(UNET_TEXT_ENCODERS["unet_sd15_te"], hidden_size=16, intermediate_size=32),
+    dict(UNET_TEXT_ENCODERS["unet_sd15_te"], architectures=["CLIPTextModelWithProjection"],
+         hidden_act="gelu", projection_dim=32),
+]
+UNET_TEXT_ENCODERS["unet_sd15_te"] = [UNET_TEXT_ENCODERS["unet_sd15_te"]]
+
+
+def text_encoder_config_paths(family):
+    """Files holding UNET_TEXT_ENCODERS[family] for `estimate --text-encoder`, in order
+    (written on demand under the system's temporary directory)."""
+    import tempfile
+
+    paths = []
+    for i, config in enumerate(UNET_TEXT_ENCODERS[family]):
+        path = os.path.join(tempfile.gettempdir(), f"vsref-{family}-text-encoder-{i}.json")
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(config, f)
+        paths.append(path)
+    return paths
+
+
 # The ViT family's image, patches and labels at reference size.
 VIT_IMAGE, VIT_PATCH, VIT_LABELS = 32, 8, 10
 
@@ -204,12 +249,42 @@ SEQUENCE_CLASSIFICATION = {"bert_seqcls": 3, "bert_regression": 1, "llama_seqcls
                            "qwen2_reward": 1, "bert_tokcls": 5}
 
 
+# CLIP's towers at reference size: the text tower at the common width, the vision tower
+# narrower (so that a rule reading the wrong tower's width shows), a 32 x 32 image in
+# 8 x 8 patches (17 tokens), 64 text positions (the points' --text-len), projection 48.
+# hidden_act, eos_token_id (2: the argmax pooling path) and the rest stay published.
+CLIP_REDUCED = {
+    "text_config": {"hidden_size": HIDDEN, "num_attention_heads": HEADS,
+                    "intermediate_size": INTERMEDIATE, "num_hidden_layers": LAYERS,
+                    "vocab_size": VOCAB, "max_position_embeddings": 64},
+    "vision_config": {"hidden_size": 64, "num_attention_heads": HEADS, "intermediate_size": 128,
+                      "num_hidden_layers": LAYERS, "image_size": 32, "patch_size": 8},
+    "projection_dim": 48,
+}
+
+
+def reduce_clip_config(config):
+    """A CLIP config.json (CLIPModel, or one tower) with CLIP_REDUCED's sizes."""
+    c = copy.deepcopy(config)
+    if c.get("model_type") == "clip":
+        for tower in ("text_config", "vision_config"):
+            c[tower].update(CLIP_REDUCED[tower])
+        c["projection_dim"] = CLIP_REDUCED["projection_dim"]
+        return c
+    tower = "text_config" if c.get("model_type") == "clip_text_model" else "vision_config"
+    c.update(CLIP_REDUCED[tower])
+    c["projection_dim"] = CLIP_REDUCED["projection_dim"]
+    return c
+
+
 def reference_config(family):
     """The reduced config of `family`: a catalog model cut down, or a UNet written above."""
     if is_unet(family):
         return copy.deepcopy(UNET_FAMILIES[family])
     if is_flux(family):
         return copy.deepcopy(FLUX_FAMILIES[family])
+    if family == "clip":
+        return reduce_clip_config(catalog_config(FAMILIES[family]))
     if family == "llama_tt":
         # torchtune's own Llama 3.2 decoder (vsref/torchtune_model.py; not a
         # FAMILIES entry), estimated with --impl torchtune: its rotary cache is

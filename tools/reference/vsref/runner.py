@@ -31,6 +31,9 @@ from .models import is_flux, is_unet
 _LORA_MODULES = {
     "q": ("q_proj", "query", "c_attn", "query_key_value", "Wqkv", "qkv_proj"),
     "v": ("v_proj", "value"),
+    # CLIP's points target all four attention projections (k_proj, out_proj).
+    "k": ("k_proj",),
+    "o": ("out_proj",),
 }
 
 
@@ -50,6 +53,8 @@ def build_model(point, config_dict):
         auto = transformers.AutoModelForImageClassification
     elif config.model_type == "t5":
         auto = transformers.AutoModelForSeq2SeqLM  # T5ForConditionalGeneration
+    elif config.model_type == "clip":
+        auto = transformers.AutoModel  # CLIPModel
     else:
         auto = transformers.AutoModelForCausalLM
     torch.manual_seed(0)
@@ -113,6 +118,15 @@ def make_batch(point, config):
         return {"pixel_values": torch.randn(point.batch, config.num_channels, side, side,
                                             generator=g),
                 "labels": torch.randint(0, config.num_labels, (point.batch,), generator=g)}
+    if config.model_type == "clip":
+        # A CLIPProcessor's batch: ids padded to --text-len, fp32 pixel_values; CLIPModel's
+        # contrastive loss is asked for with return_loss.
+        side = config.vision_config.image_size
+        return {"input_ids": torch.randint(2, config.text_config.vocab_size,
+                                           (point.batch, point.seq), generator=g),
+                "pixel_values": torch.randn(point.batch, config.vision_config.num_channels,
+                                            side, side, generator=g),
+                "return_loss": True}
     ids = torch.randint(2, config.vocab_size, (point.batch, point.seq), generator=g)
     if config.model_type == "t5":
         # Seq2seq: source ids and target labels (the model shifts them right itself).
@@ -313,9 +327,9 @@ def _train(point, model, out_path, ref=None):
     autocast = point.precision == "bf16-mixed"
     meta = [("reference", point.name()), ("transformers", transformers.__version__),
             ("torch", torch.__version__)]
-    # A ViT's batch (pixel_values) is made each step, as a data loader's, and the loop
-    # variable holds it until the step is over.
-    per_step = model.config.model_type == "vit"
+    # A ViT's or CLIP's batch (pixel_values) is made each step, as a data loader's, and
+    # the loop variable holds it until the step is over.
+    per_step = model.config.model_type in ("vit", "clip")
     if per_step:
         existing["batch"] = None
     with vramscope_trace.record(out_path, model=model, optimizer=optimizer, inputs=existing,

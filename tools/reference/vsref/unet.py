@@ -17,7 +17,10 @@ train_text_to_image_lora.py for LoRA):
 
 The batch stands in for what the scripts compute from the VAE and the text encoder (which
 train nothing): noisy latents, timesteps, text hidden states, the noise as target, and for
-"text_time" (SDXL) the pooled text embeddings and the six time ids.
+"text_time" (SDXL) the pooled text embeddings and the six time ids. A family of
+models.UNET_TEXT_ENCODERS runs its frozen CLIPTextModel instead (train_text_to_image.py:
+`text_encoder.requires_grad_(False)`, `.to(device, dtype=weight_dtype)`, then each step
+`text_encoder(batch["input_ids"], return_dict=False)[0]` outside the UNet's autocast).
 """
 
 import diffusers
@@ -26,6 +29,7 @@ import torch.nn.functional as F
 import vramscope_trace
 
 from .knobs import UNET_CKPTS
+from .models import UNET_TEXT_ENCODERS
 from .runner import make_optimizer
 
 # The lowering's --lora-targets names for diffusers' attention projections.
@@ -119,17 +123,67 @@ def predict(point, unet, batch):
     return pred.float() if mixed else pred
 
 
+def build_text_encoders(point):
+    """The family's frozen text encoders in weight_dtype, in the pipeline's order."""
+    if point.family not in UNET_TEXT_ENCODERS:
+        return []
+    import transformers
+
+    encoders = []
+    for i, config in enumerate(UNET_TEXT_ENCODERS[point.family]):
+        config = dict(config)
+        cls = getattr(transformers, config.pop("architectures")[0])
+        config.pop("model_type")
+        torch.manual_seed(i)
+        encoder = cls(transformers.CLIPTextConfig(**config))
+        encoder.requires_grad_(False)
+        encoders.append(encoder.to(_batch_dtype(point)))
+    return encoders
+
+
+def encode_prompt(point, encoders, batch):
+    """SD 1.5: `text_encoder(input_ids, return_dict=False)[0]`. SDXL (two encoders,
+    train_text_to_image_lora_sdxl.py encode_prompt): each encoder with
+    output_hidden_states=True, `pooled = out[0]`, `hidden_states[-2]` kept, the two
+    concatenated; the last encoder's pooled projection is text_embeds."""
+    ids = torch.randint(2, UNET_TEXT_ENCODERS[point.family][0]["vocab_size"],
+                        (point.batch, point.seq))
+    if len(encoders) == 1:
+        batch["encoder_hidden_states"] = encoders[0](ids, return_dict=False)[0]
+        return
+    states = []
+    for encoder in encoders:
+        out = encoder(ids, output_hidden_states=True, return_dict=False)
+        pooled = out[0]
+        states.append(out[-1][-2])
+        del out
+    batch["encoder_hidden_states"] = torch.concat(states, dim=-1)
+    del states
+    batch["added_cond_kwargs"]["text_embeds"] = pooled
+
+
 def run(point, config, out_path):
     _check(point)
     unet = apply_knobs(point, build_unet(point, config))
+    encoders = build_text_encoders(point)
     optimizer = make_optimizer(point, unet)
     batch = make_batch(point, config)
+    inputs = batch
+    if encoders:
+        # The text states come from the encoders each step; their weights and buffers
+        # exist before the steps (setup allocations).
+        del batch["encoder_hidden_states"]
+        batch["added_cond_kwargs"].pop("text_embeds", None)
+        weights = [t for e in encoders for t in (*e.parameters(), *e.buffers())]
+        inputs = {"batch": batch, "text_encoders": weights}
     meta = [("reference", point.name()), ("diffusers", diffusers.__version__),
             ("torch", torch.__version__)]
-    with vramscope_trace.record(out_path, model=unet, optimizer=optimizer, inputs=batch,
+    with vramscope_trace.record(out_path, model=unet, optimizer=optimizer, inputs=inputs,
                                 meta=meta):
         for _ in range(point.steps):
             optimizer.zero_grad(set_to_none=True)
+            if encoders:
+                encode_prompt(point, encoders, batch)
             pred = predict(point, unet, batch)
             loss = F.mse_loss(pred.float(), batch["target"].float(), reduction="mean")
             loss.backward()
@@ -137,4 +191,7 @@ def run(point, config, out_path):
             # still (until the next step replaces it), the grid drops it before step() as
             # the transformers points drop their output.
             del loss, pred
+            if encoders:
+                del batch["encoder_hidden_states"]
+                batch["added_cond_kwargs"].pop("text_embeds", None)
             optimizer.step()
