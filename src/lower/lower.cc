@@ -211,6 +211,9 @@ Status ValidateT5(const ModelSpec& m, const TrainingSetup& s) {
   std::optional<uint64_t> logits = common::CheckedMul(s.batch * tgt, m.vocab_size * 4);
   if (!bytes || !logits || *bytes > (uint64_t{1} << 56) || *logits > (uint64_t{1} << 56))
     return bad("--batch x --seq / --target-len: one activation of the T5 would exceed 2^56 bytes");
+  return Ok{};
+}
+
 // CLIPModel's contrastive step (clip.h): one GPU, the model's own loss, the
 // image it was built for. A tower without CLIPModel's head has no loss in
 // transformers (CLIPTextModel, CLIPVisionModel): refused here, used frozen by
