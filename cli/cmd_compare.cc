@@ -64,6 +64,7 @@ Result<Comparison> ComputeCompare(const CompareArgs& args, const CompareEstimate
   options.device = args.device;
   VS_TRY(measured, ExplainSnapshotFile(args.snapshot_path, gpu, options));
   VS_TRY(model, ResolveModel(estimate.model, io));
+  if (Status v = ResolveVae(estimate.knobs, io, &setup); !v.ok()) return v.error();
   estimate.knobs.Warn(model, setup);
   VS_TRY(predicted, Estimate(model, setup));
   predicted.report.source = estimate.model;

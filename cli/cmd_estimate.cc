@@ -29,6 +29,7 @@ Result<Estimated> ComputeEstimate(const EstimateArgs& args, const ModelIo& io) {
   FromConfig from;
   VS_TRY(setup, args.knobs.ToSetup(&from));
   VS_TRY(model, ResolveModel(args.model, io));
+  if (Status v = ResolveVae(args.knobs, io, &setup); !v.ok()) return v.error();
   args.knobs.Warn(model, setup);
   EstimateOptions options;
   options.top_allocations = args.top;

@@ -31,6 +31,7 @@ Result<FitResult> ComputeFit(const FitArgs& args, const ModelIo& io) {
   VS_TRY(gpu, FindGpu(setup.gpu));
   VS_TRY(margin, ParseMargin(args.margin, gpu.usable_bytes));
   VS_TRY(model, ResolveModel(args.model, io));
+  if (Status v = ResolveVae(args.knobs, io, &setup); !v.ok()) return v.error();
   args.knobs.Warn(model, setup);
   FitOptions options;
   options.margin_bytes = margin;

@@ -28,6 +28,7 @@ Result<PlanResult> ComputePlan(const PlanArgs& args, const ModelIo& io) {
   FromConfig from;
   VS_TRY(setup, args.knobs.ToSetup(&from));
   VS_TRY(model, ResolveModel(args.model, io));
+  if (Status v = ResolveVae(args.knobs, io, &setup); !v.ok()) return v.error();
   args.knobs.Warn(model, setup);
   PlanOptions options;
   options.tokens_per_step = args.tokens_per_step;

@@ -61,6 +61,7 @@ Result<SweepResult> ComputeSweep(const SweepArgs& args, const ModelIo& io) {
   VS_TRY(setup, args.knobs.ToSetup());
   VS_TRY(axes, ParseAxes(args, &setup));
   VS_TRY(model, ResolveModel(args.model, io));
+  if (Status v = ResolveVae(args.knobs, io, &setup); !v.ok()) return v.error();
   args.knobs.Warn(model, setup);
   ProgressLine progress("sweep: points");
   auto sweep =

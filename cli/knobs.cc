@@ -21,6 +21,10 @@ void AddKnobFlags(CLI::App* sub, KnobArgs* k) {
   sub->add_option("--vae-scale", k->vae_scale,
                   "Diffusion UNets and FLUX: pixels per latent (default 8, the VAEs of Stable "
                   "Diffusion and FLUX; 1: pixel space)");
+  sub->add_option("--vae", k->vae,
+                  "Diffusion UNets and FLUX: the frozen AutoencoderKL (catalog alias or "
+                  "vae/config.json) on the GPU, encoding each micro-batch's images (default: "
+                  "latents precomputed, no VAE)");
   sub->add_option("--text-len", k->text_len,
                   "Diffusion UNets and FLUX: text-encoder tokens per prompt (default 77, CLIP; "
                   "FLUX: T5's 512, 256 for schnell)");
@@ -220,6 +224,19 @@ Result<KnobArgs> KnobArgs::WithFiles(FromConfig* from) const {
   applied.notes = std::move(config.notes);
   if (from) *from = std::move(applied);
   return merged;
+}
+
+Status ResolveVae(const KnobArgs& knobs, const ModelIo& io, TrainingSetup* setup) {
+  if (knobs.vae.empty()) return Ok{};
+  VS_TRY(vae, ResolveModel(knobs.vae, io));
+  if (!vae.is_vae) {
+    return MakeError(fmt::format("--vae: {} is not a diffusers AutoencoderKL config ({})",
+                                 knobs.vae, vae.architecture));
+  }
+  if (!knobs.Given("--vae-scale")) setup->vae_scale = vae.vae.Downsampling();
+  setup->vae_name = knobs.vae;
+  setup->vae = std::make_shared<const ModelSpec>(std::move(vae));
+  return Ok{};
 }
 
 Result<TrainingSetup> KnobArgs::ToSetup(FromConfig* from) const {

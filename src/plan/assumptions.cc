@@ -148,6 +148,21 @@ std::string UNetWeights(const TrainingSetup& s) {
   return "";
 }
 
+// Where the denoiser's latents come from: precomputed, or the frozen --vae
+// encoding each micro-batch's pixels (lower/vae.h).
+std::string VaeClause(const TrainingSetup& s, std::string_view text_encoders) {
+  if (!s.vae) {
+    return fmt::format(
+        "the VAE and {} are not on the GPU (precomputed, or add their weights yourself)",
+        text_encoders);
+  }
+  return fmt::format(
+      "the VAE {} ({} frozen weights on the GPU in {}) encodes each micro-batch's fp32 pixels "
+      "outside autocast before the forward; {} not on the GPU (precomputed)",
+      s.vae_name, s.vae->ParameterCount(),
+      s.precision == Precision::kFp32 ? "fp32" : "the 16-bit weight dtype", text_encoders);
+}
+
 std::vector<Assumption> DescribeUNetAssumptions(const ModelSpec& model, const TrainingSetup& s,
                                                 uint64_t latent) {
   const UNetSpec& u = model.unet;
@@ -171,11 +186,11 @@ std::vector<Assumption> DescribeUNetAssumptions(const ModelSpec& model, const Tr
        s.ema ? "" : "--ema"});
   out.push_back({"inputs",
                  fmt::format("noisy latents {} x {} x {} x {} ({} px images / --vae-scale {}) and "
-                             "text states {} x {} x {}, in {}; the VAE and the text encoder are "
-                             "not on the GPU (precomputed, or add their weights yourself)",
+                             "text states {} x {} x {}, in {}; {}",
                              s.batch, u.in_channels, latent, latent, latent * s.vae_scale,
                              s.vae_scale, s.batch, TextLen(model, s), u.cross_attention_dim,
-                             s.precision == Precision::kFp32 ? "fp32" : "the 16-bit weight dtype"),
+                             s.precision == Precision::kFp32 ? "fp32" : "the 16-bit weight dtype",
+                             VaeClause(s, "the text encoder")),
                  "--image-size, --vae-scale, --text-len"});
   out.push_back({"attention",
                  "diffusers' AttnProcessor2_0: torch SDPA without a mask, flash (16-bit) or "
@@ -270,11 +285,11 @@ std::vector<Assumption> DescribeFluxAssumptions(const ModelSpec& model, const Tr
   out.push_back(
       {"inputs",
        fmt::format("{} x {} packed latent tokens of {} features ({} px images / --vae-scale {}, "
-                   "2 x 2 latents per token) and T5 states {} x {} x {}, in {}; the VAE and the "
-                   "text encoders are not on the GPU (precomputed, or add their weights yourself)",
+                   "2 x 2 latents per token) and T5 states {} x {} x {}, in {}; {}",
                    s.batch, (latent / 2) * (latent / 2), f.in_channels, image, s.vae_scale, s.batch,
                    TextLen(model, s), f.joint_attention_dim,
-                   s.precision == Precision::kFp32 ? "fp32" : "the 16-bit weight dtype"),
+                   s.precision == Precision::kFp32 ? "fp32" : "the 16-bit weight dtype",
+                   VaeClause(s, "the text encoders")),
        "--image-size, --vae-scale, --text-len"});
   out.push_back({"attention",
                  "diffusers' FluxAttnProcessor: torch SDPA over text + image tokens without a "
@@ -330,6 +345,7 @@ std::vector<std::pair<std::string, std::string>> DescribeKnobs(const ModelSpec& 
       out.emplace_back("image_size", std::to_string(image));
       out.emplace_back("vae_scale", std::to_string(s.vae_scale));
       out.emplace_back("text_len", std::to_string(TextLen(model, s)));
+      if (s.vae) out.emplace_back("vae", s.vae_name);
     }
   }
   return out;

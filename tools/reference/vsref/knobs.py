@@ -44,6 +44,9 @@ class Point:
     # (transformers' DataCollatorWithFlattening, or TRL's padding_free collator for
     # trl-sft), estimated with --packing.
     packed: bool = False
+    # A UNet or FLUX point's frozen VAE (models.VAE_FAMILIES; vsref/vae.py), estimated with
+    # --vae; "": latents precomputed, as in the plain points.
+    vae: str = ""
 
     def name(self):
         parts = [self.family, f"tf{self.tf}", self.finetune, f"ckpt-{self.ckpt}", self.attn,
@@ -56,6 +59,8 @@ class Point:
             parts.append(self.trainer)
         if self.packed:
             parts.append("packed")
+        if self.vae:
+            parts.append(self.vae)
         return "/".join(parts)
 
     def _default_shape(self):
