@@ -104,6 +104,7 @@ def test_unet_knobs_reach_the_engine():
     ("llama-3.2-1b", {"impl": "torchtune", "loss": "torchtune-chunked", "finetune": "lora",
                       "lora_dtype": "model", "precision": "bf16", "seq": 512}),
     ("flux.1-dev-transformer", {"precision": "bf16", "grad_ckpt": "full", "image_size": 512}),
+    ("sd-1.5-unet", {"vae": "sd-1.5-vae", "batch": 2, "image_size": 512}),
 ])
 def test_trl_packing_and_vit_knobs_reach_the_engine(model, knobs):
     """TRL's steps, packed rows and a ViT: keyword arguments like any other knob."""

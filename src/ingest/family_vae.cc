@@ -34,8 +34,8 @@ void RequireBlockTypes(ConfigReader& r, std::string_view key, std::string_view o
     }
   }
   if (r.ok() && types.size() != blocks) {
-    r.Fail(key, fmt::format("lists {} blocks for {} block_out_channels entries", types.size(),
-                            blocks));
+    r.Fail(key,
+           fmt::format("lists {} blocks for {} block_out_channels entries", types.size(), blocks));
   }
 }
 
@@ -69,7 +69,8 @@ void ReadVae(ConfigReader& r, ModelSpec& spec, ArchDetails&) {
   spec.is_vae = true;
   spec.architecture = "AutoencoderKL";
   spec.torch_dtype = ReadTorchDtype(r);
-  if (r.Has("block_out_channels")) v.block_out_channels = r.UintList("block_out_channels", kMaxVaeChannels);
+  if (r.Has("block_out_channels"))
+    v.block_out_channels = r.UintList("block_out_channels", kMaxVaeChannels);
   const uint64_t blocks = v.block_out_channels.size();
   if (r.ok() && (blocks == 0 || blocks > kMaxVaeBlocks)) {
     r.Fail("block_out_channels", fmt::format("needs 1 to {} blocks", kMaxVaeBlocks));

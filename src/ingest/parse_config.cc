@@ -13,9 +13,9 @@ namespace vramscope {
 namespace {
 
 const ingest::Family* FindFamily(std::string_view model_type) {
-  for (const auto* list : {&ingest::DecoderFamilies(), &ingest::ClassicFamilies(),
-                           &ingest::DiffusersFamilies(), &ingest::FluxFamilies(),
-                           &ingest::VaeFamilies()}) {
+  for (const auto* list :
+       {&ingest::DecoderFamilies(), &ingest::ClassicFamilies(), &ingest::DiffusersFamilies(),
+        &ingest::FluxFamilies(), &ingest::VaeFamilies()}) {
     for (const ingest::Family& f : *list) {
       if (f.model_type == model_type) return &f;
     }
@@ -170,10 +170,10 @@ Result<ModelSpec> ParseModelConfig(std::string_view json_text, std::string_view 
     } else if (cls == ingest::kVaeClassName) {
       model_type = ingest::kVaeModelType;
     } else {
-      return MakeError(fmt::format(
-          "{}: _class_name: {} is not supported (diffusers models: {}, {}, {})", name,
-          common::QuoteForMessage(cls), ingest::kUNetClassName, ingest::kFluxClassName,
-          ingest::kVaeClassName));
+      return MakeError(
+          fmt::format("{}: _class_name: {} is not supported (diffusers models: {}, {}, {})", name,
+                      common::QuoteForMessage(cls), ingest::kUNetClassName, ingest::kFluxClassName,
+                      ingest::kVaeClassName));
     }
   }
   const ingest::Family* family = FindFamily(model_type);

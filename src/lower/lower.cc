@@ -110,15 +110,16 @@ Status ValidateVae(const ModelSpec& m, const TrainingSetup& s) {
   auto bad = [](std::string msg) { return Status(MakeError(std::move(msg))); };
   const ModelSpec& vae = *s.vae;
   if (!m.is_unet && !m.is_flux)
-    return bad(fmt::format("--vae: only the diffusion UNet and FLUX steps encode images, not {}",
-                           m.name));
+    return bad(
+        fmt::format("--vae: only the diffusion UNet and FLUX steps encode images, not {}", m.name));
   if (!vae.is_vae)
     return bad(fmt::format("--vae: {} is not a diffusers AutoencoderKL config", s.vae_name));
   const VaeSpec& v = vae.vae;
   if (s.vae_scale != v.Downsampling())
-    return bad(fmt::format("--vae-scale: {} disagrees with --vae {}, which downsamples by {} "
-                           "(2 ** (len(block_out_channels) - 1))",
-                           s.vae_scale, s.vae_name, v.Downsampling()));
+    return bad(
+        fmt::format("--vae-scale: {} disagrees with --vae {}, which downsamples by {} "
+                    "(2 ** (len(block_out_channels) - 1))",
+                    s.vae_scale, s.vae_name, v.Downsampling()));
   // The denoiser takes the latents as they are (UNet) or packed 2 x 2 (FLUX).
   const uint64_t takes = m.is_flux ? m.flux.in_channels : m.unet.in_channels;
   const uint64_t gives = m.is_flux ? 4 * v.latent_channels : v.latent_channels;
@@ -137,6 +138,16 @@ Status ValidateVae(const ModelSpec& m, const TrainingSetup& s) {
   if (!bytes || *bytes > (uint64_t{1} << 56))
     return bad("--batch x --image-size: one activation of the VAE encode would exceed 2^56 bytes");
   return Ok{};
+}
+
+// An AutoencoderKL is estimated only as the --vae of a UNet or FLUX step.
+Status ValidateVaeUse(const ModelSpec& m, const TrainingSetup& s) {
+  if (m.is_vae)
+    return MakeError(fmt::format(
+        "{}: an AutoencoderKL is not trained on its own here; give it to a UNet or FLUX "
+        "estimate as --vae {}",
+        m.name, m.name));
+  return s.vae ? ValidateVae(m, s) : Status(Ok{});
 }
 
 // TRL's fused LM head (loss_trl.cc) reads lm_head.weight directly, past the
@@ -273,15 +284,7 @@ Status ValidateByKind(const ModelSpec& m, const TrainingSetup& s) {
 
 Status Validate(const ModelSpec& m, const TrainingSetup& s) {
   auto bad = [](std::string msg) { return Status(MakeError(std::move(msg))); };
-  if (m.is_vae)
-    return bad(fmt::format(
-        "{}: an AutoencoderKL is not trained on its own here; give it to a UNet or FLUX "
-        "estimate as --vae {}",
-        m.name, m.name));
-  if (s.vae) {
-    Status vae = ValidateVae(m, s);
-    if (!vae.ok()) return vae;
-  }
+  if (Status vae = ValidateVaeUse(m, s); !vae.ok()) return vae;
   if (s.batch == 0 || s.batch > kMaxBatch)
     return bad(fmt::format("--batch: {} is outside 1..{}", s.batch, kMaxBatch));
   if (s.seq == 0 || s.seq > kMaxSeq)
@@ -652,8 +655,7 @@ class RankLowerer {
   // pixels) stay with the batch until the step is over.
   void EncodeImages() {
     if (!vae_) return;
-    const VaeScript script =
-        model_.is_flux ? VaeScript::kDreamboothFlux : VaeScript::kTextToImage;
+    const VaeScript script = model_.is_flux ? VaeScript::kDreamboothFlux : VaeScript::kTextToImage;
     const Var pixels = step_batch_.back();
     std::vector<Var> held;
     Var latents = VaeEncode(tape_, *vae_, setup_, script, pixels, VaeImageSide(), &held);

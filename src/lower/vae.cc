@@ -84,9 +84,8 @@ Var DownBlock(VaeRun& r, size_t i, const Var& x, uint64_t out_c, uint64_t& side)
   }
   if (i + 1 == r.v.block_out_channels.size()) return h;
   r.Module(m + ".downsamplers.0");
-  Var padded =
-      tape.New(r.b * out_c * (side + 1) * (side + 1), h.elem_bytes, Category::kTemporaries,
-               "aten::constant_pad_nd");
+  Var padded = tape.New(r.b * out_c * (side + 1) * (side + 1), h.elem_bytes, Category::kTemporaries,
+                        "aten::constant_pad_nd");
   side /= 2;
   Var down = r.Conv(m + ".downsamplers.0.conv", padded, r.b * out_c * side * side);
   tape.Drop(padded);
@@ -101,8 +100,7 @@ Var DownBlock(VaeRun& r, size_t i, const Var& x, uint64_t out_c, uint64_t& side)
 // (`output.add_(bias)`) unless isTensorSubclassLike, which any
 // TorchDispatchMode makes true (TensorSubclassLikeUtils.h): under the trace
 // recorder the sum is a new tensor (at::add).
-Var ProjectTransposed(VaeRun& r, const std::string& m, uint64_t tokens, uint64_t c,
-                      uint8_t bytes) {
+Var ProjectTransposed(VaeRun& r, const std::string& m, uint64_t tokens, uint64_t c, uint8_t bytes) {
   r.Module(m);
   Var out = r.tape.New(tokens * c, bytes, Category::kTemporaries, "aten::bmm");
   if (!r.tape.graph.under_dispatch_mode) return out;
@@ -251,8 +249,7 @@ Status PlaceVaeWeights(Tape& tape, const ModelSpec& vae, const TrainingSetup& se
   return Ok{};
 }
 
-Var MakePixelValues(Tape& tape, const VaeWeights& vae, const TrainingSetup& setup,
-                    uint64_t image) {
+Var MakePixelValues(Tape& tape, const VaeWeights& vae, const TrainingSetup& setup, uint64_t image) {
   tape.SetModule("batch");
   return tape.New(setup.batch * vae.spec->vae.in_channels * image * image, kF32, Category::kOther,
                   "pixel_values");
