@@ -183,7 +183,8 @@ TEST(ParamInvariantsTest, EveryCatalogModel) {
       }
       if (p.layer >= 0) per_layer[p.layer] += p.numel;
     }
-    if (s.is_unet) continue;  // no numbered layers: units of blocks (family_unet.cc)
+    // No numbered layers: units of blocks (family_unet.cc, family_vae.cc).
+    if (s.is_unet || s.is_vae) continue;
     // Every decoder layer is present.
     EXPECT_EQ(per_layer.size(), s.num_layers);
     EXPECT_GT(s.head_dim, 0u);
