@@ -124,7 +124,10 @@ class Point:
         return args
 
     def to_json(self):
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        if not self.vae:
+            d.pop("vae")  # the points without a VAE keep their recorded form
+        return d
 
 
 def point_from_json(d):
