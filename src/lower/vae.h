@@ -1,9 +1,11 @@
 // The frozen AutoencoderKL of the diffusion training steps (--vae): its weights
 // on the GPU and the encode each micro-batch runs before the denoiser.
 //
-// diffusers 0.42.1's scripts (examples/text_to_image/train_text_to_image.py and
+// diffusers' example scripts (examples/text_to_image/train_text_to_image.py and
 // train_text_to_image_lora.py, examples/dreambooth/train_dreambooth_flux.py and
-// train_dreambooth_lora_flux.py) load the whole AutoencoderKL, freeze it
+// train_dreambooth_lora_flux.py; not in the pip package: read in the GitHub
+// tree at 0.40.0.dev0, the modules they call are diffusers 0.42.1's) load the
+// whole AutoencoderKL, freeze it
 // (`vae.requires_grad_(False)`) and move it to the GPU in weight_dtype
 // (`vae.to(accelerator.device, dtype=weight_dtype)`: fp32, or half under mixed
 // precision); every step encodes the data loader's fp32 pixel_values outside
