@@ -66,6 +66,7 @@ Result<Comparison> ComputeCompare(const CompareArgs& args, const CompareEstimate
   VS_TRY(model, ResolveModel(estimate.model, io));
   VS_TRY(encoders, estimate.knobs.ResolveTextEncoders(io, &setup));
   (void)encoders;
+  if (Status v = ResolveVae(estimate.knobs, io, &setup); !v.ok()) return v.error();
   estimate.knobs.Warn(model, setup);
   VS_TRY(predicted, Estimate(model, setup));
   predicted.report.source = estimate.model;

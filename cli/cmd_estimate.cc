@@ -31,6 +31,7 @@ Result<Estimated> ComputeEstimate(const EstimateArgs& args, const ModelIo& io) {
   VS_TRY(model, ResolveModel(args.model, io));
   VS_TRY(encoders, args.knobs.ResolveTextEncoders(io, &setup));
   (void)encoders;
+  if (Status v = ResolveVae(args.knobs, io, &setup); !v.ok()) return v.error();
   args.knobs.Warn(model, setup);
   EstimateOptions options;
   options.top_allocations = args.top;

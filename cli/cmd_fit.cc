@@ -33,6 +33,7 @@ Result<FitResult> ComputeFit(const FitArgs& args, const ModelIo& io) {
   VS_TRY(model, ResolveModel(args.model, io));
   VS_TRY(encoders, args.knobs.ResolveTextEncoders(io, &setup));
   (void)encoders;
+  if (Status v = ResolveVae(args.knobs, io, &setup); !v.ok()) return v.error();
   args.knobs.Warn(model, setup);
   FitOptions options;
   options.margin_bytes = margin;

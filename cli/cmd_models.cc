@@ -49,6 +49,7 @@ std::string NoteFor(const ModelSpec& spec) {
   }
   if (spec.is_encoder) parts.push_back("encoder (masked LM)");
   if (spec.is_flux) parts.push_back("diffusion transformer (MMDiT): --image-size, --text-len");
+  if (spec.is_vae) parts.push_back("frozen VAE: --vae of a UNet or FLUX estimate");
   std::string out;
   for (const std::string& p : parts) out += (out.empty() ? "" : "; ") + p;
   return out;

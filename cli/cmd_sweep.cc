@@ -63,6 +63,7 @@ Result<SweepResult> ComputeSweep(const SweepArgs& args, const ModelIo& io) {
   VS_TRY(model, ResolveModel(args.model, io));
   VS_TRY(encoders, args.knobs.ResolveTextEncoders(io, &setup));
   (void)encoders;
+  if (Status v = ResolveVae(args.knobs, io, &setup); !v.ok()) return v.error();
   args.knobs.Warn(model, setup);
   ProgressLine progress("sweep: points");
   auto sweep =

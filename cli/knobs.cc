@@ -22,6 +22,10 @@ void AddDiffusionFlags(CLI::App* sub, KnobArgs* k) {
   sub->add_option("--vae-scale", k->vae_scale,
                   "Diffusion UNets and FLUX: pixels per latent (default 8, the VAEs of Stable "
                   "Diffusion and FLUX; 1: pixel space)");
+  sub->add_option("--vae", k->vae,
+                  "Diffusion UNets and FLUX: the frozen AutoencoderKL (catalog alias or "
+                  "vae/config.json) on the GPU, encoding each micro-batch's images (default: "
+                  "latents precomputed, no VAE)");
   sub->add_option("--text-len", k->text_len,
                   "Diffusion UNets and FLUX: text-encoder tokens per prompt (default 77, CLIP; "
                   "FLUX: T5's 512, 256 for schnell)");
@@ -260,6 +264,19 @@ Status KnobArgs::ResolveTextEncoders(const ModelIo& io, TrainingSetup* setup) co
     setup->text_encoder_names.push_back(name);
     setup->text_encoders.push_back(std::make_shared<const ModelSpec>(std::move(*spec)));
   }
+  return Ok{};
+}
+
+Status ResolveVae(const KnobArgs& knobs, const ModelIo& io, TrainingSetup* setup) {
+  if (knobs.vae.empty()) return Ok{};
+  VS_TRY(vae, ResolveModel(knobs.vae, io));
+  if (!vae.is_vae) {
+    return MakeError(fmt::format("--vae: {} is not a diffusers AutoencoderKL config ({})",
+                                 knobs.vae, vae.architecture));
+  }
+  if (!knobs.Given("--vae-scale")) setup->vae_scale = vae.vae.Downsampling();
+  setup->vae_name = knobs.vae;
+  setup->vae = std::make_shared<const ModelSpec>(std::move(vae));
   return Ok{};
 }
 

@@ -20,6 +20,7 @@ struct KnobArgs {
   uint64_t batch = 1, seq = 2048, grad_accum = 1;
   uint64_t image_size = 0, vae_scale = 8, text_len = 0;  // text_len 0: the model's default
   uint64_t target_len = 0;                               // T5 decoder tokens; 0: --seq
+  std::string vae;  // --vae NAME|FILE (empty: latents precomputed)
   uint32_t steps = 3;
   std::string precision = "bf16-mixed", optimizer = "adamw", finetune = "full";
   uint64_t lora_rank = 16;
@@ -69,6 +70,11 @@ struct KnobArgs {
 };
 
 void AddKnobFlags(CLI::App* sub, KnobArgs* knobs);
+// --vae NAME|FILE: the AutoencoderKL resolved through `io` (catalog alias,
+// vae/config.json path or directory, Hub id) into setup->vae; --vae-scale
+// follows the VAE's downsampling unless given (a given one that disagrees is
+// refused by the lowering's validation).
+Status ResolveVae(const KnobArgs& knobs, const ModelIo& io, TrainingSetup* setup);
 // --from FILE, for the commands that read config files (estimate, fit, sweep, plan).
 void AddFromFlag(CLI::App* sub, KnobArgs* knobs);
 // One "Assumed" line per knob a --from file set and per key it holds that is

@@ -851,6 +851,44 @@ def test_hostile_flux_config_exit_2(tmp_path, extra, args, names):
     check_bad_input(["estimate", str(path), *args], names=names)
 
 
+# diffusers AutoencoderKL configs given as --vae (src/ingest/family_vae.cc, lower.cc
+# ValidateVae): what the encode does not model is refused by key or flag.
+VAE_BASE = {
+    "_class_name": "AutoencoderKL", "block_out_channels": [32, 32, 64, 64],
+    "down_block_types": ["DownEncoderBlock2D"] * 4, "up_block_types": ["UpDecoderBlock2D"] * 4,
+    "norm_num_groups": 8, "layers_per_block": 1,
+}
+VAE_CASES = [
+    ("block-type", {"down_block_types": ["AttnDownEncoderBlock2D"] * 4}, [], "down_block_types"),
+    ("block-count", {"block_out_channels": [32, 64]}, [], "down_block_types"),
+    ("groups-do-not-divide", {"norm_num_groups": 5}, [], "block_out_channels"),
+    ("channels-zero", {"block_out_channels": [0, 32, 64, 64]}, [], "block_out_channels"),
+    ("latents-mean", {"latents_mean": [0.0] * 4}, [], "latents_mean"),
+    ("activation", {"act_fn": "relu"}, [], "act_fn"),
+    ("scaling-not-number", {"scaling_factor": "0.18"}, [], "scaling_factor"),
+    ("sample-size-list", {"sample_size": [64, 64]}, [], "sample_size"),
+    ("layers-zero", {"layers_per_block": 0}, [], "layers_per_block"),
+    ("scale-mismatch", {}, ["--vae-scale", "4"], "--vae-scale"),
+    ("latent-channels", {"latent_channels": 16}, [], "--vae"),
+    ("activation-wraps", {}, ["--image-size", "65536", "--batch", "65536"], "2^56"),
+]
+
+
+@pytest.mark.parametrize("extra,args,names", [pytest.param(e, a, n, id=i)
+                                              for i, e, a, n in VAE_CASES])
+def test_hostile_vae_config_exit_2(tmp_path, extra, args, names):
+    path = tmp_path / "vae.json"
+    path.write_text(json.dumps({**VAE_BASE, **extra}))
+    check_bad_input(["estimate", "sd-1.5-unet", "--vae", str(path), *args], names=names)
+
+
+def test_vae_is_a_component_only():
+    """An AutoencoderKL is refused as the trained model, and --vae by non-diffusion models."""
+    check_bad_input(["estimate", "sd-1.5-vae"], names="--vae sd-1.5-vae")
+    check_bad_input(["fit", "gpt2", "--vae", "sd-1.5-vae"], names="--vae")
+    check_bad_input(["estimate", "sd-1.5-unet", "--vae", "gpt2"], names="--vae")
+
+
 def test_flux_catalog_entry_refuses_what_is_not_modelled():
     """flux.1-dev-transformer is lowered (src/lower/flux.cc); estimate, fit and plan
     refuse by name what its lowering does not model."""

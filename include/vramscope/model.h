@@ -193,6 +193,27 @@ struct T5Spec {
   uint64_t Inner(uint64_t heads, uint64_t d_kv) const { return heads * d_kv; }
 };
 
+// A diffusers AutoencoderKL (diffusers 0.42.1 models/autoencoders/
+// autoencoder_kl.py), read by ingest (family_vae.cc): not trained itself, but
+// the frozen VAE of a UNet or FLUX training step (--vae), whose encoder turns
+// each micro-batch's pixels into latents (src/lower/vae.cc).
+struct VaeSpec {
+  uint64_t in_channels = 3, out_channels = 3;
+  std::vector<uint64_t> block_out_channels = {64};
+  uint64_t layers_per_block = 1;
+  uint64_t latent_channels = 4;
+  uint64_t norm_groups = 32;
+  uint64_t sample_size = 32;
+  double scaling_factor = 0.18215;
+  bool has_shift_factor = false;  // shift_factor null: none (SD); FLUX: 0.1159
+  double shift_factor = 0;
+  bool mid_attention = true;  // mid_block_add_attention
+  bool quant_conv = true, post_quant_conv = true;
+  bool force_upcast = true;  // read for the record: the training scripts ignore it
+  // 2 ** (len(block_out_channels) - 1): pixels per latent.
+  uint64_t Downsampling() const { return uint64_t{1} << (block_out_channels.size() - 1); }
+};
+
 struct ModelSpec {
   std::string name;          // catalog alias or path as given
   std::string hub_id;        // "meta-llama/Meta-Llama-3-8B" when known
@@ -218,6 +239,8 @@ struct ModelSpec {
   T5Spec t5;
   bool is_clip = false;  // clip / clip_text_model / clip_vision_model: `clip` holds the towers
   ClipSpec clip;
+  bool is_vae = false;  // a diffusers AutoencoderKL: `vae` holds its layout (--vae only)
+  VaeSpec vae;
 
   uint64_t hidden_size = 0;
   uint64_t intermediate_size = 0;

@@ -155,6 +155,12 @@ struct TrainingSetup {
   // T5 (seq2seq): decoder tokens per sample, the labels' length (0: --seq,
   // which is the encoder's source length).
   uint64_t target_len = 0;
+  // --vae: the frozen AutoencoderKL (ModelSpec::is_vae) of a UNet or FLUX step,
+  // on the GPU in the scripts' weight_dtype and encoding each micro-batch's
+  // pixels (lower/vae.h); null: latents precomputed, no VAE counted.
+  // `vae_name` is the flag's value as given (reports).
+  std::shared_ptr<const ModelSpec> vae;
+  std::string vae_name;
   // diffusers' EMAModel (training_utils.py, 0.42.1) of a UNet's weights, as
   // train_text_to_image.py --use_ema keeps it: an fp32 shadow of every
   // parameter on the GPU, stepped after the optimizer (--foreach_ema: with

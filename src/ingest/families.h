@@ -79,6 +79,11 @@ const std::vector<Family>& DiffusersFamilies();
 inline constexpr std::string_view kFluxModelType = "flux_transformer_2d";
 inline constexpr std::string_view kFluxClassName = "FluxTransformer2DModel";
 const std::vector<Family>& FluxFamilies();
+// The diffusers AutoencoderKL (family_vae.cc), likewise named by `_class_name`:
+// a frozen component of the UNet and FLUX steps (--vae), never trained itself.
+inline constexpr std::string_view kVaeModelType = "autoencoder_kl";
+inline constexpr std::string_view kVaeClassName = "AutoencoderKL";
+const std::vector<Family>& VaeFamilies();
 
 // clip, clip_text_model, clip_vision_model (family_clip.cc): CLIPModel and
 // its towers; ModelSpec::clip holds them.

@@ -188,7 +188,8 @@ TEST(ParamInvariantsTest, EveryCatalogModel) {
       }
       if (p.layer >= 0) per_layer[p.layer] += p.numel;
     }
-    if (s.is_unet) continue;  // no numbered layers: units of blocks (family_unet.cc)
+    // No numbered layers: units of blocks (family_unet.cc, family_vae.cc).
+    if (s.is_unet || s.is_vae) continue;
     // Every decoder layer is present.
     EXPECT_EQ(per_layer.size(), s.num_layers);
     EXPECT_GT(s.head_dim, 0u);
@@ -295,6 +296,87 @@ TEST(FluxParamsTest, SchnellAndSmallConfigsMatchDiffusers) {
   ASSERT_TRUE(small.ok()) << small.error().message;
   EXPECT_EQ(small->ParameterCount(), 139'424u);
   EXPECT_EQ(small->params.size(), 122u);
+}
+
+// The published VAEs against diffusers 0.42.1's AutoencoderKL built from the
+// same vae/config.json on the meta device: totals, tensor counts and the
+// order of the top-level modules; FLUX's has no quant_conv / post_quant_conv.
+TEST(VaeParamsTest, PublishedVaesMatchDiffusers) {
+  ModelSpec sd = Load("sd-1.5-vae");
+  ASSERT_TRUE(sd.is_vae);
+  EXPECT_EQ(sd.ParameterCount(), 83'653'863u);
+  EXPECT_EQ(sd.params.size(), 248u);
+  EXPECT_EQ(sd.vae.Downsampling(), 8u);
+  EXPECT_EQ(Load("sdxl-vae").ParameterCount(), 83'653'863u);
+  ModelSpec flux = Load("flux.1-dev-vae");
+  EXPECT_EQ(flux.ParameterCount(), 83'819'683u);
+  EXPECT_EQ(flux.params.size(), 244u);
+  EXPECT_TRUE(flux.vae.has_shift_factor);
+  std::vector<std::string> top;
+  std::map<std::string, std::vector<uint64_t>> shape;
+  for (const ParamTensor& p : sd.params) {
+    shape[p.name] = p.shape;
+    const std::string head = p.name.substr(0, p.name.find('.', p.name.find('.') + 1));
+    if (top.empty() || top.back() != head) top.push_back(head);
+  }
+  EXPECT_EQ(top, (std::vector<std::string>{
+                     "encoder.conv_in", "encoder.down_blocks", "encoder.mid_block",
+                     "encoder.conv_norm_out", "encoder.conv_out", "decoder.conv_in",
+                     "decoder.up_blocks", "decoder.mid_block", "decoder.conv_norm_out",
+                     "decoder.conv_out", "quant_conv.weight", "quant_conv.bias",
+                     "post_quant_conv.weight", "post_quant_conv.bias"}));
+  using Shape = std::vector<uint64_t>;
+  EXPECT_EQ(shape["encoder.down_blocks.1.resnets.0.conv_shortcut.weight"], (Shape{256, 128, 1, 1}));
+  EXPECT_EQ(shape["encoder.mid_block.attentions.0.to_q.weight"], (Shape{512, 512}));
+  EXPECT_EQ(shape["encoder.conv_out.weight"], (Shape{8, 512, 3, 3}));
+  EXPECT_EQ(shape["decoder.up_blocks.3.resnets.0.conv_shortcut.weight"], (Shape{128, 256, 1, 1}));
+  EXPECT_EQ(shape["decoder.up_blocks.0.upsamplers.0.conv.weight"], (Shape{512, 512, 3, 3}));
+}
+
+// Reduced configs (the fidelity grid's, tools/reference/vsref/models.py) and
+// one without the mid attention, with two resnets per level and 8 latent
+// channels: diffusers 0.42.1 makes 1,028,935 / 180, 1,028,843 / 176 and
+// 1,373,515 / 224 parameters / tensors.
+TEST(VaeParamsTest, ReducedConfigsMatchDiffusers) {
+  const std::string common =
+      R"("_class_name": "AutoencoderKL", "block_out_channels": [32, 32, 64, 64],
+      "down_block_types": ["DownEncoderBlock2D", "DownEncoderBlock2D", "DownEncoderBlock2D", "DownEncoderBlock2D"],
+      "up_block_types": ["UpDecoderBlock2D", "UpDecoderBlock2D", "UpDecoderBlock2D", "UpDecoderBlock2D"],
+      "norm_num_groups": 8)";
+  struct Case {
+    std::string extra;
+    uint64_t parameters, tensors;
+  };
+  for (const Case& c : {Case{R"("layers_per_block": 1)", 1'028'935, 180},
+                        Case{R"("layers_per_block": 1, "use_quant_conv": false,
+                                "use_post_quant_conv": false, "shift_factor": 0.1159)",
+                             1'028'843, 176},
+                        Case{R"("layers_per_block": 2, "latent_channels": 8,
+                                "mid_block_add_attention": false)",
+                             1'373'515, 224}}) {
+    Result<ModelSpec> s = ParseModelConfig("{" + common + ", " + c.extra + "}", "vae");
+    ASSERT_TRUE(s.ok()) << s.error().message;
+    EXPECT_EQ(s->ParameterCount(), c.parameters) << c.extra;
+    EXPECT_EQ(s->params.size(), c.tensors) << c.extra;
+  }
+}
+
+// What the encode does not model is refused by name.
+TEST(VaeParamsTest, RefusesUnmodelledKeysByName) {
+  for (const auto& [config, key] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"_class_name": "AutoencoderKL", "down_block_types": ["DownBlock2D"]})",
+            "down_block_types"},
+           {R"({"_class_name": "AutoencoderKL", "latents_mean": [0.1, 0.2, 0.3, 0.4]})",
+            "latents_mean"},
+           {R"({"_class_name": "AutoencoderKL", "act_fn": "gelu"})", "act_fn"},
+           {R"({"_class_name": "AutoencoderKL", "block_out_channels": [64, 128]})",
+            "down_block_types"},
+           {R"({"_class_name": "AutoencoderKL", "norm_num_groups": 48})", "block_out_channels"}}) {
+    Result<ModelSpec> s = ParseModelConfig(config, "vae/config.json");
+    ASSERT_FALSE(s.ok()) << config;
+    EXPECT_NE(s.error().message.find("vae/config.json"), std::string::npos) << s.error().message;
+    EXPECT_NE(s.error().message.find(key), std::string::npos) << s.error().message;
+  }
 }
 
 }  // namespace

@@ -15,7 +15,7 @@ namespace {
 const ingest::Family* FindFamily(std::string_view model_type) {
   for (const auto* list :
        {&ingest::DecoderFamilies(), &ingest::ClassicFamilies(), &ingest::DiffusersFamilies(),
-        &ingest::FluxFamilies(), &ingest::ClipFamilies()}) {
+        &ingest::FluxFamilies(), &ingest::ClipFamilies(), &ingest::VaeFamilies()}) {
     for (const ingest::Family& f : *list) {
       if (f.model_type == model_type) return &f;
     }
@@ -168,10 +168,13 @@ Result<ModelSpec> ParseModelConfig(std::string_view json_text, std::string_view 
       model_type = ingest::kUNetModelType;
     } else if (cls == ingest::kFluxClassName) {
       model_type = ingest::kFluxModelType;
+    } else if (cls == ingest::kVaeClassName) {
+      model_type = ingest::kVaeModelType;
     } else {
-      return MakeError(fmt::format(
-          "{}: _class_name: {} is not supported (diffusers models: {}, {})", name,
-          common::QuoteForMessage(cls), ingest::kUNetClassName, ingest::kFluxClassName));
+      return MakeError(
+          fmt::format("{}: _class_name: {} is not supported (diffusers models: {}, {}, {})", name,
+                      common::QuoteForMessage(cls), ingest::kUNetClassName, ingest::kFluxClassName,
+                      ingest::kVaeClassName));
     }
   }
   const ingest::Family* family = FindFamily(model_type);

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config_reader.h"
+#include "param_list.h"
 #include "vramscope/common/checked.h"
 
 namespace vramscope::ingest {

@@ -21,6 +21,7 @@
 #include "tape.h"
 #include "transformer.h"
 #include "unet.h"
+#include "vae.h"
 #include "vit.h"
 #include "vramscope/common/checked.h"
 #include "vramscope/common/quote.h"
@@ -104,6 +105,52 @@ Status ValidateUNet(const ModelSpec& m, const TrainingSetup& s) {
         "2^56 bytes",
         s.batch, side, side, 8 * widest));
   return Ok{};
+}
+
+// --vae (vae.h): an AutoencoderKL whose latents the UNet or FLUX step takes,
+// at the downsampling --vae-scale says (the CLI sets it from the VAE).
+Status ValidateVae(const ModelSpec& m, const TrainingSetup& s) {
+  auto bad = [](std::string msg) { return Status(MakeError(std::move(msg))); };
+  const ModelSpec& vae = *s.vae;
+  if (!m.is_unet && !m.is_flux)
+    return bad(
+        fmt::format("--vae: only the diffusion UNet and FLUX steps encode images, not {}", m.name));
+  if (!vae.is_vae)
+    return bad(fmt::format("--vae: {} is not a diffusers AutoencoderKL config", s.vae_name));
+  const VaeSpec& v = vae.vae;
+  if (s.vae_scale != v.Downsampling())
+    return bad(
+        fmt::format("--vae-scale: {} disagrees with --vae {}, which downsamples by {} "
+                    "(2 ** (len(block_out_channels) - 1))",
+                    s.vae_scale, s.vae_name, v.Downsampling()));
+  // The denoiser takes the latents as they are (UNet) or packed 2 x 2 (FLUX).
+  const uint64_t takes = m.is_flux ? m.flux.in_channels : m.unet.in_channels;
+  const uint64_t gives = m.is_flux ? 4 * v.latent_channels : v.latent_channels;
+  if (takes != gives)
+    return bad(fmt::format(
+        "--vae: {}'s {} latent channels do not fit {}'s in_channels {} (extra conditioning "
+        "channels, as inpainting's, are not modelled)",
+        s.vae_name, v.latent_channels, m.name, takes));
+  // The largest encode tensor: the padded first level, [b, c, image+1, image+1].
+  uint64_t widest = 0;
+  for (uint64_t c : v.block_out_channels) widest = std::max(widest, c);
+  const uint64_t image = s.image_size ? s.image_size : 1024;
+  std::optional<uint64_t> bytes = common::CheckedMul(s.batch, image + 1);
+  if (bytes) bytes = common::CheckedMul(*bytes, image + 1);
+  if (bytes) bytes = common::CheckedMul(*bytes, widest * 4);
+  if (!bytes || *bytes > (uint64_t{1} << 56))
+    return bad("--batch x --image-size: one activation of the VAE encode would exceed 2^56 bytes");
+  return Ok{};
+}
+
+// An AutoencoderKL is estimated only as the --vae of a UNet or FLUX step.
+Status ValidateVaeUse(const ModelSpec& m, const TrainingSetup& s) {
+  if (m.is_vae)
+    return MakeError(fmt::format(
+        "{}: an AutoencoderKL is not trained on its own here; give it to a UNet or FLUX "
+        "estimate as --vae {}",
+        m.name, m.name));
+  return s.vae ? ValidateVae(m, s) : Status(Ok{});
 }
 
 // TRL's fused LM head (loss_trl.cc) reads lm_head.weight directly, past the
@@ -338,6 +385,7 @@ Status ValidateByKind(const ModelSpec& m, const TrainingSetup& s) {
 Status Validate(const ModelSpec& m, const TrainingSetup& s) {
   auto bad = [](std::string msg) { return Status(MakeError(std::move(msg))); };
   if (Status encoders = ValidateFrozenEncoders(m, s); !encoders.ok()) return encoders;
+  if (Status vae = ValidateVaeUse(m, s); !vae.ok()) return vae;
   if (s.batch == 0 || s.batch > kMaxBatch)
     return bad(fmt::format("--batch: {} is outside 1..{}", s.batch, kMaxBatch));
   if (s.seq == 0 || s.seq > kMaxSeq)
@@ -490,6 +538,7 @@ class RankLowerer {
     if (Status s = IndexModel(); !s.ok()) return s.error();
     CountParameters(lora_params);
     PlaceEma();
+    if (Status s = PlaceVae(); !s.ok()) return s.error();
     PlaceDpoReference();
     scaler_ = GradScalerModel(setup_.precision == Precision::kFp16Mixed && !half_model_);
     InstallOptimizerInBackward();
@@ -699,8 +748,9 @@ class RankLowerer {
   // previous micro-batch's is released, as the loop rebinds its variable) and
   // kept until the next one or the end of the step.
   void LoadBatch() {
-    if (!model_.is_vit && !model_.is_flux && !model_.is_clip) return;
+    if (!model_.is_vit && !model_.is_flux && !model_.is_clip && !vae_) return;
     for (Var& v : step_batch_) tape_.Drop(v);
+    step_batch_.clear();
     if (model_.is_clip) {
       const ClipBatch batch = MakeClipBatch(tape_, model_, setup_);
       step_batch_ = {batch.input_ids, batch.pixels};
@@ -708,10 +758,40 @@ class RankLowerer {
     }
     if (model_.is_flux) {
       step_batch_ = MakeFluxBatch(tape_, model_, setup_);
-      return;
+    } else if (model_.is_vit) {
+      const VitBatch batch = MakeVitBatch(tape_, model_, setup_);
+      step_batch_ = {batch.pixels, batch.labels};
     }
-    const VitBatch batch = MakeVitBatch(tape_, model_, setup_);
-    step_batch_ = {batch.pixels, batch.labels};
+    // The images the frozen VAE encodes, after the step's other inputs.
+    if (vae_) step_batch_.push_back(MakePixelValues(tape_, *vae_, setup_, VaeImageSide()));
+  }
+
+  // --vae: the frozen AutoencoderKL's weights (vae.h), after the denoiser's
+  // and the EMA copy: the scripts move the VAE to the GPU after
+  // accelerator.prepare (train_text_to_image.py, diffusers examples).
+  Status PlaceVae() {
+    if (!setup_.vae) return Ok{};
+    vae_ = std::make_unique<VaeWeights>();
+    return PlaceVaeWeights(tape_, *setup_.vae, setup_, vae_.get());
+  }
+
+  uint64_t VaeImageSide() const {
+    const uint64_t latent =
+        model_.is_flux ? *FluxLatentSide(setup_) : *UNetLatentSide(model_, setup_);
+    return latent * setup_.vae_scale;
+  }
+
+  // The VAE encode of this micro-batch's pixels (the last batch entry), in the
+  // forward phase before the denoiser runs; the latents (and FLUX's cast
+  // pixels) stay with the batch until the step is over.
+  void EncodeImages() {
+    if (!vae_) return;
+    const VaeScript script = model_.is_flux ? VaeScript::kDreamboothFlux : VaeScript::kTextToImage;
+    const Var pixels = step_batch_.back();
+    std::vector<Var> held;
+    Var latents = VaeEncode(tape_, *vae_, setup_, script, pixels, VaeImageSide(), &held);
+    held.push_back(latents);
+    step_batch_.insert(step_batch_.end(), held.begin(), held.end());
   }
 
   void ForwardPass(size_t chunk) {
@@ -721,6 +801,7 @@ class RankLowerer {
     // starts the forward (as the recorder marks it).
     RunFrozenEncoders(tape_, setup_, encoders_);
     result_.stream.BeginPhase(step_, Phase::kForward);
+    EncodeImages();
     // torchtune's recipes: `with self.activations_handling_ctx: logits = self._model(...)`
     // (OffloadActivations); otherwise torch.autograd.graph.save_on_cpu.
     const bool torchtune_offload =
@@ -893,6 +974,7 @@ class RankLowerer {
   ClipParams cp_;
   std::vector<FrozenEncoder> encoders_;  // --text-encoder (frozen_encoder.h)
   std::vector<Var> step_batch_;          // the data loader's current batch (LoadBatch)
+  std::unique_ptr<VaeWeights> vae_;      // --vae: the frozen AutoencoderKL (PlaceVae)
   std::vector<TensorId> ema_shadow_;     // EMAModel.shadow_params, for the whole run
   OptimizerExtras extras_;
   GradScalerModel scaler_{false};

@@ -1089,5 +1089,69 @@ TEST(T5Lower, EncoderNoGradForwardLeavesOnlyItsOutput) {
   EXPECT_EQ(sim->final_stats.allocated_bytes, m.ParameterCount() * 2 + out.bytes());
   EXPECT_GE(sim->peak_allocated_bytes, m.ParameterCount() * 2 + 2u * 4 * 16 * 16 * 2);
 }
+// The grid's reduced SD-1.5-like UNet (tools/reference/vsref/models.py "unet_sd15").
+ModelSpec TinyUNet() {
+  auto parsed = ParseModelConfig(R"({"_class_name": "UNet2DConditionModel", "sample_size": 8,
+      "block_out_channels": [32, 64, 64], "down_block_types": ["CrossAttnDownBlock2D",
+      "CrossAttnDownBlock2D", "DownBlock2D"], "up_block_types": ["UpBlock2D",
+      "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"], "cross_attention_dim": 32,
+      "attention_head_dim": 8, "norm_num_groups": 8})",
+                                 "tiny-unet");
+  EXPECT_TRUE(parsed.ok()) << parsed.error().message;
+  return *parsed;
+}
+
+// The grid's reduced VAE (tools/reference/vsref/models.py "vae_sd" / "vae_flux").
+std::shared_ptr<const ModelSpec> TinyVae(bool flux) {
+  const std::string extra = flux ? R"(, "use_quant_conv": false, "use_post_quant_conv": false,
+      "shift_factor": 0.1159)"
+                                 : "";
+  auto parsed = ParseModelConfig(R"({"_class_name": "AutoencoderKL", "block_out_channels":
+      [32, 32, 64, 64], "down_block_types": ["DownEncoderBlock2D", "DownEncoderBlock2D",
+      "DownEncoderBlock2D", "DownEncoderBlock2D"], "up_block_types": ["UpDecoderBlock2D",
+      "UpDecoderBlock2D", "UpDecoderBlock2D", "UpDecoderBlock2D"], "layers_per_block": 1,
+      "norm_num_groups": 8)" + extra +
+                                     "}",
+                                 "tiny-vae");
+  EXPECT_TRUE(parsed.ok()) << parsed.error().message;
+  return std::make_shared<const ModelSpec>(*parsed);
+}
+
+// --vae adds the frozen VAE's weights (in the weight dtype) for the whole run
+// and an encode that saves nothing: the same tensors are saved for backward,
+// the steady state holds, and the step ends with only the weights added.
+TEST(VaeLower, WeightsAddedEncodeSavesNothing) {
+  for (bool flux : {false, true}) {
+    const ModelSpec m = flux ? TinyFlux() : TinyUNet();
+    for (Precision p : {Precision::kFp32, Precision::kBf16Mixed}) {
+      SCOPED_TRACE(testing::Message() << (flux ? "flux " : "unet ") << PrecisionName(p));
+      TrainingSetup s;
+      s.batch = 2;
+      s.image_size = 64;
+      s.text_len = 8;
+      s.precision = p;
+      s.attn = Attention::kSdpa;
+      auto plain = LowerTraining(m, s, TestGpu());
+      ASSERT_TRUE(plain.ok()) << plain.error().message;
+      s.vae = TinyVae(flux);
+      s.vae_name = "tiny-vae";
+      auto with_vae = LowerTraining(m, s, TestGpu());
+      ASSERT_TRUE(with_vae.ok()) << with_vae.error().message;
+      SimOptions o;
+      o.alloc.ideal = true;
+      auto a = Simulate(plain->stream, o);
+      auto b = Simulate(with_vae->stream, o);
+      ASSERT_TRUE(a.ok() && b.ok());
+      ExpectSteadyState(*b);
+      const uint64_t weights = s.vae->ParameterCount() * (p == Precision::kFp32 ? 4 : 2);
+      EXPECT_EQ(b->final_stats.allocated_bytes, a->final_stats.allocated_bytes + weights);
+      EXPECT_EQ(SavedAtEndOfForward(with_vae->stream)->total_bytes,
+                SavedAtEndOfForward(plain->stream)->total_bytes);
+      s.vae_scale = 4;
+      EXPECT_FALSE(LowerTraining(m, s, TestGpu()).ok());
+    }
+  }
+}
+
 }  // namespace
 }  // namespace vramscope

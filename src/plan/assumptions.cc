@@ -148,13 +148,25 @@ std::string UNetWeights(const TrainingSetup& s) {
   return "";
 }
 
-// What a diffusion step's inputs line says is not on the GPU: the VAE and,
-// without --text-encoder, the text encoders.
+// What a diffusion step's inputs line says about the VAE (precomputed
+// latents, or the frozen --vae encoding each micro-batch's pixels: lower/vae.h)
+// and, without --text-encoder, the text encoders.
 std::string OffTheGpu(const TrainingSetup& s, const char* encoders) {
-  if (!s.text_encoders.empty())
-    return "the VAE is not on the GPU (precomputed latents, or add its weights yourself)";
-  return fmt::format(
-      "the VAE and {} are not on the GPU (precomputed, or add their weights yourself)", encoders);
+  const bool text_on_gpu = !s.text_encoders.empty();
+  if (!s.vae) {
+    if (text_on_gpu)
+      return "the VAE is not on the GPU (precomputed latents, or add its weights yourself)";
+    return fmt::format(
+        "the VAE and {} are not on the GPU (precomputed, or add their weights yourself)",
+        encoders);
+  }
+  const std::string vae = fmt::format(
+      "the VAE {} ({} frozen weights on the GPU in {}) encodes each micro-batch's fp32 pixels "
+      "outside autocast before the forward",
+      s.vae_name, s.vae->ParameterCount(),
+      s.precision == Precision::kFp32 ? "fp32" : "the 16-bit weight dtype");
+  if (text_on_gpu) return vae;
+  return fmt::format("{}; {} not on the GPU (precomputed)", vae, encoders);
 }
 
 // --text-encoder: the frozen encoders on the GPU (lower/frozen_encoder.cc).
@@ -428,6 +440,7 @@ std::vector<std::pair<std::string, std::string>> DescribeKnobs(const ModelSpec& 
       out.emplace_back("image_size", std::to_string(image));
       out.emplace_back("vae_scale", std::to_string(s.vae_scale));
       out.emplace_back("text_len", std::to_string(TextLen(model, s)));
+      if (s.vae) out.emplace_back("vae", s.vae_name);
     }
   }
   return out;

@@ -21,7 +21,7 @@ import tempfile
 from . import events
 from .grid import GRIDS
 from .knobs import point_from_json
-from .models import reference_config
+from .models import VAE_FAMILIES, reference_config
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".."))
 VRAMSCOPE = os.environ.get("VRAMSCOPE", os.path.join(ROOT, "build", "cli", "vramscope"))
@@ -68,6 +68,12 @@ def predict(point, workdir):
     out = os.path.join(workdir, _slug(point) + ".pred.events")
     cmd = [VRAMSCOPE, "estimate", config_path, *point.estimate_args(), "--device-rules", "cpu",
            "--alloc-conf", "ideal:True", "--events", out, "--json"]
+    if point.vae:
+        # The reference's AutoencoderKL config (vsref/vae.py) beside the denoiser's.
+        vae_path = os.path.join(workdir, _slug(point) + ".vae.json")
+        with open(vae_path, "w", encoding="utf-8") as f:
+            json.dump(VAE_FAMILIES[point.vae], f, indent=1)
+        cmd += ["--vae", vae_path]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"estimate failed: {proc.stderr.strip()}")

@@ -139,6 +139,20 @@ def run(point, config, out_path, latent_side=FLUX_LATENT_SIDE):
     mixed = point.precision == "bf16-mixed"
     meta = [("reference", point.name()), ("diffusers", diffusers.__version__),
             ("torch", torch.__version__)]
+    if point.vae:
+        # The frozen VAE encodes fresh pixels first (vsref/vae.py), in weight_dtype.
+        from . import vae as vsvae
+        from .models import VAE_FAMILIES, VAE_SCALE
+
+        vae = vsvae.build_vae(VAE_FAMILIES[point.vae], batch_dtype)
+        step = vsvae.VaeStep(vae, model, batch_dtype, flux=True)
+
+        def step_loss(m, pixel_values, hold):
+            return (m(pixel_values, hold, lambda: loss_of(model, batch, latent_side, mixed)),)
+
+        vsvae.record_steps(point, step, optimizer, batch, latent_side * VAE_SCALE, step_loss,
+                           out_path, meta)
+        return
     with vramscope_trace.record(out_path, model=model, optimizer=optimizer, inputs=batch,
                                 meta=meta):
         for _ in range(point.steps):

@@ -107,6 +107,21 @@ def flux_points():
             for family in FLUX_FAMILIES for combo in FLUX_COMBOS]
 
 
+# The frozen AutoencoderKL encoding real pixels before the step (vsref/vae.py, `estimate
+# --vae`): its weight_dtype is fp32 under fp32 and half otherwise, so fp32, bf16 and both
+# bf16-mixed scripts (full keeps the UNet fp32, LoRA casts it), on the SD-1.5-like UNet
+# and the FLUX transformer.
+VAE_COMBOS = (UNET_COMBOS[0], UNET_COMBOS[1], UNET_COMBOS[2], UNET_COMBOS[3])
+
+
+def vae_points():
+    points = [dataclasses.replace(_unet_point("unet_sd15", combo), vae="vae_sd")
+              for combo in VAE_COMBOS]
+    points += [dataclasses.replace(_unet_point("flux_dev", combo), seq=FLUX_TEXT_LEN,
+                                   vae="vae_flux") for combo in VAE_COMBOS]
+    return points
+
+
 # TRL 1.16's SFTTrainer step (its fused LM head; trl is installed in .venv/tf5 only): every
 # combo on Llama, three on families with tied embeddings (gemma, gpt2) or another layout
 # (qwen2), and one row per micro-batch (the shifted slice is then contiguous, no copy).
@@ -171,8 +186,8 @@ def t5_points():
 def full_grid():
     points = [p for family in FAMILIES for tf in (5, 4) for combo in COMBOS
               if not is_t5(family) and _supported(p := _point(family, tf, combo))]
-    return (points + unet_points() + flux_points() + trl_points() + packed_points()
-            + batch1_points() + torchtune_model_points() + t5_points())
+    return (points + unet_points() + flux_points() + vae_points() + trl_points()
+            + packed_points() + batch1_points() + torchtune_model_points() + t5_points())
 
 
 def ci_grid():

@@ -51,6 +51,9 @@ class Point:
     # T5 (seq2seq): the labels' length, decoder tokens (0: seq, the source length),
     # estimated with --target-len.
     target_len: int = 0
+    # A UNet or FLUX point's frozen VAE (models.VAE_FAMILIES; vsref/vae.py), estimated with
+    # --vae; "": latents precomputed, as in the plain points.
+    vae: str = ""
 
     def name(self):
         parts = [self.family, f"tf{self.tf}", self.finetune, f"ckpt-{self.ckpt}", self.attn,
@@ -67,6 +70,8 @@ class Point:
             parts.append("offload")
         if self.target_len:
             parts.append(f"tgt{self.target_len}")
+        if self.vae:
+            parts.append(self.vae)
         return "/".join(parts)
 
     def _default_shape(self):
@@ -139,7 +144,10 @@ class Point:
         return args
 
     def to_json(self):
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        if not self.vae:
+            d.pop("vae")  # the points without a VAE keep their recorded form
+        return d
 
 
 def point_from_json(d):

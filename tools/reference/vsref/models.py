@@ -230,6 +230,25 @@ FLUX_FAMILIES = {
         "guidance_embeds": True, "axes_dims_rope": [4, 6, 6],
     },
 }
+# diffusers' AutoencoderKL at reduced width (vsref/vae.py runs it, `estimate --vae` reads
+# it): the published VAEs' four levels (so 8 pixels per latent, VAE_SCALE), one resnet per
+# level, 32 / 64 channels in 8 groups, the mid block's attention. "vae_sd" imitates
+# stable-diffusion-v1-5/vae/config.json (quant_conv, scaling_factor 0.18215); "vae_flux"
+# FLUX.1-dev's (no quant_conv / post_quant_conv, shift_factor and scaling_factor) with the
+# 4 latent channels the reduced FLUX transformer packs into its 16 features.
+_VAE_COMMON = {
+    "_class_name": "AutoencoderKL", "act_fn": "silu", "in_channels": 3, "out_channels": 3,
+    "block_out_channels": [32, 32, 64, 64], "down_block_types": ["DownEncoderBlock2D"] * 4,
+    "up_block_types": ["UpDecoderBlock2D"] * 4, "layers_per_block": 1, "norm_num_groups": 8,
+    "latent_channels": 4, "sample_size": 64,
+}
+VAE_FAMILIES = {
+    "vae_sd": {**_VAE_COMMON, "scaling_factor": 0.18215},
+    "vae_flux": {**_VAE_COMMON, "force_upcast": True, "scaling_factor": 0.3611,
+                 "shift_factor": 0.1159, "use_quant_conv": False, "use_post_quant_conv": False,
+                 "mid_block_add_attention": True},
+}
+
 # A FLUX point's latent side (the VAE's latents, before the 2 x 2 packing) and text length.
 FLUX_LATENT_SIDE = 8
 FLUX_TEXT_LEN = 8

@@ -160,6 +160,21 @@ def encode_prompt(point, encoders, batch):
     batch["encoder_hidden_states"] = torch.concat(states, dim=-1)
     del states
     batch["added_cond_kwargs"]["text_embeds"] = pooled
+def _run_with_vae(point, config, unet, optimizer, batch, out_path, meta):
+    """The step after the frozen VAE's encode of fresh pixels (vsref/vae.py), in the
+    scripts' weight_dtype; the prediction lives through backward as below."""
+    from . import vae as vsvae
+    from .models import VAE_FAMILIES, VAE_SCALE
+
+    dtype = _batch_dtype(point)
+    step = vsvae.VaeStep(vsvae.build_vae(VAE_FAMILIES[point.vae], dtype), unet, dtype, flux=False)
+
+    def loss_of(model, pixel_values, hold):
+        pred = model(pixel_values, hold, lambda: predict(point, unet, batch))
+        return F.mse_loss(pred.float(), batch["target"].float(), reduction="mean"), pred
+
+    vsvae.record_steps(point, step, optimizer, batch, config["sample_size"] * VAE_SCALE, loss_of,
+                       out_path, meta)
 
 
 def run(point, config, out_path):
@@ -178,6 +193,9 @@ def run(point, config, out_path):
         inputs = {"batch": batch, "text_encoders": weights}
     meta = [("reference", point.name()), ("diffusers", diffusers.__version__),
             ("torch", torch.__version__)]
+    if point.vae:
+        _run_with_vae(point, config, unet, optimizer, batch, out_path, meta)
+        return
     with vramscope_trace.record(out_path, model=unet, optimizer=optimizer, inputs=inputs,
                                 meta=meta):
         for _ in range(point.steps):
