@@ -7,6 +7,8 @@ QLoRA is not in the grid: bitsandbytes' 4-bit path needs CUDA kernels (docs/fide
 """
 
 import dataclasses
+import os
+import sys
 
 from .knobs import UNET_LORA_TARGETS, UNET_SEQ, Point
 from .models import FAMILIES, FLUX_FAMILIES, FLUX_TEXT_LEN, UNET_FAMILIES
@@ -143,7 +145,7 @@ def full_grid():
     points = [p for family in FAMILIES for tf in (5, 4) for combo in COMBOS
               if _supported(p := _point(family, tf, combo))]
     return (points + unet_points() + flux_points() + trl_points() + packed_points()
-            + batch1_points() + torchtune_model_points())
+            + batch1_points() + torchtune_model_points() + litgpt_model_points())
 
 
 def ci_grid():
@@ -174,6 +176,26 @@ def torchtune_model_as_transformers_points():
             for p in torchtune_model_points()]
 
 
+def litgpt_model_points():
+    """LitGPT's own GPT through its fine-tuning step (vsref/litgpt_model.py), estimated with
+    --impl litgpt --loss litgpt-chunked: full and LoRA, the three Fabric precisions, with and
+    without per-Block checkpointing; 256 tokens (two lm_head chunks of 128). Skipped, with a
+    message, where .venv/litgpt (requirements/reference-litgpt.txt) was not made."""
+    extra = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", ".venv",
+                         "litgpt")
+    if not os.path.isdir(extra):
+        print(f"litgpt-model points skipped: {os.path.normpath(extra)} is missing "
+              "(scripts/python_env.sh makes it)", file=sys.stderr)
+        return []
+    combos = [("full", "none", "fp32"), ("full", "none", "bf16"), ("full", "none", "bf16-mixed"),
+              ("full", "full", "bf16"), ("full", "full", "fp32"),
+              ("lora", "none", "fp32"), ("lora", "none", "bf16"), ("lora", "none", "bf16-mixed"),
+              ("lora", "full", "bf16")]
+    return [Point("llama_lg", tf=5, finetune=f, ckpt=c, attn="sdpa", precision=p, seq=256,
+                  optimizer="adamw-foreach", trainer="litgpt-model") for f, c, p in combos]
+
+
 GRIDS = {"ci": ci_grid, "full": full_grid, "fsdp": fsdp_points,
+         "litgpt-model": litgpt_model_points,
          "torchtune-model": torchtune_model_points,
          "torchtune-model-as-transformers": torchtune_model_as_transformers_points}

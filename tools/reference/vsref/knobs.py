@@ -90,7 +90,10 @@ class Point:
             args += ["--loss", "torchtune-chunked"]
         if self.trainer == "torchtune-model":
             args += ["--impl", "torchtune"]
-        if tt_model and self.finetune == "lora":
+        if self.trainer == "litgpt-model":
+            # LitGPT's GPT and finetune/*.py's chunked lm_head and chunked_cross_entropy.
+            args += ["--impl", "litgpt", "--loss", "litgpt-chunked"]
+        if (tt_model or self.trainer == "litgpt-model") and self.finetune == "lora":
             args += ["--lora-dtype", "model"]
         if self.trainer == "trl-dpo":
             # DataCollatorForPreference's batch carries an attention_mask (all ones here).

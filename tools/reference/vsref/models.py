@@ -205,6 +205,15 @@ def reference_config(family):
         # (one kv head expands as a view).
         config.update(max_position_embeddings=256, num_key_value_heads=2)
         return config
+    if family == "llama_lg":
+        # LitGPT's own GPT (vsref/litgpt_model.py; not a FAMILIES entry), estimated with
+        # --impl litgpt: block_size 512 (max_position_embeddings) above the 256-token rows,
+        # so that fit()'s max_seq_length rebuilds the RoPE cache; two query groups, so that
+        # k / v are repeat_interleave'd copies.
+        config = reduce_config(catalog_config(FAMILIES["llama"]))
+        config.update(max_position_embeddings=512, num_key_value_heads=2,
+                      tie_word_embeddings=False)
+        return config
     config = reduce_config(catalog_config(FAMILIES[family]))
     if config.get("model_type") == "vit":
         config.update(image_size=VIT_IMAGE, patch_size=VIT_PATCH, num_labels=VIT_LABELS)
