@@ -83,6 +83,7 @@ Var Dropout(Tape& tape, const Var& x, double p);
 // upcast, pow, mean, rsqrt, multiply, cast back, weight multiply.
 Var RmsNorm(Tape& tape, const Var& x, Param& w, uint64_t tokens, uint64_t hidden, bool gemma_style);
 Var RmsNormTorchtune(Tape& tape, const Var& x, Param& w, uint64_t tokens);
+Var RmsNormLitgpt(Tape& tape, const Var& x, Param& w, uint64_t tokens);
 // nn.LayerNorm (native_layer_norm): saves input, mean, rstd (fp32 per row).
 // Under autocast layer_norm runs in fp32.
 Var LayerNorm(Tape& tape, const Var& x, Param& w, Param* b, uint64_t tokens);

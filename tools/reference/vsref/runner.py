@@ -287,7 +287,7 @@ def run(point, config_dict, out_path):
 
         torchtune_model.run_isolated(point, config_dict, out_path)
         return
-    if point.trainer == "litgpt-model":
+    if point.trainer in ("litgpt-model", "litgpt-lora-as-transformers"):
         from . import litgpt_model  # LitGPT and lightning: .venv/litgpt, a child process
 
         litgpt_model.run_isolated(point, config_dict, out_path)
