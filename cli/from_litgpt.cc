@@ -251,8 +251,7 @@ void ReadLitgptStrategy(const Reader& r, const Json& root, int64_t processes) {
 Status ReadLitgpt(const Reader& r, const Json& root) {
   VS_TRY(model, String(r, root, "checkpoint_dir", "checkpoint_dir"));
   r.Note(fmt::format("model {}", common::QuoteForMessage(model, common::kQuotedBytes, '\'')),
-         "checkpoint_dir",
-         "not applied, the MODEL argument names the model estimated");
+         "checkpoint_dir", "not applied, the MODEL argument names the model estimated");
   VS_TRY(processes, LitgptProcesses(r, root));
   if (Status st = ReadLitgptPrecision(r, root); !st.ok()) return st;
   if (IsLora(root)) {

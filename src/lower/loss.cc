@@ -254,35 +254,19 @@ Var LitgptChunkLoss(Tape& tape, const Var& chunk, uint64_t vocab) {
 
 }  // namespace
 
-// LitGPT's fine-tuning step (finetune/full.py / lora.py fit(), 0.5.13).
-Var LitgptChunkedLoss(Tape& tape, Var* hidden_owner, Param& head, uint64_t batch, uint64_t seq,
-                      uint64_t hidden_size, uint64_t vocab) {
-  std::vector<Var> chunks =
-      LitgptLogitChunks(tape, *hidden_owner, head, batch, seq, hidden_size, vocab);
-  tape.Drop(*hidden_owner);  // GPT.forward returns: its `x` goes
-  // Fabric's _FabricModule.forward then converts the outputs
-  // (precision.convert_output, lightning 2.6.6 fabric/wrappers.py): half
-  // logits of bf16-true / bf16-mixed become fp32 copies (the default dtype),
-  // one chunk at a time, and the half list goes once all are made.
-  if (!chunks.empty() && chunks[0].elem_bytes != kF32) {
-    std::vector<Var> converted;
-    for (const Var& c : chunks) converted.push_back(Cast(tape, c, kF32));
-    for (Var& c : chunks) tape.Drop(c);
-    chunks = converted;
-  }
-  // `logits = model(...)` rebinds the loop's variable: last step's chunks go.
-  for (Var& v : tape.loop_logits) tape.Drop(v);
-  tape.loop_logits = chunks;
-  // `logits[-1] = logits[-1][..., :-1, :]`, then chunked_cross_entropy's
-  // `logit_chunk.reshape(-1, V)`: a view, except the last chunk of a batch of
-  // more rows (the slice is strided), which is copied; the list holds the
-  // copies until it returns.
+namespace {
+
+// `logits[-1] = logits[-1][..., :-1, :]`, then chunked_cross_entropy's
+// `logit_chunk.reshape(-1, V)`: a view, except the last chunk of a batch of
+// more rows (the slice is strided), which is copied; the list holds the
+// copies until it returns.
+std::vector<Var> LitgptLossInputs(Tape& tape, const std::vector<Var>& chunks, uint64_t batch,
+                                  uint64_t vocab) {
   std::vector<Var> inputs;
   for (size_t i = 0; i < chunks.size(); ++i) {
     Var in = tape.Share(chunks[i]);
     if (i + 1 == chunks.size()) {
-      in.numel = chunks[i].numel / vocab - batch;
-      in.numel *= vocab;
+      in.numel = (chunks[i].numel / vocab - batch) * vocab;
       if (batch > 1) {
         Var copy = tape.New(in.numel, in.elem_bytes, Category::kTemporaries, "aten::clone");
         if (tape.grad_enabled && in.requires_grad()) {
@@ -295,15 +279,17 @@ Var LitgptChunkedLoss(Tape& tape, Var* hidden_owner, Param& head, uint64_t batch
     }
     inputs.push_back(in);
   }
-  std::vector<Var> parts;
-  for (Var& in : inputs) parts.push_back(LitgptChunkLoss(tape, in, vocab));
-  // (targets != ignore_index).sum(), torch.cat(loss_chunks).sum() / ...
-  Var labelled = tape.New(batch * (seq - 1), kBool, Category::kTemporaries, "aten::ne");
+  return inputs;
+}
+
+// `torch.cat(loss_chunks).sum() / non_masked_elems.maximum(...)`.
+Var LitgptReduce(Tape& tape, std::vector<Var>& parts, uint64_t labels) {
+  Var labelled = tape.New(labels, kBool, Category::kTemporaries, "aten::ne");
   Var count = tape.New(1, kI64, Category::kLoss, "aten::sum");
   tape.Drop(labelled);
   uint64_t rows = 0;
   for (const Var& p : parts) rows += p.numel;
-  Var cat = tape.New(rows, parts.empty() ? kF32 : parts[0].elem_bytes, Category::kLoss, "aten::cat");
+  Var cat = tape.New(rows, parts[0].elem_bytes, Category::kLoss, "aten::cat");
   if (tape.grad_enabled) {
     NodeId n = tape.Node("CatBackward0", &cat);
     for (const Var& p : parts) {
@@ -324,6 +310,37 @@ Var LitgptChunkedLoss(Tape& tape, Var* hidden_owner, Param& head, uint64_t batch
   }
   tape.Drop(sum);
   tape.Drop(count);
+  return loss;
+}
+
+}  // namespace
+
+// LitGPT's fine-tuning step (finetune/full.py / lora.py fit(), 0.5.13).
+Var LitgptChunkedLoss(Tape& tape, Var* hidden_owner, Param& head, uint64_t batch, uint64_t seq,
+                      uint64_t hidden_size, uint64_t vocab) {
+  std::vector<Var> chunks =
+      LitgptLogitChunks(tape, *hidden_owner, head, batch, seq, hidden_size, vocab);
+  tape.Drop(*hidden_owner);  // GPT.forward returns: its `x` goes
+  // bf16-mixed: its forward_context (torch.autocast) exits first, and with it
+  // the autocast cache of weight casts.
+  if (tape.autocast) ClearAutocastCache(tape);
+  // Fabric's _FabricModule.forward then converts the outputs
+  // (precision.convert_output, lightning 2.6.6 fabric/wrappers.py): half
+  // logits of bf16-true / bf16-mixed become fp32 copies (the default dtype),
+  // one chunk at a time, and the half list goes once all are made.
+  if (chunks[0].elem_bytes != kF32) {
+    std::vector<Var> converted;
+    for (const Var& c : chunks) converted.push_back(Cast(tape, c, kF32));
+    for (Var& c : chunks) tape.Drop(c);
+    chunks = converted;
+  }
+  // `logits = model(...)` rebinds the loop's variable: last step's chunks go.
+  for (Var& v : tape.loop_logits) tape.Drop(v);
+  tape.loop_logits = chunks;
+  std::vector<Var> inputs = LitgptLossInputs(tape, chunks, batch, vocab);
+  std::vector<Var> parts;
+  for (Var& in : inputs) parts.push_back(LitgptChunkLoss(tape, in, vocab));
+  Var loss = LitgptReduce(tape, parts, batch * (seq - 1));
   for (Var& in : inputs) tape.Drop(in);
   return loss;
 }

@@ -242,14 +242,12 @@ Status ValidateByKind(const ModelSpec& m, const TrainingSetup& s) {
 // residual, softcapping) are refused, and so is LitGPT's LoRA: LoRAQKVLinear's
 // grouped conv1d and zero padding over the fused qkv are not lowered yet.
 Status ValidateLitgpt(const ModelSpec& m, const TrainingSetup& s) {
-  const bool llama_style = (m.model_type == "llama" || m.model_type == "mistral" ||
-                            m.model_type == "qwen2") &&
-                           !m.is_encoder && !m.is_vit && !m.is_unet && !m.is_flux &&
-                           m.num_labels == 0 && m.position == PositionKind::kRope &&
-                           m.norm == NormKind::kRmsNorm && !m.fused_qkv && !m.o_bias &&
-                           !m.mlp_bias &&
-                           m.num_experts == 0 && m.partial_rotary_factor == 1.0 &&
-                           (m.sliding_window == 0 || s.seq <= m.sliding_window);
+  const bool llama_style =
+      (m.model_type == "llama" || m.model_type == "mistral" || m.model_type == "qwen2") &&
+      !m.is_encoder && !m.is_vit && !m.is_unet && !m.is_flux && m.num_labels == 0 &&
+      m.position == PositionKind::kRope && m.norm == NormKind::kRmsNorm && !m.fused_qkv &&
+      !m.o_bias && !m.mlp_bias && m.num_experts == 0 && m.partial_rotary_factor == 1.0 &&
+      (m.sliding_window == 0 || s.seq <= m.sliding_window);
   if (!llama_style)
     return MakeError(fmt::format(
         "--impl litgpt: LitGPT's own GPT is modelled for the llama-style family (RMSNorm, "
@@ -839,7 +837,8 @@ void ForLitgpt(ModelSpec* local) {
       pt.name = prefix + (bias ? ".bias" : ".weight");
       pt.module = prefix;
       pt.role = ParamRole::kQkv;
-      pt.shape = bias ? std::vector<uint64_t>{rows} : std::vector<uint64_t>{rows, local->hidden_size};
+      pt.shape =
+          bias ? std::vector<uint64_t>{rows} : std::vector<uint64_t>{rows, local->hidden_size};
       pt.numel = bias ? rows : rows * local->hidden_size;
     }
     params.push_back(std::move(pt));

@@ -71,8 +71,9 @@ int UnitOf(const ParamTensor& pt, uint64_t num_layers) {
 // (bf16-true / 16-true: half).
 void PlaceLitgptRopeCache(Tape& tape, const ModelSpec& model, const TrainingSetup& setup) {
   const uint64_t rows = std::min<uint64_t>(setup.seq, model.max_position_embeddings);
-  const bool converted = setup.seq >= model.max_position_embeddings &&
-                         (setup.precision == Precision::kBf16 || setup.precision == Precision::kFp16);
+  const bool converted =
+      setup.seq >= model.max_position_embeddings &&
+      (setup.precision == Precision::kBf16 || setup.precision == Precision::kFp16);
   const uint8_t bytes = converted ? kHalf : kF32;
   tape.graph.SetModule(tape.graph.Intern("model"));
   for (Var* v : {&tape.rope_cos, &tape.rope_sin}) {

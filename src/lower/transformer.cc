@@ -334,15 +334,23 @@ Var Mlp(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x, 
     }
     // `down_proj(act_fn(gate_proj(x)) * up_proj(x))` (LlamaMLP and its copies,
     // 4.57.6 / 5.24.0): the activation runs before up_proj, so without
-    // autograd saving it the gate output is gone by then.
+    // autograd saving it the gate output is gone by then. LitGPT's LLaMAMLP
+    // (litgpt/model.py 0.5.13) makes `x_fc_1` and `x_fc_2` first, locals
+    // until it returns.
+    const bool litgpt = tape.litgpt_modules;
+    if (litgpt && !fused) u = Proj(tape, x, up, nullptr, tokens, inter);
     Var act = spec.mlp == MlpKind::kGatedGeluTanh ? Gelu(tape, g) : Silu(tape, g);
-    tape.Drop(g);
-    if (!fused) u = Proj(tape, x, up, nullptr, tokens, inter);
+    if (!litgpt) tape.Drop(g);
+    if (!fused && !litgpt) u = Proj(tape, x, up, nullptr, tokens, inter);
     Var prod = Mul(tape, act, u);
     tape.Drop(act);
-    tape.Drop(u);
+    if (!litgpt) tape.Drop(u);
     Var out = Proj(tape, prod, down, nullptr, tokens, d.h);
     tape.Drop(prod);
+    if (litgpt) {
+      tape.Drop(g);
+      tape.Drop(u);
+    }
     return out;
   }
   Var f = Proj(tape, x, up, lp.fc1_b, tokens, inter);
@@ -1074,7 +1082,11 @@ Var DecoderLayer(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const
     ReleaseWeights(tape, spec, weights, returned);
     return out;
   }
-  if (h_life == NormOutLife::kAttention) tape.Drop(h);
+  // LitGPT's Block.forward (litgpt/model.py 0.5.13) keeps `attention_output`
+  // to the end, `x_normed` until norm_2's output replaces it, and that one
+  // until the MLP's output is added.
+  const bool litgpt = tape.litgpt_modules;
+  if (h_life == NormOutLife::kAttention && !litgpt) tape.Drop(h);
   Var mid = Add(tape, x, attn);
   if (h_life == NormOutLife::kResidualAdd) tape.Drop(h);
   // StableLmDecoderLayer (`self_attn_output`), FalconDecoderLayer
@@ -1082,18 +1094,19 @@ Var DecoderLayer(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const
   // resid_dropout) keep the attention output in its own local until the layer
   // returns (4.57.6 / 5.24.0); the other sequential families overwrite
   // `hidden_states` with the residual sum.
-  const bool attn_lives =
-      spec.model_type == "stablelm" || spec.model_type == "gpt2" || spec.model_type == "falcon";
+  const bool attn_lives = litgpt || spec.model_type == "stablelm" || spec.model_type == "gpt2" ||
+                          spec.model_type == "falcon";
   if (!attn_lives) tape.Drop(attn);
   Param* pre = spec.sandwich_norm ? lp.norm3 : lp.norm2;
   Var h2 = Norm(tape, spec, mid, pre, spec.sandwich_norm ? nullptr : lp.norm2_b, r);
+  if (litgpt) tape.Drop(h);
   Var m = moe ? Moe(tape, spec, lp, h2, d)
               : Mlp(tape, spec, lp, h2, d, d.t, d.inter, lp.gate, lp.up, lp.down);
   m = ResidualDropout(tape, spec, ToSequenceShard(tape, m, d, "megatron::reduce_scatter"));
   // GPT2Block keeps ln_2's output in `hidden_states` until the residual sum
   // replaces it (`feed_forward_hidden_states = self.mlp(hidden_states)`,
   // 4.57.6 / 5.17 / 5.24); the other families overwrite it with the MLP's output.
-  const bool h2_lives = spec.model_type == "gpt2";
+  const bool h2_lives = litgpt || spec.model_type == "gpt2";
   if (!h2_lives) tape.Drop(h2);
   if (spec.sandwich_norm && lp.norm4) {
     Var n = Norm(tape, spec, m, lp.norm4, nullptr, r);
@@ -1322,8 +1335,7 @@ LayerShared PrepareLayers(Tape& tape, const ModelSpec& spec, const TrainingSetup
   // LitGPT's CausalSelfAttention likewise (`k.repeat_interleave(q_per_kv,
   // dim=1)`, an expand and a contiguous clone, litgpt/model.py 0.5.13) and
   // passes mask=None, so is_causal.
-  const bool torchtune =
-      setup.impl == ModelImpl::kTorchtune || setup.impl == ModelImpl::kLitgpt;
+  const bool torchtune = setup.impl == ModelImpl::kTorchtune || setup.impl == ModelImpl::kLitgpt;
   sh.plan =
       PlanAttention(setup, tape.autocast ? tape.compute_bytes : x.elem_bytes, d.heads, d.kv,
                     !torchtune && SdpaGetsMask(spec, setup, d.s, cache), spec.attention_dropout,
