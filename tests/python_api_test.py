@@ -103,6 +103,8 @@ def test_unet_knobs_reach_the_engine():
     ("vit-base-patch16-224", {"batch": 16, "finetune": "lora", "grad_ckpt": "full"}),
     ("llama-3.2-1b", {"impl": "torchtune", "loss": "torchtune-chunked", "finetune": "lora",
                       "lora_dtype": "model", "precision": "bf16", "seq": 512}),
+    ("llama-3.2-1b", {"impl": "litgpt", "loss": "litgpt-chunked", "precision": "bf16",
+                      "seq": 512}),
     ("flux.1-dev-transformer", {"precision": "bf16", "grad_ckpt": "full", "image_size": 512}),
 ])
 def test_trl_packing_and_vit_knobs_reach_the_engine(model, knobs):
