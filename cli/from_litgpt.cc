@@ -5,9 +5,12 @@
 // utils.py get_default_supported_precision, instantiate_*_optimizer,
 // chunked_cross_entropy.
 //
-// LitGPT builds the model from its own modules (model.py GPT, lora.py);
-// vramscope lowers the same architecture as transformers implements it, and
-// the report says so (a note).
+// LitGPT builds the model from its own modules (model.py GPT, lora.py):
+// finetune_full sets --impl litgpt, which lowers them (llama-style families;
+// others are refused, naming the family); LoRA over the fused qkv
+// (LoRAQKVLinear) is not lowered yet, so finetune_lora is estimated with
+// transformers' modules, listed as not modelled. Both scripts' chunked lm_head
+// and chunked_cross_entropy are --loss litgpt-chunked.
 #include <string>
 #include <string_view>
 
@@ -145,7 +148,9 @@ Status ReadLitgptLora(const Reader& r, const Json& root) {
   // (init_module): bf16 adapters under bf16-true, fp32 under *-mixed.
   r.Set("--lora-dtype", "model", "lora_* (LitGPT's LoRA layers: the model's dtype)");
   r.NotModelled("lora_query",
-                "LitGPT's LoRA on the fused qkv projection: modelled as adapters on q, k, v");
+                "LitGPT's LoRA on the fused qkv projection (lora.py LoRAQKVLinear, its grouped "
+                "conv1d and zero padding): estimated with transformers' modules, adapters on q, "
+                "k, v (--impl litgpt models finetune_full)");
   return Ok{};
 }
 
@@ -246,23 +251,21 @@ void ReadLitgptStrategy(const Reader& r, const Json& root, int64_t processes) {
 Status ReadLitgpt(const Reader& r, const Json& root) {
   VS_TRY(model, String(r, root, "checkpoint_dir", "checkpoint_dir"));
   r.Note(fmt::format("model {}", common::QuoteForMessage(model, common::kQuotedBytes, '\'')),
-         "checkpoint_dir",
-         "not applied, the MODEL argument names the model estimated; LitGPT's own modules are "
-         "estimated as transformers' implementation of the same architecture");
+         "checkpoint_dir", "not applied, the MODEL argument names the model estimated");
   VS_TRY(processes, LitgptProcesses(r, root));
   if (Status st = ReadLitgptPrecision(r, root); !st.ok()) return st;
   if (IsLora(root)) {
     if (Status st = ReadLitgptLora(r, root); !st.ok()) return st;
   } else {
     r.Set("--finetune", "full", "(no lora_* key: finetune_full)");
+    r.Set("--impl", "litgpt", "(finetune_full: LitGPT's own GPT, litgpt/model.py)");
   }
   if (Status st = ReadLitgptTrain(r, root, processes); !st.ok()) return st;
   if (Status st = ReadLitgptOptimizer(r, root); !st.ok()) return st;
   if (Status st = ReadLitgptQuantize(r, root, processes); !st.ok()) return st;
   ReadLitgptStrategy(r, root, processes);
-  r.NotModelled("(loss)",
-                "LitGPT's chunked_cross_entropy over 128-token logit chunks kept through "
-                "backward: modelled as --loss hf");
+  r.Set("--loss", "litgpt-chunked",
+        "(fit(): model(input_ids, lm_head_chunk_size=128), chunked_cross_entropy)");
   return Ok{};
 }
 

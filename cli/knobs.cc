@@ -64,12 +64,13 @@ void AddKnobFlags(CLI::App* sub, KnobArgs* k) {
   sub->add_option("--lora-targets", k->lora_targets, "q,k,v,o,gate,up,down,lm_head or all-linear");
   sub->add_option("--lora-dropout", k->lora_dropout, "LoRA dropout (default 0.05)");
   sub->add_option("--impl", k->impl,
-                  "whose modules: transformers (default) or torchtune (its own decoder)");
+                  "whose modules: transformers (default), torchtune or litgpt (their own models)");
   sub->add_option("--lora-dtype", k->lora_dtype,
                   "LoRA adapters' dtype: fp32 (PEFT's default) or model (torchtune, LitGPT)");
   sub->add_option("--grad-ckpt", k->grad_ckpt, "none, full (non-reentrant), reentrant");
   sub->add_option("--attn", k->attn, "eager, sdpa, flash");
-  sub->add_option("--loss", k->loss, "hf, chunked, fused-linear");
+  sub->add_option("--loss", k->loss,
+                  "hf, chunked, fused-linear, trl-fused, torchtune-chunked, litgpt-chunked");
   sub->add_option("--transformers-version", k->transformers_version,
                   "Behaviour of that release (e.g. 4.45)");
   sub->add_option("--torch-version", k->torch_version,

@@ -51,7 +51,7 @@ if [ "${1:-}" = "--lock" ]; then
   lock_env tf4
   exit 0
 fi
-# torchtune's import-time libraries, kept out of .venv/tf5 (the file says why).
+# torchtune's and LitGPT's import-time libraries, kept out of .venv/tf5 (the files say why).
 extra_env() {  # extra_env DIR LIST
   local dir=$1 list=$2 stamp=$1/.vramscope-lock
   if [ -d "$dir" ] && [ "$(cat "$list")" = "$(cat "$stamp" 2>/dev/null)" ]; then return 0; fi
@@ -65,3 +65,4 @@ extra_env() {  # extra_env DIR LIST
 make_env tf5 requirements/reference-tf5.txt
 make_env tf4 requirements/reference-tf4.txt
 extra_env .venv/tf5-torchtune requirements/reference-tf5-torchtune.txt
+extra_env .venv/litgpt requirements/reference-litgpt.txt

@@ -24,13 +24,19 @@ BASE = ["--precision", "bf16-mixed", "--finetune", "full", "--batch", 1, "--grad
         "--seq", 512, "--gpus", 1]
 
 
+def litgpt(flags):
+    """Both scripts' chunked lm_head and loss; finetune_full's own GPT (--impl litgpt)."""
+    full = flags[flags.index("--finetune") + 1] == "full"
+    return list(flags) + ["--loss", "litgpt-chunked"] + (["--impl", "litgpt"] if full else [])
+
+
 @pytest.mark.parametrize("file,flags", [
     ("litgpt_lora.yaml", QLORA),
     ("litgpt_full.yaml", FULL),
 ])
 def test_example_equals_its_flags(file, flags):
     from_file = estimate("--from", CFG / file)
-    assert numbers(from_file) == numbers(estimate(*flags))
+    assert numbers(from_file) == numbers(estimate(*litgpt(flags)))
     sources = lines(from_file, "from file")
     assert sources and all(file in s for s in sources), sources
 
@@ -76,7 +82,7 @@ LORA = ["--finetune", "lora", "--lora-rank", 8, "--lora-dropout", 0.05, "--lora-
                                      "full", "--fsdp-version", 2, "--grad-ckpt", "full"]),
 ])
 def test_each_key(tmp_path, body, flags):
-    assert numbers(estimate("--from", config(tmp_path, body))) == numbers(estimate(*flags))
+    assert numbers(estimate("--from", config(tmp_path, body))) == numbers(estimate(*litgpt(flags)))
 
 
 def test_unmodelled_keys_are_listed_and_warned(tmp_path):
@@ -86,7 +92,7 @@ def test_unmodelled_keys_are_listed_and_warned(tmp_path):
     p = run("estimate", "qwen2.5-0.5b", "--from", path, "--seq", 256, "--json")
     assert p.returncode == 0, p.stderr
     unmodelled = " ".join(lines(json.loads(p.stdout), "unmodelled"))
-    for key in ("quantize", "max_seq_length", "RMSprop", "chunked_cross_entropy", "fused qkv"):
+    for key in ("quantize", "max_seq_length", "RMSprop", "fused qkv"):
         assert key in unmodelled and key in p.stderr, key
 
 
@@ -98,9 +104,28 @@ def test_checkpoint_dir_is_a_note(tmp_path):
 def test_the_command_line_wins(tmp_path):
     path = config(tmp_path, {"precision": "bf16-true", "train": {"micro_batch_size": 8}})
     got = estimate("--from", path, "--batch", 2, "--precision", "fp32")
-    assert numbers(got) == numbers(estimate(*(["--precision", "fp32"] + BASE[2:4]
-                                              + ["--batch", 2, "--grad-accum", 2]
-                                              + BASE[8:])))
+    assert numbers(got) == numbers(estimate(*litgpt(["--precision", "fp32"] + BASE[2:4]
+                                                     + ["--batch", 2, "--grad-accum", 2]
+                                                     + BASE[8:])))
+
+
+def test_full_sets_litgpt_modules_and_loss(tmp_path):
+    """finetune_full: LitGPT's own GPT and chunked loss, named in the sources; its estimate
+    differs from transformers' modules with transformers' loss."""
+    got = estimate("--from", config(tmp_path, {}))
+    sources = " ".join(lines(got, "from file"))
+    assert "--impl litgpt" in sources and "--loss litgpt-chunked" in sources, sources
+    assert numbers(got) != numbers(estimate(*BASE))
+
+
+def test_other_families_are_refused_naming_them(tmp_path):
+    """--impl litgpt lowers llama-style GPTs; GPT-2 is refused with its family named, and
+    --impl transformers on the command line estimates it with transformers' modules."""
+    path = config(tmp_path, {})
+    p = run("estimate", "gpt2", "--from", path)
+    assert p.returncode != 0 and "--impl litgpt" in p.stderr and "gpt2" in p.stderr, p.stderr
+    p = run("estimate", "gpt2", "--from", path, "--impl", "transformers", "--json")
+    assert p.returncode == 0, p.stderr
 
 
 @pytest.mark.parametrize("body,key", [

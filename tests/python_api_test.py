@@ -112,6 +112,8 @@ def test_unet_knobs_reach_the_engine():
     ("vit-base-patch16-224", {"batch": 16, "finetune": "lora", "grad_ckpt": "full"}),
     ("llama-3.2-1b", {"impl": "torchtune", "loss": "torchtune-chunked", "finetune": "lora",
                       "lora_dtype": "model", "precision": "bf16", "seq": 512}),
+    ("llama-3.2-1b", {"impl": "litgpt", "loss": "litgpt-chunked", "precision": "bf16",
+                      "seq": 512}),
     ("flux.1-dev-transformer", {"precision": "bf16", "grad_ckpt": "full", "image_size": 512}),
     ("t5-base", {"attn": "eager", "seq": 256, "target_len": 64, "batch": 4, "finetune": "lora",
                  "lora_targets": ["q", "v"]}),

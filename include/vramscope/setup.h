@@ -57,7 +57,20 @@ enum class Attention : uint8_t { kEager, kSdpa, kFlash };
 // torchtune/modules/loss/ce_chunked_output_loss.py) over the chunked output of
 // its TransformerDecoder: every chunk's logits exist together, each chunk is
 // upcast and reduced in turn.
-enum class LossKind : uint8_t { kHf, kChunked, kFusedLinear, kTrlFused, kTorchtuneChunked };
+// kLitgptChunked: LitGPT's fine-tuning step (0.5.13 litgpt/finetune/full.py,
+// lora.py fit()): `model(input_ids, lm_head_chunk_size=128)` returns a list of
+// 128-token logit chunks, `logits[-1] = logits[-1][..., :-1, :]`, and
+// litgpt/utils.py chunked_cross_entropy takes each chunk's cross-entropy in the
+// logits' dtype; the loop's `logits` keeps every chunk until the next step's
+// forward rebinds it.
+enum class LossKind : uint8_t {
+  kHf,
+  kChunked,
+  kFusedLinear,
+  kTrlFused,
+  kTorchtuneChunked,
+  kLitgptChunked
+};
 // Which device's kernels the device-dependent rules follow. kCuda is the product;
 // kCpu describes PyTorch's CPU kernels and exists only so that the lowering can be
 // compared with traces of the real libraries run on CPU (docs/fidelity.md): no cuBLAS
@@ -77,7 +90,10 @@ enum class LoraDtype : uint8_t { kFp32, kModel };
 // TransformerDecoder for the same architecture (modules/transformer.py,
 // attention.py, rms_norm.py, position_embeddings.py): RMSNorm over x.float(),
 // rotary embeddings from a max_seq_len cache in fp32, no KV cache in training.
-enum class ModelImpl : uint8_t { kTransformers, kTorchtune };
+// kLitgpt: LitGPT 0.5.13's own GPT (litgpt/model.py): one fused qkv Linear,
+// RMSNorm over x.float(), RoPE from fp32 cos / sin buffers, k / v
+// repeat_interleave'd for grouped queries, no KV cache in training.
+enum class ModelImpl : uint8_t { kTransformers, kTorchtune, kLitgpt };
 
 struct TrainingSetup {
   uint64_t batch = 1;

@@ -205,6 +205,146 @@ Var TorchtuneChunkedLoss(Tape& tape, Var* hidden_owner, Param& head, uint64_t to
   return loss;
 }
 
+namespace {
+
+// GPT.forward with lm_head_chunk_size=128 (litgpt/model.py 0.5.13):
+// `[self.lm_head(x_i) for x_i in x.split(128, dim=1)]`. A split of a batch
+// of more rows is not contiguous: F.linear folds it with a reshape, a copy
+// that MmBackward0 saves (matmul folds inputs that require grad); under
+// autocast the input's cast is that contiguous copy instead.
+std::vector<Var> LitgptLogitChunks(Tape& tape, const Var& hidden, Param& head, uint64_t batch,
+                                   uint64_t seq, uint64_t hidden_size, uint64_t vocab) {
+  std::vector<Var> chunks;
+  for (uint64_t start = 0; start < seq; start += kLitgptChunkTokens) {
+    const uint64_t rows = batch * std::min(kLitgptChunkTokens, seq - start);
+    Var xc = tape.Share(hidden);
+    xc.numel = rows * hidden_size;
+    const bool strided = batch > 1 && seq > kLitgptChunkTokens;
+    const bool cast = tape.autocast && hidden.elem_bytes != tape.compute_bytes;
+    if (strided && !cast) {
+      Var copy = tape.New(xc.numel, xc.elem_bytes, Category::kTemporaries, "aten::clone");
+      if (tape.grad_enabled && xc.requires_grad()) {
+        NodeId n = tape.Node("CloneBackward0", &copy);
+        tape.graph.Edge(n, xc, hidden.bytes());  // a zero-filled whole, the slice written
+      }
+      tape.Drop(xc);
+      xc = copy;
+    }
+    chunks.push_back(Linear(tape, xc, head, nullptr, rows, vocab));
+    tape.Drop(xc);
+  }
+  return chunks;
+}
+
+// chunked_cross_entropy's per-chunk F.cross_entropy(reduction="none") in the
+// logits' own dtype (litgpt/utils.py 0.5.13: no upcast of its own; Fabric's
+// output conversion made them fp32); LogSoftmaxBackward0
+// saves each chunk's log-probabilities until backward.
+Var LitgptChunkLoss(Tape& tape, const Var& chunk, uint64_t vocab) {
+  Var lsm = LogSoftmaxSavingResult(tape, chunk);
+  const uint64_t rows = chunk.numel / vocab;
+  Var loss = tape.New(rows, chunk.elem_bytes, Category::kLoss, "aten::nll_loss_forward");
+  if (lsm.requires_grad() && tape.grad_enabled) {
+    NodeId n = tape.Node("NllLossBackward0", &loss);
+    tape.graph.Edge(n, lsm, lsm.bytes(), Category::kLoss);
+  }
+  tape.Drop(lsm);
+  return loss;
+}
+
+}  // namespace
+
+namespace {
+
+// `logits[-1] = logits[-1][..., :-1, :]`, then chunked_cross_entropy's
+// `logit_chunk.reshape(-1, V)`: a view, except the last chunk of a batch of
+// more rows (the slice is strided), which is copied; the list holds the
+// copies until it returns.
+std::vector<Var> LitgptLossInputs(Tape& tape, const std::vector<Var>& chunks, uint64_t batch,
+                                  uint64_t vocab) {
+  std::vector<Var> inputs;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    Var in = tape.Share(chunks[i]);
+    if (i + 1 == chunks.size()) {
+      in.numel = (chunks[i].numel / vocab - batch) * vocab;
+      if (batch > 1) {
+        Var copy = tape.New(in.numel, in.elem_bytes, Category::kTemporaries, "aten::clone");
+        if (tape.grad_enabled && in.requires_grad()) {
+          NodeId n = tape.Node("CloneBackward0", &copy);
+          tape.graph.Edge(n, in, chunks[i].bytes());
+        }
+        tape.Drop(in);
+        in = copy;
+      }
+    }
+    inputs.push_back(in);
+  }
+  return inputs;
+}
+
+// `torch.cat(loss_chunks).sum() / non_masked_elems.maximum(...)`.
+Var LitgptReduce(Tape& tape, std::vector<Var>& parts, uint64_t labels) {
+  Var labelled = tape.New(labels, kBool, Category::kTemporaries, "aten::ne");
+  Var count = tape.New(1, kI64, Category::kLoss, "aten::sum");
+  tape.Drop(labelled);
+  uint64_t rows = 0;
+  for (const Var& p : parts) rows += p.numel;
+  Var cat = tape.New(rows, parts[0].elem_bytes, Category::kLoss, "aten::cat");
+  if (tape.grad_enabled) {
+    NodeId n = tape.Node("CatBackward0", &cat);
+    for (const Var& p : parts) {
+      if (p.requires_grad()) tape.graph.Edge(n, p, p.bytes(), Category::kLoss);
+    }
+  }
+  for (Var& p : parts) tape.Drop(p);
+  Var sum = tape.New(1, cat.elem_bytes, Category::kLoss, "aten::sum");
+  if (tape.grad_enabled && cat.requires_grad()) {
+    NodeId n = tape.Node("SumBackward0", &sum);
+    tape.graph.Edge(n, cat, cat.bytes(), Category::kLoss);
+  }
+  tape.Drop(cat);
+  Var loss = tape.New(1, sum.elem_bytes, Category::kLoss, "aten::div");
+  if (tape.grad_enabled && sum.requires_grad()) {
+    NodeId n = tape.Node("DivBackward0", &loss);
+    tape.graph.EdgePass(n, sum);
+  }
+  tape.Drop(sum);
+  tape.Drop(count);
+  return loss;
+}
+
+}  // namespace
+
+// LitGPT's fine-tuning step (finetune/full.py / lora.py fit(), 0.5.13).
+Var LitgptChunkedLoss(Tape& tape, Var* hidden_owner, Param& head, uint64_t batch, uint64_t seq,
+                      uint64_t hidden_size, uint64_t vocab) {
+  std::vector<Var> chunks =
+      LitgptLogitChunks(tape, *hidden_owner, head, batch, seq, hidden_size, vocab);
+  tape.Drop(*hidden_owner);  // GPT.forward returns: its `x` goes
+  // bf16-mixed: its forward_context (torch.autocast) exits first, and with it
+  // the autocast cache of weight casts.
+  if (tape.autocast) ClearAutocastCache(tape);
+  // Fabric's _FabricModule.forward then converts the outputs
+  // (precision.convert_output, lightning 2.6.6 fabric/wrappers.py): half
+  // logits of bf16-true / bf16-mixed become fp32 copies (the default dtype),
+  // one chunk at a time, and the half list goes once all are made.
+  if (chunks[0].elem_bytes != kF32) {
+    std::vector<Var> converted;
+    for (const Var& c : chunks) converted.push_back(Cast(tape, c, kF32));
+    for (Var& c : chunks) tape.Drop(c);
+    chunks = converted;
+  }
+  // `logits = model(...)` rebinds the loop's variable: last step's chunks go.
+  for (Var& v : tape.loop_logits) tape.Drop(v);
+  tape.loop_logits = chunks;
+  std::vector<Var> inputs = LitgptLossInputs(tape, chunks, batch, vocab);
+  std::vector<Var> parts;
+  for (Var& in : inputs) parts.push_back(LitgptChunkLoss(tape, in, vocab));
+  Var loss = LitgptReduce(tape, parts, batch * (seq - 1));
+  for (Var& in : inputs) tape.Drop(in);
+  return loss;
+}
+
 // F.cross_entropy = log_softmax (saves its output) + nll_loss (saves the
 // target and total_weight). Backward: nll_loss_backward allocates a zeroed
 // full-size gradient; _log_softmax_backward_data another.
@@ -307,6 +447,7 @@ Var CausalLmLoss(Tape& tape, const TrainingSetup& setup, const Var& hidden, Para
     case LossKind::kTrlFused:
       return TrlFusedLoss(tape, setup, hidden, head, tokens, hidden_size, vocab);
     case LossKind::kTorchtuneChunked: break;  // TorchtuneChunkedLoss, called directly
+    case LossKind::kLitgptChunked: break;     // LitgptChunkedLoss, called directly
     case LossKind::kHf: break;
   }
   return HfLoss(tape, setup, hidden, head, head_bias, tokens, vocab, softcap);

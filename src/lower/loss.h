@@ -38,6 +38,13 @@ Var TrlFusedLoss(Tape& tape, const TrainingSetup& setup, const Var& hidden, Para
 // torchtune's chunked output and CEWithChunkedOutputLoss (loss.cc). Takes over
 // `*hidden_owner` (the final norm's output), dropped once the chunks are
 // projected, as TransformerDecoder.forward returns.
+// LitGPT 0.5.13's fine-tuning step: GPT.forward's lm_head over 128-token
+// chunks of each row, chunked_cross_entropy (litgpt/utils.py) in the logits'
+// dtype; the chunks stay in tape.loop_logits (the loop's `logits`) until the
+// next forward returns. Takes `hidden_owner`'s reference.
+inline constexpr uint64_t kLitgptChunkTokens = 128;
+Var LitgptChunkedLoss(Tape& tape, Var* hidden_owner, Param& head, uint64_t batch, uint64_t seq,
+                      uint64_t hidden_size, uint64_t vocab);
 Var TorchtuneChunkedLoss(Tape& tape, Var* hidden_owner, Param& head, uint64_t tokens,
                          uint64_t hidden_size, uint64_t vocab);
 

@@ -382,6 +382,36 @@ Status ValidateByKind(const ModelSpec& m, const TrainingSetup& s) {
   return ValidateDistributed(m, s);
 }
 
+// --impl litgpt: LitGPT 0.5.13's GPT as a llama-style Config builds it
+// (litgpt/model.py: RMSNorm, LLaMAMLP, full RoPE, no biases but Qwen2's
+// attn_bias on the qkv, a separate
+// lm_head, which LitGPT never ties). Other families (GptNeoxMLP, GemmaMLP, LayerNorm, MoE, parallel
+// residual, softcapping) are refused, and so is LitGPT's LoRA: LoRAQKVLinear's
+// grouped conv1d and zero padding over the fused qkv are not lowered yet.
+Status ValidateLitgpt(const ModelSpec& m, const TrainingSetup& s) {
+  const bool llama_style =
+      (m.model_type == "llama" || m.model_type == "mistral" || m.model_type == "qwen2") &&
+      !m.is_encoder && !m.is_vit && !m.is_unet && !m.is_flux && m.num_labels == 0 &&
+      m.position == PositionKind::kRope && m.norm == NormKind::kRmsNorm && !m.fused_qkv &&
+      !m.o_bias && !m.mlp_bias && m.num_experts == 0 && m.partial_rotary_factor == 1.0 &&
+      (m.sliding_window == 0 || s.seq <= m.sliding_window);
+  if (!llama_style)
+    return MakeError(fmt::format(
+        "--impl litgpt: LitGPT's own GPT is modelled for the llama-style family (RMSNorm, "
+        "LLaMAMLP, no MoE), not {} (model_type {}); --impl transformers estimates it with "
+        "transformers' modules",
+        m.name, common::QuoteForMessage(m.model_type, common::kQuotedBytes, '\'')));
+  if (s.finetune != Finetune::kFull)
+    return MakeError(
+        "--impl litgpt: LitGPT's LoRA (litgpt/lora.py LoRAQKVLinear over the fused qkv) is not "
+        "modelled yet; --finetune full, or --impl transformers");
+  if (s.parallel.model_parallel() || s.dpo || s.packed)
+    return MakeError(
+        "--impl litgpt: modelled for one process or data parallelism, without --dpo or "
+        "--packing");
+  return Ok{};
+}
+
 Status Validate(const ModelSpec& m, const TrainingSetup& s) {
   auto bad = [](std::string msg) { return Status(MakeError(std::move(msg))); };
   if (Status encoders = ValidateFrozenEncoders(m, s); !encoders.ok()) return encoders;
@@ -440,6 +470,9 @@ Status Validate(const ModelSpec& m, const TrainingSetup& s) {
         "LMs "
         "without Megatron-style parallelism, not {} (model_type {})",
         m.name, common::QuoteForMessage(m.model_type, common::kQuotedBytes, '\'')));
+  if (s.impl == ModelImpl::kLitgpt) {
+    if (Status st = ValidateLitgpt(m, s); !st.ok()) return st;
+  }
   if (m.is_vit) return ValidateVit(m, s);
   if (m.is_clip) return ValidateClip(m, s);
   if (m.is_encoder && m.model_type != "bert")
@@ -603,6 +636,7 @@ class RankLowerer {
     tape_.compute_bytes = setup_.precision == Precision::kFp32 ? kF32 : kHalf;
     tape_.lora_dropout = setup_.lora_dropout;
     tape_.torchtune_modules = setup_.impl == ModelImpl::kTorchtune;
+    tape_.litgpt_modules = setup_.impl == ModelImpl::kLitgpt;
     tape_.torch_version = setup_.torch_version;
     tape_.cpu_rules = setup_.device_rules == DeviceRules::kCpu;
     tape_.graph.under_dispatch_mode = tape_.cpu_rules;
@@ -882,6 +916,12 @@ class RankLowerer {
     // The loop's next iteration rebinds its batch variable: this step's go.
     for (Var& v : step_batch_) tape_.Drop(v);
     step_batch_.clear();
+    // LitGPT's loop keeps `logits` into the next step (loss.cc); after the
+    // last one the script returns.
+    if (step_ == setup_.steps) {
+      for (Var& v : tape_.loop_logits) tape_.Drop(v);
+      tape_.loop_logits.clear();
+    }
   }
 
   // diffusers' EMAModel (training_utils.py, 0.42.1): `shadow_params = [p.clone()
@@ -1007,6 +1047,44 @@ void ForPacking(TrainingSetup* setup) {
   setup->attention_mask = false;
 }
 
+// LitGPT's GPT (litgpt/model.py 0.5.13): CausalSelfAttention's one `qkv`
+// Linear [(n_head + 2 n_query_groups) head_size, n_embd] where transformers
+// has q_proj / k_proj / v_proj (in the q position of the list), and its own
+// lm_head even where the checkpoint ties it to the embeddings (GPT.__init__
+// makes nn.Linear(n_embd, padded_vocab_size) unconditionally).
+void ForLitgpt(ModelSpec* local) {
+  std::vector<ParamTensor> params;
+  for (ParamTensor& pt : local->params) {
+    const ParamRole r = pt.role;
+    if (r == ParamRole::kK || r == ParamRole::kV) continue;
+    if (r == ParamRole::kQ) {
+      // Qwen2's q / k / v biases (Config attn_bias) become the fused one's.
+      const bool bias = pt.name.ends_with(".bias");
+      const uint64_t rows = (local->num_heads + 2 * local->num_kv_heads) * local->head_dim;
+      const std::string prefix = fmt::format("transformer.h.{}.attn.qkv", pt.layer);
+      pt.name = prefix + (bias ? ".bias" : ".weight");
+      pt.module = prefix;
+      pt.role = ParamRole::kQkv;
+      pt.shape =
+          bias ? std::vector<uint64_t>{rows} : std::vector<uint64_t>{rows, local->hidden_size};
+      pt.numel = bias ? rows : rows * local->hidden_size;
+    }
+    params.push_back(std::move(pt));
+  }
+  if (local->tie_word_embeddings) {
+    ParamTensor head;
+    head.name = "lm_head.weight";
+    head.module = "lm_head";
+    head.role = ParamRole::kLmHead;
+    head.is_linear_weight = true;
+    head.shape = {local->vocab_size, local->hidden_size};
+    head.numel = local->vocab_size * local->hidden_size;
+    params.push_back(std::move(head));
+    local->tie_word_embeddings = false;
+  }
+  local->params = std::move(params);
+}
+
 Result<std::vector<LoweredRank>> LowerRankClasses(const ModelSpec& model,
                                                   const TrainingSetup& setup, const GpuSpec& gpu,
                                                   const RankClassCallback& each) {
@@ -1020,6 +1098,7 @@ Result<std::vector<LoweredRank>> LowerRankClasses(const ModelSpec& model,
   local_setup.seq = setup.seq / setup.parallel.cp;
   if (setup.dpo) ForDpo(&local, &local_setup);
   if (setup.packed) ForPacking(&local_setup);
+  if (setup.impl == ModelImpl::kLitgpt) ForLitgpt(&local);
   VS_TRY(plans, PlanRankClasses(local, local_setup));
   // Before anything is lowered: the events this will produce (lower.h).
   if (Status s = CheckWorkBudget(WorkOf(local, local_setup, plans), setup.max_events); !s.ok())

@@ -123,6 +123,45 @@ TEST(Lower, TorchtuneModulesSteadyStateAndRopeCache) {
   EXPECT_NE(refused.error().message.find("--impl torchtune"), std::string::npos);
 }
 
+// --impl litgpt with --loss litgpt-chunked: steady state (the loop's logits
+// dropped after the last step), nothing left but the weights, AdamW's two
+// states, a separate lm_head where the embeddings are tied, and the fp32 RoPE
+// cache (cos and sin, --seq x head_dim each); the fused qkv holds as many
+// weights as q / k / v; GPT-2 and LitGPT's LoRA are refused with messages.
+TEST(Lower, LitgptModulesSteadyStateAndRopeCache) {
+  const ModelSpec m = Tiny();
+  const uint64_t head_bytes_elems = m.tie_word_embeddings ? m.vocab_size * m.hidden_size : 0;
+  for (Precision p : {Precision::kFp32, Precision::kBf16, Precision::kBf16Mixed}) {
+    for (GradCkpt c : {GradCkpt::kNone, GradCkpt::kFull}) {
+      TrainingSetup s;
+      s.optimizer = OptimizerKind::kAdamW;
+      s.batch = 2;
+      s.seq = 200;  // two lm_head chunks, the second 72 tokens
+      s.precision = p;
+      s.grad_ckpt = c;
+      s.loss = LossKind::kLitgptChunked;
+      s.impl = ModelImpl::kLitgpt;
+      SimResult r = RunLowered(s, m);
+      ExpectSteadyState(r);
+      const uint64_t pbytes = p == Precision::kBf16 ? 2 : 4;
+      const uint64_t rope_bytes = 2 * s.seq * m.head_dim * 4;
+      EXPECT_EQ(r.final_stats.allocated_bytes,
+                (m.ParameterCount() + head_bytes_elems) * pbytes * 3 + rope_bytes);
+    }
+  }
+  TrainingSetup s;
+  s.impl = ModelImpl::kLitgpt;
+  ModelSpec gpt2 = m;
+  gpt2.model_type = "gpt2";
+  auto refused = LowerTraining(gpt2, s, TestGpu());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("'gpt2'"), std::string::npos);
+  s.finetune = Finetune::kLora;
+  refused = LowerTraining(m, s, TestGpu());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("LoRAQKVLinear"), std::string::npos);
+}
+
 // Activations at the end of forward for bf16 weights, flash attention, full
 // fine-tune (reference: per token per layer 20h + 4kd + 8i + 4a when a*d = h;
 // two RMSNorms at 6h, the q/k/v input 2h, the gate/up input 2h, q 2h, out 2h,

@@ -545,6 +545,26 @@ Var RmsNormTorchtune(Tape& tape, const Var& x, Param& w, uint64_t tokens) {
   return out;
 }
 
+// LitGPT 0.5.13 litgpt/model.py RMSNorm.forward: `x = x.float()`,
+// `norm_x = torch.mean(x * x, ...)`, `x_normed = x * torch.rsqrt(norm_x +
+// self.eps)`, `(x_normed * self.weight.float()).to(dtype=dtype)`: plain ops,
+// no F.rms_norm; fp32 x, rsqrt and x_normed saved (the last for the weight's
+// gradient), an fp32 copy of a half weight.
+Var RmsNormLitgpt(Tape& tape, const Var& x, Param& w, uint64_t tokens) {
+  Var h = Cast(tape, x, kF32);
+  Var rs = RsqrtMeanSquare(tape, h, tokens, /*composite=*/false);
+  Var normed = MulImpl(tape, h, rs, "aten::mul", /*reduce_broadcast=*/true);
+  tape.Drop(rs);
+  Var w32 = Cast(tape, w.var, kF32);
+  Var out32 = MulImpl(tape, normed, w32, "aten::mul", /*reduce_broadcast=*/true);
+  tape.Drop(w32);
+  tape.Drop(normed);
+  tape.Drop(h);
+  Var out = Cast(tape, out32, x.elem_bytes);
+  tape.Drop(out32);
+  return out;
+}
+
 Var LayerNorm(Tape& tape, const Var& x, Param& w, Param* b, uint64_t tokens) {
   return LayerNorm(tape, x, &w, b, tokens);
 }

@@ -86,6 +86,7 @@ Var RmsNorm(Tape& tape, const Var& x, Param& w, uint64_t tokens, uint64_t hidden
 // input times the fp32 rsqrt, cast to a half weight's dtype, times the weight.
 Var T5LayerNorm(Tape& tape, const Var& x, Param& w, uint64_t tokens);
 Var RmsNormTorchtune(Tape& tape, const Var& x, Param& w, uint64_t tokens);
+Var RmsNormLitgpt(Tape& tape, const Var& x, Param& w, uint64_t tokens);
 // nn.LayerNorm (native_layer_norm): saves input, mean, rstd (fp32 per row).
 // Under autocast layer_norm runs in fp32.
 Var LayerNorm(Tape& tape, const Var& x, Param& w, Param* b, uint64_t tokens);

@@ -62,6 +62,25 @@ int UnitOf(const ParamTensor& pt, uint64_t num_layers) {
   return static_cast<int>(num_layers) + 1;
 }
 
+// LitGPT's GPT.cos / GPT.sin (litgpt/model.py 0.5.13, max_seq_length's
+// setter, build_rope_cache): non-persistent [max_seq_length, rope_n_elem]
+// buffers, fp32 (`torch.arange(seq_len).float()`). The fine-tuning scripts set
+// `model.max_seq_length = min(longest_seq_length, ...)` after fabric.setup:
+// below block_size (max_position_embeddings) that rebuilds them, fp32, at the
+// longest row (--seq); at block_size they stay as Fabric converted them
+// (bf16-true / 16-true: half).
+void PlaceLitgptRopeCache(Tape& tape, const ModelSpec& model, const TrainingSetup& setup) {
+  const uint64_t rows = std::min<uint64_t>(setup.seq, model.max_position_embeddings);
+  const bool converted =
+      setup.seq >= model.max_position_embeddings &&
+      (setup.precision == Precision::kBf16 || setup.precision == Precision::kFp16);
+  const uint8_t bytes = converted ? kHalf : kF32;
+  tape.graph.SetModule(tape.graph.Intern("model"));
+  for (Var* v : {&tape.rope_cos, &tape.rope_sin}) {
+    *v = tape.New(rows * model.head_dim, bytes, Category::kParameters, "register_buffer");
+  }
+}
+
 // Non-persistent buffers that model.to(device) places beside the parameters,
 // where they are big enough to matter. GPT2Attention (transformers 4.x, 4.57.6
 // modeling_gpt2.py __init__) registers a bool causal table `bias`
@@ -70,6 +89,10 @@ int UnitOf(const ParamTensor& pt, uint64_t num_layers) {
 // masks per call instead and registers neither.
 void PlaceBuffers(Tape& tape, const ModelSpec& model, const TrainingSetup& setup,
                   const std::vector<StageSpan>& chunks) {
+  if (setup.impl == ModelImpl::kLitgpt) {
+    PlaceLitgptRopeCache(tape, model, setup);
+    return;
+  }
   if (setup.impl == ModelImpl::kTorchtune) {
     // torchtune's rotary cache (RotaryPositionalEmbeddings / Llama3ScaledRoPE
     // rope_init, 0.6.1): [max_seq_len, head_dim / 2, 2] fp32, one module

@@ -43,13 +43,15 @@ constexpr Named<LossKind> kLosses[] = {{"hf", LossKind::kHf},
                                        {"chunked", LossKind::kChunked},
                                        {"fused-linear", LossKind::kFusedLinear},
                                        {"trl-fused", LossKind::kTrlFused},
-                                       {"torchtune-chunked", LossKind::kTorchtuneChunked}};
+                                       {"torchtune-chunked", LossKind::kTorchtuneChunked},
+                                       {"litgpt-chunked", LossKind::kLitgptChunked}};
 constexpr Named<DeviceRules> kDeviceRules[] = {{"cuda", DeviceRules::kCuda},
                                                {"cpu", DeviceRules::kCpu}};
 constexpr Named<LoraDtype> kLoraDtypes[] = {{"fp32", LoraDtype::kFp32},
                                             {"model", LoraDtype::kModel}};
 constexpr Named<ModelImpl> kModelImpls[] = {{"transformers", ModelImpl::kTransformers},
-                                            {"torchtune", ModelImpl::kTorchtune}};
+                                            {"torchtune", ModelImpl::kTorchtune},
+                                            {"litgpt", ModelImpl::kLitgpt}};
 
 template <typename E, size_t N>
 Result<E> Parse(const Named<E> (&table)[N], std::string_view text, std::string_view flag) {

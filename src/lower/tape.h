@@ -68,6 +68,14 @@ class Tape {
   // --impl torchtune: torchtune's RMSNorm and rotary embeddings (ops.cc
   // RmsNormTorchtune, transformer.cc RopeTorchtune).
   bool torchtune_modules = false;
+  // --impl litgpt: LitGPT's RMSNorm, RoPE and attention (ops.cc RmsNormLitgpt,
+  // transformer.cc RopeLitgpt), and the RoPE cache buffers (PlaceBuffers),
+  // which each forward slices.
+  bool litgpt_modules = false;
+  Var rope_cos, rope_sin;
+  // LitGPT's fine-tuning loop variable `logits`: the previous step's chunks,
+  // alive until this step's forward returns its own (loss.cc).
+  std::vector<Var> loop_logits;
   int torch_version = 0;  // setup.torch_version (213 = 2.13): version-dependent kernels
   // Linear inputs are 2-D [tokens, in] here (an MoE block's `hidden_states.view(-1,
   // hidden_dim)`): their gradients are the matmul's own output, not a reshaped view.

@@ -130,6 +130,7 @@ Var Norm(Tape& tape, const ModelSpec& spec, const Var& x, Param* w, Param* b, co
   switch (spec.norm) {
     case NormKind::kRmsNorm:
       if (tape.torchtune_modules) return RmsNormTorchtune(tape, x, *w, d.t);
+      if (tape.litgpt_modules) return RmsNormLitgpt(tape, x, *w, d.t);
       return RmsNorm(tape, x, *w, d.t, d.h, false);
     case NormKind::kRmsNormGemma: return RmsNorm(tape, x, *w, d.t, d.h, true);
     case NormKind::kLayerNorm:
@@ -150,7 +151,7 @@ bool MakesTrainingCache(const ModelSpec& spec, const TrainingSetup& setup, bool 
   // trainer/utils.py add_fused_lm_head); torchtune's own decoder has no
   // cache in training.
   if (!spec.use_cache || !setup.use_cache || ckpt || setup.transformers_version < 436 ||
-      setup.impl == ModelImpl::kTorchtune || setup.loss == LossKind::kTrlFused ||
+      setup.impl != ModelImpl::kTransformers || setup.loss == LossKind::kTrlFused ||
       setup.loss == LossKind::kTorchtuneChunked || setup.parallel.model_parallel()) {
     return false;
   }
@@ -333,15 +334,23 @@ Var Mlp(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x, 
     }
     // `down_proj(act_fn(gate_proj(x)) * up_proj(x))` (LlamaMLP and its copies,
     // 4.57.6 / 5.24.0): the activation runs before up_proj, so without
-    // autograd saving it the gate output is gone by then.
+    // autograd saving it the gate output is gone by then. LitGPT's LLaMAMLP
+    // (litgpt/model.py 0.5.13) makes `x_fc_1` and `x_fc_2` first, locals
+    // until it returns.
+    const bool litgpt = tape.litgpt_modules;
+    if (litgpt && !fused) u = Proj(tape, x, up, nullptr, tokens, inter);
     Var act = spec.mlp == MlpKind::kGatedGeluTanh ? Gelu(tape, g) : Silu(tape, g);
-    tape.Drop(g);
-    if (!fused) u = Proj(tape, x, up, nullptr, tokens, inter);
+    if (!litgpt) tape.Drop(g);
+    if (!fused && !litgpt) u = Proj(tape, x, up, nullptr, tokens, inter);
     Var prod = Mul(tape, act, u);
     tape.Drop(act);
-    tape.Drop(u);
+    if (!litgpt) tape.Drop(u);
     Var out = Proj(tape, prod, down, nullptr, tokens, d.h);
     tape.Drop(prod);
+    if (litgpt) {
+      tape.Drop(g);
+      tape.Drop(u);
+    }
     return out;
   }
   Var f = Proj(tape, x, up, lp.fc1_b, tokens, inter);
@@ -845,6 +854,49 @@ Var RopeOfTorchtune(Tape& tape, const ModelSpec& spec, const Dims& d, const Var&
                                     : RopeTorchtune(tape, x);
 }
 
+// LitGPT 0.5.13 litgpt/model.py apply_rope(x, cos, sin) over a q / k view of
+// the fused qkv: `rotated = torch.cat((-x2, x1), dim=-1)` (x's dtype, a local
+// until it returns), `roped = (x * cos) + (rotated * sin)` against the fp32
+// cache (promoted to fp32 for a half x; each MulBackward0 saves only the
+// cache slice, a buffer without gradient), `roped.to(dtype=x.dtype)`.
+Var RopeLitgpt(Tape& tape, const Var& x, const Var& cos, const Var& sin) {
+  const bool grad = x.requires_grad() && tape.grad_enabled;
+  Var neg = tape.New(x.numel / 2, x.elem_bytes, Category::kTemporaries, "aten::neg");
+  Var rotated = tape.New(x.numel, x.elem_bytes, Category::kTemporaries, "aten::cat");
+  tape.Drop(neg);
+  if (grad) {
+    NodeId n = tape.Node("CatBackward0", &rotated);
+    // neg and slice backwards: a half and a full buffer on the way back.
+    tape.graph.Workspace(n, x.bytes() / 2);
+    tape.graph.Edge(n, x, x.bytes());
+  }
+  Var a = Mul(tape, x, cos);
+  Var b = Mul(tape, rotated, sin);
+  Var roped = Add(tape, a, b);
+  tape.Drop(a);
+  tape.Drop(b);
+  Var out = Cast(tape, roped, x.elem_bytes);
+  tape.Drop(roped);
+  tape.Drop(rotated);
+  return out;
+}
+
+// CausalSelfAttention.forward (litgpt/model.py 0.5.13): `q_roped =
+// apply_rope(q[..., :rope_n_elem], cos, sin)`, then `q = torch.cat((q_roped,
+// q[..., rope_n_elem:]), dim=-1)`: a copy even when the pass-through part is
+// empty; q_roped / k_roped stay locals until the attention returns.
+Var RopeLitgptJoined(Tape& tape, const Var& x, const Var& cos, const Var& sin,
+                     std::vector<Var>* locals) {
+  Var roped = RopeLitgpt(tape, x, cos, sin);
+  Var joined = tape.New(roped.numel, roped.elem_bytes, Category::kTemporaries, "aten::cat");
+  if (tape.grad_enabled && roped.requires_grad()) {
+    NodeId n = tape.Node("CatBackward0", &joined);
+    tape.graph.EdgePass(n, roped);
+  }
+  locals->push_back(roped);
+  return joined;
+}
+
 bool RotaryPiecesAreLocals(const ModelSpec& spec) {
   return spec.model_type == "stablelm" || spec.model_type == "phi";
 }
@@ -853,6 +905,15 @@ bool RotaryPiecesAreLocals(const ModelSpec& spec) {
 // pos_embeddings on each: both old ones die on return.
 void ApplyRotary(Tape& tape, const ModelSpec& spec, const Dims& d, const LayerShared& sh,
                  std::vector<Var>* locals, Var* q, Var* k) {
+  if (tape.litgpt_modules) {
+    Var rq = RopeLitgptJoined(tape, *q, sh.cos, sh.sin, locals);
+    Var rk = RopeLitgptJoined(tape, *k, sh.cos, sh.sin, locals);
+    tape.Drop(*q);
+    tape.Drop(*k);
+    *q = rq;
+    *k = rk;
+    return;
+  }
   std::vector<Var>* pieces = RotaryPiecesAreLocals(spec) ? locals : nullptr;
   const uint64_t rot = RotaryDim(spec, d.d);
   Var rq = tape.torchtune_modules ? RopeOfTorchtune(tape, spec, d, *q)
@@ -932,6 +993,8 @@ Var SelfAttention(Tape& tape, const ModelSpec& spec, const LayerParams& lp, cons
   shape.kv_head_major = tape.kv_cache && tape.kv_cache_copies;
   shape.q_head_major = spec.position == PositionKind::kRope && RotaryDim(spec, d.d) < d.d;
   shape.k_head_major = shape.q_head_major;
+  // LitGPT's torch.cat after apply_rope: q and k are [b, heads, s, d] copies.
+  if (tape.litgpt_modules) shape.q_head_major = shape.k_head_major = true;
   Var kept_weights;  // legacy StableLM: its own local, not returned
   Var ctx = Attend(tape, sh.plan, shape, q, k, v, sh.mask, spec.attention_dropout,
                    sh.plan.legacy_stablelm ? &kept_weights : weights);
@@ -1066,7 +1129,11 @@ Var DecoderLayer(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const
     ReleaseWeights(tape, spec, weights, returned);
     return out;
   }
-  if (h_life == NormOutLife::kAttention) tape.Drop(h);
+  // LitGPT's Block.forward (litgpt/model.py 0.5.13) keeps `attention_output`
+  // to the end, `x_normed` until norm_2's output replaces it, and that one
+  // until the MLP's output is added.
+  const bool litgpt = tape.litgpt_modules;
+  if (h_life == NormOutLife::kAttention && !litgpt) tape.Drop(h);
   Var mid = Add(tape, x, attn);
   if (h_life == NormOutLife::kResidualAdd) tape.Drop(h);
   // StableLmDecoderLayer (`self_attn_output`), FalconDecoderLayer
@@ -1074,18 +1141,19 @@ Var DecoderLayer(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const
   // resid_dropout) keep the attention output in its own local until the layer
   // returns (4.57.6 / 5.24.0); the other sequential families overwrite
   // `hidden_states` with the residual sum.
-  const bool attn_lives = tape.torchtune_modules || spec.model_type == "stablelm" ||
+  const bool attn_lives = tape.torchtune_modules || litgpt || spec.model_type == "stablelm" ||
                           spec.model_type == "gpt2" || spec.model_type == "falcon";
   if (!attn_lives) tape.Drop(attn);
   Param* pre = spec.sandwich_norm ? lp.norm3 : lp.norm2;
   Var h2 = Norm(tape, spec, mid, pre, spec.sandwich_norm ? nullptr : lp.norm2_b, r);
+  if (litgpt) tape.Drop(h);
   Var m = moe ? Moe(tape, spec, lp, h2, d)
               : Mlp(tape, spec, lp, h2, d, d.t, d.inter, lp.gate, lp.up, lp.down);
   m = ResidualDropout(tape, spec, ToSequenceShard(tape, m, d, "megatron::reduce_scatter"));
   // GPT2Block keeps ln_2's output in `hidden_states` until the residual sum
   // replaces it (`feed_forward_hidden_states = self.mlp(hidden_states)`,
   // 4.57.6 / 5.17 / 5.24); the other families overwrite it with the MLP's output.
-  const bool h2_lives = spec.model_type == "gpt2";
+  const bool h2_lives = litgpt || spec.model_type == "gpt2";
   if (!h2_lives) tape.Drop(h2);
   if (spec.sandwich_norm && lp.norm4) {
     Var n = Norm(tape, spec, m, lp.norm4, nullptr, r);
@@ -1312,7 +1380,10 @@ LayerShared PrepareLayers(Tape& tape, const ModelSpec& spec, const TrainingSetup
   // torchtune's MultiHeadAttention copies k / v to every head itself
   // (k.unsqueeze(2).expand(...).flatten(1, 2), modules/attention.py 0.6.1) and
   // calls SDPA with is_causal when no mask is given.
-  const bool torchtune = setup.impl == ModelImpl::kTorchtune;
+  // LitGPT's CausalSelfAttention likewise (`k.repeat_interleave(q_per_kv,
+  // dim=1)`, an expand and a contiguous clone, litgpt/model.py 0.5.13) and
+  // passes mask=None, so is_causal.
+  const bool torchtune = setup.impl == ModelImpl::kTorchtune || setup.impl == ModelImpl::kLitgpt;
   sh.plan =
       PlanAttention(setup, tape.autocast ? tape.compute_bytes : x.elem_bytes, d.heads, d.kv,
                     !torchtune && SdpaGetsMask(spec, setup, d.s, cache), spec.attention_dropout,
@@ -1341,6 +1412,12 @@ LayerShared PrepareLayers(Tape& tape, const ModelSpec& spec, const TrainingSetup
   // torchtune slices its rotary cache (a buffer, PlaceBuffers) in each layer.
   if (spec.position == PositionKind::kRope && !torchtune) {
     RotaryTables(tape, d.s, RotaryDim(spec, d.d), x.elem_bytes, &sh.cos, &sh.sin);
+  }
+  // LitGPT: `cos = self.cos[:T].unsqueeze(0)`, views of GPT's buffers.
+  if (tape.litgpt_modules) {
+    sh.cos = tape.Share(tape.rope_cos);
+    sh.sin = tape.Share(tape.rope_sin);
+    sh.cos.numel = sh.sin.numel = d.s * d.d;
   }
   return sh;
 }
@@ -1428,6 +1505,9 @@ Var HeadAndLoss(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Traini
   }
   if (setup.loss == LossKind::kTorchtuneChunked) {
     return TorchtuneChunkedLoss(tape, &hfin, *head, d.t, head_in, d.vocab);
+  }
+  if (setup.loss == LossKind::kLitgptChunked) {
+    return LitgptChunkedLoss(tape, &hfin, *head, d.b, d.s, head_in, d.vocab);
   }
   Var loss = CausalLmLoss(tape, setup, hfin, *head, mp.lm_head_b, d.t, head_in, d.vocab,
                           spec.final_logit_softcapping);

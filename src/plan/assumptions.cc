@@ -109,6 +109,9 @@ std::string Loss(const TrainingSetup& s) {
     case LossKind::kTorchtuneChunked:
       return "torchtune's CEWithChunkedOutputLoss: 8 chunks of logits together, each upcast in "
              "turn";
+    case LossKind::kLitgptChunked:
+      return "LitGPT's fine-tuning step: lm_head over 128-token chunks, chunked_cross_entropy in "
+             "the logits' dtype, the logits kept until the next step's forward";
     case LossKind::kTrlFused:
       return "TRL 1.15+'s fused LM head (SFTTrainer): log-probabilities over 4096 x 32768 tiles, "
              "every position labelled";
@@ -480,6 +483,12 @@ std::vector<Assumption> DescribeAssumptions(const TrainingSetup& s) {
                    "torchtune 0.6.1's own decoder: RMSNorm over x.float(), rotary embeddings "
                    "in fp32 from a max_position_embeddings-long cache, k / v copied to every "
                    "head, no KV cache; transformers' modules are --impl transformers",
+                   "--impl"});
+  } else if (s.impl == ModelImpl::kLitgpt) {
+    out.push_back({"modules",
+                   "LitGPT 0.5.13's own GPT: one fused qkv Linear, RMSNorm over x.float(), RoPE "
+                   "from fp32 cos / sin buffers of the longest row, k / v repeated for grouped "
+                   "queries, no KV cache; transformers' modules are --impl transformers",
                    "--impl"});
   } else if (s.grad_ckpt == GradCkpt::kNone && s.transformers_version >= 436 &&
              !s.parallel.model_parallel()) {

@@ -7,6 +7,8 @@ QLoRA is not in the grid: bitsandbytes' 4-bit path needs CUDA kernels (docs/fide
 """
 
 import dataclasses
+import os
+import sys
 
 from .knobs import UNET_LORA_TARGETS, UNET_SEQ, Point
 from .models import FAMILIES, FLUX_FAMILIES, FLUX_TEXT_LEN, UNET_FAMILIES, is_t5
@@ -187,7 +189,8 @@ def full_grid():
     points = [p for family in FAMILIES for tf in (5, 4) for combo in COMBOS
               if not is_t5(family) and _supported(p := _point(family, tf, combo))]
     return (points + unet_points() + flux_points() + vae_points() + trl_points()
-            + packed_points() + batch1_points() + torchtune_model_points() + t5_points())
+            + packed_points() + batch1_points() + torchtune_model_points() + t5_points()
+            + litgpt_model_points())
 
 
 def ci_grid():
@@ -231,6 +234,42 @@ def torchtune_model_as_transformers_points():
             for p in torchtune_model_points() if not p.offload]
 
 
+def _litgpt_available():
+    extra = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", ".venv",
+                         "litgpt")
+    if not os.path.isdir(extra):
+        print(f"litgpt-model points skipped: {os.path.normpath(extra)} is missing "
+              "(scripts/python_env.sh makes it)", file=sys.stderr)
+    return os.path.isdir(extra)
+
+
+def litgpt_model_points():
+    """LitGPT's own GPT through finetune_full's step (vsref/litgpt_model.py), estimated with
+    --impl litgpt --loss litgpt-chunked: the three Fabric precisions, with and without
+    per-Block checkpointing; two rows of 256 tokens (two lm_head chunks of 128). Skipped, with
+    a message, where .venv/litgpt (requirements/reference-litgpt.txt) was not made."""
+    if not _litgpt_available():
+        return []
+    combos = [("none", "fp32"), ("none", "bf16"), ("none", "bf16-mixed"), ("full", "fp32"),
+              ("full", "bf16"), ("full", "bf16-mixed")]
+    return [Point("llama_lg", tf=5, finetune="full", ckpt=c, attn="sdpa", precision=p, seq=256,
+                  optimizer="adamw-foreach", trainer="litgpt-model") for c, p in combos]
+
+
+def litgpt_lora_points():
+    """finetune_lora's step on LitGPT's GPT (LoRAQKVLinear on the fused qkv, q and v), which
+    --impl litgpt does not lower yet: estimated with transformers' modules and the LitGPT loss,
+    as the LitGPT reader does. Not gated: the gap is what lowering LoRAQKVLinear would close."""
+    if not _litgpt_available():
+        return []
+    combos = [("none", "fp32"), ("none", "bf16"), ("none", "bf16-mixed"), ("full", "bf16")]
+    return [Point("llama_lg", tf=5, finetune="lora", ckpt=c, attn="sdpa", precision=p, seq=256,
+                  optimizer="adamw-foreach", trainer="litgpt-lora-as-transformers")
+            for c, p in combos]
+
+
 GRIDS = {"ci": ci_grid, "full": full_grid, "fsdp": fsdp_points,
+         "litgpt-model": litgpt_model_points,
+         "litgpt-lora-as-transformers": litgpt_lora_points,
          "torchtune-model": torchtune_model_points,
          "torchtune-model-as-transformers": torchtune_model_as_transformers_points}

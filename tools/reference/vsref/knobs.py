@@ -113,7 +113,14 @@ class Point:
             args += ["--impl", "torchtune"]
         if self.offload:
             args.append("--activation-offload")
-        if tt_model and self.finetune == "lora":
+        # LitGPT's GPT and finetune/*.py's chunked lm_head and chunked_cross_entropy; its
+        # LoRA (not lowered under --impl litgpt) with transformers' modules.
+        litgpt = self.trainer in ("litgpt-model", "litgpt-lora-as-transformers")
+        if litgpt:
+            args += ["--loss", "litgpt-chunked"]
+        if self.trainer == "litgpt-model":
+            args += ["--impl", "litgpt"]
+        if (tt_model or litgpt) and self.finetune == "lora":
             args += ["--lora-dtype", "model"]
         if self.trainer == "trl-dpo":
             # DataCollatorForPreference's batch carries an attention_mask (all ones here).

@@ -327,6 +327,15 @@ def reference_config(family):
         config = reference_config("llama_tt")
         config.update(num_hidden_layers=8)
         return config
+    if family == "llama_lg":
+        # LitGPT's own GPT (vsref/litgpt_model.py; not a FAMILIES entry), estimated with
+        # --impl litgpt: block_size 512 (max_position_embeddings) above the 256-token rows,
+        # so that fit()'s max_seq_length rebuilds the RoPE cache; two query groups, so that
+        # k / v are repeat_interleave'd copies.
+        config = reduce_config(catalog_config(FAMILIES["llama"]))
+        config.update(max_position_embeddings=512, num_key_value_heads=2,
+                      tie_word_embeddings=False)
+        return config
     config = reduce_config(catalog_config(FAMILIES[family]))
     if is_t5(family):
         # T5Config names its sizes num_layers / num_heads / d_ff (num_hidden_layers is an

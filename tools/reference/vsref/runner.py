@@ -311,6 +311,11 @@ def run(point, config_dict, out_path):
 
         torchtune_model.run_isolated(point, config_dict, out_path)
         return
+    if point.trainer in ("litgpt-model", "litgpt-lora-as-transformers"):
+        from . import litgpt_model  # LitGPT and lightning: .venv/litgpt, a child process
+
+        litgpt_model.run_isolated(point, config_dict, out_path)
+        return
     model = add_trl_head(point, apply_knobs(point, build_model(point, config_dict)))
     if point.trainer == "torchtune":
         model = ChunkedOutputModel(model)
