@@ -412,6 +412,36 @@ Status ValidateLitgpt(const ModelSpec& m, const TrainingSetup& s) {
   return Ok{};
 }
 
+// Which library's modules (--impl) and which activation offloading.
+Status ValidateImplAndOffload(const ModelSpec& m, const TrainingSetup& s) {
+  auto bad = [](std::string msg) { return Status(MakeError(std::move(msg))); };
+  // Under --impl torchtune, --activation-offload is the recipes'
+  // enable_activation_offloading: OffloadActivations, which they allow only with
+  // (non-reentrant) activation checkpointing. Otherwise it is save_on_cpu,
+  // modelled without checkpointing.
+  if (s.activation_offload && s.impl == ModelImpl::kTorchtune && s.grad_ckpt != GradCkpt::kFull)
+    return bad(
+        "--activation-offload with --impl torchtune: torchtune's recipes offload only with "
+        "activation checkpointing (--grad-ckpt full)");
+  if (s.activation_offload && s.impl != ModelImpl::kTorchtune && s.grad_ckpt != GradCkpt::kNone)
+    return bad(
+        "--activation-offload: save_on_cpu is not modelled together with --grad-ckpt (use one "
+        "or the other; torchtune's OffloadActivations with checkpointing is --impl torchtune)");
+  if (s.impl == ModelImpl::kTorchtune &&
+      (m.is_encoder || m.is_vit || m.is_clip || m.is_unet || m.is_flux ||
+       (m.model_type != "llama" && m.model_type != "mistral" && m.model_type != "qwen2") ||
+       m.num_labels > 0 || m.position != PositionKind::kRope || s.parallel.model_parallel()))
+    return bad(fmt::format(
+        "--impl torchtune: torchtune's own decoder is modelled for Llama, Mistral and Qwen2 causal "
+        "LMs "
+        "without Megatron-style parallelism, not {} (model_type {})",
+        m.name, common::QuoteForMessage(m.model_type, common::kQuotedBytes, '\'')));
+  if (s.impl == ModelImpl::kLitgpt) {
+    if (Status st = ValidateLitgpt(m, s); !st.ok()) return st;
+  }
+  return Ok{};
+}
+
 Status Validate(const ModelSpec& m, const TrainingSetup& s) {
   auto bad = [](std::string msg) { return Status(MakeError(std::move(msg))); };
   if (Status encoders = ValidateFrozenEncoders(m, s); !encoders.ok()) return encoders;
@@ -449,30 +479,7 @@ Status Validate(const ModelSpec& m, const TrainingSetup& s) {
     return bad(
         "--optimizer-in-backward: steps at every backward, so it cannot accumulate gradients "
         "(--grad-accum must be 1)");
-  // Under --impl torchtune, --activation-offload is the recipes'
-  // enable_activation_offloading: OffloadActivations, which they allow only with
-  // (non-reentrant) activation checkpointing. Otherwise it is save_on_cpu,
-  // modelled without checkpointing.
-  if (s.activation_offload && s.impl == ModelImpl::kTorchtune && s.grad_ckpt != GradCkpt::kFull)
-    return bad(
-        "--activation-offload with --impl torchtune: torchtune's recipes offload only with "
-        "activation checkpointing (--grad-ckpt full)");
-  if (s.activation_offload && s.impl != ModelImpl::kTorchtune && s.grad_ckpt != GradCkpt::kNone)
-    return bad(
-        "--activation-offload: save_on_cpu is not modelled together with --grad-ckpt (use one "
-        "or the other; torchtune's OffloadActivations with checkpointing is --impl torchtune)");
-  if (s.impl == ModelImpl::kTorchtune &&
-      (m.is_encoder || m.is_vit || m.is_clip || m.is_unet || m.is_flux ||
-       (m.model_type != "llama" && m.model_type != "mistral" && m.model_type != "qwen2") ||
-       m.num_labels > 0 || m.position != PositionKind::kRope || s.parallel.model_parallel()))
-    return bad(fmt::format(
-        "--impl torchtune: torchtune's own decoder is modelled for Llama, Mistral and Qwen2 causal "
-        "LMs "
-        "without Megatron-style parallelism, not {} (model_type {})",
-        m.name, common::QuoteForMessage(m.model_type, common::kQuotedBytes, '\'')));
-  if (s.impl == ModelImpl::kLitgpt) {
-    if (Status st = ValidateLitgpt(m, s); !st.ok()) return st;
-  }
+  if (Status st = ValidateImplAndOffload(m, s); !st.ok()) return st;
   if (m.is_vit) return ValidateVit(m, s);
   if (m.is_clip) return ValidateClip(m, s);
   if (m.is_encoder && m.model_type != "bert")

@@ -160,8 +160,7 @@ std::string OffTheGpu(const TrainingSetup& s, const char* encoders) {
     if (text_on_gpu)
       return "the VAE is not on the GPU (precomputed latents, or add its weights yourself)";
     return fmt::format(
-        "the VAE and {} are not on the GPU (precomputed, or add their weights yourself)",
-        encoders);
+        "the VAE and {} are not on the GPU (precomputed, or add their weights yourself)", encoders);
   }
   const std::string vae = fmt::format(
       "the VAE {} ({} frozen weights on the GPU in {}) encodes each micro-batch's fp32 pixels "
