@@ -811,6 +811,29 @@ Var RopeTorchtune(Tape& tape, const Var& x) {
   return out;
 }
 
+// `(x * cos) + (rotated * sin)` with `rotated = torch.cat((-x2, x1), dim=-1)`
+// (torchtune's Qwen2 rotary embeddings, LitGPT's apply_rope): the negated half
+// is a temporary, `rotated` is returned in *rotated for the caller to drop
+// (both keep it bound until they return). cos and sin need no gradient, so
+// each MulBackward0 saves only them.
+Var RotatedSum(Tape& tape, const Var& x, const Var& cos, const Var& sin, Var* rotated) {
+  Var neg = tape.New(x.numel / 2, x.elem_bytes, Category::kTemporaries, "aten::neg");
+  *rotated = tape.New(x.numel, x.elem_bytes, Category::kTemporaries, "aten::cat");
+  tape.Drop(neg);
+  if (x.requires_grad() && tape.grad_enabled) {
+    NodeId n = tape.Node("CatBackward0", rotated);
+    // neg and slice backwards: a half and a full buffer on the way back.
+    tape.graph.Workspace(n, x.bytes() / 2);
+    tape.graph.Edge(n, x, x.bytes());
+  }
+  Var a = Mul(tape, x, cos);
+  Var b = Mul(tape, *rotated, sin);
+  Var sum = Add(tape, a, b);
+  tape.Drop(a);
+  tape.Drop(b);
+  return sum;
+}
+
 // torchtune 0.6.1 models/qwen2/_positional_embeddings.py
 // Qwen2RotaryPositionalEmbeddings.forward: cos / sin are the cache's
 // [s, head_dim] halves `.to(x.dtype)` (copies for 16-bit x, views of the fp32
@@ -826,20 +849,8 @@ Var RopeQwen2Torchtune(Tape& tape, const Var& x, uint64_t seq, uint64_t head_dim
     cos = tape.New(seq * head_dim, x.elem_bytes, Category::kTemporaries, "aten::_to_copy");
     sin = tape.New(seq * head_dim, x.elem_bytes, Category::kTemporaries, "aten::_to_copy");
   }
-  Var neg = tape.New(x.numel / 2, x.elem_bytes, Category::kTemporaries, "aten::neg");
-  Var rotated = tape.New(x.numel, x.elem_bytes, Category::kTemporaries, "aten::cat");
-  tape.Drop(neg);
-  if (x.requires_grad() && tape.grad_enabled) {
-    NodeId n = tape.Node("CatBackward0", &rotated);
-    // neg and slice backwards: a half and a full buffer on the way back.
-    tape.graph.Workspace(n, x.bytes() / 2);
-    tape.graph.Edge(n, x, x.bytes());
-  }
-  Var a = Mul(tape, x, cos);
-  Var b = Mul(tape, rotated, sin);
-  Var out = Add(tape, a, b);
-  tape.Drop(a);
-  tape.Drop(b);
+  Var rotated;
+  Var out = RotatedSum(tape, x, cos, sin, &rotated);
   tape.Drop(rotated);
   if (copies) {
     tape.Drop(cos);
@@ -860,21 +871,8 @@ Var RopeOfTorchtune(Tape& tape, const ModelSpec& spec, const Dims& d, const Var&
 // cache (promoted to fp32 for a half x; each MulBackward0 saves only the
 // cache slice, a buffer without gradient), `roped.to(dtype=x.dtype)`.
 Var RopeLitgpt(Tape& tape, const Var& x, const Var& cos, const Var& sin) {
-  const bool grad = x.requires_grad() && tape.grad_enabled;
-  Var neg = tape.New(x.numel / 2, x.elem_bytes, Category::kTemporaries, "aten::neg");
-  Var rotated = tape.New(x.numel, x.elem_bytes, Category::kTemporaries, "aten::cat");
-  tape.Drop(neg);
-  if (grad) {
-    NodeId n = tape.Node("CatBackward0", &rotated);
-    // neg and slice backwards: a half and a full buffer on the way back.
-    tape.graph.Workspace(n, x.bytes() / 2);
-    tape.graph.Edge(n, x, x.bytes());
-  }
-  Var a = Mul(tape, x, cos);
-  Var b = Mul(tape, rotated, sin);
-  Var roped = Add(tape, a, b);
-  tape.Drop(a);
-  tape.Drop(b);
+  Var rotated;
+  Var roped = RotatedSum(tape, x, cos, sin, &rotated);
   Var out = Cast(tape, roped, x.elem_bytes);
   tape.Drop(roped);
   tape.Drop(rotated);

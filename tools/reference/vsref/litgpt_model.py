@@ -18,13 +18,12 @@ LitGPT's package imports lightning and jsonargparse: they live in .venv/litgpt
 
 import json
 import os
-import subprocess
 import sys
-import tempfile
 
 import torch
 import vramscope_trace
 
+from .isolated import run_in_child
 from .knobs import point_from_json
 from .runner import make_optimizer
 
@@ -46,18 +45,7 @@ def run_isolated(point, config, out_path):
     """run() in a child interpreter with LitGPT's libraries on its path."""
     if not available():
         raise MissingEnvironment(f"{EXTRA} is missing: run scripts/python_env.sh")
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump({"point": point.to_json(), "config": config, "out": out_path}, f)
-    env = dict(os.environ)
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env["PYTHONPATH"] = os.pathsep.join([EXTRA, here, env.get("PYTHONPATH", "")])
-    try:
-        proc = subprocess.run([sys.executable, "-m", "vsref.litgpt_model", f.name],
-                              capture_output=True, text=True, env=env)
-    finally:
-        os.unlink(f.name)
-    if proc.returncode != 0:
-        raise RuntimeError(proc.stderr.strip().splitlines()[-1] if proc.stderr else "failed")
+    run_in_child("litgpt_model", EXTRA, point, config, out_path)
 
 
 def litgpt_config(point, config):

@@ -13,13 +13,12 @@ process only, because PEFT refuses to build LoRA layers beside that torchao.
 import contextlib
 import json
 import os
-import subprocess
 import sys
-import tempfile
 
 import torch
 import vramscope_trace
 
+from .isolated import run_in_child
 from .knobs import point_from_json
 from .runner import make_optimizer
 
@@ -31,18 +30,7 @@ def run_isolated(point, config, out_path):
     """run() in a child interpreter with torchtune's libraries on its path."""
     if not os.path.isdir(EXTRA):
         raise RuntimeError(f"{EXTRA} is missing: run scripts/python_env.sh")
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump({"point": point.to_json(), "config": config, "out": out_path}, f)
-    env = dict(os.environ)
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env["PYTHONPATH"] = os.pathsep.join([EXTRA, here, env.get("PYTHONPATH", "")])
-    try:
-        proc = subprocess.run([sys.executable, "-m", "vsref.torchtune_model", f.name],
-                              capture_output=True, text=True, env=env)
-    finally:
-        os.unlink(f.name)
-    if proc.returncode != 0:
-        raise RuntimeError(proc.stderr.strip().splitlines()[-1] if proc.stderr else "failed")
+    run_in_child("torchtune_model", EXTRA, point, config, out_path)
 
 
 def _builders(config):
