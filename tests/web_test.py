@@ -55,6 +55,10 @@ SETUPS = [
     {"model": "llama-3-8b", "tp": "2", "pp": "2", "gpus": "8", "zero": "1", "grad-accum": "2"},
     {"model": "llama-3-8b", "alloc-conf": "expandable_segments:True", "loss": "chunked", "batch": "4"},
     {"model": "llama-3-8b", "gpus": "4", "ddp": True, "precision": "fp16-mixed", "optimizer": "sgd-momentum"},
+    # "other flags": knobs without a field of their own.
+    {"model": "flux.1-dev-transformer", "finetune": "lora", "lora-targets": "q,k,v,o",
+     "precision": "bf16", "grad-ckpt": "full", "extra-flags": "--text-encoder sd-1.5-text-encoder "
+     "--text-encoder t5-v1_1-xxl-encoder --image-size 512 --text-len 256"},
 ]
 
 NUMBERS = {"peak-allocated": "peak_allocated_bytes", "peak-reserved": "peak_reserved_bytes",
@@ -201,6 +205,9 @@ def cli_flags(setup):
     flags = [setup["model"]]
     for knob, value in setup.items():
         if knob == "model":
+            continue
+        if knob == "extra-flags":
+            flags += value.split()
             continue
         flags += [f"--{knob}"] if value is True else [f"--{knob}", value]
     return flags

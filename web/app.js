@@ -23,6 +23,7 @@ const DEFAULTS = {
   optimizer: "adamw", finetune: "full", "lora-rank": "16", "lora-targets": "q,v", "grad-ckpt": "none",
   attn: "sdpa", loss: "hf", "alloc-conf": "", gpus: "", ddp: false, zero: "", fsdp: "",
   offload: "none", tp: "1", pp: "1", sp: false, cp: "1", microbatches: "", explain: false,
+  "extra-flags": "",
 };
 const KNOB_IDS = Object.keys(DEFAULTS);
 const CONFIG_PATH = "/page/config.json";  // where the engine sees a pasted config
@@ -52,13 +53,16 @@ function modelArg() {
   return $("source-config").checked ? CONFIG_PATH : $("model").value;
 }
 
-// The flags of every knob that differs from its default, in the page's order.
+// The flags of every knob that differs from its default, in the page's order;
+// "other flags" (any flag of `estimate`, the page's way to the knobs it has no
+// field for) last, split at white space as a shell would split them unquoted.
 function knobFlags() {
   const flags = [];
   for (const id of KNOB_IDS) {
     const value = knobValue(id), flag = $(id).dataset.flag;
     if (value === DEFAULTS[id] || value === "") continue;
-    if (value === true) flags.push(flag);
+    if (id === "extra-flags") flags.push(...value.split(/\s+/));
+    else if (value === true) flags.push(flag);
     else if (value !== false) flags.push(flag, value);
   }
   return flags;

@@ -40,6 +40,26 @@ void Graph::Ref(TensorId t) {
   ++tensors_[t].refs;
 }
 
+size_t Graph::AllocPosition(const Region& r, TensorId t) const {
+  const int32_t local = LocalOf(region_, t);
+  if (local < 0) return kNotInScript;
+  for (size_t i = r.script.size(); i-- > 0;) {
+    const ScriptOp& s = r.script[i];
+    if (s.alloc && s.local == static_cast<uint32_t>(local)) return i;
+  }
+  return kNotInScript;
+}
+
+size_t Graph::PackPosition(const Region& r, TensorId output, TensorId saved) const {
+  const size_t out_pos = output == kNoTensor ? kNotInScript : AllocPosition(r, output);
+  if (out_pos == kNotInScript) return r.script.size();
+  // A result (the output, or a tensor the op made after it: layer norm's
+  // mean and rstd, SDPA's logsumexp) is packed once the kernel has run.
+  const size_t saved_pos = AllocPosition(r, saved);
+  if (saved_pos != kNotInScript && saved_pos >= out_pos) return r.script.size();
+  return out_pos;
+}
+
 int32_t Graph::LocalOf(uint32_t region, TensorId t) const {
   const auto& locals = regions_[region].locals;
   // Regions are small (one decoder layer): a reverse scan is cheap and finds
@@ -143,13 +163,16 @@ void Graph::Save(NodeId n, TensorId t) {
     return;
   }
   Region& r = regions_[region_];
-  // Non-reentrant recompute packs this tensor when the saving node is made:
-  // right after the saving op's output exists (script position now). Saved
-  // parameters do not hold the recompute back (measured: LoRA's frozen
-  // down_proj weight, saved by its mm, does not make the recompute run it).
-  if (out_->events()[tensors_[t].event_index].category != Category::kParameters) {
-    r.pack_end = r.script.size();
-  }
+  // Non-reentrant recompute stops at the pack of the last saved tensor. The
+  // autograd kernels (torch 2.13 VariableType codegen) save an op's inputs
+  // before redispatching to its kernel, and its result after: an input's pack
+  // (a frozen weight's too) comes before the op's output exists, so the
+  // recompute never makes that output; a result's comes after it (script
+  // position now). Measured on CPU with a dispatch log
+  // (tools/reference/tests/test_torch_facts.py, test_checkpoint_recompute_*):
+  // a checkpointed `gelu(x @ w) @ w2` recomputes up to gelu and packs h and w2
+  // without running the last mm; `exp(h)` (saving its result) runs exp.
+  r.pack_end = std::max(r.pack_end, PackPosition(r, nodes_[n].output, t));
   const int32_t local = LocalOf(region_, t);
   if (local >= 0) {
     r.saves.emplace_back(n, static_cast<uint32_t>(local));

@@ -131,6 +131,9 @@ class Graph {
   // --- graph ---------------------------------------------------------------
   // A node with `num_slots` differentiable outputs.
   NodeId AddNode(std::string_view op, uint32_t num_slots = 1);
+  // The tensor node `n`'s op returned (Tape::Node): a save of any other
+  // tensor is a save of an input, packed before the op's kernel runs.
+  void SetOutput(NodeId n, TensorId t) { nodes_[n].output = t; }
   // The AccumulateGrad node of a leaf parameter; its grad lands in *grad_slot
   // (kNoTensor while .grad is None). `grad_bytes` is the size of .grad.
   NodeId AddAccumulateGrad(uint64_t grad_bytes, TensorId* grad_slot);
@@ -229,6 +232,7 @@ class Graph {
     bool is_accumulate = false;
     uint64_t accumulate_bytes = 0;
     TensorId* grad_slot = nullptr;
+    TensorId output = kNoTensor;  // what the op returned (SetOutput)
     std::vector<TensorId> slots;  // incoming gradients
     // Per slot: the bytes of the gradient when it is a slice (a view of part of
     // its storage, kSlice), else 0.
@@ -265,6 +269,14 @@ class Graph {
     std::vector<uint64_t> ungraded_outputs;  // bytes of outputs without a gradient
   };
   static constexpr uint32_t kNoRegion = 0;
+  // The script length at which the current region's recompute has packed
+  // `saved` for the node whose op returned `output`: before that output's
+  // allocation for an input, the script's current end for the result.
+  size_t PackPosition(const Region& r, TensorId output, TensorId saved) const;
+  // The script index of local `t`'s allocation in region `r` (the current
+  // one), or kNotInScript.
+  static constexpr size_t kNotInScript = std::numeric_limits<size_t>::max();
+  size_t AllocPosition(const Region& r, TensorId t) const;
 
   // `slice_bytes`: the gradient is a view of that many bytes of `grad` (0: all of it).
   void Deliver(NodeId target, uint32_t slot, TensorId grad, uint32_t from_region,

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 #include "vramscope/simulate.h"
@@ -116,6 +117,57 @@ TEST(Graph, CheckpointDropsSavedTensorsUntilRecompute) {
   // scalar counted as 8 since y has 2 elements).
   EXPECT_EQ(r->peak_allocated_bytes, 40u + 1000u + 8u + 4000u + 8u + 4000u);
   EXPECT_EQ(r->final_stats.allocated_bytes, 80u);  // w and .grad
+}
+
+// Early stop (hand-derived from torch/utils/checkpoint.py, 2.13, and the
+// generated VariableType code, which saves an op's inputs before running its
+// kernel and its results after): in a checkpointed `mm2(gelu(mm(x, w)), w2)`
+// the last pack is mm2's (its input h2, its weight w2), made before mm2's
+// output exists, so the recompute makes h and h2 but not y; `exp(h2)` saves
+// its result, so the recompute makes it. Real torch does the same
+// (tools/reference/tests/test_torch_facts.py, test_checkpoint_recompute_*).
+int RecomputedAllocs(bool last_saves_result) {
+  EventStream s;
+  Graph g(&s);
+  TensorId gw = kNoTensor, gw2 = kNoTensor;
+  Var w{g.Alloc(64, Category::kParameters, "w", 0), 16, 4};
+  w.fn = g.AddAccumulateGrad(64, &gw);
+  Var w2{g.Alloc(64, Category::kParameters, "w2", 0), 16, 4};
+  w2.fn = g.AddAccumulateGrad(64, &gw2);
+  Var x{g.Alloc(256, Category::kOther, "x", 0), 64, 4};
+  g.BeginCheckpoint(false);
+  g.Keep(x.t);
+  auto op = [&](std::string_view name, const Var& in, const Var* weight, bool saves_result) {
+    Var out{g.Alloc(256, Category::kTemporaries, name, 0), 64, 4};
+    const NodeId n = g.AddNode(std::string(name) + "Backward0");
+    out.fn = n;
+    g.SetOutput(n, out.t);
+    g.Save(n, saves_result ? out.t : in.t);
+    if (weight) {
+      g.Save(n, weight->t);
+      g.Edge(n, *weight, 64);
+    }
+    if (in.requires_grad()) g.Edge(n, in, 256);
+    return out;
+  };
+  Var h = op("h", x, &w, false);
+  Var h2 = op("h2", h, nullptr, false);
+  g.Drop(h.t);
+  Var y = last_saves_result ? op("y", h2, nullptr, true) : op("y", h2, &w2, false);
+  g.Drop(h2.t);
+  g.EndCheckpoint();
+  g.Drop(x.t);
+  g.Backward(y);
+  g.Drop(y.t);
+  int y_allocs = 0;
+  for (const Event& e : s.events())
+    y_allocs += e.kind == EventKind::kAlloc && s.String(e.op) == "y";
+  return y_allocs;
+}
+
+TEST(Graph, CheckpointRecomputeStopsBeforeAnOpWhoseInputsAreTheLastSaves) {
+  EXPECT_EQ(RecomputedAllocs(false), 1);  // y made once, in the forward
+  EXPECT_EQ(RecomputedAllocs(true), 2);   // y made again by the recompute
 }
 
 // torchtune's OffloadActivations over eight checkpointed layers (hand-derived

@@ -518,7 +518,8 @@ Var FlowMatchingLoss(Tape& tape, const Var& pred, const Var& target, const Var& 
 
 }  // namespace
 
-std::vector<Var> MakeFluxBatch(Tape& tape, const ModelSpec& spec, const TrainingSetup& setup) {
+std::vector<Var> MakeFluxBatch(Tape& tape, const ModelSpec& spec, const TrainingSetup& setup,
+                               bool pooled_from_encoder, bool states_from_encoder) {
   const FluxSpec& f = spec.flux;
   const uint64_t b = setup.batch, side = *FluxLatentSide(setup);
   const uint64_t n = (side / 2) * (side / 2), t = TextLen(spec, setup);
@@ -529,15 +530,18 @@ std::vector<Var> MakeFluxBatch(Tape& tape, const ModelSpec& spec, const Training
   auto make = [&](uint64_t numel, uint8_t elem, std::string_view op) {
     return tape.New(numel, elem, Category::kOther, op);
   };
-  return {make(b * n * f.in_channels, bytes, "packed_noisy_model_input"),
-          make(b, kF32, "timesteps"),
-          make(1, kF32, "guidance"),  // torch.tensor([scale]).expand(b)
-          make(b * f.pooled_projection_dim, bytes, "pooled_prompt_embeds"),
-          make(b * t * f.joint_attention_dim, bytes, "prompt_embeds"),
-          make(t * 3, bytes, "text_ids"),
-          make(n * 3, bytes, "latent_image_ids"),
-          make(b * n * f.in_channels, bytes, "target"),
-          make(b, bytes, "weighting")};
+  std::vector<Var> batch = {make(b * n * f.in_channels, bytes, "packed_noisy_model_input"),
+                            make(b, kF32, "timesteps"),
+                            make(1, kF32, "guidance")};  // torch.tensor([scale]).expand(b)
+  batch.push_back(pooled_from_encoder
+                      ? Var{}
+                      : make(b * f.pooled_projection_dim, bytes, "pooled_prompt_embeds"));
+  batch.push_back(
+      states_from_encoder ? Var{} : make(b * t * f.joint_attention_dim, bytes, "prompt_embeds"));
+  for (Var v : {make(t * 3, bytes, "text_ids"), make(n * 3, bytes, "latent_image_ids"),
+                make(b * n * f.in_channels, bytes, "target"), make(b, bytes, "weighting")})
+    batch.push_back(v);
+  return batch;
 }
 
 namespace {

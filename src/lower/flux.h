@@ -34,8 +34,12 @@ Result<uint64_t> FluxLatentSide(const TrainingSetup& setup);
 
 // One micro-batch's inputs as the training loop holds them (the VAE's latents
 // packed and noised, the text encoders' states, the ids, the target and the
-// loss weighting): made before the forward, kept until the step is over.
-std::vector<Var> MakeFluxBatch(Tape& tape, const ModelSpec& spec, const TrainingSetup& setup);
+// loss weighting): made before the forward, kept until the step is over. The
+// text states that frozen encoders make on the GPU (--text-encoder) are left
+// empty (kNoTensor) in their slots for the encoders' outputs.
+inline constexpr size_t kFluxPooledSlot = 3, kFluxStatesSlot = 4;
+std::vector<Var> MakeFluxBatch(Tape& tape, const ModelSpec& spec, const TrainingSetup& setup,
+                               bool pooled_from_encoder = false, bool states_from_encoder = false);
 
 // One micro-batch forward and the loss over `batch` (the caller's).
 ForwardOut FluxForward(Tape& tape, const ModelSpec& spec, FluxParams& params,

@@ -788,17 +788,46 @@ class RankLowerer {
   // A ViT's batch is the data loader's: made before the forward (after the
   // previous micro-batch's is released, as the loop rebinds its variable) and
   // kept until the next one or the end of the step.
+  // The loop's batch variables go as the next iteration rebinds them. The
+  // text states a FLUX step's encoders made are rebound only when
+  // compute_text_embeddings returns the next ones (train_dreambooth_flux.py),
+  // so they wait in prev_text_ for that (or for the run's end).
+  void ReleaseBatch() {
+    const FluxTextFromEncoders text = FluxTextSources(model_, setup_);
+    for (size_t i = 0; i < step_batch_.size(); ++i) {
+      const bool encoded = model_.is_flux && ((i == kFluxPooledSlot && text.pooled) ||
+                                              (i == kFluxStatesSlot && text.states));
+      if (encoded && step_batch_[i].t != kNoTensor) {
+        prev_text_.push_back(step_batch_[i]);
+      } else {
+        tape_.Drop(step_batch_[i]);
+      }
+    }
+    step_batch_.clear();
+  }
+
+  // The text encoders' forwards; a FLUX step's states take their batch slots
+  // and release the previous step's.
+  void EncodePrompt() {
+    HandedOn text = RunFrozenEncoders(tape_, setup_, encoders_);
+    for (Var& v : prev_text_) tape_.Drop(v);
+    prev_text_.clear();
+    if (!model_.is_flux) return;
+    if (text.pooled.t != kNoTensor) step_batch_[kFluxPooledSlot] = text.pooled;
+    if (text.states.t != kNoTensor) step_batch_[kFluxStatesSlot] = text.states;
+  }
+
   void LoadBatch() {
     if (!model_.is_vit && !model_.is_flux && !model_.is_clip && !vae_) return;
-    for (Var& v : step_batch_) tape_.Drop(v);
-    step_batch_.clear();
+    ReleaseBatch();
     if (model_.is_clip) {
       const ClipBatch batch = MakeClipBatch(tape_, model_, setup_);
       step_batch_ = {batch.input_ids, batch.pixels};
       return;
     }
     if (model_.is_flux) {
-      step_batch_ = MakeFluxBatch(tape_, model_, setup_);
+      const FluxTextFromEncoders text = FluxTextSources(model_, setup_);
+      step_batch_ = MakeFluxBatch(tape_, model_, setup_, text.pooled, text.states);
     } else if (model_.is_vit) {
       const VitBatch batch = MakeVitBatch(tape_, model_, setup_);
       step_batch_ = {batch.pixels, batch.labels};
@@ -840,7 +869,7 @@ class RankLowerer {
     LoadBatch();
     // The scripts encode the prompt before calling the denoiser, whose call
     // starts the forward (as the recorder marks it).
-    RunFrozenEncoders(tape_, setup_, encoders_);
+    EncodePrompt();
     result_.stream.BeginPhase(step_, Phase::kForward);
     EncodeImages();
     // torchtune's recipes: `with self.activations_handling_ctx: logits = self._model(...)`
@@ -921,8 +950,11 @@ class RankLowerer {
     }
     EmaStep();
     // The loop's next iteration rebinds its batch variable: this step's go.
-    for (Var& v : step_batch_) tape_.Drop(v);
-    step_batch_.clear();
+    ReleaseBatch();
+    if (step_ == setup_.steps) {
+      for (Var& v : prev_text_) tape_.Drop(v);
+      prev_text_.clear();
+    }
     // LitGPT's loop keeps `logits` into the next step (loss.cc); after the
     // last one the script returns.
     if (step_ == setup_.steps) {
@@ -1021,6 +1053,7 @@ class RankLowerer {
   ClipParams cp_;
   std::vector<FrozenEncoder> encoders_;  // --text-encoder (frozen_encoder.h)
   std::vector<Var> step_batch_;          // the data loader's current batch (LoadBatch)
+  std::vector<Var> prev_text_;           // the last step's encoded text states (ReleaseBatch)
   std::unique_ptr<VaeWeights> vae_;      // --vae: the frozen AutoencoderKL (PlaceVae)
   std::vector<TensorId> ema_shadow_;     // EMAModel.shadow_params, for the whole run
   OptimizerExtras extras_;

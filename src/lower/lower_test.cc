@@ -734,6 +734,110 @@ TEST(FrozenEncoderLower, WeightsForwardAndRefusals) {
   EXPECT_FALSE(LowerTraining(*unet, bad, TestGpu()).ok());
 }
 
+// FLUX with its CLIP-L and T5-XXL text encoders (the FLUX dreambooth scripts
+// with per-image captions): the weights of both in bf16 for the whole run,
+// the encoders' states taking the batch's place (the run ends with the same
+// allocations as without, plus the weights), a steady state, and the
+// refusals: T5 beside a UNet, in fp16, or of the wrong width.
+TEST(FrozenEncoderLower, FluxTakesClipAndT5States) {
+  auto flux = LoadCatalogModel("flux.1-dev-transformer");
+  auto clip_l = LoadCatalogModel("sd-1.5-text-encoder");
+  auto t5 = LoadCatalogModel("t5-v1_1-xxl-encoder");
+  ASSERT_TRUE(flux.ok() && clip_l.ok() && t5.ok());
+  TrainingSetup s;
+  s.batch = 1;
+  s.image_size = 256;
+  s.text_len = 64;
+  s.precision = Precision::kBf16;
+  s.finetune = Finetune::kLora;
+  s.lora_targets = {"q", "k", "v", "o"};
+  s.grad_ckpt = GradCkpt::kFull;
+  SimResult without = RunLowered(s, *flux);
+  s.text_encoder_names = {"sd-1.5-text-encoder", "t5-v1_1-xxl-encoder"};
+  s.text_encoders = {std::make_shared<const ModelSpec>(*clip_l),
+                     std::make_shared<const ModelSpec>(*t5)};
+  SimResult with = RunLowered(s, *flux);
+  ExpectSteadyState(with);
+  // CLIP's weights and its position_ids buffer (77 int64); T5 has no buffer.
+  const uint64_t weights = (clip_l->ParameterCount() + t5->ParameterCount()) * 2 + 77 * 8;
+  EXPECT_EQ(with.final_stats.allocated_bytes, without.final_stats.allocated_bytes + weights);
+  EXPECT_GE(with.peak_allocated_bytes, without.peak_allocated_bytes + weights);
+  // Refusals.
+  auto unet = LoadCatalogModel("sd-1.5-unet");
+  ASSERT_TRUE(unet.ok());
+  TrainingSetup bad = s;
+  auto beside_unet = LowerTraining(*unet, bad, TestGpu());
+  ASSERT_FALSE(beside_unet.ok());
+  EXPECT_NE(beside_unet.error().message.find("T5"), std::string::npos);
+  bad.precision = Precision::kFp16;
+  EXPECT_FALSE(LowerTraining(*flux, bad, TestGpu()).ok());
+  bad = s;
+  auto small_t5 = ParseModelConfig(R"({"model_type": "t5", "architectures": ["T5EncoderModel"],
+      "d_model": 64, "d_kv": 8, "d_ff": 128, "num_layers": 2, "num_heads": 4,
+      "vocab_size": 256, "feed_forward_proj": "gated-gelu"})",
+                                   "tiny-t5-encoder");
+  ASSERT_TRUE(small_t5.ok());
+  bad.text_encoders = {std::make_shared<const ModelSpec>(*small_t5)};
+  auto narrow = LowerTraining(*flux, bad, TestGpu());
+  ASSERT_FALSE(narrow.ok());
+  EXPECT_NE(narrow.error().message.find("joint_attention_dim"), std::string::npos);
+  auto clip_g = LoadCatalogModel("sdxl-text-encoder-2");
+  ASSERT_TRUE(clip_g.ok());
+  bad.text_encoders = {std::make_shared<const ModelSpec>(*clip_g)};
+  EXPECT_FALSE(LowerTraining(*flux, bad, TestGpu()).ok());
+}
+
+// Regression check of the rule in t5.cc (evidence: docs/fidelity.md's
+// flux_dev_te points): T5EncoderModel's no-grad forward under SDPA makes one
+// [1, heads, T, T] copy of the position bias per layer (create_position_bias_mask's
+// .contiguous()) and no [b, heads, T, T] scores, so its peak is below eager's.
+TEST(T5Lower, EncoderNoGradSdpaCopiesTheBiasPerLayer) {
+  using namespace lower;  // NOLINT: the lowering's internals (t5.h, tape.h)
+  auto parsed = ParseModelConfig(R"({"model_type": "t5", "architectures": ["T5EncoderModel"],
+      "d_model": 64, "d_kv": 16, "d_ff": 128, "num_layers": 3, "num_heads": 4, "vocab_size": 256,
+      "feed_forward_proj": "gated-gelu"})",
+                                 "tiny-t5-encoder");
+  ASSERT_TRUE(parsed.ok()) << parsed.error().message;
+  const ModelSpec m = *parsed;
+  auto peak_and_copies = [&](Attention attn) {
+    EventStream stream;
+    Tape tape(&stream);
+    for (const ParamTensor& pt : m.params) {
+      Param p;
+      p.name = pt.name;
+      p.numel = pt.numel;
+      p.elem_bytes = kHalf;
+      p.storage_bytes = pt.numel * kHalf;
+      p.trainable = false;
+      p.var = tape.New(pt.numel, kHalf, Category::kParameters, "param");
+      tape.params.push_back(p);
+    }
+    auto tp = IndexT5Params(m, tape.params);
+    EXPECT_TRUE(tp.ok());
+    TrainingSetup s;
+    s.attn = attn;
+    Var out = T5EncoderNoGrad(tape, m, *tp, s, 16, 128);
+    tape.Drop(out);
+    uint64_t copies = 0;
+    for (const Event& e : stream.events()) {
+      if (e.kind == EventKind::kAlloc && stream.String(e.op) == "aten::clone" &&
+          e.size_bytes == 4u * 128 * 128 * kHalf)
+        ++copies;
+    }
+    SimOptions o;
+    o.alloc.ideal = true;
+    auto sim = Simulate(stream, o);
+    EXPECT_TRUE(sim.ok());
+    return std::pair<uint64_t, uint64_t>{sim->peak_allocated_bytes, copies};
+  };
+  const auto [sdpa_peak, sdpa_copies] = peak_and_copies(Attention::kSdpa);
+  const auto [eager_peak, eager_copies] = peak_and_copies(Attention::kEager);
+  EXPECT_EQ(sdpa_copies, 3u);
+  EXPECT_EQ(eager_copies, 0u);
+  // Eager's peak holds at least one more [16, 4, 128, 128] score tensor.
+  EXPECT_LE(sdpa_peak + 16u * 4 * 128 * 128 * kHalf, eager_peak);
+}
+
 // torchtune's CEWithChunkedOutputLoss keeps every chunk's logits until the loss
 // returns; the loop of --loss chunked drops each after its cross-entropy. The
 // forward peaks differ by the other seven chunks' half logits at least.
@@ -1117,7 +1221,9 @@ TEST(T5Lower, EncoderNoGradForwardLeavesOnlyItsOutput) {
   }
   auto tp = IndexT5Params(m, tape.params);
   ASSERT_TRUE(tp.ok()) << tp.error().message;
-  Var out = T5EncoderNoGrad(tape, m, *tp, 2, 16);
+  TrainingSetup eager;
+  eager.attn = Attention::kEager;
+  Var out = T5EncoderNoGrad(tape, m, *tp, eager, 2, 16);
   EXPECT_EQ(out.numel, 2u * 16 * 64);
   EXPECT_EQ(out.elem_bytes, kHalf);
   EXPECT_FALSE(out.requires_grad());

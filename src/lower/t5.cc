@@ -140,6 +140,9 @@ struct StackState {
   Var position_bias;                  // block 0's self-attention bias, then handed on
   Var cross_bias;                     // block 0's cross-attention zeros, then handed on
   std::vector<Var>* cache = nullptr;  // the EncoderDecoderCache's tensors (no checkpointing)
+  // SDPA (sdpa_attention_forward) for the encoder's self-attention; eager
+  // attention when null.
+  const AttnPlan* sdpa = nullptr;
   uint64_t q_len = 1;
   double p = 0;  // dropout_rate while training
 };
@@ -288,6 +291,35 @@ Var EagerKernel(Tape& tape, const T5Dims& d, uint64_t q_len, uint64_t k_len, con
   return out;
 }
 
+// sdpa_attention_forward for the encoder's self-attention (transformers
+// 5.24.0 integrations/sdpa_attention.py): without an attention mask and not
+// causal, create_position_bias_mask returns `position_bias.contiguous()`, a
+// [1, heads, q, q] copy of the permuted bias view in its dtype in every layer,
+// which scaled_dot_product_attention takes as a float attn_mask (the kernel
+// PlanAttention picks; the CPU flash kernel reads it broadcast over the
+// batch). The output comes back [b, q, heads, d]-contiguous, so the
+// transposes and .contiguous() after it copy nothing. Not modelled: the
+// memory-efficient kernel's padded copy of a mask whose last dimension is not
+// aligned (CUDA only; FLUX's 256 and 512 tokens are aligned).
+Var SdpaKernel(Tape& tape, const AttnPlan& plan, const T5Dims& d, uint64_t q_len, const Var& q,
+               const Var& k, const Var& v, const Var& bias, double p) {
+  Var mask =
+      tape.New(d.heads * q_len * q_len, bias.elem_bytes, Category::kTemporaries, "aten::clone");
+  if (tape.grad_enabled && bias.requires_grad()) {
+    NodeId n = tape.Node("CloneBackward0", &mask);
+    tape.graph.EdgePass(n, bias);
+  }
+  AttnShape shape;
+  shape.batch = d.b;
+  shape.seq = q_len;
+  shape.heads = shape.kv_heads = d.heads;
+  shape.head_dim = d.dkv;
+  shape.causal = false;
+  Var out = Attend(tape, plan, shape, q, k, v, &mask, p);
+  tape.Drop(mask);
+  return out;
+}
+
 // T5Attention.forward: q / k / v (of `kv_in` for cross-attention), the cache
 // update, the bias when this is block 0 (compute_bias, or zeros for
 // cross-attention), the kernel, o. query / key / value states live until it
@@ -311,8 +343,10 @@ Var AttentionForward(Tape& tape, const T5Params::Attention& a, Param* rel_bias,
                   : ComputeBias(tape, *rel_bias, d, q_len, k_len, st.decoder);
   }
   const Var* mask = cross ? nullptr : st.mask;
-  Var ctx = EagerKernel(tape, d, q_len, k_len, q, k, v, st.cache != nullptr, *bias, mask,
-                        st.training ? st.p : 0.0, weights);
+  Var ctx = st.sdpa && !cross && !st.decoder
+                ? SdpaKernel(tape, *st.sdpa, d, q_len, q, k, v, *bias, st.training ? st.p : 0.0)
+                : EagerKernel(tape, d, q_len, k_len, q, k, v, st.cache != nullptr, *bias, mask,
+                              st.training ? st.p : 0.0, weights);
   Var out = Linear(tape, ctx, *a.o, nullptr, q_tokens, d.h);
   tape.Drop(ctx);
   for (Var* t : {&q, &k, &v}) tape.Drop(*t);
@@ -530,15 +564,20 @@ ForwardOut T5Forward(Tape& tape, const ModelSpec& spec, T5Params& tp, const Trai
   return ForwardOut{loss, {}};
 }
 
-Var T5EncoderNoGrad(Tape& tape, const ModelSpec& spec, T5Params& tp, uint64_t batch, uint64_t len) {
+Var T5EncoderNoGrad(Tape& tape, const ModelSpec& spec, T5Params& tp, const TrainingSetup& setup,
+                    uint64_t batch, uint64_t len) {
   const bool grad_was = tape.grad_enabled;
   tape.grad_enabled = false;
   const T5Dims d = DimsOf(spec, batch, len, len);
-  tape.SetModule("text_encoder");
   Var ids = tape.New(batch * len, kI64, Category::kOther, "input_ids");
   StackState st;
   st.training = false;
   st.q_len = len;
+  // A float mask (the position bias) is always passed: PlanAttention's
+  // explicit-mask case.
+  const AttnPlan plan = PlanAttention(setup, tp.shared->elem_bytes, d.heads, d.heads,
+                                      /*sliding_window_mask=*/true, 0.0);
+  if (setup.attn == Attention::kSdpa) st.sdpa = &plan;
   Var out = StackForward(tape, spec, tp.encoder, *tp.shared, *tp.encoder_norm, st, d, ids, false);
   tape.Drop(ids);
   tape.grad_enabled = grad_was;

@@ -44,9 +44,11 @@ ForwardOut T5Forward(Tape& tape, const ModelSpec& spec, T5Params& tp, const Trai
 // model in eval mode (no dropout), as a frozen text encoder runs (FLUX's
 // text_encoder_2): input_ids [batch, len] are made here and dropped; the
 // weights are whatever dtype `tp` holds (tape.autocast casts them per use).
-// Returns the [batch, len, d_model] output, owned by the caller. `attn`
-// picks eager or sdpa only as far as the kernel's memory goes: eager is
-// modelled (sdpa is refused for T5 elsewhere).
-Var T5EncoderNoGrad(Tape& tape, const ModelSpec& spec, T5Params& tp, uint64_t batch, uint64_t len);
+// Returns the [batch, len, d_model] output, owned by the caller.
+// `setup.attn` picks eager attention or SDPA (from_pretrained's default in
+// 5.x: sdpa_attention_forward with the position bias as its float mask);
+// `setup.device_rules` the SDPA kernel.
+Var T5EncoderNoGrad(Tape& tape, const ModelSpec& spec, T5Params& tp, const TrainingSetup& setup,
+                    uint64_t batch, uint64_t len);
 
 }  // namespace vramscope::lower

@@ -128,6 +128,7 @@ class Tape {
     if (out) {
       out->fn = n;
       out->slot = 0;
+      graph.SetOutput(n, out->t);
     }
     return n;
   }

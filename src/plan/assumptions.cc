@@ -172,16 +172,21 @@ std::string OffTheGpu(const TrainingSetup& s, const char* encoders) {
 }
 
 // --text-encoder: the frozen encoders on the GPU (lower/frozen_encoder.cc).
-void AddTextEncoders(const TrainingSetup& s, std::vector<Assumption>* out) {
+void AddTextEncoders(const TrainingSetup& s, bool flux, std::vector<Assumption>* out) {
   if (s.text_encoder_names.empty()) return;
   std::string names;
   for (const std::string& n : s.text_encoder_names) names += (names.empty() ? "" : ", ") + n;
+  const char* scripts =
+      flux ? "train_dreambooth_(lora_)flux.py with per-image captions: their pooled / T5 "
+             "states replace the precomputed ones, a step's living until the next step's "
+             "are encoded"
+           : "train_text_to_image.py, train_text_to_image_lora_sdxl.py";
   out->push_back(
       {"text encoders",
        fmt::format("{}: frozen on the GPU in {}, each micro-batch's prompt encoded without "
-                   "autocast and without a graph before the denoiser's forward "
-                   "(train_text_to_image.py, train_text_to_image_lora_sdxl.py)",
-                   names, s.precision == Precision::kFp32 ? "fp32" : "the 16-bit weight dtype"),
+                   "autocast and without a graph before the denoiser's forward ({})",
+                   names, s.precision == Precision::kFp32 ? "fp32" : "the 16-bit weight dtype",
+                   scripts),
        "--text-encoder"});
 }
 
@@ -214,7 +219,7 @@ std::vector<Assumption> DescribeUNetAssumptions(const ModelSpec& model, const Tr
                              s.precision == Precision::kFp32 ? "fp32" : "the 16-bit weight dtype",
                              OffTheGpu(s, "the text encoder")),
                  "--image-size, --vae-scale, --text-len"});
-  AddTextEncoders(s, &out);
+  AddTextEncoders(s, false, &out);
   out.push_back({"attention",
                  "diffusers' AttnProcessor2_0: torch SDPA without a mask, flash (16-bit) or "
                  "memory-efficient (fp32) kernels, no b x heads x hw x hw scores",
@@ -342,7 +347,7 @@ std::vector<Assumption> DescribeFluxAssumptions(const ModelSpec& model, const Tr
                    s.precision == Precision::kFp32 ? "fp32" : "the 16-bit weight dtype",
                    OffTheGpu(s, "the text encoders")),
        "--image-size, --vae-scale, --text-len"});
-  AddTextEncoders(s, &out);
+  AddTextEncoders(s, true, &out);
   out.push_back({"attention",
                  "diffusers' FluxAttnProcessor: torch SDPA over text + image tokens without a "
                  "mask, flash (16-bit) or memory-efficient (fp32) kernels, no scores matrix",

@@ -243,3 +243,50 @@ def test_matmul_reshapes_one_rows_transposed_heads_as_views(batch, copies):
     with sdpa_kernel(SDPBackend.MATH), mode:
         torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
     assert mode.clones == copies
+
+
+class OpLog(TorchDispatchMode):
+    """Records each aten op that runs with the shape of its (first) result."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        first = out[0] if isinstance(out, (tuple, list)) else out
+        self.ops.append((func.__name__, tuple(first.shape)))
+        return out
+
+
+def _backward_ops(last):
+    """The ops the backward of a non-reentrant checkpoint of `last(gelu(x @ w))` runs,
+    x [4, 8], w [8, 8]; `last` is `h @ w2` with w2 [8, 5] (a [4, 5] result) or exp."""
+    torch.manual_seed(0)
+    w = torch.randn(8, 8, requires_grad=True)
+    w2 = torch.randn(8, 5, requires_grad=True)
+    x = torch.randn(4, 8, requires_grad=True)
+
+    def region(t):
+        h = torch.nn.functional.gelu(t @ w)
+        return h @ w2 if last == "mm" else torch.exp(h)
+
+    y = torch.utils.checkpoint.checkpoint(region, x, use_reentrant=False)
+    with OpLog() as log:
+        y.sum().backward()
+    return log.ops
+
+
+def test_checkpoint_recompute_stops_before_an_op_whose_inputs_are_the_last_saves():
+    """src/lower/autograd.cc Graph::Save (PackPosition): the last mm saves its inputs (h,
+    w2) before its kernel runs, so the early-stopping recompute packs them and stops: the
+    backward runs the first mm and gelu again, never a [4, 5] mm."""
+    ops = _backward_ops("mm")
+    assert ("mm.default", (4, 8)) in ops and ("gelu.default", (4, 8)) in ops
+    assert ("mm.default", (4, 5)) not in ops
+
+
+def test_checkpoint_recompute_runs_an_op_whose_result_is_the_last_save():
+    """exp saves its result: the recompute runs it."""
+    ops = _backward_ops("exp")
+    assert ("exp.default", (4, 8)) in ops

@@ -23,14 +23,20 @@ init_lora_weights="gaussian", target_modules=[to_k, to_q, to_v, to_out.0]))`;
 checkpointing is `enable_gradient_checkpointing()` (use_reentrant=False); bf16-mixed is
 accelerate's autocast around forward with its output converted to fp32, the full script
 keeping the transformer in fp32 and the LoRA script casting it to bf16 first.
+
+A family of models.TEXT_ENCODERS (flux_dev_te) runs its frozen CLIPTextModel and
+T5EncoderModel each step instead of the pooled_projections and encoder_hidden_states
+tensors, as the scripts do with per-image captions (`compute_text_embeddings` under
+torch.no_grad(): encode_prompt's _encode_prompt_with_clip, then _encode_prompt_with_t5).
 """
 
 import diffusers
 import torch
 import vramscope_trace
 
+from . import text_encoders
 from .knobs import UNET_CKPTS
-from .models import FLUX_FAMILIES, FLUX_LATENT_SIDE, FLUX_TEXT_LEN  # noqa: F401
+from .models import TEXT_ENCODERS, FLUX_FAMILIES, FLUX_LATENT_SIDE, FLUX_TEXT_LEN  # noqa: F401
 from .runner import make_optimizer
 
 # The LoRA script's default --lora_layers (train_dreambooth_lora_flux.py).
@@ -104,6 +110,45 @@ def loss_of(model, batch, side, mixed=False):
                       .reshape(target.shape[0], -1), 1).mean()
 
 
+def _encode_with_clip(encoder, batch_size):
+    """_encode_prompt_with_clip: the prompt padded to the tokenizer's length (here the
+    reduced encoder's max_position_embeddings), pooler_output only, then repeat (a copy)."""
+    ids = torch.randint(2, encoder.config.vocab_size,
+                        (batch_size, encoder.config.max_position_embeddings))
+    prompt_embeds = encoder(ids, output_hidden_states=False)
+    prompt_embeds = prompt_embeds.pooler_output
+    prompt_embeds = prompt_embeds.to(dtype=encoder.dtype)
+    prompt_embeds = prompt_embeds.repeat(1, 1, 1)
+    return prompt_embeds.view(batch_size, -1)
+
+
+def _encode_with_t5(encoder, batch_size, text_len):
+    """_encode_prompt_with_t5: `text_encoder(ids)[0]`, then repeat (a copy)."""
+    ids = torch.randint(2, encoder.config.vocab_size, (batch_size, text_len))
+    prompt_embeds = encoder(ids)[0]
+    prompt_embeds = prompt_embeds.to(dtype=encoder.dtype)
+    _, seq_len, _ = prompt_embeds.shape
+    prompt_embeds = prompt_embeds.repeat(1, 1, 1)
+    return prompt_embeds.view(batch_size, seq_len, -1)
+
+
+def encode_prompt(encoders, batch, text_len):
+    """compute_text_embeddings: CLIP's pooled state, then T5's states, without a graph. The
+    loop's variables (here the batch's entries) are rebound when it returns, so the
+    previous step's states live until both new ones exist."""
+    clip, t5 = encoders
+    b = batch["hidden_states"].shape[0]
+    with torch.no_grad():
+        pooled = _encode_with_clip(clip, b)
+        states = _encode_with_t5(t5, b, text_len)
+    batch["encoder_hidden_states"], batch["pooled_projections"] = states, pooled
+
+
+def _drop_text_states(batch):
+    for key in ("pooled_projections", "encoder_hidden_states"):
+        batch.pop(key, None)
+
+
 def _dtype(point):
     # As for the UNet (vsref/unet.py): bf16 weights under "bf16", and under "bf16-mixed" for
     # LoRA (the LoRA script casts the transformer to weight_dtype before add_adapter); the
@@ -132,6 +177,8 @@ def apply_knobs(point, model):
 def run(point, config, out_path, latent_side=FLUX_LATENT_SIDE):
     if point.ckpt not in UNET_CKPTS or point.attn != "sdpa" or point.gpus != 1:
         raise ValueError(f"{point.name()}: a FLUX point takes ckpt none/full, attn sdpa, 1 GPU")
+    if point.vae and point.family in TEXT_ENCODERS:
+        raise ValueError(f"{point.name()}: text encoders and a VAE are not run together")
     model = apply_knobs(point, build(config, _dtype(point)))
     optimizer = make_optimizer(point, model)
     batch_dtype = torch.float32 if point.precision == "fp32" else torch.bfloat16
@@ -153,10 +200,19 @@ def run(point, config, out_path, latent_side=FLUX_LATENT_SIDE):
         vsvae.record_steps(point, step, optimizer, batch, latent_side * VAE_SCALE, step_loss,
                            out_path, meta)
         return
-    with vramscope_trace.record(out_path, model=model, optimizer=optimizer, inputs=batch,
+    encoders = text_encoders.build_text_encoders(point.family, batch_dtype)
+    inputs = batch
+    if encoders:
+        # The text states come from the encoders each step; their weights exist before
+        # the steps (setup allocations).
+        _drop_text_states(batch)
+        inputs = {"batch": batch, "text_encoders": text_encoders.encoder_weights(encoders)}
+    with vramscope_trace.record(out_path, model=model, optimizer=optimizer, inputs=inputs,
                                 meta=meta):
         for _ in range(point.steps):
             optimizer.zero_grad(set_to_none=True)
+            if encoders:
+                encode_prompt(encoders, batch, point.seq)
             loss = loss_of(model, batch, latent_side, mixed)
             loss.backward()
             del loss

@@ -11,7 +11,7 @@ import os
 import sys
 
 from .knobs import UNET_LORA_TARGETS, UNET_SEQ, Point
-from .models import FAMILIES, FLUX_FAMILIES, FLUX_TEXT_LEN, UNET_FAMILIES, is_t5
+from .models import FAMILIES, FLUX_FAMILIES, FLUX_TEXT_LEN, UNET_FAMILIES, flux_text_len, is_t5
 
 # (finetune, ckpt, attn, precision, optimizer): every value of every knob at least once.
 COMBOS = (
@@ -105,7 +105,7 @@ FLUX_COMBOS = UNET_COMBOS
 
 
 def flux_points():
-    return [dataclasses.replace(_unet_point(family, combo), seq=FLUX_TEXT_LEN)
+    return [dataclasses.replace(_unet_point(family, combo), seq=flux_text_len(family))
             for family in FLUX_FAMILIES for combo in FLUX_COMBOS]
 
 

@@ -7,7 +7,7 @@ for the UNet families, unet.py to a diffusers UNet2DConditionModel) the way user
 
 import dataclasses
 
-from .models import (FLUX_LATENT_SIDE, FLUX_TEXT_LEN, UNET_FAMILIES, UNET_TEXT_ENCODERS, VAE_SCALE,
+from .models import (FLUX_LATENT_SIDE, flux_text_len, UNET_FAMILIES, TEXT_ENCODERS, VAE_SCALE,
                      is_flux, is_unet, text_encoder_config_paths)
 
 PRECISIONS = ("fp32", "bf16", "bf16-mixed")
@@ -77,7 +77,7 @@ class Point:
     def _default_shape(self):
         # A UNet or FLUX point's `seq` is its text length (encoder_hidden_states).
         if is_flux(self.family):
-            return (2, FLUX_TEXT_LEN)
+            return (2, flux_text_len(self.family))
         return (2, UNET_SEQ) if is_unet(self.family) else (2, 64)
 
     def transformers_version(self):
@@ -146,7 +146,7 @@ class Point:
         if self.finetune == "lora":
             args += ["--lora-rank", str(self.lora_rank), "--lora-targets", self.lora_targets,
                      "--lora-dropout", "0"]
-        for path in text_encoder_config_paths(self.family) if self.family in UNET_TEXT_ENCODERS else []:
+        for path in text_encoder_config_paths(self.family) if self.family in TEXT_ENCODERS else []:
             args += ["--text-encoder", path]
         return args
 

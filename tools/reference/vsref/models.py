@@ -174,7 +174,7 @@ UNET_FAMILIES = {
 # as sd-1.5-text-encoder cut down to the UNet's cross_attention_dim (32 wide, 4 heads,
 # quick_gelu, eos_token_id 2), estimated with --text-encoder.
 UNET_FAMILIES["unet_sd15_te"] = UNET_FAMILIES["unet_sd15"]
-UNET_TEXT_ENCODERS = {
+TEXT_ENCODERS = {
     "unet_sd15_te": {
         "architectures": ["CLIPTextModel"], "model_type": "clip_text_model",
         "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
@@ -190,21 +190,21 @@ UNET_TEXT_ENCODERS = {
 # sdxl-text-encoder-2), whose penultimate hidden states concatenate to the UNet's
 # cross_attention_dim 48 and whose projection (32) is its text_embeds.
 UNET_FAMILIES["unet_sdxl_te"] = UNET_FAMILIES["unet_sdxl"]
-UNET_TEXT_ENCODERS["unet_sdxl_te"] = [
-    dict(UNET_TEXT_ENCODERS["unet_sd15_te"], hidden_size=16, intermediate_size=32),
-    dict(UNET_TEXT_ENCODERS["unet_sd15_te"], architectures=["CLIPTextModelWithProjection"],
+TEXT_ENCODERS["unet_sdxl_te"] = [
+    dict(TEXT_ENCODERS["unet_sd15_te"], hidden_size=16, intermediate_size=32),
+    dict(TEXT_ENCODERS["unet_sd15_te"], architectures=["CLIPTextModelWithProjection"],
          hidden_act="gelu", projection_dim=32),
 ]
-UNET_TEXT_ENCODERS["unet_sd15_te"] = [UNET_TEXT_ENCODERS["unet_sd15_te"]]
+TEXT_ENCODERS["unet_sd15_te"] = [TEXT_ENCODERS["unet_sd15_te"]]
 
 
 def text_encoder_config_paths(family):
-    """Files holding UNET_TEXT_ENCODERS[family] for `estimate --text-encoder`, in order
+    """Files holding TEXT_ENCODERS[family] for `estimate --text-encoder`, in order
     (written on demand under the system's temporary directory)."""
     import tempfile
 
     paths = []
-    for i, config in enumerate(UNET_TEXT_ENCODERS[family]):
+    for i, config in enumerate(TEXT_ENCODERS[family]):
         path = os.path.join(tempfile.gettempdir(), f"vsref-{family}-text-encoder-{i}.json")
         with open(path, "w", encoding="utf-8") as f:
             json.dump(config, f)
@@ -230,6 +230,24 @@ FLUX_FAMILIES = {
         "guidance_embeds": True, "axes_dims_rope": [4, 6, 6],
     },
 }
+# FLUX.1-dev's transformer with both frozen text encoders on the device, encoding each
+# micro-batch (train_dreambooth_(lora_)flux.py with per-image captions): a CLIPTextModel as
+# FLUX's text_encoder (CLIP-L's layout) 24 wide, the transformer's pooled_projection_dim,
+# whose max_position_embeddings (16) stands for the 77 tokens FluxPipeline pads CLIP to;
+# and a T5EncoderModel as text_encoder_2 (google/t5-v1_1-xxl's gated-gelu layout) 32 wide,
+# the transformer's joint_attention_dim, reading the point's text length.
+FLUX_FAMILIES["flux_dev_te"] = FLUX_FAMILIES["flux_dev"]
+TEXT_ENCODERS["flux_dev_te"] = [
+    dict(TEXT_ENCODERS["unet_sd15_te"][0], hidden_size=24, intermediate_size=48),
+    {
+        "architectures": ["T5EncoderModel"], "model_type": "t5", "d_model": 32, "d_kv": 8,
+        "num_heads": 4, "d_ff": 48, "num_layers": 2, "feed_forward_proj": "gated-gelu",
+        "vocab_size": 256, "dropout_rate": 0.1, "relative_attention_num_buckets": 32,
+        "relative_attention_max_distance": 128, "is_encoder_decoder": True,
+        "tie_word_embeddings": False, "use_cache": False,
+    },
+]
+
 # diffusers' AutoencoderKL at reduced width (vsref/vae.py runs it, `estimate --vae` reads
 # it): the published VAEs' four levels (so 8 pixels per latent, VAE_SCALE), one resnet per
 # level, 32 / 64 channels in 8 groups, the mid block's attention. "vae_sd" imitates
@@ -252,6 +270,13 @@ VAE_FAMILIES = {
 # A FLUX point's latent side (the VAE's latents, before the 2 x 2 packing) and text length.
 FLUX_LATENT_SIDE = 8
 FLUX_TEXT_LEN = 8
+# With the frozen text encoders, 64 tokens: T5's position-bias mask (a [1, heads, T, T] copy
+# per layer) and its states then weigh in the encoder's forward.
+FLUX_TE_TEXT_LEN = 64
+
+
+def flux_text_len(family):
+    return FLUX_TE_TEXT_LEN if family in TEXT_ENCODERS else FLUX_TEXT_LEN
 
 
 def is_unet(family):

@@ -18,7 +18,7 @@ train_text_to_image_lora.py for LoRA):
 The batch stands in for what the scripts compute from the VAE and the text encoder (which
 train nothing): noisy latents, timesteps, text hidden states, the noise as target, and for
 "text_time" (SDXL) the pooled text embeddings and the six time ids. A family of
-models.UNET_TEXT_ENCODERS runs its frozen CLIPTextModel instead (train_text_to_image.py:
+models.TEXT_ENCODERS runs its frozen CLIPTextModel instead (train_text_to_image.py:
 `text_encoder.requires_grad_(False)`, `.to(device, dtype=weight_dtype)`, then each step
 `text_encoder(batch["input_ids"], return_dict=False)[0]` outside the UNet's autocast).
 """
@@ -29,7 +29,8 @@ import torch.nn.functional as F
 import vramscope_trace
 
 from .knobs import UNET_CKPTS
-from .models import UNET_TEXT_ENCODERS
+from . import text_encoders
+from .models import TEXT_ENCODERS
 from .runner import make_optimizer
 
 # The lowering's --lora-targets names for diffusers' attention projections.
@@ -125,20 +126,7 @@ def predict(point, unet, batch):
 
 def build_text_encoders(point):
     """The family's frozen text encoders in weight_dtype, in the pipeline's order."""
-    if point.family not in UNET_TEXT_ENCODERS:
-        return []
-    import transformers
-
-    encoders = []
-    for i, config in enumerate(UNET_TEXT_ENCODERS[point.family]):
-        config = dict(config)
-        cls = getattr(transformers, config.pop("architectures")[0])
-        config.pop("model_type")
-        torch.manual_seed(i)
-        encoder = cls(transformers.CLIPTextConfig(**config))
-        encoder.requires_grad_(False)
-        encoders.append(encoder.to(_batch_dtype(point)))
-    return encoders
+    return text_encoders.build_text_encoders(point.family, _batch_dtype(point))
 
 
 def encode_prompt(point, encoders, batch):
@@ -146,7 +134,7 @@ def encode_prompt(point, encoders, batch):
     train_text_to_image_lora_sdxl.py encode_prompt): each encoder with
     output_hidden_states=True, `pooled = out[0]`, `hidden_states[-2]` kept, the two
     concatenated; the last encoder's pooled projection is text_embeds."""
-    ids = torch.randint(2, UNET_TEXT_ENCODERS[point.family][0]["vocab_size"],
+    ids = torch.randint(2, TEXT_ENCODERS[point.family][0]["vocab_size"],
                         (point.batch, point.seq))
     if len(encoders) == 1:
         batch["encoder_hidden_states"] = encoders[0](ids, return_dict=False)[0]
@@ -189,8 +177,7 @@ def run(point, config, out_path):
         # exist before the steps (setup allocations).
         del batch["encoder_hidden_states"]
         batch["added_cond_kwargs"].pop("text_embeds", None)
-        weights = [t for e in encoders for t in (*e.parameters(), *e.buffers())]
-        inputs = {"batch": batch, "text_encoders": weights}
+        inputs = {"batch": batch, "text_encoders": text_encoders.encoder_weights(encoders)}
     meta = [("reference", point.name()), ("diffusers", diffusers.__version__),
             ("torch", torch.__version__)]
     if point.vae:
