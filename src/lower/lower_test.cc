@@ -2,6 +2,7 @@
 // written out here, independently of the code under test.
 #include "vramscope/lower.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -695,6 +696,32 @@ TEST(ClipLower, SteadyStateAndRefusals) {
   EXPECT_NE(refused.error().message.find("--text-encoder"), std::string::npos);
 }
 
+// A gated-gelu T5EncoderModel 64 wide with 4 heads of `d_kv`.
+ModelSpec TinyT5Encoder(uint64_t d_kv, uint64_t layers) {
+  auto parsed = ParseModelConfig(
+      fmt::format(R"({{"model_type": "t5", "architectures": ["T5EncoderModel"], "d_model": 64,
+          "d_kv": {}, "d_ff": 128, "num_layers": {}, "num_heads": 4, "vocab_size": 256,
+          "feed_forward_proj": "gated-gelu"}})",
+                  d_kv, layers),
+      "tiny-t5-encoder");
+  EXPECT_TRUE(parsed.ok()) << parsed.error().message;
+  return *parsed;
+}
+
+// The model's parameters on the tape as frozen half-precision leaves.
+void PlaceFrozenHalfParams(lower::Tape& tape, const ModelSpec& m) {
+  for (const ParamTensor& pt : m.params) {
+    lower::Param p;
+    p.name = pt.name;
+    p.numel = pt.numel;
+    p.elem_bytes = lower::kHalf;
+    p.storage_bytes = pt.numel * lower::kHalf;
+    p.trainable = false;
+    p.var = tape.New(pt.numel, lower::kHalf, Category::kParameters, "param");
+    tape.params.push_back(p);
+  }
+}
+
 // --text-encoder: the frozen encoders' weights in weight_dtype for the whole
 // run, their forward each micro-batch before the UNet's (it adds no more than
 // its activations), nothing left behind; other families and denoisers refused.
@@ -772,12 +799,7 @@ TEST(FrozenEncoderLower, FluxTakesClipAndT5States) {
   bad.precision = Precision::kFp16;
   EXPECT_FALSE(LowerTraining(*flux, bad, TestGpu()).ok());
   bad = s;
-  auto small_t5 = ParseModelConfig(R"({"model_type": "t5", "architectures": ["T5EncoderModel"],
-      "d_model": 64, "d_kv": 8, "d_ff": 128, "num_layers": 2, "num_heads": 4,
-      "vocab_size": 256, "feed_forward_proj": "gated-gelu"})",
-                                   "tiny-t5-encoder");
-  ASSERT_TRUE(small_t5.ok());
-  bad.text_encoders = {std::make_shared<const ModelSpec>(*small_t5)};
+  bad.text_encoders = {std::make_shared<const ModelSpec>(TinyT5Encoder(8, 2))};
   auto narrow = LowerTraining(*flux, bad, TestGpu());
   ASSERT_FALSE(narrow.ok());
   EXPECT_NE(narrow.error().message.find("joint_attention_dim"), std::string::npos);
@@ -793,25 +815,11 @@ TEST(FrozenEncoderLower, FluxTakesClipAndT5States) {
 // .contiguous()) and no [b, heads, T, T] scores, so its peak is below eager's.
 TEST(T5Lower, EncoderNoGradSdpaCopiesTheBiasPerLayer) {
   using namespace lower;  // NOLINT: the lowering's internals (t5.h, tape.h)
-  auto parsed = ParseModelConfig(R"({"model_type": "t5", "architectures": ["T5EncoderModel"],
-      "d_model": 64, "d_kv": 16, "d_ff": 128, "num_layers": 3, "num_heads": 4, "vocab_size": 256,
-      "feed_forward_proj": "gated-gelu"})",
-                                 "tiny-t5-encoder");
-  ASSERT_TRUE(parsed.ok()) << parsed.error().message;
-  const ModelSpec m = *parsed;
+  const ModelSpec m = TinyT5Encoder(16, 3);
   auto peak_and_copies = [&](Attention attn) {
     EventStream stream;
     Tape tape(&stream);
-    for (const ParamTensor& pt : m.params) {
-      Param p;
-      p.name = pt.name;
-      p.numel = pt.numel;
-      p.elem_bytes = kHalf;
-      p.storage_bytes = pt.numel * kHalf;
-      p.trainable = false;
-      p.var = tape.New(pt.numel, kHalf, Category::kParameters, "param");
-      tape.params.push_back(p);
-    }
+    PlaceFrozenHalfParams(tape, m);
     auto tp = IndexT5Params(m, tape.params);
     EXPECT_TRUE(tp.ok());
     TrainingSetup s;
@@ -1201,24 +1209,10 @@ TEST(T5Lower, SteadyStateAndRefusals) {
 // layer's eager scores [2, heads, 16, 16] beside them.
 TEST(T5Lower, EncoderNoGradForwardLeavesOnlyItsOutput) {
   using namespace lower;  // NOLINT: the lowering's internals (t5.h, tape.h)
-  auto parsed = ParseModelConfig(R"({"model_type": "t5", "architectures": ["T5EncoderModel"],
-      "d_model": 64, "d_kv": 8, "d_ff": 128, "num_layers": 2, "num_heads": 4, "vocab_size": 256,
-      "feed_forward_proj": "gated-gelu"})",
-                                 "tiny-t5-encoder");
-  ASSERT_TRUE(parsed.ok()) << parsed.error().message;
-  const ModelSpec m = *parsed;
+  const ModelSpec m = TinyT5Encoder(8, 2);
   EventStream stream;
   Tape tape(&stream);
-  for (const ParamTensor& pt : m.params) {
-    Param p;
-    p.name = pt.name;
-    p.numel = pt.numel;
-    p.elem_bytes = kHalf;
-    p.storage_bytes = pt.numel * kHalf;
-    p.trainable = false;
-    p.var = tape.New(pt.numel, kHalf, Category::kParameters, "param");
-    tape.params.push_back(p);
-  }
+  PlaceFrozenHalfParams(tape, m);
   auto tp = IndexT5Params(m, tape.params);
   ASSERT_TRUE(tp.ok()) << tp.error().message;
   TrainingSetup eager;
