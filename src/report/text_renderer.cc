@@ -312,8 +312,10 @@ void RenderAssumptions(const std::vector<Assumption>& assumptions, std::string* 
   Line(out);
   Line(out, "Assumed (change with the flag named)");
   for (const Assumption& a : assumptions) {
-    std::string line =
-        fmt::format("  {}{}", PadRight(SanitizeText(a.what), 11), SanitizeText(a.assumed));
+    // A name as wide as the column ("text encoders") still gets its space.
+    const std::string what = SanitizeText(a.what);
+    std::string line = fmt::format("  {}{}{}", PadRight(what, 11), what.size() >= 11 ? " " : "",
+                                   SanitizeText(a.assumed));
     if (!a.flag.empty()) line += fmt::format(" [{}]", SanitizeText(a.flag));
     Line(out, line);
   }
