@@ -77,6 +77,17 @@ TEST(ReportTest, EmptyReport) {
   EXPECT_EQ(RenderTimelineCsv(empty).find('\n'), RenderTimelineCsv(empty).size() - 1);
 }
 
+// "Assumed": names pad to one column; one as wide as it still gets a space.
+TEST(ReportTest, AssumedRowsKeepASpaceAfterALongName) {
+  Report r;
+  r.assumptions = {{"loss", "the model's own", "--loss"},
+                   {"text encoders", "frozen on the GPU", "--text-encoder"}};
+  const std::string text = RenderText(r);
+  EXPECT_NE(text.find("  loss       the model's own [--loss]"), std::string::npos) << text;
+  EXPECT_NE(text.find("  text encoders frozen on the GPU [--text-encoder]"), std::string::npos)
+      << text;
+}
+
 TEST(ReportTest, WorstPrefersTheFirstOfEquals) {
   Report report = testing::TwoRankReport();
   report.ranks[0].device_total_bytes = report.ranks[1].device_total_bytes;
