@@ -25,10 +25,6 @@ uint64_t EncoderTextLen(const ModelSpec& denoiser, const ModelSpec& encoder,
   return TextLen(denoiser, setup);
 }
 
-}  // namespace
-
-namespace {
-
 // A T5EncoderModel: FLUX's text_encoder_2 (FluxPipeline, diffusers 0.42.1).
 bool IsT5Encoder(const ModelSpec& m) { return m.is_t5 && m.t5.encoder_only; }
 

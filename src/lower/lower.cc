@@ -785,9 +785,6 @@ class RankLowerer {
     return simulated;
   }
 
-  // A ViT's batch is the data loader's: made before the forward (after the
-  // previous micro-batch's is released, as the loop rebinds its variable) and
-  // kept until the next one or the end of the step.
   // The loop's batch variables go as the next iteration rebinds them. The
   // text states a FLUX step's encoders made are rebound only when
   // compute_text_embeddings returns the next ones (train_dreambooth_flux.py),
@@ -817,6 +814,9 @@ class RankLowerer {
     if (text.states.t != kNoTensor) step_batch_[kFluxStatesSlot] = text.states;
   }
 
+  // A ViT's batch is the data loader's: made before the forward (after the
+  // previous micro-batch's is released, as the loop rebinds its variable) and
+  // kept until the next one or the end of the step.
   void LoadBatch() {
     if (!model_.is_vit && !model_.is_flux && !model_.is_clip && !vae_) return;
     ReleaseBatch();
