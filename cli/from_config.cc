@@ -483,6 +483,15 @@ Status ParseRoot(const Reader& r, const std::string& text, bool allow_hf);
 // A DeepSpeed config JSON named by `key` of the file being read; a relative
 // path is relative to that file.
 Status ReadDeepSpeedFile(const Reader& r, const std::string& name, std::string_view key) {
+  // The path names the nested file in every message about it: one with line
+  // breaks or escapes would split or color them (found by fuzz_accelerate_yaml).
+  const bool control = std::any_of(name.begin(), name.end(), [](char c) {
+    const auto byte = static_cast<unsigned char>(c);
+    return byte < 0x20 || byte == 0x7f;
+  });
+  if (control)
+    return r.Bad(key, fmt::format("the path {} has control characters",
+                                  common::QuoteForMessage(name, common::kQuotedBytes, '\'')));
   std::filesystem::path path(name);
   if (path.is_relative()) path = std::filesystem::path(r.file).parent_path() / path;
   auto text = (*r.read)(path.string());

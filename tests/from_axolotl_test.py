@@ -222,6 +222,9 @@ def test_accelerate_detection_unchanged(tmp_path):
     ("ds.yaml", "base_model: x\nsequence_len: 8\ndeepspeed: 3\n", "deepspeed"),
     ("dsmissing.yaml", "base_model: x\nsequence_len: 8\ndeepspeed: nowhere/ds.json\n",
      "deepspeed"),
+    # A path with a line break and an escape (found by fuzz_accelerate_yaml): quoted.
+    ("dsctrl.yaml", "base_model: x\nsequence_len: 8\ndeepspeed: \"ds\\n\\u001b[2J.json\"\n",
+     "deepspeed"),
     ("dsfsdp.yaml", "base_model: x\nsequence_len: 8\ndeepspeed: {}\nfsdp_config:\n"
                     "  offload_params: true\n", "deepspeed"),
     ("fsdpver.yaml", "base_model: x\nsequence_len: 8\nfsdp_version: 3\nfsdp_config:\n"
