@@ -6,11 +6,11 @@
 // chunked_cross_entropy.
 //
 // LitGPT builds the model from its own modules (model.py GPT, lora.py):
-// finetune_full sets --impl litgpt, which lowers them (llama-style families;
-// others are refused, naming the family); LoRA over the fused qkv
-// (LoRAQKVLinear) is not lowered yet, so finetune_lora is estimated with
-// transformers' modules, listed as not modelled. Both scripts' chunked lm_head
-// and chunked_cross_entropy are --loss litgpt-chunked.
+// both scripts set --impl litgpt, which lowers them (llama-style families;
+// others are refused, naming the family), LoRAQKVLinear over the fused qkv
+// included. With `quantize` (bitsandbytes layers) finetune_lora is estimated
+// with transformers' and PEFT's modules, listed as not modelled. Both
+// scripts' chunked lm_head and chunked_cross_entropy are --loss litgpt-chunked.
 #include <string>
 #include <string_view>
 
@@ -147,10 +147,18 @@ Status ReadLitgptLora(const Reader& r, const Json& root) {
   // lora.py's LoRALinear is built with the model, under Fabric's precision
   // (init_module): bf16 adapters under bf16-true, fp32 under *-mixed.
   r.Set("--lora-dtype", "model", "lora_* (LitGPT's LoRA layers: the model's dtype)");
-  r.NotModelled("lora_query",
-                "LitGPT's LoRA on the fused qkv projection (lora.py LoRAQKVLinear, its grouped "
-                "conv1d and zero padding): estimated with transformers' modules, adapters on q, "
-                "k, v (--impl litgpt models finetune_full)");
+  // --impl litgpt lowers lora.py's GPT (LoRAQKVLinear over the fused qkv,
+  // LoRALinear elsewhere) in 16 or 32 bits; its bitsandbytes layers are not.
+  const auto quantize = root.find("quantize");
+  if (quantize == root.end() || quantize->is_null()) {
+    r.Set("--impl", "litgpt",
+          "lora_* (finetune_lora: litgpt/lora.py's GPT, LoRAQKVLinear over the fused qkv)");
+  } else {
+    r.NotModelled("quantize",
+                  "LitGPT's LoRA layers over bitsandbytes weights: estimated with transformers' "
+                  "and PEFT's modules, adapters on q, k, v (--impl litgpt models finetune_lora "
+                  "without quantize)");
+  }
   return Ok{};
 }
 

@@ -25,9 +25,10 @@ BASE = ["--precision", "bf16-mixed", "--finetune", "full", "--batch", 1, "--grad
 
 
 def litgpt(flags):
-    """Both scripts' chunked lm_head and loss; finetune_full's own GPT (--impl litgpt)."""
-    full = flags[flags.index("--finetune") + 1] == "full"
-    return list(flags) + ["--loss", "litgpt-chunked"] + (["--impl", "litgpt"] if full else [])
+    """Both scripts' chunked lm_head and loss; their own GPT (--impl litgpt) but under
+    quantize (bitsandbytes layers: transformers' and PEFT's modules)."""
+    own = flags[flags.index("--finetune") + 1] in ("full", "lora")
+    return list(flags) + ["--loss", "litgpt-chunked"] + (["--impl", "litgpt"] if own else [])
 
 
 @pytest.mark.parametrize("file,flags", [
@@ -92,7 +93,7 @@ def test_unmodelled_keys_are_listed_and_warned(tmp_path):
     p = run("estimate", "qwen2.5-0.5b", "--from", path, "--seq", 256, "--json")
     assert p.returncode == 0, p.stderr
     unmodelled = " ".join(lines(json.loads(p.stdout), "unmodelled"))
-    for key in ("quantize", "max_seq_length", "RMSprop", "fused qkv"):
+    for key in ("quantize", "max_seq_length", "RMSprop", "bitsandbytes weights"):
         assert key in unmodelled and key in p.stderr, key
 
 
@@ -116,6 +117,18 @@ def test_full_sets_litgpt_modules_and_loss(tmp_path):
     sources = " ".join(lines(got, "from file"))
     assert "--impl litgpt" in sources and "--loss litgpt-chunked" in sources, sources
     assert numbers(got) != numbers(estimate(*BASE))
+
+
+def test_lora_sets_litgpt_modules(tmp_path):
+    """finetune_lora without quantize: lora.py's GPT (LoRAQKVLinear over the fused qkv) under
+    --impl litgpt, named in the sources and not listed as unmodelled; its estimate differs
+    from transformers' and PEFT's modules with the same loss."""
+    got = estimate("--from", config(tmp_path, {"lora_r": 8}))
+    sources = " ".join(lines(got, "from file"))
+    assert "--impl litgpt" in sources and "LoRAQKVLinear" in sources, sources
+    assert not any("qkv" in u for u in lines(got, "unmodelled")), lines(got, "unmodelled")
+    assert numbers(got) != numbers(estimate(*(BASE[:2] + LORA + BASE[4:]),
+                                            "--loss", "litgpt-chunked"))
 
 
 def test_other_families_are_refused_naming_them(tmp_path):

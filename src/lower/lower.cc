@@ -386,8 +386,8 @@ Status ValidateByKind(const ModelSpec& m, const TrainingSetup& s) {
 // (litgpt/model.py: RMSNorm, LLaMAMLP, full RoPE, no biases but Qwen2's
 // attn_bias on the qkv, a separate
 // lm_head, which LitGPT never ties). Other families (GptNeoxMLP, GemmaMLP, LayerNorm, MoE, parallel
-// residual, softcapping) are refused, and so is LitGPT's LoRA: LoRAQKVLinear's
-// grouped conv1d and zero padding over the fused qkv are not lowered yet.
+// residual, softcapping) are refused. LoRA is litgpt/lora.py's (litgpt_lora.cc);
+// its 4-bit quantization is not modelled.
 Status ValidateLitgpt(const ModelSpec& m, const TrainingSetup& s) {
   const bool llama_style =
       (m.model_type == "llama" || m.model_type == "mistral" || m.model_type == "qwen2") &&
@@ -401,10 +401,11 @@ Status ValidateLitgpt(const ModelSpec& m, const TrainingSetup& s) {
         "LLaMAMLP, no MoE), not {} (model_type {}); --impl transformers estimates it with "
         "transformers' modules",
         m.name, common::QuoteForMessage(m.model_type, common::kQuotedBytes, '\'')));
-  if (s.finetune != Finetune::kFull)
+  if (s.finetune == Finetune::kQLora)
     return MakeError(
-        "--impl litgpt: LitGPT's LoRA (litgpt/lora.py LoRAQKVLinear over the fused qkv) is not "
-        "modelled yet; --finetune full, or --impl transformers");
+        "--impl litgpt: LitGPT's --quantize (bitsandbytes layers through Fabric's "
+        "BitsandbytesPrecision) is not modelled; --finetune lora, or --impl transformers "
+        "--finetune qlora");
   if (s.parallel.model_parallel() || s.dpo || s.packed)
     return MakeError(
         "--impl litgpt: modelled for one process or data parallelism, without --dpo or "

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <set>
 
@@ -128,7 +129,7 @@ TEST(Lower, TorchtuneModulesSteadyStateAndRopeCache) {
 // dropped after the last step), nothing left but the weights, AdamW's two
 // states, a separate lm_head where the embeddings are tied, and the fp32 RoPE
 // cache (cos and sin, --seq x head_dim each); the fused qkv holds as many
-// weights as q / k / v; GPT-2 and LitGPT's LoRA are refused with messages.
+// weights as q / k / v; GPT-2 and LitGPT's quantized LoRA are refused with messages.
 TEST(Lower, LitgptModulesSteadyStateAndRopeCache) {
   const ModelSpec m = Tiny();
   const uint64_t head_bytes_elems = m.tie_word_embeddings ? m.vocab_size * m.hidden_size : 0;
@@ -157,10 +158,64 @@ TEST(Lower, LitgptModulesSteadyStateAndRopeCache) {
   auto refused = LowerTraining(gpt2, s, TestGpu());
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.error().message.find("'gpt2'"), std::string::npos);
-  s.finetune = Finetune::kLora;
+  s.finetune = Finetune::kQLora;
   refused = LowerTraining(m, s, TestGpu());
   ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.error().message.find("LoRAQKVLinear"), std::string::npos);
+  EXPECT_NE(refused.error().message.find("BitsandbytesPrecision"), std::string::npos);
+}
+
+// LitGPT's LoRA (litgpt/lora.py 0.5.13) under --impl litgpt, derived by hand
+// from its code: the fused qkv's one adapter pair is lora_A [r * N, h] and
+// lora_B [adapted out, r] for its N adapted slices; at the steady state the
+// base weights, the adapters with AdamW's two states, the RoPE cache and, when
+// a slice has no adapter, each layer's int64 `_lora_ind` buffer (made once, by
+// the first forward) remain. Per forward and layer, zero padding makes one
+// [tokens, qkv out] `new_zeros`; the grouped conv1d runs once per adapted
+// slice (query groups < heads) and their outputs are concatenated.
+TEST(Lower, LitgptLoraAdaptersBuffersAndConvolutions) {
+  const ModelSpec m = Tiny();
+  ASSERT_LT(m.num_kv_heads, m.num_heads);  // the per-slice conv1d path
+  const uint64_t r = 4, h = m.hidden_size, L = m.num_layers;
+  const uint64_t q_out = m.num_heads * m.head_dim, kv_out = m.num_kv_heads * m.head_dim;
+  const uint64_t head_elems = m.tie_word_embeddings ? m.vocab_size * h : 0;
+  struct Case {
+    std::vector<std::string> targets;
+    uint64_t slices, adapted_out;
+  };
+  for (const Case& c : {Case{{"q", "v"}, 2, q_out + kv_out}, Case{{"k"}, 1, kv_out},
+                        Case{{"q", "k", "v"}, 3, q_out + 2 * kv_out}}) {
+    TrainingSetup s;
+    s.optimizer = OptimizerKind::kAdamW;
+    s.batch = 2;
+    s.seq = 96;
+    s.precision = Precision::kBf16;
+    s.finetune = Finetune::kLora;
+    s.lora_rank = r;
+    s.lora_targets = c.targets;
+    s.lora_dtype = LoraDtype::kModel;
+    s.loss = LossKind::kLitgptChunked;
+    s.impl = ModelImpl::kLitgpt;
+    auto lowered = LowerTraining(m, s, TestGpu());
+    ASSERT_TRUE(lowered.ok()) << lowered.error().message;
+    const uint64_t adapters = L * (r * c.slices * h + c.adapted_out * r);
+    EXPECT_EQ(lowered->trainable_parameters, adapters);
+    const bool padded = c.slices < 3;
+    SimResult sim = RunLowered(s, m);
+    ExpectSteadyState(sim);
+    const uint64_t rope_bytes = 2 * s.seq * m.head_dim * 4;
+    const uint64_t index_bytes = padded ? L * c.adapted_out * 8 : 0;
+    EXPECT_EQ(sim.final_stats.allocated_bytes,
+              (m.ParameterCount() + head_elems) * 2 + adapters * 2 * 3 + rope_bytes + index_bytes);
+    std::map<std::string, uint64_t> count;
+    const EventStream& es = lowered->stream;
+    for (const Event& e : es.events()) {
+      if (e.kind == EventKind::kAlloc) ++count[std::string(es.String(e.op))];
+    }
+    const uint64_t forwards = 3;  // three steps, no checkpointing
+    EXPECT_EQ(count["litgpt::lora_ind"], padded ? L : 0);
+    EXPECT_EQ(count["aten::new_zeros"], padded ? L * forwards : 0);
+    EXPECT_EQ(count["aten::convolution"], L * forwards * c.slices);
+  }
 }
 
 // Activations at the end of forward for bf16 weights, flash attention, full

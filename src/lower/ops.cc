@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "litgpt_lora.h"
+
 namespace vramscope::lower {
 namespace {
 
@@ -53,9 +55,6 @@ void ClearAutocastCache(Tape& tape) {
 }
 
 namespace {
-Var BaseLinear(Tape& tape, const Var& x, Param& weight, Param* bias, uint64_t tokens,
-               uint64_t out_features);
-
 // peft LoraLayer Linear.forward (peft 0.10-0.17): result = base_layer(x);
 // x = x.to(lora_A.weight.dtype); result = result + lora_B(lora_A(dropout(x))) * scaling;
 // result.to(previous dtype). Adapters are fp32 (autocast_adapter_dtype=True).
@@ -67,15 +66,15 @@ Var BaseLinear(Tape& tape, const Var& x, Param& weight, Param* bias, uint64_t to
 // bf16-mixed).
 Var LoraLinear(Tape& tape, const Var& x, Param& weight, Param* bias, uint64_t tokens,
                uint64_t out_features) {
-  Var result = BaseLinear(tape, x, weight, bias, tokens, out_features);
+  Var result = PlainLinear(tape, x, weight, bias, tokens, out_features);
   Param& a = tape.params[weight.lora_a];
   Param& b = tape.params[weight.lora_b];
   Var xin = Cast(tape, x, a.elem_bytes);
   Var dropped = Dropout(tape, xin, tape.lora_dropout);
   const uint64_t rank = a.numel / (x.numel / tokens);
-  Var down = BaseLinear(tape, dropped, a, nullptr, tokens, rank);
+  Var down = PlainLinear(tape, dropped, a, nullptr, tokens, rank);
   tape.Drop(dropped);
-  Var up = BaseLinear(tape, down, b, nullptr, tokens, out_features);
+  Var up = PlainLinear(tape, down, b, nullptr, tokens, out_features);
   tape.Drop(down);
   Var scaled = Scale(tape, up);
   tape.Drop(up);
@@ -91,9 +90,11 @@ Var LoraLinear(Tape& tape, const Var& x, Param& weight, Param* bias, uint64_t to
 
 Var Linear(Tape& tape, const Var& x, Param& weight, Param* bias, uint64_t tokens,
            uint64_t out_features) {
-  if (weight.lora_a >= 0 && !tape.adapters_disabled)
+  if (weight.lora_a >= 0 && !tape.adapters_disabled) {
+    if (tape.litgpt_modules) return LitgptLoraLinear(tape, x, weight, bias, tokens, out_features);
     return LoraLinear(tape, x, weight, bias, tokens, out_features);
-  return BaseLinear(tape, x, weight, bias, tokens, out_features);
+  }
+  return PlainLinear(tape, x, weight, bias, tokens, out_features);
 }
 
 namespace {
@@ -125,13 +126,17 @@ Var Nf4Linear(Tape& tape, const Var& x, Param& weight, Param* bias, uint64_t tok
   return result;
 }
 
-Var BaseLinear(Tape& tape, const Var& x, Param& weight, Param* bias, uint64_t tokens,
-               uint64_t out_features) {
+}  // namespace
+
+Var PlainLinear(Tape& tape, const Var& x, Param& weight, Param* bias, uint64_t tokens,
+                uint64_t out_features, bool cached_weight_cast) {
   if (weight.nf4) return Nf4Linear(tape, x, weight, bias, tokens, out_features);
   // Autocast's wrapper casts linear's arguments right to left, as GCC evaluates
   // a call's arguments (torch 2.13's profiler: bias, weight, input).
   Var bin = bias ? AutocastParam(tape, *bias) : Var{};
-  Var win = AutocastParam(tape, weight);
+  const bool uncached = !cached_weight_cast && tape.autocast && weight.elem_bytes == kF32 &&
+                        weight.elem_bytes != tape.compute_bytes;
+  Var win = uncached ? Cast(tape, weight.var, tape.compute_bytes) : AutocastParam(tape, weight);
   Var xin = tape.autocast ? Cast(tape, x, tape.compute_bytes) : tape.Share(x);
   const uint8_t out_bytes = tape.autocast ? tape.compute_bytes : x.elem_bytes;
   Var out = tape.New(tokens * out_features, out_bytes, Category::kTemporaries,
@@ -154,7 +159,6 @@ Var BaseLinear(Tape& tape, const Var& x, Param& weight, Param* bias, uint64_t to
   tape.Drop(win);
   return out;
 }
-}  // namespace
 
 std::vector<Var> Split(Tape& tape, const Var& whole, std::initializer_list<uint64_t> numels) {
   std::vector<Var> views;

@@ -31,8 +31,15 @@ void ClearAutocastCache(Tape& tape);
 // F.linear(x, W, b) with x of shape [tokens, in]: out [tokens, out].
 // Saves x only if W requires grad and W only if x requires grad (mm/addmm in
 // derivatives.yaml). Under autocast both operands are cast to the compute dtype.
+// A targeted weight runs its LoRA layer (PEFT's; LitGPT's under --impl litgpt).
 Var Linear(Tape& tape, const Var& x, Param& weight, Param* bias, uint64_t tokens,
            uint64_t out_features);
+// The same without adapters (a LoRA layer's base layer and its adapters).
+// `cached_weight_cast` false: the weight reaches the op as a view (LitGPT's
+// `lora_A.transpose(0, 1)`), which autocast casts on every call instead of
+// caching (autocast_mode.cpp cached_cast: leaves only).
+Var PlainLinear(Tape& tape, const Var& x, Param& weight, Param* bias, uint64_t tokens,
+                uint64_t out_features, bool cached_weight_cast = true);
 
 // tensor.split / chunk along the last dimension: views of `whole`, one per
 // entry of `numels` (a new reference each). Their backward (SplitBackward0 /

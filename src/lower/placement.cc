@@ -1,6 +1,7 @@
 #include "placement.h"
 
 #include <algorithm>
+#include <array>
 #include <map>
 
 #include <fmt/format.h>
@@ -201,17 +202,16 @@ Param LoadedParam(const ParamTensor& pt, const TrainingSetup& setup,
 // add_adapter injects them with inject_adapter_in_model, which keeps the base
 // layer's dtype (peft 0.21.2 tuners/lora/layer.py update_layer,
 // _move_adapter_to_device_of_base_layer; seen in the CPU fidelity traces).
-void AttachAdapterPair(Tape& tape, const ParamTensor& pt, size_t base, uint64_t rank,
-                       const StorageBytesFn& storage, uint8_t adapter_bytes) {
-  // A Conv1D weight is stored [in, out] (peft's fan_in_fan_out layers take
-  // in/out from it the same way).
-  const uint64_t out_features = pt.conv1d ? pt.shape[1] : pt.shape[0];
-  const uint64_t in_features = pt.conv1d ? pt.shape[0] : pt.shape[1];
-  const uint64_t numels[2] = {rank * in_features, out_features * rank};
+// `numels`: lora_A's and lora_B's elements; `litgpt`: LitGPT's names
+// (`qkv.lora_A`, parameters of the LoRA module itself) rather than PEFT's.
+void AttachAdapterPair(Tape& tape, const ParamTensor& pt, size_t base,
+                       const std::array<uint64_t, 2>& numels, const StorageBytesFn& storage,
+                       uint8_t adapter_bytes, bool litgpt) {
   for (int k = 0; k < 2; ++k) {
     Param ad;
-    ad.name = pt.module + (k == 0 ? ".lora_A.default.weight" : ".lora_B.default.weight");
-    ad.module = tape.out()->Intern(pt.module + (k == 0 ? ".lora_A" : ".lora_B"));
+    const std::string suffix = k == 0 ? ".lora_A" : ".lora_B";
+    ad.name = pt.module + suffix + (litgpt ? "" : ".default.weight");
+    ad.module = tape.out()->Intern(litgpt ? pt.module : pt.module + suffix);
     ad.numel = numels[k];
     ad.elem_bytes = adapter_bytes;
     ad.storage_bytes = ad.numel * adapter_bytes;
@@ -327,6 +327,48 @@ void PlaceParameters(Tape& tape, const ModelSpec& model, const TrainingSetup& se
   if (tied && setup.built_on_gpu) PlaceUntiedHeadTransient(tape, model, setup, rules);
 }
 
+namespace {
+
+// LoRAQKVLinear's adapted slices (litgpt/lora.py 0.5.13: Config.lora_query,
+// lora_key, lora_value become `enable_lora`): --lora-targets q, k, v, or
+// all-linear for the three.
+LitgptQkvLora LitgptQkvParts(const ModelSpec& model, const TrainingSetup& setup) {
+  LitgptQkvLora qkv;
+  qkv.q_out = model.num_heads * model.head_dim;
+  qkv.kv_out = model.num_kv_heads * model.head_dim;
+  qkv.batch = setup.batch;
+  for (const std::string& t : setup.lora_targets) {
+    const bool all = t == "all-linear";
+    qkv.q = qkv.q || all || t == "q";
+    qkv.k = qkv.k || all || t == "k";
+    qkv.v = qkv.v || all || t == "v";
+  }
+  return qkv;
+}
+
+// lora_A's and lora_B's elements for `pt`, {0, 0} when it is not a target.
+// LitGPT's fused qkv (`*qkv` set): lora_A [r * N, in] and lora_B
+// [adapted out, r] for its N adapted slices.
+std::array<uint64_t, 2> AdapterNumels(const ParamTensor& pt, const ModelSpec& model,
+                                      const TrainingSetup& setup, LitgptQkvLora* qkv) {
+  const uint64_t r = setup.lora_rank;
+  if (setup.impl == ModelImpl::kLitgpt && pt.role == ParamRole::kQkv &&
+      setup.finetune != Finetune::kFull) {
+    const LitgptQkvLora parts = LitgptQkvParts(model, setup);
+    if (parts.Parts() == 0) return {0, 0};
+    *qkv = parts;
+    return {r * parts.Parts() * pt.shape[1], parts.AdaptedOut() * r};
+  }
+  if (LoraAdapterParams(pt, setup) == 0) return {0, 0};
+  // A Conv1D weight is stored [in, out] (peft's fan_in_fan_out layers take
+  // in/out from it the same way).
+  const uint64_t out_features = pt.conv1d ? pt.shape[1] : pt.shape[0];
+  const uint64_t in_features = pt.conv1d ? pt.shape[0] : pt.shape[1];
+  return {r * in_features, out_features * r};
+}
+
+}  // namespace
+
 Result<uint64_t> AttachLoraAdapters(Tape& tape, const ModelSpec& model, const TrainingSetup& setup,
                                     bool whole_model, const StorageBytesFn& storage) {
   // Trainable; fp32 through get_peft_model, the base weight's dtype through
@@ -337,9 +379,10 @@ Result<uint64_t> AttachLoraAdapters(Tape& tape, const ModelSpec& model, const Tr
   const size_t base_count = tape.params.size();
   for (size_t i = 0; i < base_count; ++i) {
     const ParamTensor& pt = model.params[i];
-    const uint64_t adapter = LoraAdapterParams(pt, setup);
-    if (adapter == 0 || tape.params[i].unit < 0) continue;
-    lora_params += adapter;
+    const std::array<uint64_t, 2> numels =
+        AdapterNumels(pt, model, setup, &tape.params[i].litgpt_qkv);
+    if (numels[0] == 0 || tape.params[i].unit < 0) continue;
+    lora_params += numels[0] + numels[1];
     // The LoRA script upcasts the adapters under fp16 mixed precision only
     // (cast_training_params(unet, dtype=torch.float32); train_dreambooth_lora_flux.py
     // likewise for the FLUX transformer).
@@ -348,7 +391,8 @@ Result<uint64_t> AttachLoraAdapters(Tape& tape, const ModelSpec& model, const Tr
         : !model.is_unet && !model.is_flux         ? kF32
         : setup.precision == Precision::kFp16Mixed ? kF32
                                                    : tape.params[i].elem_bytes;
-    AttachAdapterPair(tape, pt, i, setup.lora_rank, storage, adapter_bytes);
+    AttachAdapterPair(tape, pt, i, numels, storage, adapter_bytes,
+                      setup.impl == ModelImpl::kLitgpt);
   }
   if (lora_params == 0 && whole_model) {
     return MakeError(fmt::format("--lora-targets: none of '{}' matches a linear layer of {}",

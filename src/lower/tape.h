@@ -18,6 +18,19 @@ inline constexpr uint8_t kHalf = 2;  // bf16 or fp16: never mixed in one run
 inline constexpr uint8_t kI64 = 8;
 inline constexpr uint8_t kBool = 1;
 
+// LitGPT's LoRAQKVLinear (litgpt/lora.py 0.5.13): one adapter pair over the
+// fused qkv Linear, on the q, k and v slices that `enable_lora` selects.
+struct LitgptQkvLora {
+  uint64_t q_out = 0;   // n_head * head_size (0: not a LoRAQKVLinear)
+  uint64_t kv_out = 0;  // n_query_groups * head_size
+  bool q = false, k = false, v = false;
+  uint64_t batch = 1;  // rows of a micro-batch (a transposed [b, s, r] gradient is copied when > 1)
+  bool index_made = false;  // the lazily registered `_lora_ind` buffer exists
+  uint64_t Parts() const { return uint64_t{q} + uint64_t{k} + uint64_t{v}; }
+  // Out features of the adapted slices: lora_B's rows, the conv1d's channels.
+  uint64_t AdaptedOut() const { return (q ? q_out : 0) + (k ? kv_out : 0) + (v ? kv_out : 0); }
+};
+
 // One parameter tensor (a leaf).
 struct Param {
   std::string name;
@@ -36,6 +49,7 @@ struct Param {
   bool stepped = false;          // has been through an optimizer step (state is lazy)
   Var cast;                      // autocast cache entry (this forward); t = kNoTensor: none
   int lora_a = -1, lora_b = -1;  // indices of PEFT adapters in Tape::params
+  LitgptQkvLora litgpt_qkv;      // --impl litgpt: the fused qkv's adapters (q_out 0: none)
   int unit = -1;                 // sharding unit (sharding.h), -1: none
   // transformers >= 5.0 stores a layer's experts stacked (gate_up_proj,
   // down_proj): the per-expert Params of one stacked tensor share a stack id

@@ -168,7 +168,8 @@ def apply_knobs(point, model):
     if point.finetune == "lora":
         targets = [_LORA_TARGETS[key] for key in point.lora_targets.split(",")]
         model.add_adapter(peft.LoraConfig(r=point.lora_rank, lora_alpha=point.lora_rank,
-                                          lora_dropout=0.0, init_lora_weights="gaussian",
+                                          lora_dropout=point.lora_dropout,
+                                          init_lora_weights="gaussian",
                                           target_modules=targets))
     model.train()
     return model

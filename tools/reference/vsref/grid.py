@@ -190,7 +190,7 @@ def full_grid():
               if not is_t5(family) and _supported(p := _point(family, tf, combo))]
     return (points + unet_points() + flux_points() + vae_points() + trl_points()
             + packed_points() + batch1_points() + torchtune_model_points() + t5_points()
-            + litgpt_model_points())
+            + litgpt_model_points() + litgpt_lora_points() + lora_dropout_points())
 
 
 def ci_grid():
@@ -257,9 +257,36 @@ def litgpt_model_points():
 
 
 def litgpt_lora_points():
-    """finetune_lora's step on LitGPT's GPT (LoRAQKVLinear on the fused qkv, q and v), which
-    --impl litgpt does not lower yet: estimated with transformers' modules and the LitGPT loss,
-    as the LitGPT reader does. Not gated: the gap is what lowering LoRAQKVLinear would close."""
+    """finetune_lora's step on LitGPT's GPT (litgpt.lora: LoRAQKVLinear over the fused qkv,
+    LoRALinear elsewhere), estimated with --impl litgpt: the three precisions; LitGPT's
+    default adapters (query and value: a grouped conv1d per query group, zero padding), one
+    slice (key), all of q / k / v, projection, MLP and head; its default dropout 0.05; as
+    many query groups as heads (llama_lg_mha: one grouped conv1d); one row (no copy of the
+    rank-sized gradient)."""
+    if not _litgpt_available():
+        return []
+    every = "q,k,v,o,gate,up,down,lm_head"
+    combos = [("llama_lg", "none", "fp32", "q,v", 0.0, 2),
+              ("llama_lg", "none", "bf16", "q,v", 0.0, 2),
+              ("llama_lg", "none", "bf16-mixed", "q,v", 0.0, 2),
+              ("llama_lg", "full", "bf16", "q,v", 0.0, 2),
+              ("llama_lg", "none", "bf16", "q,v", 0.05, 2),
+              ("llama_lg", "full", "bf16-mixed", "q,v", 0.05, 2),
+              ("llama_lg", "none", "bf16", "k", 0.0, 2),
+              ("llama_lg", "none", "bf16", every, 0.0, 2),
+              ("llama_lg", "full", "bf16-mixed", every, 0.05, 2),
+              ("llama_lg", "none", "bf16", "q,v", 0.0, 1),
+              ("llama_lg_mha", "none", "bf16", "q,v", 0.0, 2),
+              ("llama_lg_mha", "none", "fp32", "q,k,v", 0.05, 2)]
+    return [Point(f, tf=5, finetune="lora", ckpt=c, attn="sdpa", precision=p, seq=256, batch=b,
+                  optimizer="adamw-foreach", trainer="litgpt-lora", lora_targets=t,
+                  lora_dropout=d)
+            for f, c, p, t, d, b in combos]
+
+
+def litgpt_lora_as_transformers_points():
+    """finetune_lora's step on LitGPT's GPT estimated with transformers' and PEFT's modules
+    and the LitGPT loss (no --impl litgpt). Not gated: the gap is what --impl litgpt closes."""
     if not _litgpt_available():
         return []
     combos = [("none", "fp32"), ("none", "bf16"), ("none", "bf16-mixed"), ("full", "bf16")]
@@ -268,8 +295,18 @@ def litgpt_lora_points():
             for c, p in combos]
 
 
+def lora_dropout_points():
+    """PEFT adapters with dropout (LoraConfig(lora_dropout=...)): CPU dropout's mask, in
+    the input's dtype, saved beside each adapter's input."""
+    return [Point("llama", tf=5, finetune="lora", ckpt=c, attn="sdpa", precision=p,
+                  lora_dropout=0.05) for c, p in (("none", "bf16-mixed"), ("full", "bf16"))] + [
+        Point("qwen2", tf=4, finetune="lora", ckpt="none", attn="sdpa", precision="fp32",
+              lora_dropout=0.1, lora_targets="q,k,v,o,gate,up,down")]
+
+
 GRIDS = {"ci": ci_grid, "full": full_grid, "fsdp": fsdp_points,
          "litgpt-model": litgpt_model_points,
-         "litgpt-lora-as-transformers": litgpt_lora_points,
+         "litgpt-lora": litgpt_lora_points,
+         "litgpt-lora-as-transformers": litgpt_lora_as_transformers_points,
          "torchtune-model": torchtune_model_points,
          "torchtune-model-as-transformers": torchtune_model_as_transformers_points}

@@ -20,6 +20,9 @@ OPTIMIZERS = ("adamw-foreach", "adamw-fused", "adamw-forloop", "sgd")
 UNET_CKPTS = ("none", "full")
 UNET_SEQ = 7  # text tokens of encoder_hidden_states
 UNET_LORA_TARGETS = "q,k,v,o"  # to_q, to_k, to_v, to_out.0: diffusers' LoRA scripts
+# LitGPT's fine-tuning step (vsref/litgpt_model.py): finetune_full's, finetune_lora's
+# estimated with --impl litgpt, and finetune_lora's estimated with transformers' modules.
+LITGPT_TRAINERS = ("litgpt-model", "litgpt-lora", "litgpt-lora-as-transformers")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +39,9 @@ class Point:
     steps: int = 2
     lora_rank: int = 8
     lora_targets: str = "q,v"
+    # The adapters' dropout (0: the points recorded before it was a knob). Its mask's size
+    # does not depend on the random numbers, only its values.
+    lora_dropout: float = 0.0
     gpus: int = 1  # > 1: FSDP2 (fully_shard per decoder layer, then the root) over gloo
     # "plain": the model's own loss; "trl-sft": TRL 1.16's SFTTrainer step (its fused LM
     # head, runner.py step_loss), estimated with --loss trl-fused; "trl-dpo": DPOTrainer's
@@ -72,6 +78,12 @@ class Point:
             parts.append(f"tgt{self.target_len}")
         if self.vae:
             parts.append(self.vae)
+        if self.lora_dropout:
+            parts.append(f"drop{self.lora_dropout:g}")
+        if self.finetune == "lora" and self.lora_targets not in ("q,v", "q,k,v,o"):
+            # The adapters of the points recorded before other sets: q and v (CLIP, the
+            # UNets and FLUX: q, k, v, o).
+            parts.append("lora-" + self.lora_targets.replace(",", "+"))
         return "/".join(parts)
 
     def _default_shape(self):
@@ -113,12 +125,13 @@ class Point:
             args += ["--impl", "torchtune"]
         if self.offload:
             args.append("--activation-offload")
-        # LitGPT's GPT and finetune/*.py's chunked lm_head and chunked_cross_entropy; its
-        # LoRA (not lowered under --impl litgpt) with transformers' modules.
-        litgpt = self.trainer in ("litgpt-model", "litgpt-lora-as-transformers")
+        # LitGPT's GPT and finetune/*.py's chunked lm_head and chunked_cross_entropy;
+        # litgpt-lora-as-transformers: its LoRA estimated with transformers' and PEFT's
+        # modules (what --impl litgpt changes).
+        litgpt = self.trainer in LITGPT_TRAINERS
         if litgpt:
             args += ["--loss", "litgpt-chunked"]
-        if self.trainer == "litgpt-model":
+        if self.trainer in ("litgpt-model", "litgpt-lora"):
             args += ["--impl", "litgpt"]
         if (tt_model or litgpt) and self.finetune == "lora":
             args += ["--lora-dtype", "model"]
@@ -126,9 +139,8 @@ class Point:
             # DataCollatorForPreference's batch carries an attention_mask (all ones here).
             args = [a for a in args if a != "--no-attention-mask"] + ["--dpo"]
         if self.finetune == "lora":
-            # Dropout 0: the reference has no RNG-dependent mask in the adapters.
             args += ["--lora-rank", str(self.lora_rank), "--lora-targets", self.lora_targets,
-                     "--lora-dropout", "0"]
+                     "--lora-dropout", f"{self.lora_dropout:g}"]
         return args
 
     def _unet_estimate_args(self):
@@ -145,15 +157,18 @@ class Point:
                 "--grad-ckpt", self.ckpt, "--attn", self.attn]
         if self.finetune == "lora":
             args += ["--lora-rank", str(self.lora_rank), "--lora-targets", self.lora_targets,
-                     "--lora-dropout", "0"]
+                     "--lora-dropout", f"{self.lora_dropout:g}"]
         for path in text_encoder_config_paths(self.family) if self.family in TEXT_ENCODERS else []:
             args += ["--text-encoder", path]
         return args
 
     def to_json(self):
         d = dataclasses.asdict(self)
+        # The points without a VAE or adapter dropout keep their recorded form.
         if not self.vae:
-            d.pop("vae")  # the points without a VAE keep their recorded form
+            d.pop("vae")
+        if not self.lora_dropout:
+            d.pop("lora_dropout")
         return d
 
 

@@ -54,10 +54,12 @@ def litgpt_config(point, config):
     lora = {}
     if point.finetune == "lora":
         targets = set(point.lora_targets.split(","))
-        lora = dict(lora_r=point.lora_rank, lora_alpha=2 * point.lora_rank, lora_dropout=0.0,
+        lora = dict(lora_r=point.lora_rank, lora_alpha=2 * point.lora_rank,
+                    lora_dropout=point.lora_dropout,
                     lora_query="q" in targets, lora_key="k" in targets,
                     lora_value="v" in targets, lora_projection="o" in targets,
-                    lora_mlp="mlp" in targets, lora_head="lm_head" in targets)
+                    lora_mlp={"gate", "up", "down"} <= targets,
+                    lora_head="lm_head" in targets)
     from litgpt.lora import Config
 
     return Config(name="vsref-llama", block_size=config["max_position_embeddings"],

@@ -361,6 +361,12 @@ def reference_config(family):
         config.update(max_position_embeddings=512, num_key_value_heads=2,
                       tie_word_embeddings=False)
         return config
+    if family == "llama_lg_mha":
+        # The same with as many query groups as heads: LoRAQKVLinear's single grouped
+        # conv1d (litgpt/lora.py 0.5.13), k / v without repeat_interleave copies.
+        config = reference_config("llama_lg")
+        config.update(num_key_value_heads=config["num_attention_heads"])
+        return config
     config = reduce_config(catalog_config(FAMILIES[family]))
     if is_t5(family):
         # T5Config names its sizes num_layers / num_heads / d_ff (num_hidden_layers is an

@@ -23,7 +23,7 @@ import torch
 import transformers
 import vramscope_trace
 
-from .knobs import point_from_json
+from .knobs import LITGPT_TRAINERS, point_from_json
 from .models import is_flux, is_unet
 
 # The target modules of the lowering's --lora-targets names, per family (PEFT's
@@ -33,7 +33,10 @@ _LORA_MODULES = {
     "v": ("v_proj", "value"),
     # CLIP's points target all four attention projections (k_proj, out_proj).
     "k": ("k_proj",),
-    "o": ("out_proj",),
+    "o": ("out_proj", "o_proj"),
+    "gate": ("gate_proj",),
+    "up": ("up_proj",),
+    "down": ("down_proj",),
 }
 
 
@@ -76,7 +79,7 @@ def apply_knobs(point, model):
             # T5Attention's q / k / v / o (PEFT's default targets for t5 are q and v).
             targets = point.lora_targets.split(",")
         config = peft.LoraConfig(r=point.lora_rank, lora_alpha=2 * point.lora_rank,
-                                 lora_dropout=0.0, target_modules=targets)
+                                 lora_dropout=point.lora_dropout, target_modules=targets)
         # Checkpointing is on before the adapters are attached (the usual order), so
         # PeftModel.__init__ calls enable_input_require_grads itself.
         model = peft.get_peft_model(model, config)
@@ -311,7 +314,7 @@ def run(point, config_dict, out_path):
 
         torchtune_model.run_isolated(point, config_dict, out_path)
         return
-    if point.trainer in ("litgpt-model", "litgpt-lora-as-transformers"):
+    if point.trainer in LITGPT_TRAINERS:
         from . import litgpt_model  # LitGPT and lightning: .venv/litgpt, a child process
 
         litgpt_model.run_isolated(point, config_dict, out_path)

@@ -65,7 +65,8 @@ def _lora_config(point):
     import peft
 
     targets = [_LORA_MODULES[key] for key in point.lora_targets.split(",")]
-    return peft.LoraConfig(r=point.lora_rank, lora_alpha=point.lora_rank, lora_dropout=0.0,
+    return peft.LoraConfig(r=point.lora_rank, lora_alpha=point.lora_rank,
+                           lora_dropout=point.lora_dropout,
                            init_lora_weights="gaussian", target_modules=targets)
 
 
