@@ -18,6 +18,7 @@ make_env() {  # make_env NAME LOCKFILE
   local wanted
   if [ -f "$nodeps" ]; then wanted=$(cat "$lock" "$nodeps"); else wanted=$(cat "$lock"); fi
   if [ -x "$dir/bin/python" ] && [ "$wanted" = "$(cat "$stamp" 2>/dev/null)" ]; then
+    install_recorder "$dir"
     return 0
   fi
   echo "python_env.sh: creating $dir from $lock"
@@ -30,9 +31,21 @@ make_env() {  # make_env NAME LOCKFILE
     "$dir/bin/python" -m pip install -q --disable-pip-version-check --no-deps -r "$nodeps" 2>&1 \
       | { grep -v "^WARNING: Location" || true; }
   fi
+  rm -f "$dir/.vramscope-python"
+  install_recorder "$dir"
+  printf '%s' "$wanted" > "$stamp"
+}
+
+# The trace recorder (python/) into environment DIR, again whenever its sources
+# changed since it was last installed there (a stamp of their hash).
+install_recorder() {
+  local dir=$1 stamp=$1/.vramscope-python hash
+  hash=$(find python -name '*.py' -not -path '*/build/*' -not -path '*.egg-info/*' | sort \
+    | xargs cat python/pyproject.toml | sha256sum)
+  if [ "$hash" = "$(cat "$stamp" 2>/dev/null)" ]; then return 0; fi
   "$dir/bin/python" -m pip install -q --disable-pip-version-check --no-deps \
     --no-build-isolation ./python 2>&1 | { grep -v "^WARNING: Location" || true; }
-  printf '%s' "$wanted" > "$stamp"
+  printf '%s' "$hash" > "$stamp"
 }
 
 lock_env() {  # lock_env NAME: resolve requirements/reference-NAME.in into its .txt

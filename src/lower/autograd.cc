@@ -536,7 +536,14 @@ void Graph::Run(NodeId n) {
   brought_back_.clear();
   // OffloadActivations' unpack hook ran for this node (its hook is then registered).
   bool unpacked_packed = !node.packed.empty();
-  if (node.region != kNoRegion && !regions_[node.region].recomputed && UnpacksInRegion(n)) {
+  // Non-reentrant checkpointing recomputes at the first unpack of a saved
+  // tensor: a node that saved nothing (bitsandbytes' MatMul4Bit keeps its
+  // weight as a ctx attribute) runs before it. Reentrant checkpointing has one
+  // node, CheckpointFunctionBackward, which recomputes before any of the
+  // region's own nodes runs (torch/utils/checkpoint.py, 2.x).
+  const bool recomputes = node.region != kNoRegion && !regions_[node.region].recomputed &&
+                          (regions_[node.region].reentrant || UnpacksInRegion(n));
+  if (recomputes) {
     unpacked_packed = unpacked_packed || !regions_[node.region].packed_inputs.empty();
     Recompute(node.region);
   }

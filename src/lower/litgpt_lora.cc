@@ -26,8 +26,8 @@ Var Conv1d(Tape& tape, const Var& input, const Var& weight, uint64_t tokens, uin
            bool copies_grad) {
   const bool cast = tape.autocast && weight.elem_bytes != tape.compute_bytes;
   Var w = cast ? Cast(tape, weight, tape.compute_bytes) : tape.Share(weight);
-  Var out = tape.New(tokens * channels, input.elem_bytes, Category::kTemporaries,
-                     "aten::convolution");
+  Var out =
+      tape.New(tokens * channels, input.elem_bytes, Category::kTemporaries, "aten::convolution");
   if (NeedsGrad(tape, input, w)) {
     NodeId n = tape.Node("ConvolutionBackward0", &out);
     if (n != kNoNode) {
@@ -129,8 +129,8 @@ Var LitgptLoraQkv(Tape& tape, const Var& x, Param& weight, Param* bias, uint64_t
   // copy when b > 1 (UnsafeViewBackward0: aten::clone in the CPU trace).
   if (after_a.fn != kNoNode && qkv.batch > 1) tape.graph.Workspace(after_a.fn, after_a.bytes());
   Var after_b = QkvConv(tape, qkv, after_a, b.var, tokens, rank);
-  Var padded = qkv.Parts() == 3 ? tape.Share(after_b)
-                                : ZeroPad(tape, qkv, after_b, tokens, out_features);
+  Var padded =
+      qkv.Parts() == 3 ? tape.Share(after_b) : ZeroPad(tape, qkv, after_b, tokens, out_features);
   Var lora = Scale(tape, padded);
   tape.Drop(padded);
   Var sum = Add(tape, pretrained, lora);

@@ -470,10 +470,6 @@ Status Validate(const ModelSpec& m, const TrainingSetup& s) {
     return bad(
         "--attn flash: flash-attn 2 runs in fp16 / bf16 only; with --precision fp32 use sdpa or "
         "eager, or a 16-bit precision");
-  if (s.finetune == Finetune::kQLora && s.precision == Precision::kFp32)
-    return bad(
-        "--finetune qlora: needs a 16-bit compute dtype; use --precision bf16 or bf16-mixed, not "
-        "fp32");
   if (s.optimizer_in_backward && s.optimizer == OptimizerKind::kNone)
     return bad("--optimizer-in-backward: needs an optimizer (--optimizer is none)");
   if (s.optimizer_in_backward && s.grad_accum > 1)

@@ -279,8 +279,8 @@ TEST(Lower, BadKnobsAreOneLineErrors) {
   s.lora_rank = 100000;
   EXPECT_FALSE(LowerTraining(m, s, TestGpu()).ok());
   s = TrainingSetup{};
-  s.finetune = Finetune::kQLora;
-  s.precision = Precision::kFp32;
+  s.finetune = Finetune::kLora;
+  s.lora_dropout = 1.5;
   EXPECT_FALSE(LowerTraining(m, s, TestGpu()).ok());
 }
 
@@ -429,7 +429,12 @@ TEST(Lower, QloraStoresNf4AndDequantizesPerMatmul) {
                                     688 * 256, 688 * 256, 688 * 256};
   // NF4 with double quantization (QLoRA paper, section 3): 4 bits per
   // weight, an 8-bit absmax per 64-block, an fp32 absmax per 256 blocks.
-  auto nf4 = [](uint64_t n) { return n / 2 + (n + 63) / 64 + ((n + 63) / 64 + 255) / 256 * 4; };
+  // Beside it, each weight's QuantState keeps an NF4 code table (16 fp32), an
+  // fp32 offset and its own copy of the 256-entry fp32 dynamic code
+  // (bitsandbytes 0.50.2 functional.py quantize_4bit / quantize_blockwise).
+  auto nf4 = [](uint64_t n) {
+    return n / 2 + (n + 63) / 64 + ((n + 63) / 64 + 255) / 256 * 4 + 16 * 4 + 4 + 256 * 4;
+  };
   uint64_t quantized_bytes = 0, quantized_numel = 0;
   for (uint64_t n : linear_numels) {
     quantized_bytes += 4 * nf4(n);

@@ -98,25 +98,42 @@ Var Linear(Tape& tape, const Var& x, Param& weight, Param* bias, uint64_t tokens
 }
 
 namespace {
-// bitsandbytes Linear4bit.forward (0.43-0.45): x.to(compute_dtype);
-// MatMul4Bit.forward dequantizes the whole weight (dequantize_4bit, a
-// temporary in the quantized model's dtype = compute dtype here), runs
-// F.linear, and saves nothing but the quantized weight itself; backward
-// dequantizes it again for grad_A. The result is cast back to x's dtype.
+// bitsandbytes Linear4bit.forward: x.to(compute_dtype), then MatMul4Bit,
+// which saves nothing but the quantized weight; the result is cast back to
+// x's dtype. bitsandbytes 0.50.2's forward runs gemm_4bit: for training's
+// token counts the dequantize-then-F.linear path (backends/cuda/ops.py
+// _dequant_linear_fallback; the CPU backend's default impl): the nested fp32
+// absmax is dequantized (`dequantize_blockwise`, one fp32 per 64 weights),
+// the offset added into a new tensor, the whole weight dequantized into a
+// compute-dtype temporary, and F.linear run, all of them alive until it
+// returns; the CPU impl's dequantized absmax is an expression temporary,
+// freed once the offset is added. Backward (F.dequantize_4bit) makes the fp32
+// absmax and the dequantized weight again for grad_A; the absmax goes when
+// the dequantization returns, the weight after the matmul. (0.43-0.45
+// dequantized in Python and freed the absmax before F.linear.)
 Var Nf4Linear(Tape& tape, const Var& x, Param& weight, Param* bias, uint64_t tokens,
               uint64_t out_features) {
   Var xin = Cast(tape, x, tape.compute_bytes);
+  const uint64_t absmax_bytes = (weight.numel + 63) / 64 * kF32;
+  Var absmax_dq =
+      tape.New(absmax_bytes / kF32, kF32, Category::kTemporaries, "bnb::dequantize_blockwise");
+  Var absmax = tape.New(absmax_bytes / kF32, kF32, Category::kTemporaries, "aten::add");
+  if (tape.cpu_rules) tape.Drop(absmax_dq);
   Var deq =
       tape.New(weight.numel, tape.compute_bytes, Category::kTemporaries, "bnb::dequantize_4bit");
   Var out = tape.New(tokens * out_features, tape.compute_bytes, Category::kTemporaries,
                      "bnb::matmul_4bit");
   tape.graph.ForwardGemm();
   tape.Drop(deq);
+  tape.Drop(absmax);
+  if (absmax_dq.t != kNoTensor) tape.Drop(absmax_dq);
   if (AnyGrad(tape, xin) || (bias && AnyGrad(tape, bias->var))) {
     NodeId n = tape.Node("MatMul4BitBackward", &out);
     tape.graph.Gemm(n, false);
-    if (n != kNoNode && xin.requires_grad())
+    if (n != kNoNode && xin.requires_grad()) {
       tape.graph.Workspace(n, weight.numel * tape.compute_bytes);
+      tape.graph.Scratch(n, absmax_bytes);
+    }
     EdgeIf(tape, n, xin);
     if (bias) EdgeIf(tape, n, bias->var);
   }

@@ -159,6 +159,23 @@ uint64_t Nf4StorageBytes(uint64_t numel) {
   return numel / 2 + (numel + 63) / 64 + ((numel + 63) / 64 + 255) / 256 * 4;
 }
 
+// The rest of a Params4bit's QuantState, per weight: quantize_4bit makes the
+// NF4 code table (get_4bit_type: 16 fp32 values, a new tensor per call) and
+// the offset (`_absmax.mean()`, a 0-dim fp32 tensor), and its nested
+// quantize_blockwise keeps its own copy of the dynamic code (256 fp32:
+// `code.to(A.device, copy=True)`) (bitsandbytes 0.50.2 functional.py; every
+// weight's own in the CPU fidelity traces, 0.43-0.45 alike).
+constexpr uint64_t kNf4CodeBytes = 16 * 4, kNf4OffsetBytes = 4, kNestedCodeBytes = 256 * 4;
+
+void PlaceQuantStates(Tape& tape, const PlacementRules& rules) {
+  if (rules.sharded_qlora) return;  // bnb_4bit_quant_storage: sharded with the weight
+  for (const Param& p : tape.params) {
+    if (!p.nf4 || p.unit < 0) continue;
+    for (uint64_t bytes : {kNf4CodeBytes, kNf4OffsetBytes, kNestedCodeBytes})
+      tape.graph.Alloc(bytes, Category::kParameters, "bnb::quant_state", p.module);
+  }
+}
+
 // One model parameter as loaded on this rank, before allocation.
 Param LoadedParam(const ParamTensor& pt, const TrainingSetup& setup,
                   const std::vector<StageSpan>& chunks, bool tied, uint64_t num_layers,
@@ -323,6 +340,7 @@ void PlaceParameters(Tape& tape, const ModelSpec& model, const TrainingSetup& se
     p.var.elem_bytes = p.elem_bytes;
     if (p.trainable) p.var.fn = tape.graph.AddAccumulateGrad(p.numel * p.elem_bytes, &p.grad);
   }
+  PlaceQuantStates(tape, rules);
   PlaceBuffers(tape, model, setup, chunks);
   if (tied && setup.built_on_gpu) PlaceUntiedHeadTransient(tape, model, setup, rules);
 }

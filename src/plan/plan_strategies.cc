@@ -83,7 +83,8 @@ std::vector<KnobSet> KnobSets(const TrainingSetup& base, const PlanOptions& opti
     finetunes = {base.finetune};
   } else {
     finetunes = {Finetune::kFull, Finetune::kLora};
-    // QLoRA needs a 16-bit compute dtype (lowering rejects fp32).
+    // QLoRA in fp32 (bnb_4bit_compute_dtype float32) dequantizes every weight to fp32:
+    // the planner offers QLoRA with a 16-bit precision only.
     if (base.precision != Precision::kFp32) finetunes.push_back(Finetune::kQLora);
   }
   std::vector<OptimizerKind> optimizers;

@@ -17,6 +17,26 @@ from . import _torch_compat as compat
 
 _Tensor = torch.Tensor
 
+# Custom ops whose kernels are Python functions over torch ops: bitsandbytes' (0.44+
+# registers gemm_4bit, dequantize_4bit, dequantize_blockwise, ... with torch.library).
+# Under the mode one arrives as a single op, and what its kernel allocates and frees
+# inside (0.50.2's gemm_4bit: the dequantized absmax and the whole dequantized weight)
+# would go unseen. Their kernel is run for the tensors' backend with this mode pushed
+# again, so that its inner ops are recorded like any others.
+_TRANSPARENT_NAMESPACES = frozenset({"bitsandbytes"})
+_BACKEND_KEYS = {"cpu": "CPU", "cuda": "CUDA"}
+
+
+def _backend_keyset(args, kwargs):
+    """The dispatch key set of the first tensor argument's backend, or None."""
+    for value in list(args) + list(kwargs.values()):
+        if isinstance(value, _Tensor):
+            key = _BACKEND_KEYS.get(value.device.type)
+            if key is None:
+                return None
+            return torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, key))
+    return None
+
 
 class DispatchMode(compat.TorchDispatchMode):
     """Sees every ATen op below autograd: where storages are born."""
@@ -38,7 +58,14 @@ class DispatchMode(compat.TorchDispatchMode):
             kwargs = {}
         recorder = self._recorder
         recorder._see_inputs(args, kwargs)
-        out = func(*args, **kwargs)
+        keys = None
+        if getattr(func, "namespace", None) in _TRANSPARENT_NAMESPACES:
+            keys = _backend_keyset(args, kwargs)
+        if keys is not None and hasattr(func, "redispatch"):
+            with self:
+                out = func.redispatch(keys, *args, **kwargs)
+        else:
+            out = func(*args, **kwargs)
         recorder._see_outputs(func, out)
         return out
 

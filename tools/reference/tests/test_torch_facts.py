@@ -290,3 +290,73 @@ def test_checkpoint_recompute_runs_an_op_whose_result_is_the_last_save():
     """exp saves its result: the recompute runs it."""
     ops = _backward_ops("exp")
     assert ("exp.default", (4, 8)) in ops
+
+
+class _Unsaving(torch.autograd.Function):
+    """`h @ m` keeping m as a ctx attribute, as bitsandbytes' MatMul4Bit keeps its weight:
+    nothing goes through save_for_backward, so its node unpacks nothing."""
+
+    @staticmethod
+    def forward(ctx, h, m):
+        ctx.m = m
+        return h @ m
+
+    @staticmethod
+    def backward(ctx, grad):
+        return torch.exp(grad) @ ctx.m.t(), None
+
+
+def _recompute_order(reentrant):
+    """Backward of a checkpointed `Unsaving(gelu(x @ w), m)`: whether the region's
+    recompute (its first mm) runs before Unsaving's backward (its exp)."""
+    torch.manual_seed(0)
+    w = torch.randn(8, 16, requires_grad=True)
+    m = torch.randn(16, 6)
+    x = torch.randn(4, 8, requires_grad=True)
+
+    def region(t):
+        return _Unsaving.apply(torch.nn.functional.gelu(t @ w), m)
+
+    y = torch.utils.checkpoint.checkpoint(region, x, use_reentrant=reentrant)
+    with OpLog() as log:
+        y.sum().backward()
+    # The region's first mm comes again in the recompute; _Unsaving's backward runs exp
+    # and then an mm of the same shape.
+    return log.ops.index(("mm.default", (4, 16))) < log.ops.index(("exp.default", (4, 6)))
+
+
+def test_reentrant_checkpoint_recomputes_before_a_node_that_saved_nothing():
+    """src/lower/autograd.cc Graph::RunNode: reentrant checkpointing recomputes the region
+    before any of its nodes runs; non-reentrant at the first unpack, after the backward of a
+    last op that saved nothing (QLoRA's 4-bit linears)."""
+    assert _recompute_order(reentrant=True)
+    assert not _recompute_order(reentrant=False)
+
+
+def test_the_recorder_sees_inside_bitsandbytes_ops(tmp_path, monkeypatch):
+    """python/vramscope/trace/_modes.py: bitsandbytes' gemm_4bit (0.50.2) dequantizes the
+    whole weight inside one custom op; the recorder runs its kernel under its own mode, so
+    that temporary (out_features x in_features in the compute dtype) reaches the trace of a
+    forward (backward's dequantize_4bit returns it: seen either way)."""
+    bnb = pytest.importorskip("bitsandbytes")
+    import vramscope.trace as trace
+    from vramscope.trace import _modes
+
+    out_features, in_features = 256, 512
+    layer = bnb.nn.Linear4bit(in_features, out_features, bias=False,
+                              compute_dtype=torch.bfloat16, quant_type="nf4")
+    weight = bnb.nn.Params4bit(torch.randn(out_features, in_features, dtype=torch.bfloat16),
+                               requires_grad=False, quant_type="nf4")
+    layer.weight = weight._quantize("cpu")
+    layer.train()
+    x = torch.randn(2, in_features, dtype=torch.bfloat16)
+
+    def peak(path):
+        with trace.record(str(path), inputs=[x]) as rec:
+            layer(x)
+        return rec.result.peak_live_bytes
+
+    seen = peak(tmp_path / "seen.events")
+    monkeypatch.setattr(_modes, "_TRANSPARENT_NAMESPACES", frozenset())
+    opaque = peak(tmp_path / "opaque.events")
+    assert seen - opaque >= out_features * in_features * 2

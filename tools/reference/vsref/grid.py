@@ -190,7 +190,8 @@ def full_grid():
               if not is_t5(family) and _supported(p := _point(family, tf, combo))]
     return (points + unet_points() + flux_points() + vae_points() + trl_points()
             + packed_points() + batch1_points() + torchtune_model_points() + t5_points()
-            + litgpt_model_points() + litgpt_lora_points() + lora_dropout_points())
+            + litgpt_model_points() + litgpt_lora_points() + lora_dropout_points()
+            + qlora_points())
 
 
 def ci_grid():
@@ -295,6 +296,22 @@ def litgpt_lora_as_transformers_points():
             for c, p in combos]
 
 
+def qlora_points():
+    """QLoRA as its scripts run it (vsref/runner.py load_in_4bit): a model loaded in NF4 with
+    double quantization by bitsandbytes 0.50's CPU backend, prepare_model_for_kbit_training,
+    PEFT adapters, estimated with --finetune qlora: the three precisions, the two kinds of
+    checkpointing, every linear layer adapted (transformers 5.24: .venv/tf4 has no
+    bitsandbytes)."""
+    every = "q,k,v,o,gate,up,down"
+    combos = [("llama", 5, "none", "bf16-mixed", "q,v"), ("llama", 5, "none", "bf16", "q,v"),
+              ("llama", 5, "none", "fp32", "q,v"), ("llama", 5, "full", "bf16-mixed", "q,v"),
+              ("llama", 5, "reentrant", "bf16-mixed", "q,v"),
+              ("llama", 5, "full", "bf16-mixed", every), ("qwen2", 5, "none", "bf16-mixed", every),
+              ("mistral", 5, "full", "bf16", every)]
+    return [Point(f, tf=tf, finetune="qlora", ckpt=c, attn="sdpa", precision=p, lora_targets=t,
+                  lora_dropout=0.05) for f, tf, c, p, t in combos]
+
+
 def lora_dropout_points():
     """PEFT adapters with dropout (LoraConfig(lora_dropout=...)): CPU dropout's mask, in
     the input's dtype, saved beside each adapter's input."""
@@ -307,6 +324,7 @@ def lora_dropout_points():
 GRIDS = {"ci": ci_grid, "full": full_grid, "fsdp": fsdp_points,
          "litgpt-model": litgpt_model_points,
          "litgpt-lora": litgpt_lora_points,
+         "qlora": qlora_points,
          "litgpt-lora-as-transformers": litgpt_lora_as_transformers_points,
          "torchtune-model": torchtune_model_points,
          "torchtune-model-as-transformers": torchtune_model_as_transformers_points}

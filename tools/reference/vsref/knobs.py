@@ -11,7 +11,7 @@ from .models import (FLUX_LATENT_SIDE, flux_text_len, UNET_FAMILIES, TEXT_ENCODE
                      is_flux, is_unet, text_encoder_config_paths)
 
 PRECISIONS = ("fp32", "bf16", "bf16-mixed")
-FINETUNES = ("full", "lora")
+FINETUNES = ("full", "lora", "qlora")
 CKPTS = ("none", "full", "reentrant")
 ATTNS = ("eager", "sdpa")
 OPTIMIZERS = ("adamw-foreach", "adamw-fused", "adamw-forloop", "sgd")
@@ -80,7 +80,7 @@ class Point:
             parts.append(self.vae)
         if self.lora_dropout:
             parts.append(f"drop{self.lora_dropout:g}")
-        if self.finetune == "lora" and self.lora_targets not in ("q,v", "q,k,v,o"):
+        if self.finetune != "full" and self.lora_targets not in ("q,v", "q,k,v,o"):
             # The adapters of the points recorded before other sets: q and v (CLIP, the
             # UNets and FLUX: q, k, v, o).
             parts.append("lora-" + self.lora_targets.replace(",", "+"))
@@ -133,12 +133,12 @@ class Point:
             args += ["--loss", "litgpt-chunked"]
         if self.trainer in ("litgpt-model", "litgpt-lora"):
             args += ["--impl", "litgpt"]
-        if (tt_model or litgpt) and self.finetune == "lora":
+        if (tt_model or litgpt) and self.finetune != "full":
             args += ["--lora-dtype", "model"]
         if self.trainer == "trl-dpo":
             # DataCollatorForPreference's batch carries an attention_mask (all ones here).
             args = [a for a in args if a != "--no-attention-mask"] + ["--dpo"]
-        if self.finetune == "lora":
+        if self.finetune != "full":
             args += ["--lora-rank", str(self.lora_rank), "--lora-targets", self.lora_targets,
                      "--lora-dropout", f"{self.lora_dropout:g}"]
         return args

@@ -62,14 +62,57 @@ def build_model(point, config_dict):
         auto = transformers.AutoModelForCausalLM
     torch.manual_seed(0)
     model = auto.from_config(config, attn_implementation=point.attn)
+    if point.finetune == "qlora":
+        return load_in_4bit(point, auto, model.to(dtype), dtype)
     return model.to(dtype)
 
 
+def load_in_4bit(point, auto, model, dtype):
+    """QLoRA's model, as its scripts load one: from_pretrained with bitsandbytes' NF4 and
+    double quantization, its compute dtype the training's 16-bit dtype (fp32 for fp32),
+    here on bitsandbytes' CPU backend (0.50: the same Params4bit storage and QuantState as
+    on CUDA, and gemm_4bit's dequantize-then-linear path)."""
+    compute = torch.float32 if point.precision == "fp32" else torch.bfloat16
+    quantization = transformers.BitsAndBytesConfig(
+        load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+        bnb_4bit_compute_dtype=compute)
+    with tempfile.TemporaryDirectory() as d:
+        model.save_pretrained(d)
+        return auto.from_pretrained(d, quantization_config=quantization, device_map="cpu",
+                                    dtype=dtype, attn_implementation=point.attn)
+
+
+def quant_state_tensors(model):
+    """The QuantState tensors of every Params4bit (absmax, the nested absmax and code,
+    the offset, the NF4 code): made by the load, so setup allocations of the trace."""
+    seen, out = set(), []
+    for p in model.parameters():
+        state = getattr(p, "quant_state", None)
+        if state is None:
+            continue
+        nested = getattr(state, "state2", None) if state.nested else None
+        for t in (state.absmax, state.code, state.offset,
+                  nested.absmax if nested else None, nested.code if nested else None):
+            if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in seen:
+                seen.add(t.untyped_storage().data_ptr())
+                out.append(t)
+    return out
+
+
 def apply_knobs(point, model):
+    if point.finetune == "qlora":
+        import peft
+
+        # The usual QLoRA order: prepare_model_for_kbit_training (peft 0.21.2: freezes the
+        # base, casts every 16-bit non-Params4bit parameter to fp32 and, with checkpointing,
+        # calls enable_input_require_grads since no use_reentrant is given), then the
+        # trainer's gradient_checkpointing_enable with its own kwargs.
+        model = peft.prepare_model_for_kbit_training(
+            model, use_gradient_checkpointing=point.ckpt != "none")
     if point.ckpt != "none":
         model.gradient_checkpointing_enable(
             gradient_checkpointing_kwargs={"use_reentrant": point.ckpt == "reentrant"})
-    if point.finetune == "lora":
+    if point.finetune in ("lora", "qlora"):
         import peft
 
         names = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
@@ -331,7 +374,8 @@ def _train(point, model, out_path, ref=None):
     batch = dpo_batch(point, model.config) if dpo else make_batch(point, model.config)
     state = dpo_trainer_state(point, model, ref) if dpo else None
     # The reference's weights exist before the step: adopted as setup allocations.
-    existing = {"batch": batch, "reference": list(ref.parameters()) if ref is not None else []}
+    existing = {"batch": batch, "reference": list(ref.parameters()) if ref is not None else [],
+                "quant_state": quant_state_tensors(model)}
     autocast = point.precision == "bf16-mixed"
     meta = [("reference", point.name()), ("transformers", transformers.__version__),
             ("torch", torch.__version__)]
