@@ -64,12 +64,27 @@ namespace {
 // UNet's activations, an attention output) is copied to the adapters' fp32
 // before lora_A's autocast casts it back (CPU fidelity trace, UNet LoRA
 // bf16-mixed).
+// Over a 4-bit base (peft 0.21.2 tuners/lora/bnb.py Linear4bit.forward) the
+// base layer's result is cloned first ("defensively", a transient copy), and
+// the input and the adapters' output are cast only without autocast
+// (`requires_conversion = not torch.is_autocast_enabled()`), the output to
+// the result's dtype. That call without a device type asks about CUDA's
+// autocast (torch 2.13: False inside a CPU autocast region), so under CPU
+// rules both casts happen as without autocast (the CPU QLoRA traces).
 Var LoraLinear(Tape& tape, const Var& x, Param& weight, Param* bias, uint64_t tokens,
                uint64_t out_features) {
   Var result = PlainLinear(tape, x, weight, bias, tokens, out_features);
+  const bool bnb = weight.nf4;
+  if (bnb) {
+    Var copy = tape.New(result.numel, result.elem_bytes, Category::kTemporaries, "aten::clone");
+    if (AnyGrad(tape, result)) tape.graph.EdgePass(tape.Node("CloneBackward0", &copy), result);
+    tape.Drop(result);
+    result = copy;
+  }
+  const bool converts = !bnb || !tape.autocast || tape.cpu_rules;
   Param& a = tape.params[weight.lora_a];
   Param& b = tape.params[weight.lora_b];
-  Var xin = Cast(tape, x, a.elem_bytes);
+  Var xin = converts ? Cast(tape, x, a.elem_bytes) : tape.Share(x);
   Var dropped = Dropout(tape, xin, tape.lora_dropout);
   const uint64_t rank = a.numel / (x.numel / tokens);
   Var down = PlainLinear(tape, dropped, a, nullptr, tokens, rank);
@@ -78,10 +93,15 @@ Var LoraLinear(Tape& tape, const Var& x, Param& weight, Param* bias, uint64_t to
   tape.Drop(down);
   Var scaled = Scale(tape, up);
   tape.Drop(up);
+  if (bnb && converts) {
+    Var cast = Cast(tape, scaled, result.elem_bytes);
+    tape.Drop(scaled);
+    scaled = cast;
+  }
   Var sum = Add(tape, result, scaled);
   tape.Drop(result);
   tape.Drop(scaled);
-  Var out = Cast(tape, sum, tape.autocast ? sum.elem_bytes : x.elem_bytes);
+  Var out = bnb ? tape.Share(sum) : Cast(tape, sum, tape.autocast ? sum.elem_bytes : x.elem_bytes);
   tape.Drop(xin);
   tape.Drop(sum);
   return out;
