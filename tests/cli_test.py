@@ -91,7 +91,7 @@ BAD_ARGS = [
     ["estimate", "llama-3-8b", "--batch", "1000000000000"],
     ["estimate", "llama-3-8b", "--precision", "fp8"],
     ["estimate", "llama-3-8b", "--finetune", "lora", "--lora-rank", "100000"],
-    ["estimate", "llama-3-8b", "--finetune", "qlora", "--precision", "fp32"],
+    ["estimate", "llama-3-8b", "--finetune", "lora", "--lora-dropout", "1.5"],
     ["estimate", "llama-3-8b", "--lora-targets", "q,wat"],
     ["estimate", "no-such-model-xyz"],
     ["estimate", str(ROOT / "tests" / "bad_inputs" / "truncated_config.json")],
