@@ -250,7 +250,7 @@ Result<KnobArgs> KnobArgs::WithFiles(FromConfig* from) const {
     applied.knobs.push_back(k);
   }
   for (const std::string& line : config.not_modelled) {
-    DeferWarning(fmt::format("--from {}: not modelled, the estimate ignores it", line));
+    DeferWarning(fmt::format("--from {}: not modelled as written", line));
   }
   applied.not_modelled = std::move(config.not_modelled);
   applied.notes = std::move(config.notes);
