@@ -68,8 +68,9 @@ class Recorder:
     """Records storage allocations and frees of the code run between start() and stop().
 
     path: where the event stream is written at stop().
-    model: the nn.Module being trained; calling it starts a forward phase. If None, the
-        first module called at top level is taken as the model.
+    model: the nn.Module being trained; calling it, or a module that wraps it (DDP, a
+        DeepSpeed engine, FSDP made inside the recording), starts a forward phase. If
+        None, the first module called at top level is taken as the model.
     optimizer: an optimizer or a list of them; their step() is the optimizer phase.
     inputs: tensors (nested lists/tuples/dicts) that exist before recording and should
         appear as setup allocations (the batch).
@@ -104,10 +105,13 @@ class Recorder:
         self._region = SETUP
         self._module_stack = []  # (id(module), string id)
         self._module_ids = {}  # id(module) -> string id
+        self._wraps_model = {}  # id(top-level module) -> whether self.model is inside it
         self._backward_module = 0
         self._backward_depth = 0
         self._backward_funcs = compat.backward_functions()
         self._prehooks = {}  # module string id -> node pre-hook
+        # Weak references: a parameter that a wrapper replaces while we record (FSDP's
+        # sharding, DeepSpeed's flattening) must be freed as it would be unrecorded.
         self._params = []
         self._param_modules = {}  # id(parameter) -> string id of the module owning it
         self._handles = []
@@ -175,6 +179,31 @@ class Recorder:
         self.stop()
         return False
 
+    @_locked
+    def add_optimizer(self, optimizer):
+        """Watches an optimizer made after recording started (DeepSpeed's, inside
+        deepspeed.initialize; one over FSDP's sharded parameters): its step() is an
+        optimizer phase from now on, its parameters' gradients are marked as such, and
+        its parameters and state that exist already are adopted."""
+        if not self._active:
+            raise RuntimeError("add_optimizer: the recorder is not recording")
+        self.optimizers.append(optimizer)
+        known = {id(p) for p in self._live_params()}
+        for group in optimizer.param_groups:
+            for tensor in group["params"]:
+                self._adopt(tensor, PARAM, self._param_modules.get(id(tensor), 0))
+                if id(tensor) not in known:
+                    known.add(id(tensor))
+                    self._params.append(weakref.ref(tensor))
+                    self._hook_grad(tensor)
+        self._scan_optimizer_state(optimizer)
+        handles = compat.register_optimizer_step_hooks(
+            optimizer, self._on_optimizer_pre, self._on_optimizer_post)
+        if handles is not None:
+            self._handles.extend(handles)
+        else:
+            self._patch_step(optimizer)
+
     # ----------------------------------------------------------------- setup
 
     def _intern(self, text):
@@ -218,7 +247,7 @@ class Recorder:
                 for tensor in group["params"]:
                     params.setdefault(id(tensor), tensor)
                     self._adopt(tensor, PARAM, 0, external=False)
-        self._params = list(params.values())
+        self._params = [weakref.ref(p) for p in params.values()]
         self._scan_grads()
         for optimizer in self.optimizers:
             self._scan_optimizer_state(optimizer)
@@ -235,20 +264,24 @@ class Recorder:
                 self._handles.extend(handles)
             else:
                 self._patch_step(optimizer)
-        if compat.HAS_POST_ACCUMULATE_GRAD_HOOK:
-            for param in self._params:
-                if param.requires_grad:
-                    try:
-                        self._handles.append(param.register_post_accumulate_grad_hook(
-                            lambda p: self._mark(p.grad, GRAD)))
-                    except RuntimeError:
-                        pass  # not a leaf: the scans after backward() still find its grad
+        for param in self._live_params():
+            self._hook_grad(param)
         for namespace, name in compat.empty_cache_functions():
             self._wrap_attribute(namespace, name, self._empty_cache_wrapper)
         # torch.autograd.backward reaches no TorchFunctionMode (see backward_functions).
         self._wrap_attribute(torch.autograd, "backward", self._backward_wrapper)
         # UntypedStorage.resize_ is no ATen op: FSDP frees and re-allocates through it.
         self._wrap_attribute(torch.UntypedStorage, "resize_", self._storage_resize_wrapper)
+
+    def _hook_grad(self, param):
+        """Marks the parameter's .grad as a gradient once autograd has accumulated it."""
+        if not compat.HAS_POST_ACCUMULATE_GRAD_HOOK or not param.requires_grad:
+            return
+        try:
+            self._handles.append(param.register_post_accumulate_grad_hook(
+                lambda p: self._mark(p.grad, GRAD)))
+        except RuntimeError:
+            pass  # not a leaf: the scans after backward() still find its grad
 
     def _wrap_attribute(self, owner, name, make_wrapper):
         """Replaces owner.name with make_wrapper(original) until the recording stops."""
@@ -510,8 +543,11 @@ class Recorder:
                 record.free_phase_index = phase_index
                 append(("f", record))
 
+    def _live_params(self):
+        return [p for p in (ref() for ref in self._params) if p is not None]
+
     def _scan_grads(self):
-        for param in self._params:
+        for param in self._live_params():
             grad = param.grad
             if grad is not None:
                 self._adopt(grad, GRAD, self._param_modules.get(id(param), 0))
@@ -570,9 +606,19 @@ class Recorder:
             if self.model is None and not self._module_stack:
                 self.model = module
                 self._name_modules(module)
-            if module is self.model:
+            if module is self.model or (not self._module_stack and self._wraps(module)):
                 self._begin_forward()
         self._module_stack.append((id(module), self._module_id(module)))
+
+    def _wraps(self, module):
+        """Whether a module called at top level holds the model (a wrapper made inside the
+        recording: its own forward work, DDP's bucket rebuild or ZeRO's gathers, belongs
+        to the forward). Asked once per module."""
+        known = self._wraps_model.get(id(module))
+        if known is None:
+            known = any(m is self.model for m in module.modules())
+            self._wraps_model[id(module)] = known
+        return known
 
     @_locked
     def _on_module_post(self, module, inputs, outputs):

@@ -36,7 +36,9 @@ def read_stream(path):
     step, phase = 0, "setup"
     with open(path, encoding="utf-8") as f:
         header = f.readline().strip()
-        if header != "vramscope-events 1":
+        # Version 2 adds stream records (u, x): they move when a freed block can be
+        # reused, not the allocated bytes that ideal accounting counts.
+        if header not in ("vramscope-events 1", "vramscope-events 2"):
             raise ValueError(f"{path}: not a vramscope event stream (header {header!r})")
         for line in f:
             tok = line.rstrip("\n").split(" ", 2) if line.startswith(("s ", "meta ")) else line.split()
@@ -68,6 +70,7 @@ class Measure:
     peak_at: tuple  # (step, phase)
     category_at_peak: dict  # category -> bytes
     saved_per_layer: dict  # layer index -> bytes allocated in forward alive at its end
+    setup_end_bytes: int = 0  # live bytes when the first step begins
 
 
 def _layer_of(module):
@@ -96,8 +99,11 @@ def measure(stream, skip_categories=()):
             if layer is not None:
                 saved[layer] += a.bytes
 
+    setup_end = None
     for kind, x in stream.events:
         if kind == "p":
+            if setup_end is None:
+                setup_end = total
             if key[1] == "forward" and not saved:
                 end_of_forward()
             key = x
@@ -125,7 +131,8 @@ def measure(stream, skip_categories=()):
     cats = collections.Counter()
     for a in best_live.values():
         cats[a.category] += a.bytes
-    return Measure(dict(peaks), dict(allocs), best[0], best[1], dict(cats), dict(saved))
+    return Measure(dict(peaks), dict(allocs), best[0], best[1], dict(cats), dict(saved),
+                   total if setup_end is None else setup_end)
 
 
 def first_divergence(reference, predicted):

@@ -64,7 +64,7 @@ FSDP_FAMILIES = ("llama", "gpt2")
 
 
 def _fsdp_point(family, tf, combo):
-    return dataclasses.replace(_point(family, tf, combo), gpus=2)
+    return dataclasses.replace(_point(family, tf, combo), gpus=2, dist="fsdp2")
 
 
 def fsdp_points():
@@ -321,7 +321,15 @@ def lora_dropout_points():
               lora_dropout=0.1, lora_targets="q,k,v,o,gate,up,down")]
 
 
-GRIDS = {"ci": ci_grid, "full": full_grid, "fsdp": fsdp_points,
+def ranks_points():
+    """Multi-rank points (vsref/ranks.py): real DDP / FSDP / DeepSpeed ZeRO ranks."""
+    base = _point("llama", 5, COMBOS[0])
+    modes = [dict(dist="ddp"), dict(dist="fsdp1"), dict(dist="fsdp2"), dict(dist="zero1"),
+             dict(dist="zero2"), dict(dist="zero3"), dict(dist="zero3", zero_init=False)]
+    return [dataclasses.replace(base, gpus=2, **m) for m in modes]
+
+
+GRIDS = {"ci": ci_grid, "full": full_grid, "fsdp": fsdp_points, "ranks": ranks_points,
          "litgpt-model": litgpt_model_points,
          "litgpt-lora": litgpt_lora_points,
          "qlora": qlora_points,

@@ -42,7 +42,21 @@ class Point:
     # The adapters' dropout (0: the points recorded before it was a knob). Its mask's size
     # does not depend on the random numbers, only its values.
     lora_dropout: float = 0.0
-    gpus: int = 1  # > 1: FSDP2 (fully_shard per decoder layer, then the root) over gloo
+    gpus: int = 1  # > 1: that many real ranks over gloo (vsref/ranks.py), with `dist`
+    # The data-parallel library of a multi-rank point (vsref/ranks.py DIST_MODES): "ddp",
+    # "fsdp1", "fsdp2", "zero1", "zero2", "zero3".
+    dist: str = ""
+    # FSDP's sharding: "full" (FULL_SHARD / reshard after forward) or "grad-op"
+    # (SHARD_GRAD_OP / reshard_after_forward=False).
+    fsdp: str = "full"
+    # ZeRO offload: "optimizer" (offload_optimizer) or "params" (offload_param too).
+    dist_offload: str = ""
+    # ZeRO-3: the model built inside deepspeed.zero.Init (what the HF Trainer does).
+    zero_init: bool = True
+    # Bucket sizes: "" the usual ones (DDP's 25 MB; ZeRO: transformers' "auto" values),
+    # "small" (DDP 0.1 MB; ZeRO 50,000 elements), "default" (DeepSpeed's own 5e8).
+    dist_buckets: str = ""
+    bucket_view: bool = False  # DDP gradient_as_bucket_view
     # "plain": the model's own loss; "trl-sft": TRL 1.16's SFTTrainer step (its fused LM
     # head, runner.py step_loss), estimated with --loss trl-fused; "trl-dpo": DPOTrainer's
     # _compute_loss over `batch` preference pairs, estimated with --loss trl-fused --dpo.
@@ -67,7 +81,7 @@ class Point:
         if (self.batch, self.seq) != self._default_shape():
             parts.append(f"b{self.batch}s{self.seq}")
         if self.gpus > 1:
-            parts.append(f"fsdp2x{self.gpus}")
+            parts += self._dist_name_parts()
         if self.trainer != "plain":
             parts.append(self.trainer)
         if self.packed:
@@ -85,6 +99,44 @@ class Point:
             # UNets and FLUX: q, k, v, o).
             parts.append("lora-" + self.lora_targets.replace(",", "+"))
         return "/".join(parts)
+
+    def _dist_name_parts(self):
+        parts = [f"{self.dist}x{self.gpus}"]
+        if self.fsdp != "full":
+            parts.append(self.fsdp)
+        if self.dist_offload:
+            parts.append(f"offload-{self.dist_offload}")
+        if not self.zero_init:
+            parts.append("no-zero-init")
+        if self.dist_buckets:
+            parts.append(f"buckets-{self.dist_buckets}")
+        if self.bucket_view:
+            parts.append("bucket-view")
+        return parts
+
+    def dist_estimate_args(self):
+        """The parallel flags of a multi-rank point."""
+        args = ["--gpus", str(self.gpus)]
+        if self.dist == "ddp":
+            args.append("--ddp")
+            if self.dist_buckets == "small":
+                args += ["--ddp-bucket-cap-mb", "0.1"]
+            if self.bucket_view:
+                args.append("--gradient-as-bucket-view")
+        elif self.dist.startswith("fsdp"):
+            args += ["--fsdp", self.fsdp, "--fsdp-version", self.dist[-1]]
+        else:
+            args += ["--zero", self.dist[-1]]
+            if self.dist_buckets == "small":
+                args += ["--zero-reduce-bucket-size", "50000", "--zero-prefetch-bucket-size",
+                         "50000", "--zero-persistence-threshold", "0"]
+            elif not self.dist_buckets:
+                args += ["--zero-buckets", "hf-auto"]
+            if not self.zero_init:
+                args.append("--no-zero-init")
+        if self.dist_offload:
+            args += ["--offload", self.dist_offload]
+        return args
 
     def _default_shape(self):
         # A UNet or FLUX point's `seq` is its text length (encoder_hidden_states).
@@ -109,7 +161,7 @@ class Point:
             # CLIPModel's text tower reads --text-len tokens (--seq is not read).
             args += ["--text-len", str(self.seq)]
         if self.gpus > 1:
-            args += ["--gpus", str(self.gpus), "--fsdp", "full", "--fsdp-version", "2"]
+            args += self.dist_estimate_args()
         if self.packed:
             args.append("--packing")
         if self.target_len:
@@ -169,6 +221,11 @@ class Point:
             d.pop("vae")
         if not self.lora_dropout:
             d.pop("lora_dropout")
+        # Single-process points keep their recorded form (no multi-rank keys).
+        if self.gpus == 1:
+            for key in ("dist", "fsdp", "dist_offload", "zero_init", "dist_buckets",
+                        "bucket_view"):
+                d.pop(key)
         return d
 
 

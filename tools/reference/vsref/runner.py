@@ -13,7 +13,6 @@ vramscope_trace, which writes every storage allocation and free. The diffusers U
 families run through vsref/unet.py instead, with diffusers' own training-script knobs.
 """
 
-import gc
 import json
 import os
 import sys
@@ -350,7 +349,9 @@ def run(point, config_dict, out_path):
         flux.run(point, config_dict, out_path)
         return
     if point.gpus > 1:
-        run_fsdp(point, config_dict, out_path)
+        from . import ranks  # real ranks over gloo
+
+        ranks.run(point, config_dict, out_path)
         return
     if point.trainer in ("torchtune-model", "torchtune-model-as-transformers"):
         from . import torchtune_model  # torchtune's own modules: .venv/tf5 only
@@ -394,56 +395,9 @@ def _train(point, model, out_path, ref=None):
                 loss = step_loss(point, model, batch, state)
             loss.backward()
             del loss
-            if point.gpus > 1:
-                # FSDP2's hook state holds tensors in reference cycles, which would
-                # free whenever CPython's collector happens to run; collected here at
-                # one fixed point. (Single-process points have none: not needed.)
-                gc.collect()
             optimizer.step()
             if per_step:
                 del batch
-
-
-def _fsdp_rank(rank, point, config_dict, out_path, port):
-    """One rank of an FSDP2 run over gloo: fully_shard on every decoder layer, then on
-    the root (what accelerate's FSDP2 plugin does with transformer-layer wrapping); rank
-    0's trace goes to out_path."""
-    import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
-
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=point.gpus)
-    torch.set_num_threads(1)
-    try:
-        mesh = init_device_mesh("cpu", (point.gpus,))
-        model = apply_knobs(point, build_model(point, config_dict))
-        layer_class = type(_decoder_layers(model)[0])
-        for module in model.modules():
-            if isinstance(module, layer_class):
-                fully_shard(module, mesh=mesh)
-        fully_shard(model, mesh=mesh)
-        _train(point, model, out_path if rank == 0 else os.devnull)
-    finally:
-        dist.destroy_process_group()
-
-
-def _decoder_layers(model):
-    for name, module in model.named_modules():
-        if isinstance(module, torch.nn.ModuleList) and name.endswith(("layers", "h", "layer")):
-            return module
-    raise RuntimeError("no decoder layer list found")
-
-
-def run_fsdp(point, config_dict, out_path):
-    import socket
-
-    import torch.multiprocessing as mp
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(_fsdp_rank, args=(point, config_dict, out_path, port), nprocs=point.gpus)
 
 
 def main(argv):

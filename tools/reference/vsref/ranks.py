@@ -1,0 +1,239 @@
+"""Multi-rank reference points: N real ranks over gloo, each recorded tensor by tensor.
+
+    point.dist = "ddp" | "fsdp1" | "fsdp2" | "zero1" | "zero2" | "zero3", point.gpus = N
+
+One process per rank (torch.multiprocessing.spawn), torch.distributed over gloo, the
+real library wrapping the real transformers model the way its users do, two training
+steps; every rank writes its own trace (`OUT.rankR`). The recording starts before the
+library wraps the model, so what the wrapper allocates at construction (DDP's buckets,
+DeepSpeed's flat buffers and partitions, FSDP's shards) is part of the setup; the
+fidelity check compares every rank's phases with `estimate --gpus N ...`'s stream for
+that rank (docs/fidelity.md, "Multi-rank points").
+
+Versions: torch 2.13.0 (DDP, FSDP1 FullyShardedDataParallel, FSDP2 fully_shard),
+DeepSpeed 0.19.8 on its CPU accelerator (DS_ACCELERATOR=cpu: gloo, since oneCCL is not
+installed), transformers 5.24.0 / 4.57.6, PEFT 0.21.2. DeepSpeed's optimizer is its
+config's "AdamW" with "torch_adam": true, a torch.optim.AdamW with the point's
+implementation (foreach / for-loop / fused): DeepSpeed's own FusedAdam is a CUDA kernel
+(its CPU build is a JIT-compiled op that takes 40 s to build and allocates nothing the
+recorder sees) and DeepSpeedCPUAdam likewise.
+"""
+
+import functools
+import gc
+import os
+import socket
+
+import torch
+
+from . import gloo_order
+from .runner import apply_knobs, build_model, make_batch, make_optimizer, step_loss
+
+DIST_MODES = ("ddp", "fsdp1", "fsdp2", "zero1", "zero2", "zero3")
+# ZeRO bucket sizes, in elements, of the "small" setting (what a config that names them
+# gets; DeepSpeed's own defaults, 5e8 elements, would make a 2 GB buffer per backward on
+# a model of 0.3 M parameters) and of transformers' "auto" (hidden 128:
+# integrations/deepspeed.py trainer_config_finalize).
+SMALL_BUCKET = 50_000
+DDP_SMALL_BUCKET_MB = 0.1
+
+
+def run(point, config_dict, out_path):
+    """Spawns point.gpus ranks; rank r writes `out_path + ".rank" + r`."""
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_rank, args=(point, config_dict, out_path, port), nprocs=point.gpus)
+
+
+def _rank(rank, point, config_dict, out_path, port):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      LOCAL_RANK=str(rank), WORLD_SIZE=str(point.gpus),
+                      LOCAL_WORLD_SIZE=str(point.gpus), DS_ACCELERATOR="cpu")
+    torch.set_num_threads(1)
+    gloo_order.install()
+    import torch.distributed as dist
+
+    if point.dist.startswith("zero"):
+        import deepspeed
+
+        deepspeed.init_distributed(dist_backend="gloo")
+    else:
+        dist.init_process_group("gloo", rank=rank, world_size=point.gpus)
+    try:
+        _RUNNERS[point.dist](point, config_dict, f"{out_path}.rank{rank}")
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def _meta(point):
+    import transformers
+
+    return [("reference", point.name()), ("transformers", transformers.__version__),
+            ("torch", torch.__version__), ("rank", os.environ["RANK"])]
+
+
+def _record(point, out, model, optimizer=None, inputs=None):
+    import vramscope_trace
+
+    return vramscope_trace.record(out, model=model, optimizer=optimizer, inputs=inputs,
+                                  meta=_meta(point))
+
+
+def _loop(point, model, optimizer, batch):
+    """The usual loop (runner._train's): zero_grad, the loss under autocast for *-mixed,
+    backward, step. Collective hooks hold state in reference cycles (FSDP2's), collected
+    at one fixed point of the step."""
+    autocast = point.precision == "bf16-mixed"
+    for _ in range(point.steps):
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss = step_loss(point, model, batch)
+        loss.backward()
+        del loss
+        gc.collect()
+        optimizer.step()
+
+
+def _run_ddp(point, config_dict, out):
+    from torch.nn.parallel import DistributedDataParallel
+
+    model = apply_knobs(point, build_model(point, config_dict))
+    optimizer = make_optimizer(point, model)
+    batch = make_batch(point, model.config)
+    cap_mb = DDP_SMALL_BUCKET_MB if point.dist_buckets == "small" else 25
+    with _record(point, out, model, optimizer, {"batch": batch}):
+        ddp = DistributedDataParallel(model, bucket_cap_mb=cap_mb,
+                                      gradient_as_bucket_view=point.bucket_view)
+        _loop(point, ddp, optimizer, batch)
+
+
+def decoder_layer_class(model):
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.ModuleList) and name.endswith(("layers", "h", "layer")):
+            return type(module[0])
+    raise RuntimeError("no decoder layer list found")
+
+
+def _run_fsdp2(point, config_dict, out):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    model = apply_knobs(point, build_model(point, config_dict))
+    batch = make_batch(point, model.config)
+    layer_class = decoder_layer_class(model)
+    with _record(point, out, model, None, {"batch": batch}) as rec:
+        mesh = init_device_mesh("cpu", (point.gpus,))
+        for module in model.modules():
+            if isinstance(module, layer_class):
+                fully_shard(module, mesh=mesh, reshard_after_forward=point.fsdp != "grad-op")
+        fully_shard(model, mesh=mesh, reshard_after_forward=point.fsdp != "grad-op")
+        optimizer = make_optimizer(point, model)
+        rec.add_optimizer(optimizer)
+        _loop(point, model, optimizer, batch)
+
+
+def _fsdp1_policy(point, model):
+    from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+
+    if point.finetune != "full":
+        # What the HF Trainer sets for a PEFT model (transformers update_fsdp_plugin_peft):
+        # every trainable leaf (each LoRA A / B) its own unit, or'ed with the decoder
+        # layers (peft 0.21.2 utils/other.py fsdp_auto_wrap_policy).
+        from peft.utils.other import fsdp_auto_wrap_policy
+
+        return fsdp_auto_wrap_policy(model)
+    return functools.partial(transformer_auto_wrap_policy,
+                             transformer_layer_cls={decoder_layer_class(model)})
+
+
+def _run_fsdp1(point, config_dict, out):
+    from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy
+
+    model = apply_knobs(point, build_model(point, config_dict))
+    batch = make_batch(point, model.config)
+    strategy = ShardingStrategy.SHARD_GRAD_OP if point.fsdp == "grad-op" else (
+        ShardingStrategy.FULL_SHARD)
+    with _record(point, out, model, None, {"batch": batch}) as rec:
+        # device_id=cpu: FSDP1 refuses to start without an accelerator otherwise
+        # (_init_utils.py _init_device_handle, torch 2.13).
+        wrapped = FullyShardedDataParallel(
+            model, auto_wrap_policy=_fsdp1_policy(point, model), sharding_strategy=strategy,
+            device_id=torch.device("cpu"), use_orig_params=True)
+        optimizer = make_optimizer(point, wrapped)
+        rec.add_optimizer(optimizer)
+        _loop(point, wrapped, optimizer, batch)
+
+
+def deepspeed_config(point, hidden):
+    stage = int(point.dist[-1])
+    zero = {"stage": stage}
+    if point.dist_buckets == "small":
+        zero.update(reduce_bucket_size=SMALL_BUCKET, allgather_bucket_size=SMALL_BUCKET)
+        if stage == 3:
+            zero.update(stage3_prefetch_bucket_size=SMALL_BUCKET,
+                        stage3_param_persistence_threshold=0)
+    elif not point.dist_buckets:
+        # transformers integrations/deepspeed.py HfTrainerDeepSpeedConfig.trainer_config_finalize
+        zero.update(reduce_bucket_size=hidden * hidden)
+        if stage == 3:
+            zero.update(stage3_prefetch_bucket_size=int(0.9 * hidden * hidden),
+                        stage3_param_persistence_threshold=10 * hidden)
+    if point.dist_offload:
+        zero["offload_optimizer"] = {"device": "cpu"}
+    if point.dist_offload == "params":
+        zero["offload_param"] = {"device": "cpu"}
+    kind = {"adamw-foreach": {"foreach": True}, "adamw-fused": {"fused": True},
+            "adamw-forloop": {"foreach": False}}[point.optimizer]
+    config = {"train_micro_batch_size_per_gpu": point.batch, "gradient_accumulation_steps": 1,
+              "zero_optimization": zero,
+              "optimizer": {"type": "AdamW",
+                            "params": {"lr": 1e-4, "torch_adam": True, **kind}}}
+    if point.dist_offload:
+        # A torch optimizer with offload needs this (deepspeed/runtime/engine.py
+        # _configure_optimizer: "ZeRO-Offload with a client provided optimizer").
+        config["zero_force_ds_cpu_optimizer"] = False
+    if point.precision in ("bf16", "bf16-mixed"):
+        config["bf16"] = {"enabled": True}
+    return config
+
+
+def _run_zero(point, config_dict, out):
+    import deepspeed
+    # torch._dynamo's first import fails inside zero.Init, which has replaced tensor
+    # construction (TypeError: Signature mismatch ... tensor_pynew): imported before.
+    import torch._dynamo  # noqa: F401
+
+    config = deepspeed_config(point, config_dict.get("hidden_size", 0))
+    existing = []
+    if point.dist == "zero3" and point.zero_init:
+        # transformers' from_pretrained under HfDeepSpeedConfig: the model is built
+        # inside deepspeed.zero.Init, each parameter partitioned as it is made.
+        with deepspeed.zero.Init(config_dict_or_path=config):
+            model = build_model(point, config_dict)
+        existing = [p.ds_tensor for p in model.parameters() if hasattr(p, "ds_tensor")]
+    else:
+        model = build_model(point, config_dict)
+    model = apply_knobs(point, model)
+    batch = make_batch(point, model.config)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    with _record(point, out, model, None, {"batch": batch, "partitions": existing}) as rec:
+        engine, _, _, _ = deepspeed.initialize(model=model, config=config,
+                                               model_parameters=trainable)
+        rec.add_optimizer(engine.optimizer)
+        inner = getattr(engine.optimizer, "optimizer", None)
+        if inner is not None and inner is not engine.optimizer:
+            rec.add_optimizer(inner)
+        for _ in range(point.steps):
+            loss = engine(**batch).loss
+            engine.backward(loss)
+            del loss
+            gc.collect()
+            engine.step()
+
+
+_RUNNERS = {"ddp": _run_ddp, "fsdp1": _run_fsdp1, "fsdp2": _run_fsdp2, "zero1": _run_zero,
+            "zero2": _run_zero, "zero3": _run_zero}
