@@ -28,7 +28,8 @@ make_env() {  # make_env NAME LOCKFILE
   "$dir/bin/python" -m pip install -q --disable-pip-version-check -r "$lock" 2>&1 \
     | { grep -v "^WARNING: Location" || true; }
   if [ -f "$nodeps" ]; then
-    "$dir/bin/python" -m pip install -q --disable-pip-version-check --no-deps -r "$nodeps" 2>&1 \
+    "$dir/bin/python" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation \
+      -r "$nodeps" 2>&1 \
       | { grep -v "^WARNING: Location" || true; }
   fi
   rm -f "$dir/.vramscope-python"

@@ -321,12 +321,66 @@ def lora_dropout_points():
               lora_dropout=0.1, lora_targets="q,k,v,o,gate,up,down")]
 
 
+def _ranked(combo, gpus=2, family="llama", tf=5, **knobs):
+    return dataclasses.replace(_point(family, tf, combo), gpus=gpus, **knobs)
+
+
+# (combo, knobs) of the 2-rank points: every library, every value of its knobs (DDP
+# buckets and bucket views; FSDP 1 and 2, full and LoRA, FULL_SHARD and SHARD_GRAD_OP;
+# ZeRO stages 1-3 with and without offload, zero.Init, small and HF "auto" buckets), in
+# fp32 and bf16 (DeepSpeed's "bf16" config: bf16 weights with fp32 master partitions).
+# FSDP's *-mixed precision is a MixedPrecision policy chosen by the launcher (accelerate),
+# not the plain wrapper these points run.
+RANK_POINTS_2 = (
+    (COMBOS[0], dict(dist="ddp")),
+    (COMBOS[0], dict(dist="ddp", dist_buckets="small")),
+    (COMBOS[0], dict(dist="ddp", dist_buckets="small", bucket_view=True)),
+    (COMBOS[3], dict(dist="ddp")),
+    (COMBOS[2], dict(dist="ddp")),
+    (COMBOS[0], dict(dist="fsdp1")),
+    (COMBOS[1], dict(dist="fsdp1")),
+    (COMBOS[3], dict(dist="fsdp1")),
+    (COMBOS[0], dict(dist="fsdp1", fsdp="grad-op")),
+    (COMBOS[0], dict(dist="fsdp2", fsdp="grad-op")),
+    (COMBOS[0], dict(dist="zero1")),
+    (COMBOS[1], dict(dist="zero1")),
+    (COMBOS[0], dict(dist="zero1", dist_offload="optimizer")),
+    (COMBOS[0], dict(dist="zero2")),
+    (COMBOS[1], dict(dist="zero2")),
+    (COMBOS[0], dict(dist="zero2", dist_buckets="small")),
+    (COMBOS[0], dict(dist="zero2", dist_offload="optimizer")),
+    (COMBOS[3], dict(dist="zero2")),
+    (COMBOS[0], dict(dist="zero3")),
+    (COMBOS[1], dict(dist="zero3")),
+    (COMBOS[0], dict(dist="zero3", zero_init=False)),
+    (COMBOS[4], dict(dist="zero3", zero_init=False)),
+    (COMBOS[0], dict(dist="zero3", dist_offload="optimizer")),
+    (COMBOS[0], dict(dist="zero3", dist_offload="params")),
+    (COMBOS[0], dict(dist="zero3", dist_buckets="small")),
+    (COMBOS[3], dict(dist="zero3")),
+)
+RANK_POINTS_4 = (
+    (COMBOS[0], dict(dist="ddp")),
+    (COMBOS[0], dict(dist="fsdp1")),
+    (COMBOS[3], dict(dist="fsdp1")),
+    (COMBOS[0], dict(dist="fsdp2")),
+    (COMBOS[3], dict(dist="fsdp2")),
+    (COMBOS[0], dict(dist="zero1")),
+    (COMBOS[0], dict(dist="zero2")),
+    (COMBOS[0], dict(dist="zero2", dist_offload="optimizer")),
+    (COMBOS[0], dict(dist="zero3")),
+    (COMBOS[1], dict(dist="zero3")),
+    (COMBOS[0], dict(dist="zero3", zero_init=False)),
+    (COMBOS[0], dict(dist="zero3", dist_offload="optimizer")),
+)
+
+
 def ranks_points():
-    """Multi-rank points (vsref/ranks.py): real DDP / FSDP / DeepSpeed ZeRO ranks."""
-    base = _point("llama", 5, COMBOS[0])
-    modes = [dict(dist="ddp"), dict(dist="fsdp1"), dict(dist="fsdp2"), dict(dist="zero1"),
-             dict(dist="zero2"), dict(dist="zero3"), dict(dist="zero3", zero_init=False)]
-    return [dataclasses.replace(base, gpus=2, **m) for m in modes]
+    """The multi-rank points (vsref/ranks.py): real DDP / FSDP / DeepSpeed ZeRO ranks, 2 and
+    4 of them, with the FSDP2 points of the older `fsdp` grid."""
+    points = [_ranked(combo, 2, **knobs) for combo, knobs in RANK_POINTS_2]
+    points += [_ranked(combo, 4, **knobs) for combo, knobs in RANK_POINTS_4]
+    return points + fsdp_points()
 
 
 GRIDS = {"ci": ci_grid, "full": full_grid, "fsdp": fsdp_points, "ranks": ranks_points,

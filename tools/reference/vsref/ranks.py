@@ -38,33 +38,63 @@ SMALL_BUCKET = 50_000
 DDP_SMALL_BUCKET_MB = 0.1
 
 
-def run(point, config_dict, out_path):
-    """Spawns point.gpus ranks; rank r writes `out_path + ".rank" + r`."""
+def run_many(jobs):
+    """Runs multi-rank jobs ({"point", "config", "out"}), grouped by their rank count: one
+    spawn of N processes serves every job of a group in turn (torch, transformers and
+    DeepSpeed are imported once per rank). A job that fails writes `out + ".error"`; its
+    group's ranks are then restarted for the jobs after it."""
+    by_world = {}
+    for job in jobs:
+        by_world.setdefault(job["point"].gpus, []).append(job)
+    for world, group in sorted(by_world.items()):
+        while group:
+            done = _spawn(world, group)
+            group = group[done + 1:]
+
+
+def _spawn(world, jobs):
+    """Returns the index of the job that failed (len(jobs) when none did)."""
     import torch.multiprocessing as mp
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    mp.spawn(_rank, args=(point, config_dict, out_path, port), nprocs=point.gpus)
+    try:
+        mp.spawn(_rank, args=(world, jobs, port), nprocs=world)
+    except Exception as e:  # noqa: BLE001 - the failing job is marked, the rest go on
+        for i, job in enumerate(jobs):
+            if os.path.exists(job["out"] + ".error") or not all(
+                    os.path.exists(f"{job['out']}.rank{r}") for r in range(world)):
+                if not os.path.exists(job["out"] + ".error"):
+                    with open(job["out"] + ".error", "w", encoding="utf-8") as f:
+                        f.write(f"{type(e).__name__}: {str(e).strip()[-2000:]}\n")
+                return i
+    return len(jobs)
 
 
-def _rank(rank, point, config_dict, out_path, port):
+def _rank(rank, world, jobs, port):
+    import datetime
+
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                      LOCAL_RANK=str(rank), WORLD_SIZE=str(point.gpus),
-                      LOCAL_WORLD_SIZE=str(point.gpus), DS_ACCELERATOR="cpu")
+                      LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
+                      DS_ACCELERATOR="cpu")
     torch.set_num_threads(1)
     gloo_order.install()
     import torch.distributed as dist
 
-    if point.dist.startswith("zero"):
-        import deepspeed
-
-        deepspeed.init_distributed(dist_backend="gloo")
-    else:
-        dist.init_process_group("gloo", rank=rank, world_size=point.gpus)
+    dist.init_process_group("gloo", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=300))
     try:
-        _RUNNERS[point.dist](point, config_dict, f"{out_path}.rank{rank}")
-        dist.barrier()
+        for job in jobs:
+            point = job["point"]
+            try:
+                _RUNNERS[point.dist](point, job["config"], f"{job['out']}.rank{rank}")
+            except Exception as e:
+                with open(job["out"] + ".error", "w", encoding="utf-8") as f:
+                    f.write(f"rank {rank}: {type(e).__name__}: {e}\n")
+                raise
+            gc.collect()
+            dist.barrier()
     finally:
         dist.destroy_process_group()
 
@@ -203,6 +233,10 @@ def deepspeed_config(point, hidden):
 
 def _run_zero(point, config_dict, out):
     import deepspeed
+
+    # Over the process group already made (deepspeed/comm/comm.py init_distributed keeps
+    # an initialised torch.distributed).
+    deepspeed.init_distributed(dist_backend="gloo")
     # torch._dynamo's first import fails inside zero.Init, which has replaced tensor
     # construction (TypeError: Signature mismatch ... tensor_pynew): imported before.
     import torch._dynamo  # noqa: F401

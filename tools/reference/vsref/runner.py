@@ -348,11 +348,6 @@ def run(point, config_dict, out_path):
 
         flux.run(point, config_dict, out_path)
         return
-    if point.gpus > 1:
-        from . import ranks  # real ranks over gloo
-
-        ranks.run(point, config_dict, out_path)
-        return
     if point.trainer in ("torchtune-model", "torchtune-model-as-transformers"):
         from . import torchtune_model  # torchtune's own modules: .venv/tf5 only
 
@@ -411,8 +406,17 @@ def main(argv):
         jobs = json.load(f)
     torch.set_num_threads(1)
     for job in jobs:
+        job["point"] = point_from_json(job["point"])
+    ranked = [job for job in jobs if job["point"].gpus > 1]
+    if ranked:
+        from . import ranks  # real ranks over gloo, a spawn per rank count
+
+        ranks.run_many(ranked)
+    for job in jobs:
+        if job["point"].gpus > 1:
+            continue
         try:
-            run(point_from_json(job["point"]), job["config"], job["out"])
+            run(job["point"], job["config"], job["out"])
         except Exception as e:  # noqa: BLE001 - reported per point, the grid goes on
             with open(job["out"] + ".error", "w", encoding="utf-8") as f:
                 f.write(f"{type(e).__name__}: {e}\n")
