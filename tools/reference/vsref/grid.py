@@ -359,6 +359,26 @@ RANK_POINTS_2 = (
     (COMBOS[0], dict(dist="zero3", dist_buckets="small")),
     (COMBOS[3], dict(dist="zero3")),
 )
+# FSDP through accelerate, as the HF Trainer configures it: accelerate's own unit layout
+# (FSDP2: the input embedding and [final norm, lm_head] units of fsdp2_prepare_model), its
+# MixedPrecision for bf16-mixed, and PEFT's wrap policy for adapters.
+RANK_POINTS_ACCELERATE = (
+    (COMBOS[0], dict(dist="fsdp1", launcher="accelerate")),
+    (COMBOS[0], dict(dist="fsdp2", launcher="accelerate")),
+    (COMBOS[6], dict(dist="fsdp1", launcher="accelerate")),
+    (COMBOS[6], dict(dist="fsdp2", launcher="accelerate")),
+    (COMBOS[2], dict(dist="fsdp1", launcher="accelerate")),
+    (COMBOS[2], dict(dist="fsdp2", launcher="accelerate")),
+    (COMBOS[3], dict(dist="fsdp1", launcher="accelerate")),
+    (COMBOS[3], dict(dist="fsdp2", launcher="accelerate")),
+)
+# Untied input and output embeddings (Mistral's config): accelerate's FSDP2 gives the
+# input embedding a unit of its own.
+RANK_POINTS_ACCELERATE_UNTIED = (
+    (COMBOS[0], dict(dist="fsdp2", launcher="accelerate")),
+    (COMBOS[6], dict(dist="fsdp2", launcher="accelerate")),
+    (COMBOS[0], dict(dist="fsdp1", launcher="accelerate")),
+)
 RANK_POINTS_4 = (
     (COMBOS[0], dict(dist="ddp")),
     (COMBOS[0], dict(dist="fsdp1")),
@@ -379,6 +399,9 @@ def ranks_points():
     """The multi-rank points (vsref/ranks.py): real DDP / FSDP / DeepSpeed ZeRO ranks, 2 and
     4 of them, with the FSDP2 points of the older `fsdp` grid."""
     points = [_ranked(combo, 2, **knobs) for combo, knobs in RANK_POINTS_2]
+    points += [_ranked(combo, 2, **knobs) for combo, knobs in RANK_POINTS_ACCELERATE]
+    points += [_ranked(combo, 2, family="mistral", **knobs)
+               for combo, knobs in RANK_POINTS_ACCELERATE_UNTIED]
     points += [_ranked(combo, 4, **knobs) for combo, knobs in RANK_POINTS_4]
     return points + fsdp_points()
 

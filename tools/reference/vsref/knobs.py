@@ -54,9 +54,13 @@ class Point:
     # ZeRO-3: the model built inside deepspeed.zero.Init (what the HF Trainer does).
     zero_init: bool = True
     # Bucket sizes: "" the usual ones (DDP's 25 MB; ZeRO: transformers' "auto" values),
-    # "small" (DDP 0.1 MB; ZeRO 50,000 elements), "default" (DeepSpeed's own 5e8).
+    # "small" (DDP 1 MB; ZeRO 50,000 elements), "default" (DeepSpeed's own 5e8).
     dist_buckets: str = ""
     bucket_view: bool = False  # DDP gradient_as_bucket_view
+    # FSDP wrapped by "accelerate" (Accelerator.prepare with the FSDP plugin the HF Trainer
+    # builds, PEFT's wrap policy for adapters as the Trainer sets it) or "" (the library's
+    # own wrapper on each decoder layer, then the root).
+    launcher: str = ""
     # "plain": the model's own loss; "trl-sft": TRL 1.16's SFTTrainer step (its fused LM
     # head, runner.py step_loss), estimated with --loss trl-fused; "trl-dpo": DPOTrainer's
     # _compute_loss over `batch` preference pairs, estimated with --loss trl-fused --dpo.
@@ -112,6 +116,8 @@ class Point:
             parts.append(f"buckets-{self.dist_buckets}")
         if self.bucket_view:
             parts.append("bucket-view")
+        if self.launcher:
+            parts.append(self.launcher)
         return parts
 
     def dist_estimate_args(self):
@@ -120,7 +126,7 @@ class Point:
         if self.dist == "ddp":
             args.append("--ddp")
             if self.dist_buckets == "small":
-                args += ["--ddp-bucket-cap-mb", "0.1"]
+                args += ["--ddp-bucket-cap-mb", "1"]
             if self.bucket_view:
                 args.append("--gradient-as-bucket-view")
         elif self.dist.startswith("fsdp"):
@@ -224,7 +230,7 @@ class Point:
         # Single-process points keep their recorded form (no multi-rank keys).
         if self.gpus == 1:
             for key in ("dist", "fsdp", "dist_offload", "zero_init", "dist_buckets",
-                        "bucket_view"):
+                        "bucket_view", "launcher"):
                 d.pop(key)
         return d
 

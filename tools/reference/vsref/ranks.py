@@ -35,7 +35,7 @@ DIST_MODES = ("ddp", "fsdp1", "fsdp2", "zero1", "zero2", "zero3")
 # a model of 0.3 M parameters) and of transformers' "auto" (hidden 128:
 # integrations/deepspeed.py trainer_config_finalize).
 SMALL_BUCKET = 50_000
-DDP_SMALL_BUCKET_MB = 0.1
+DDP_SMALL_BUCKET_MB = 1  # the tiny model's gradients (1.3 MiB) in two buckets
 
 
 def run_many(jobs):
@@ -87,8 +87,10 @@ def _rank(rank, world, jobs, port):
     try:
         for job in jobs:
             point = job["point"]
+            runner = _run_accelerate_fsdp if point.launcher == "accelerate" else (
+                _RUNNERS[point.dist])
             try:
-                _RUNNERS[point.dist](point, job["config"], f"{job['out']}.rank{rank}")
+                runner(point, job["config"], f"{job['out']}.rank{rank}")
             except Exception as e:
                 with open(job["out"] + ".error", "w", encoding="utf-8") as f:
                     f.write(f"rank {rank}: {type(e).__name__}: {e}\n")
@@ -155,12 +157,15 @@ def _run_fsdp2(point, config_dict, out):
     model = apply_knobs(point, build_model(point, config_dict))
     batch = make_batch(point, model.config)
     layer_class = decoder_layer_class(model)
+    # FULL_SHARD: fully_shard's default (reshard_after_forward=None: True for every unit
+    # but the root, which stays unsharded until backward); SHARD_GRAD_OP: False for all.
+    reshard = {} if point.fsdp == "full" else {"reshard_after_forward": False}
     with _record(point, out, model, None, {"batch": batch}) as rec:
         mesh = init_device_mesh("cpu", (point.gpus,))
         for module in model.modules():
             if isinstance(module, layer_class):
-                fully_shard(module, mesh=mesh, reshard_after_forward=point.fsdp != "grad-op")
-        fully_shard(model, mesh=mesh, reshard_after_forward=point.fsdp != "grad-op")
+                fully_shard(module, mesh=mesh, **reshard)
+        fully_shard(model, mesh=mesh, **reshard)
         optimizer = make_optimizer(point, model)
         rec.add_optimizer(optimizer)
         _loop(point, model, optimizer, batch)
@@ -196,6 +201,70 @@ def _run_fsdp1(point, config_dict, out):
         optimizer = make_optimizer(point, wrapped)
         rec.add_optimizer(optimizer)
         _loop(point, wrapped, optimizer, batch)
+
+
+def _accelerator_for_fsdp(point):
+    """An Accelerator whose FSDP plugin is what TrainingArguments(fsdp="full_shard
+    auto_wrap", fsdp_config={"version": V, ...}) hands accelerate (transformers 5.24
+    TrainingArguments._process_fsdp_args: TRANSFORMER_BASED_WRAP over the model's
+    _no_split_modules, use_orig_params, backward_prefetch NO_PREFETCH, no CPU-RAM-efficient
+    loading here).
+
+    accelerate never turns MULTI_CPU into FSDP (AcceleratorState.__init__, 1.15: only
+    accelerator device kinds are promoted), so the state is set to FSDP by hand after the
+    CPU process state exists; FSDP1 also needs the device as torch.device("cpu") (it
+    refuses "cpu:0"). Everything after that (the plugin's policy, mixed precision,
+    prepare's wrapping) is accelerate's own code."""
+    from accelerate import Accelerator, PartialState
+    from accelerate.state import AcceleratorState
+    from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
+
+    # One Accelerator per point: the singleton states of the previous point go first
+    # (the process group stays).
+    AcceleratorState._reset_state(reset_partial_state=True)
+    PartialState(cpu=True, backend="gloo")
+    version = int(point.dist[-1])
+    plugin = FullyShardedDataParallelPlugin(
+        fsdp_version=version, auto_wrap_policy="transformer_based_wrap",
+        sharding_strategy="FULL_SHARD" if point.fsdp == "full" else "SHARD_GRAD_OP",
+        reshard_after_forward=point.fsdp == "full" if version == 2 else None,
+        use_orig_params=True, sync_module_states=False, cpu_ram_efficient_loading=False,
+        backward_prefetch="NO_PREFETCH" if version == 1 else None,
+        state_dict_type="SHARDED_STATE_DICT" if version == 2 else "FULL_STATE_DICT")
+    mixed = "bf16" if point.precision == "bf16-mixed" else "no"
+    if version == 1:
+        PartialState._shared_state["device"] = torch.device("cpu")
+    accelerator = Accelerator(mixed_precision=mixed)
+    state = AcceleratorState()
+    state.distributed_type = DistributedType.FSDP
+    if mixed != "no":
+        plugin.set_mixed_precision(mixed)
+    state.fsdp_plugin = plugin
+    return accelerator
+
+
+def _run_accelerate_fsdp(point, config_dict, out):
+    accelerator = _accelerator_for_fsdp(point)
+    # *-mixed: the model in fp32, the forward under accelerate's autocast (prepare_model).
+    model = apply_knobs(point, build_model(point, config_dict))
+    if point.finetune != "full":
+        # The Trainer's own step for a PEFT model (trainer.py _prepare_for_training).
+        from transformers.distributed.fsdp import update_fsdp_plugin_peft
+
+        update_fsdp_plugin_peft(model, accelerator)
+    batch = make_batch(point, model.config)
+    with _record(point, out, model, None, {"batch": batch}) as rec:
+        # Together, as the Trainer does for FSDP2 (the optimizer's parameters are swapped
+        # for the sharded ones); FSDP1 with use_orig_params keeps the same parameters.
+        model, optimizer = accelerator.prepare(model, make_optimizer(point, model))
+        rec.add_optimizer(optimizer.optimizer)
+        for _ in range(point.steps):
+            optimizer.zero_grad(set_to_none=True)
+            loss = step_loss(point, model, batch)
+            accelerator.backward(loss)
+            del loss
+            gc.collect()
+            optimizer.step()
 
 
 def deepspeed_config(point, hidden):
