@@ -868,6 +868,7 @@ class RankLowerer {
     // starts the forward (as the recorder marks it).
     EncodePrompt();
     result_.stream.BeginPhase(step_, Phase::kForward);
+    if (dp_) dp_->BeginForward();
     EncodeImages();
     // torchtune's recipes: `with self.activations_handling_ctx: logits = self._model(...)`
     // (OffloadActivations); otherwise torch.autograd.graph.save_on_cpu.

@@ -110,6 +110,8 @@ class ShardingStrategy {
   virtual void ZeroGrad();
   // After each micro-batch's backward: the last unit's reduce and release.
   virtual void EndBackward() {}
+  // As the wrapped model's forward begins (DDP's _pre_forward).
+  virtual void BeginForward() {}
 
   uint64_t host_bytes() const { return s_.host_bytes; }
   const std::vector<std::string>& notes() const { return s_.notes; }

@@ -236,7 +236,9 @@ def _accelerator_for_fsdp(point):
         PartialState._shared_state["device"] = torch.device("cpu")
     accelerator = Accelerator(mixed_precision=mixed)
     state = AcceleratorState()
+    # Both singletons: the process state is consulted again while preparing.
     state.distributed_type = DistributedType.FSDP
+    PartialState._shared_state["distributed_type"] = DistributedType.FSDP
     if mixed != "no":
         plugin.set_mixed_precision(mixed)
     state.fsdp_plugin = plugin
@@ -244,9 +246,10 @@ def _accelerator_for_fsdp(point):
 
 
 def _run_accelerate_fsdp(point, config_dict, out):
-    accelerator = _accelerator_for_fsdp(point)
     # *-mixed: the model in fp32, the forward under accelerate's autocast (prepare_model).
+    # Built first, as the Trainer's model exists before its Accelerator.
     model = apply_knobs(point, build_model(point, config_dict))
+    accelerator = _accelerator_for_fsdp(point)
     if point.finetune != "full":
         # The Trainer's own step for a PEFT model (trainer.py _prepare_for_training).
         from transformers.distributed.fsdp import update_fsdp_plugin_peft
