@@ -8,6 +8,7 @@
 #include "from_config_internal.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <optional>
@@ -436,6 +437,8 @@ Result<Json> FsdpConfig(const Reader& r, const Json& root) {
   return cfg;
 }
 
+Status ReadFsdpPrefetch(const Reader& r, const Json& cfg, std::string_view key);
+
 // FSDP (training_args.py, 4.57: __post_init__ fsdp -> accelerate's FSDP_*
 // environment, FSDP1 unless accelerate's config says otherwise; 5.x:
 // _apply_legacy_fsdp_to_config and fsdp_config "version", default 2,
@@ -472,6 +475,7 @@ Status ReadHfFsdp(const Reader& r, const Json& root) {
   const int64_t default_version = r.transformers_major >= 5 ? 2 : 1;
   r.Set("--fsdp-version", std::to_string(version.value_or(default_version)),
         version ? "fsdp_config.version" : "fsdp (the transformers version's default)");
+  if (Status st = ReadFsdpPrefetch(r, cfg, "fsdp_config.backward_prefetch"); !st.ok()) return st;
   VS_TRY(ckpt, Bool(r, cfg, "activation_checkpointing", "fsdp_config.activation_checkpointing"));
   // accelerate wraps each layer in checkpoint_wrapper (CheckpointImpl.NO_REENTRANT).
   if (ckpt.value_or(false)) r.Set("--grad-ckpt", "full", "fsdp_config.activation_checkpointing");
@@ -711,14 +715,30 @@ void ListAccelerateFsdpNotModelled(const Reader& r, const Json& cfg) {
     r.NotModelled("fsdp_config.fsdp_auto_wrap_policy",
                   fmt::format("{}: vramscope wraps each transformer layer", Shown(*p)));
   }
-  if (auto p = cfg.find("backward_prefetch");
-      p != cfg.end() && p->is_string() && *p != "BACKWARD_PRE") {
-    r.NotModelled("fsdp_config.fsdp_backward_prefetch",
-                  fmt::format("{}: modelled as BACKWARD_PRE", Shown(*p)));
-  }
   if (cfg.value("forward_prefetch", Json(false)) == true) {
     r.NotModelled("fsdp_config.fsdp_forward_prefetch", "true: not modelled");
   }
+}
+
+// FSDP1's backward_prefetch ("BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH", any
+// case: accelerate's FullyShardedDataParallelPlugin and TrainingArguments upper-case
+// it, 1.15 / 5.24) into --fsdp-backward-prefetch; absent: NO_PREFETCH, both defaults.
+Status ReadFsdpPrefetch(const Reader& r, const Json& cfg, std::string_view key) {
+  auto it = cfg.find("backward_prefetch");
+  if (it == cfg.end() || it->is_null()) return Ok{};
+  if (!it->is_string()) return r.Bad(key, fmt::format("{} is not a string", Shown(*it)));
+  std::string value = it->get<std::string>();
+  for (char& c : value) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  const char* flag = value == "BACKWARD_PRE"    ? "pre"
+                     : value == "BACKWARD_POST" ? "post"
+                     : value == "NO_PREFETCH"   ? "none"
+                                                : nullptr;
+  if (flag == nullptr) {
+    return r.Bad(key,
+                 fmt::format("{} is not BACKWARD_PRE, BACKWARD_POST or NO_PREFETCH", Shown(*it)));
+  }
+  r.Set("--fsdp-backward-prefetch", flag, std::string(key));
+  return Ok{};
 }
 
 // distributed_type FSDP: fsdp_config's keys with the fsdp_ prefix stripped, as
@@ -732,6 +752,8 @@ Status ReadAccelerateFsdp(const Reader& r, const Json& root) {
   VS_TRY(sharding, AccelerateSharding(r, cfg, v, &key));
   ListAccelerateFsdpNotModelled(r, cfg);
   if (sharding.empty()) return Ok{};  // NO_SHARD: listed by FsdpOption
+  if (Status st = ReadFsdpPrefetch(r, cfg, "fsdp_config.fsdp_backward_prefetch"); !st.ok())
+    return st;
   r.Set("--fsdp", sharding, key);
   r.Set("--fsdp-version", std::to_string(v),
         version ? "fsdp_config.fsdp_version" : "fsdp_config (absent: accelerate's default, 1)");

@@ -182,6 +182,8 @@ void KnobArgs::SetFromFile(const FileKnob& k) {
       {"--attn", &attn},
       {"--zero", &parallel.zero},
       {"--fsdp", &parallel.fsdp},
+      {"--fsdp-backward-prefetch", &parallel.fsdp_backward_prefetch},
+      {"--fsdp-wrap", &parallel.fsdp_wrap},
       {"--offload", &parallel.offload},
       {"--zero-buckets", &parallel.zero_buckets}};
   const std::pair<const char*, int64_t*> ints[] = {

@@ -39,6 +39,12 @@ void AddParallelFlags(CLI::App* sub, ParallelArgs* a) {
   sub->add_option("--fsdp", a->fsdp, "PyTorch FSDP sharding: full, grad-op, hybrid");
   sub->add_option("--fsdp-version", a->fsdp_version,
                   "FSDP 1 (FullyShardedDataParallel) or 2 (fully_shard; default)");
+  sub->add_option("--fsdp-backward-prefetch", a->fsdp_backward_prefetch,
+                  "FSDP1 backward_prefetch: none (NO_PREFETCH, the HF Trainer's default), pre "
+                  "(BACKWARD_PRE), post (BACKWARD_POST)");
+  sub->add_option("--fsdp-wrap", a->fsdp_wrap,
+                  "FSDP units: trainer (the HF Trainer's: each decoder layer; with PEFT, PEFT's "
+                  "wrap policy; default) or layers (each decoder layer whatever the adapters)");
   sub->add_option("--offload", a->offload, "none, optimizer, params (ZeRO / FSDP CPU offload)");
   sub->add_option("--tp", a->tp, "Tensor-parallel size (Megatron)");
   sub->add_option("--pp", a->pp, "Pipeline-parallel stages (1F1B)");
@@ -135,6 +141,10 @@ Result<ParallelLayout> ParallelArgs::ToLayout() const {
   l.virtual_stages = vs;
   VS_TRY(fv, Count(fsdp_version, "--fsdp-version", 1, 2));
   l.fsdp_version = static_cast<int>(fv);
+  VS_TRY(prefetch, ParseFsdpPrefetch(fsdp_backward_prefetch));
+  l.fsdp_backward_prefetch = prefetch;
+  VS_TRY(wrap, ParseFsdpWrap(fsdp_wrap));
+  l.fsdp_wrap = wrap;
   VS_TRY(cap, Count(ddp_bucket_cap_mb, "--ddp-bucket-cap-mb", 1, 1 << 16));
   l.ddp_bucket_cap_mb = cap;
   l.gradient_as_bucket_view = gradient_as_bucket_view;

@@ -19,6 +19,8 @@ struct ParallelArgs {
   bool ddp = false;
   std::string zero, fsdp, offload = "none";
   int64_t fsdp_version = 2;
+  std::string fsdp_backward_prefetch = "none";
+  std::string fsdp_wrap = "trainer";
   int64_t tp = 1, pp = 1, cp = 1, ep = 1;
   bool sp = false;
   int64_t microbatches = 0, virtual_stages = 1;

@@ -28,6 +28,15 @@ enum class DataParallel : uint8_t {
 
 enum class FsdpSharding : uint8_t { kFull, kGradOp, kHybrid };
 enum class Offload : uint8_t { kNone, kOptimizer, kParams };
+// FSDP1's backward_prefetch: none (NO_PREFETCH, the HF Trainer's and accelerate's
+// FullyShardedDataParallelPlugin default), BACKWARD_PRE or BACKWARD_POST.
+enum class FsdpPrefetch : uint8_t { kNone, kPre, kPost };
+// Which modules FSDP wraps: kTrainer, what the HF Trainer builds (each decoder
+// layer; for a PEFT model PEFT's fsdp_auto_wrap_policy, which accelerate's FSDP2
+// does not recognise: the layers stay in the root); kLayers, each decoder layer
+// whatever the adapters (fully_shard by hand, accelerate without the Trainer,
+// torchtune, LitGPT).
+enum class FsdpWrap : uint8_t { kTrainer, kLayers };
 
 // DeepSpeed ZeRO configuration (deepspeed/runtime/zero/config.py, 0.14-0.16;
 // values in elements). `hf_auto` applies what Hugging Face Trainer / accelerate
@@ -66,6 +75,8 @@ struct ParallelLayout {
   DataParallel dp_mode = DataParallel::kNone;
   FsdpSharding fsdp = FsdpSharding::kFull;
   int fsdp_version = 2;
+  FsdpPrefetch fsdp_backward_prefetch = FsdpPrefetch::kNone;
+  FsdpWrap fsdp_wrap = FsdpWrap::kTrainer;
   Offload offload = Offload::kNone;
   uint32_t tp = 1, pp = 1, cp = 1, ep = 1;
   bool sp = false;              // Megatron sequence parallelism (needs tp > 1)
@@ -88,6 +99,11 @@ std::string_view FsdpShardingName(FsdpSharding f);
 std::string_view OffloadName(Offload o);
 Result<FsdpSharding> ParseFsdpSharding(std::string_view text);
 Result<Offload> ParseOffload(std::string_view text);
+std::string_view FsdpPrefetchName(FsdpPrefetch p);
+// "trainer", "layers"
+Result<FsdpWrap> ParseFsdpWrap(std::string_view text);
+// "none", "pre", "post"
+Result<FsdpPrefetch> ParseFsdpPrefetch(std::string_view text);
 // "1", "2", "3" -> kZero1..3
 Result<DataParallel> ParseZeroStage(std::string_view text);
 

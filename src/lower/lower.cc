@@ -608,6 +608,7 @@ class RankLowerer {
       dp_ = ShardingStrategy::Make(&tape_, setup_, world, layout.model_parallel(),
                                    model_.hidden_size, static_cast<int>(model_.num_layers));
     }
+    if (dp_) dp_->SetTiedEmbeddings(model_.tie_word_embeddings);
     half_model_ = dp_ && dp_->casts_model_to_half();
   }
 

@@ -57,6 +57,30 @@ std::string_view OffloadName(Offload o) {
   return "?";
 }
 
+std::string_view FsdpPrefetchName(FsdpPrefetch p) {
+  switch (p) {
+    case FsdpPrefetch::kNone: return "none";
+    case FsdpPrefetch::kPre: return "pre";
+    case FsdpPrefetch::kPost: return "post";
+  }
+  return "?";
+}
+
+Result<FsdpPrefetch> ParseFsdpPrefetch(std::string_view t) {
+  if (t == "none") return FsdpPrefetch::kNone;
+  if (t == "pre") return FsdpPrefetch::kPre;
+  if (t == "post") return FsdpPrefetch::kPost;
+  return MakeError(fmt::format("--fsdp-backward-prefetch: {} is not one of none, pre, post",
+                               common::QuoteForMessage(t, common::kQuotedBytes, '\'')));
+}
+
+Result<FsdpWrap> ParseFsdpWrap(std::string_view t) {
+  if (t == "trainer") return FsdpWrap::kTrainer;
+  if (t == "layers") return FsdpWrap::kLayers;
+  return MakeError(fmt::format("--fsdp-wrap: {} is not one of trainer, layers",
+                               common::QuoteForMessage(t, common::kQuotedBytes, '\'')));
+}
+
 Result<FsdpSharding> ParseFsdpSharding(std::string_view t) {
   if (t == "full") return FsdpSharding::kFull;
   if (t == "grad-op") return FsdpSharding::kGradOp;
@@ -152,6 +176,10 @@ std::vector<std::pair<std::string, std::string>> DescribeLayout(const ParallelLa
   if (l.dp_mode == DataParallel::kFsdp) {
     k.emplace_back("fsdp", std::string(FsdpShardingName(l.fsdp)));
     k.emplace_back("fsdp_version", std::to_string(l.fsdp_version));
+    if (l.fsdp_wrap == FsdpWrap::kLayers) k.emplace_back("fsdp_wrap", "layers");
+    if (l.fsdp_version == 1 && l.fsdp_backward_prefetch != FsdpPrefetch::kNone)
+      k.emplace_back("fsdp_backward_prefetch",
+                     std::string(FsdpPrefetchName(l.fsdp_backward_prefetch)));
   }
   if (l.offload != Offload::kNone) k.emplace_back("offload", std::string(OffloadName(l.offload)));
   if (l.tp > 1) k.emplace_back("tp", std::to_string(l.tp));

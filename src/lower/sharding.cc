@@ -42,6 +42,8 @@ std::unique_ptr<ShardingStrategy> ShardingStrategy::Make(Tape* tape, const Train
   s.num_layers = num_layers;
   s.mixed = setup.precision == Precision::kBf16Mixed || setup.precision == Precision::kFp16Mixed;
   s.checkpointed_layers = setup.grad_ckpt != GradCkpt::kNone;
+  s.peft = setup.finetune != Finetune::kFull;
+  s.qlora = setup.finetune == Finetune::kQLora;
   if (megatron) return MakeMegatronStrategy(std::move(s));
   switch (s.mode) {
     case DataParallel::kZero1:
@@ -147,7 +149,7 @@ void GatheringStrategy::OnBackwardNode(uint32_t module) {
     in_backward_ = true;
     OnBackwardStart();
   }
-  const bool root = RootReducedAtEnd() && backward_unit_ == 0;
+  const bool root = backward_unit_ >= 0 && ReducedAtEnd(backward_unit_);
   if (backward_unit_ >= 0 && !root) {
     ReduceUnit(backward_unit_);
     Release(backward_unit_);

@@ -75,6 +75,9 @@ struct ShardState {
   int num_layers = 0;
   bool mixed = false;                // fp32 master weights (a *-mixed precision)
   bool checkpointed_layers = false;  // activation checkpointing of every decoder layer
+  bool peft = false;                 // adapters (LoRA / QLoRA) on a frozen base
+  bool qlora = false;                // a 4-bit (bitsandbytes) base
+  bool tied_embeddings = false;      // lm_head is the input embedding
   std::vector<Param> shards;         // what the optimizer steps (partitions)
   std::vector<TensorId> buffers;     // persistent communication / master buffers
   uint64_t host_bytes = 0;
@@ -114,6 +117,8 @@ class ShardingStrategy {
   virtual void BeginForward() {}
 
   uint64_t host_bytes() const { return s_.host_bytes; }
+  // Before the parameters are placed: facts of the model the wrapping depends on.
+  void SetTiedEmbeddings(bool tied) { s_.tied_embeddings = tied; }
   const std::vector<std::string>& notes() const { return s_.notes; }
 
  protected:
@@ -157,8 +162,8 @@ class GatheringStrategy : public ShardingStrategy {
   // The first backward node of a micro-batch; and a unit's backward starting.
   virtual void OnBackwardStart() {}
   virtual void AfterBackwardGather(int /*unit*/) {}
-  // FSDP's root unit finishes its backward only with the embedding, at the end.
-  virtual bool RootReducedAtEnd() const { return false; }
+  // A unit (FSDP's root) whose gradients are reduced only at the end of backward.
+  virtual bool ReducedAtEnd(int /*unit*/) const { return false; }
   // Around EndBackward's release of every unit.
   virtual void BeforeReleaseAll() {}
   virtual void AfterReleaseAll() {}

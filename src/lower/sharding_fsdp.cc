@@ -1,5 +1,7 @@
 // PyTorch FSDP: FSDP1 (FullyShardedDataParallel, flat parameters) and FSDP2
 // (fully_shard, per-parameter DTensor shards), as accelerate wraps them.
+#include <algorithm>
+
 #include "int_math.h"
 #include "sharding_modes.h"
 
@@ -16,10 +18,17 @@ class FsdpStrategy final : public GatheringStrategy {
     // bitsandbytes Params4bit (FSDP-QLoRA, bnb_4bit_quant_storage 0.43+): the
     // packed 4-bit storage is what is flattened and sharded.
     if (p.nf4) return CeilDiv(p.storage_bytes, s_.world);
-    // accelerate upcasts trainable params to fp32 before sharding (FSDP1 and
-    // FSDP2 "Upcast to fp32 master weights", accelerate 0.30-1.x).
-    const uint64_t shard_elem = s_.mixed && p.trainable ? 4 : p.elem_bytes;
-    return CeilDiv(p.numel, s_.world) * shard_elem;
+    return CeilDiv(p.numel, s_.world) * ShardElemBytes(p);
+  }
+
+  // A parameter's element size as FSDP stores its shard. Under *-mixed the
+  // model is in fp32 (the frozen base as loaded; accelerate upcasts trainable
+  // parameters to fp32 before sharding: fsdp2_prepare_model, and FSDP1's
+  // prepare_model, accelerate 1.15) and MixedPrecision casts only what it
+  // gathers; sharded QLoRA keeps its 16-bit weights (PlaceParameters).
+  uint8_t ShardElemBytes(const Param& p) const {
+    if (s_.mixed && (p.trainable || !s_.qlora)) return 4;
+    return p.elem_bytes;
   }
 
   void ZeroGrad() override {
@@ -35,12 +44,56 @@ class FsdpStrategy final : public GatheringStrategy {
   std::string SetupModule() const override { return "fsdp"; }
   bool fsdp2() const { return s_.layout.fsdp_version == 2; }
 
-  // MixedPrecision(param_dtype=bf16) gathers half parameters; 4-bit: the packed storage.
+  // MixedPrecision(param_dtype=bf16) gathers half parameters; 4-bit: the
+  // packed storage. FSDP1 under PEFT's wrap policy (the HF Trainer's
+  // update_fsdp_plugin_peft, transformers 5.24 distributed/fsdp.py; peft
+  // 0.21.2 utils/other.py fsdp_auto_wrap_policy) makes every adapter weight a
+  // unit of its own, gathered around its own use: a few KiB, left out of the
+  // layer's gather.
   uint64_t GatheredBytes(const Param& p) const override {
+    if (!fsdp2() && PeftPolicy() && p.trainable) return 0;
     return p.nf4 ? p.storage_bytes : p.numel * (s_.mixed ? 2 : p.elem_bytes);
   }
-  int MapUnit(int unit) const override { return unit == s_.num_layers + 1 ? 0 : unit; }
-  bool RootReducedAtEnd() const override { return true; }
+
+  // The FSDP units ("groups") as accelerate 1.15-1.16 makes them, by the
+  // lowering's unit (0 embeddings, 1..L layers, L+1 final norm + head):
+  // - FSDP1 (FullyShardedDataParallel + TRANSFORMER_BASED_WRAP): each layer;
+  //   the root holds the embeddings, the final norm and the head (0).
+  // - FSDP2 (utils/fsdp_utils.py fsdp2_prepare_model): each layer; the input
+  //   embedding a unit of its own unless tied (0); [final norm, lm_head] one
+  //   group with reshard_after_forward=False (L+1), the tied embedding in it
+  //   (0 then); the root gets what is left.
+  // - FSDP2 with a PEFT model through the HF Trainer: fsdp2_prepare_auto_wrap_policy
+  //   knows only transformer_auto_wrap_policy and size_based_auto_wrap_policy,
+  //   not the _or_policy PEFT's fsdp_auto_wrap_policy returns, so no layer is
+  //   wrapped: every decoder layer (and its adapters) is in the root
+  //   (kRootLayers), gathered for the whole step.
+  int MapUnit(int unit) const override {
+    const bool layer = unit >= 1 && unit <= s_.num_layers;
+    if (RootLayers() && layer) return kRootLayers;
+    const bool head = unit == s_.num_layers + 1;
+    if (head && (!fsdp2() || s_.tied_embeddings)) return 0;
+    return unit;
+  }
+  static constexpr int kRootLayers = 1;
+  bool PeftPolicy() const { return s_.peft && s_.layout.fsdp_wrap == FsdpWrap::kTrainer; }
+  bool RootLayers() const { return fsdp2() && PeftPolicy(); }
+  bool Root(int group) const {
+    return (RootLayers() && group == kRootLayers) ||
+           (group == 0 && (!fsdp2() || s_.tied_embeddings));
+  }
+  // The root stays unsharded from forward into backward (FSDP1
+  // _post_forward_reshard skips the root; FSDP2 reshard_after_forward=None is
+  // False for the root), accelerate's FSDP2 tail group is made with False, and
+  // SHARD_GRAD_OP keeps every unit.
+  bool ReshardedAfterForward(int group) const {
+    if (s_.layout.fsdp == FsdpSharding::kGradOp || Root(group)) return false;
+    return !(fsdp2() && group == s_.num_layers + 1);
+  }
+  // The root's gradients are reduced once its whole backward is done: FSDP2's
+  // root post-backward at the end, FSDP1's flat-parameter hook once the
+  // embedding's gradient exists.
+  bool ReducedAtEnd(int group) const override { return Root(group); }
   // FSDP1 allocates the padded unsharded flat parameter on _unshard_stream
   // and frees it at reshard after record_stream on the computation stream
   // (_flat_param.py _alloc_padded_unsharded_flat_param,
@@ -56,24 +109,39 @@ class FsdpStrategy final : public GatheringStrategy {
   void ReduceUnit(int unit) override;
   void OnForwardUnit(int unit, bool begin) override;
 
-  // FSDP2's root pre-backward prefetches the last layer (the first whose
-  // backward runs).
+  // FSDP2's root pre-backward prefetches the group before the root in
+  // post-forward order (the last layer, or the tail group).
   void OnBackwardStart() override {
-    if (fsdp2() && s_.num_layers > 0 && static_cast<size_t>(s_.num_layers) < units_.size())
-      Prefetch(s_.num_layers);
+    if (!fsdp2()) return;
+    for (int group : post_forward_order_) {
+      if (Root(group)) PrefetchBefore(group);
+    }
   }
-  // Backward prefetch (FSDP1 BACKWARD_PRE default; FSDP2 prefetches one
-  // module in reverse post-forward order): the next unit is gathered while
-  // this one computes.
+  // Backward prefetch: FSDP2 prefetches the group before this one in
+  // post-forward order (_fsdp_param_group.py _backward_prefetch, torch
+  // 2.6-2.13); FSDP1 only with backward_prefetch=BACKWARD_PRE, the previous
+  // unit in forward order, which under PEFT's wrap policy is an adapter's
+  // unit, not a layer. BACKWARD_POST gathers the next unit after this one's
+  // reshard: no overlap, as without prefetch.
   void AfterBackwardGather(int unit) override {
-    if (unit > 1) Prefetch(unit - 1);
+    if (fsdp2()) {
+      PrefetchBefore(unit);
+    } else if (s_.layout.fsdp_backward_prefetch == FsdpPrefetch::kPre && !PeftPolicy() &&
+               unit > 1) {
+      Prefetch(unit - 1);
+    }
   }
-  // The root unit (embeddings, final norm, head) finishes its backward only
-  // with the embedding: its gradients are reduced here (FSDP2's root
-  // post-backward; FSDP1's flat parameter hook fires once all of its
-  // gradients exist), and it stays gathered until then.
+  void PrefetchBefore(int group) {
+    for (size_t i = 1; i < post_forward_order_.size(); ++i) {
+      if (post_forward_order_[i] == group) Prefetch(post_forward_order_[i - 1]);
+    }
+  }
+  // The root's gradients are reduced here unless its backward was the last.
   void BeforeReleaseAll() override {
-    if (backward_unit_ != 0 && !units_.empty()) ReduceUnit(0);
+    for (size_t g = 0; g < units_.size(); ++g) {
+      const int group = static_cast<int>(g);
+      if (group != backward_unit_ && Root(group)) ReduceUnit(group);
+    }
   }
   void AfterReleaseAll() override;
 
@@ -100,6 +168,9 @@ class FsdpStrategy final : public GatheringStrategy {
   std::vector<TensorId> offloaded_grads_;
   std::vector<TensorId> staged_inputs_;  // FSDP2 CPUOffloadPolicy: the unit being gathered
   std::vector<std::optional<uint64_t>> mp_shard_done_;  // FSDP1: freed _mp_shard per unit
+  // FSDP2's groups in the order their forward ends: the per-unit groups as
+  // the forward runs, the root last.
+  std::vector<int> post_forward_order_;
 
   uint64_t ShardBytes(const Unit& u, bool half) const;
   // Returns the _mp_shard that post_unshard frees (kNoTensor without
@@ -119,7 +190,7 @@ class FsdpStrategy final : public GatheringStrategy {
 uint64_t FsdpStrategy::ShardBytes(const Unit& u, bool half) const {
   uint64_t bytes = 0;
   for (const Param* p : u.params) {
-    const uint64_t elem = half ? kHalf : s_.mixed && p->trainable ? 4 : p->elem_bytes;
+    const uint64_t elem = half ? kHalf : ShardElemBytes(*p);
     bytes += CeilDiv(p->numel, s_.world) * elem;
   }
   return bytes;
@@ -185,6 +256,17 @@ void FsdpStrategy::ReleaseStaged(int unit) {
 
 void FsdpStrategy::SetupBuffers() {
   AssignUnits();
+  post_forward_order_.clear();
+  for (int unit = 0; unit <= s_.num_layers + 1; ++unit) {
+    const int group = MapUnit(unit);
+    if (Root(group) || units_[group].params.empty()) continue;
+    if (std::find(post_forward_order_.begin(), post_forward_order_.end(), group) ==
+        post_forward_order_.end())
+      post_forward_order_.push_back(group);
+  }
+  for (int group = 0; group <= s_.num_layers + 1; ++group) {
+    if (Root(group)) post_forward_order_.push_back(group);
+  }
   auto& names = s_.tape->out()->metadata();
   names["stream.1"] = fsdp2() ? "all-gather copy-in (FSDP2)" : "unshard (FSDP1)";
   names["stream.2"] = fsdp2() ? "reduce-scatter (FSDP2)" : "post-backward (FSDP1)";
@@ -195,7 +277,7 @@ void FsdpStrategy::SetupBuffers() {
     s_.shards.emplace_back();
     Param& s = s_.shards.back();
     s.numel = CeilDiv(p.numel, s_.world);
-    s.elem_bytes = s_.mixed && p.trainable ? 4 : p.elem_bytes;
+    s.elem_bytes = ShardElemBytes(p);
     s.module = p.module;
     s.trainable = p.trainable;
   }
@@ -281,16 +363,15 @@ TensorId FsdpStrategy::AllocFlatOutput(const Unit& u) {
 void FsdpStrategy::OnForwardUnit(int unit, bool begin) {
   const uint32_t saved_module = s_.tape->module();
   const int u = MapUnit(unit);
+  // FSDP2's root pre-forward gathers the root group before any other unit runs.
+  if (begin && unit == 0 && RootLayers()) Gather(kRootLayers);
   if (begin) {
     Gather(u);
   } else if (unit == s_.num_layers + 1 && forward_all_gather_state_ != kNoTensor) {
     // The root's post-forward: FSDP2 drops the last AllGatherState.
     s_.tape->graph.Drop(forward_all_gather_state_);
     forward_all_gather_state_ = kNoTensor;
-  } else if (u != 0 && s_.layout.fsdp != FsdpSharding::kGradOp) {
-    // The root stays unsharded from forward into backward (FSDP1
-    // _post_forward_reshard skips the root; FSDP2 reshard_after_forward=None
-    // is False for the root); SHARD_GRAD_OP keeps every unit.
+  } else if (ReshardedAfterForward(u)) {
     Release(u);
   }
   s_.tape->graph.SetModule(saved_module);

@@ -76,7 +76,7 @@ class ReplicatedStrategy final : public ShardingStrategy {
       if (filled > 0)
         s_.buffers.push_back(s_.Alloc(filled, Category::kCommunication, "ddp::bucket"));
     }
-    s_.tape->SetModule(saved);
+    s_.tape->graph.SetModule(saved);
   }
 
   void EndBackward() override { backward_done_ = true; }

@@ -131,6 +131,11 @@ class Point:
                 args.append("--gradient-as-bucket-view")
         elif self.dist.startswith("fsdp"):
             args += ["--fsdp", self.fsdp, "--fsdp-version", self.dist[-1]]
+            if not self.launcher:
+                # The library's own wrapper (ranks.py): FSDP1's default backward_prefetch
+                # is BACKWARD_PRE; FSDP2 wraps each layer whatever the adapters.
+                args += (["--fsdp-backward-prefetch", "pre"] if self.dist == "fsdp1"
+                         else ["--fsdp-wrap", "layers"])
         else:
             args += ["--zero", self.dist[-1]]
             if self.dist_buckets == "small":
