@@ -28,6 +28,11 @@ Var Softcap(Tape& tape, const Var& logits) {
 Var HfLoss(Tape& tape, const TrainingSetup& setup, const Var& hidden, Param& head, Param* head_bias,
            uint64_t tokens, uint64_t vocab, double softcap) {
   Var logits = Linear(tape, hidden, head, head_bias, tokens, vocab);
+  // What follows the head runs in the CausalLM's own forward (the loss
+  // function it calls), not in lm_head: the recorder tags it with the model,
+  // and a sharding library's pre-backward hook on lm_head's output fires only
+  // once these ops' backward is done.
+  tape.SetModule("model");
   if (softcap > 0) {
     Var capped = Softcap(tape, logits);
     tape.Drop(logits);

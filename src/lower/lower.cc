@@ -572,6 +572,7 @@ class RankLowerer {
     result_.stream.metadata()["model"] = model_.name;
     MakeSharding();
     VS_TRY(lora_params, PlaceModel());
+    if (dp_) dp_->OnAdaptersPlaced(&tape_.params);
     if (Status s = IndexModel(); !s.ok()) return s.error();
     CountParameters(lora_params);
     PlaceEma();

@@ -84,8 +84,17 @@ Var LoraLinear(Tape& tape, const Var& x, Param& weight, Param* bias, uint64_t to
   const bool converts = !bnb || !tape.autocast || tape.cpu_rules;
   Param& a = tape.params[weight.lora_a];
   Param& b = tape.params[weight.lora_b];
-  Var xin = converts ? Cast(tape, x, a.elem_bytes) : tape.Share(x);
+  const uint8_t peft_bytes = a.peft_view_bytes ? a.peft_view_bytes : a.elem_bytes;
+  Var xin = converts ? Cast(tape, x, peft_bytes) : tape.Share(x);
   Var dropped = Dropout(tape, xin, tape.lora_dropout);
+  if (dropped.elem_bytes != a.var.elem_bytes && !tape.autocast) {
+    // The adapter computes in another dtype than PEFT cast to (FSDP's
+    // gathered half weights under accelerate's autocast): lora_A's autocast
+    // casts the input again, and that copy is what it saves.
+    Var cast = Cast(tape, dropped, a.var.elem_bytes);
+    tape.Drop(dropped);
+    dropped = cast;
+  }
   const uint64_t rank = a.numel / (x.numel / tokens);
   Var down = PlainLinear(tape, dropped, a, nullptr, tokens, rank);
   tape.Drop(dropped);

@@ -142,13 +142,20 @@ int GatheringStrategy::UnitOfModule(uint32_t module) {
 }
 
 void GatheringStrategy::OnBackwardNode(uint32_t module) {
-  const int unit = UnitOfModule(module);
-  if (unit == backward_unit_) return;
   const uint32_t saved_module = s_.tape->module();
   if (!in_backward_) {
     in_backward_ = true;
     OnBackwardStart();
+    s_.tape->graph.SetModule(saved_module);
   }
+  // The loss's nodes (the model's own ops after the head) belong to no unit:
+  // the libraries' pre-backward hooks sit on each unit's forward outputs
+  // (FSDP1 _register_pre_backward_hooks, FSDP2 _register_pre_backward_hook,
+  // DeepSpeed ZeRO-3 _register_hooks_recursively), so the head's unit begins
+  // when the logits' gradient is made.
+  if (backward_unit_ < 0 && s_.tape->out()->String(module) == "model") return;
+  const int unit = UnitOfModule(module);
+  if (unit == backward_unit_) return;
   const bool root = backward_unit_ >= 0 && ReducedAtEnd(backward_unit_);
   if (backward_unit_ >= 0 && !root) {
     ReduceUnit(backward_unit_);

@@ -109,6 +109,9 @@ class ShardingStrategy {
   void Setup();
   // The optimizer step (in module "optimizer").
   void Step(const TrainingSetup& setup, OptimizerExtras* extras);
+  // After the adapters are placed: the dtypes they compute in, when the
+  // library gathers them in another one (FSDP's MixedPrecision).
+  virtual void OnAdaptersPlaced(std::vector<Param>* /*params*/) const {}
   // zero_grad(set_to_none=True).
   virtual void ZeroGrad();
   // After each micro-batch's backward: the last unit's reduce and release.

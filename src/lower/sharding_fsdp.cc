@@ -31,6 +31,21 @@ class FsdpStrategy final : public GatheringStrategy {
     return p.elem_bytes;
   }
 
+  // MixedPrecision(param_dtype=bf16) gathers the fp32 adapters in half, so
+  // they compute in half; PEFT reads `lora_A.weight.dtype` before lora_A's own
+  // forward runs, which under PEFT's wrap policy is an FSDP1 unit of its own
+  // still showing its sharded fp32 parameter (use_orig_params): it casts its
+  // input to fp32 and accelerate's autocast casts it back for the matmul. In
+  // a gathered layer (FSDP2; FSDP1 wrapping layers) PEFT sees the half weight.
+  void OnAdaptersPlaced(std::vector<Param>* params) const override {
+    if (!s_.mixed) return;
+    for (Param& p : *params) {
+      if (!p.trainable || p.nf4 || p.elem_bytes == kHalf || !s_.peft) continue;
+      p.peft_view_bytes = !fsdp2() && PeftPolicy() ? p.elem_bytes : kHalf;
+      p.var.elem_bytes = kHalf;
+    }
+  }
+
   void ZeroGrad() override {
     for (Param& s : s_.shards) {
       if (s.grad == kNoTensor) continue;
@@ -109,13 +124,13 @@ class FsdpStrategy final : public GatheringStrategy {
   void ReduceUnit(int unit) override;
   void OnForwardUnit(int unit, bool begin) override;
 
-  // FSDP2's root pre-backward prefetches the group before the root in
-  // post-forward order (the last layer, or the tail group).
+  // FSDP2's root pre-backward, at the first backward node, prefetches the
+  // group before the root in post-forward order. Only the layers-in-root
+  // layout has parameters in the real root: accelerate's tail group (tied
+  // embeddings included) is a group of its own whose pre-backward waits for
+  // the logits' gradient (AfterBackwardGather).
   void OnBackwardStart() override {
-    if (!fsdp2()) return;
-    for (int group : post_forward_order_) {
-      if (Root(group)) PrefetchBefore(group);
-    }
+    if (RootLayers()) PrefetchBefore(kRootLayers);
   }
   // Backward prefetch: FSDP2 prefetches the group before this one in
   // post-forward order (_fsdp_param_group.py _backward_prefetch, torch
@@ -352,7 +367,15 @@ void FsdpStrategy::Prefetch(int unit) {
 // on the copy-out event instead).
 TensorId FsdpStrategy::AllocFlatOutput(const Unit& u) {
   Graph& g = s_.tape->graph;
-  if (s_.layout.offload != Offload::kNone) StageFsdp2Offload(u);
+  if (s_.layout.offload != Offload::kNone) {
+    StageFsdp2Offload(u);
+  } else if (s_.mixed) {
+    // MixedPrecisionPolicy(param_dtype=bf16) over fp32 shards: all_gather_inputs
+    // casts each shard to param_dtype (_fsdp_param.py, torch 2.6-2.13) and
+    // foreach_all_gather copies the casts into the flat output, then drops them.
+    staged_inputs_.push_back(g.Alloc(ShardBytes(u, true), Category::kParameters,
+                                     "fsdp::all_gather_input", s_.tape->module(), kGatherStream));
+  }
   const TensorId flat = g.Alloc(u.gather_bytes, Category::kCommunication, "fsdp::all_gather_output",
                                 s_.tape->module(), kGatherStream);
   for (TensorId t : staged_inputs_) g.Drop(t);

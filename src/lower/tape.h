@@ -51,6 +51,11 @@ struct Param {
   int lora_a = -1, lora_b = -1;  // indices of PEFT adapters in Tape::params
   LitgptQkvLora litgpt_qkv;      // --impl litgpt: the fused qkv's adapters (q_out 0: none)
   int unit = -1;                 // sharding unit (sharding.h), -1: none
+  // The dtype PEFT reads as `lora_A.weight.dtype` when it casts its input, when
+  // that differs from the dtype the adapter computes in (`var.elem_bytes`): an
+  // FSDP1 unit of its own shows its sharded fp32 parameter until its forward
+  // gathers the half one (sharding_fsdp.cc). 0: elem_bytes.
+  uint8_t peft_view_bytes = 0;
   // transformers >= 5.0 stores a layer's experts stacked (gate_up_proj,
   // down_proj): the per-expert Params of one stacked tensor share a stack id
   // (0: not stacked), which per-tensor optimizer code treats as one tensor.
