@@ -39,14 +39,17 @@ DDP_SMALL_BUCKET_MB = 1  # the tiny model's gradients (1.3 MiB) in two buckets
 
 
 def run_many(jobs):
-    """Runs multi-rank jobs ({"point", "config", "out"}), grouped by their rank count: one
-    spawn of N processes serves every job of a group in turn (torch, transformers and
-    DeepSpeed are imported once per rank). A job that fails writes `out + ".error"`; its
-    group's ranks are then restarted for the jobs after it."""
+    """Runs multi-rank jobs ({"point", "config", "out"}), grouped by their rank count and
+    library: one spawn of N processes serves every job of a group in turn (torch and
+    transformers are imported once per rank). DeepSpeed's points get processes of their
+    own: zero.Init replaces torch functions process-wide (partition_parameters.py), which
+    would change the other libraries' points after it. A job that fails writes
+    `out + ".error"`; its group's ranks are then restarted for the jobs after it."""
     by_world = {}
     for job in jobs:
-        by_world.setdefault(job["point"].gpus, []).append(job)
-    for world, group in sorted(by_world.items()):
+        key = (job["point"].gpus, job["point"].dist.startswith("zero"))
+        by_world.setdefault(key, []).append(job)
+    for (world, _), group in sorted(by_world.items()):
         while group:
             done = _spawn(world, group)
             group = group[done + 1:]
