@@ -16,6 +16,7 @@ except ImportError as e:  # the recorder-only install (python/pyproject.toml)
     raise ImportError("vramscope's engine module (vramscope._core) is not installed here: "
                       "this is the recorder alone (vramscope.trace); `pip install .` at the "
                       "top of the repository installs the engine too") from e
+from . import _peft
 from ._knobs import check_keys, to_flags
 from ._model import object_knobs, resolve
 from ._report import FitResult, Report, Result
@@ -61,7 +62,9 @@ def estimate(model, **knobs) -> Report:
     grad_ckpt="full", gpu="a100-80g", zero=3, gpus=8, ...), and top=N, explain=True.
     Raises ValueError with the CLI's message for a bad knob or model.
     """
-    return _model_command("estimate", model, knobs, Report)
+    report = _model_command("estimate", model, knobs, Report)
+    _peft.warn_if_trainable_differs(model, report)
+    return report
 
 
 def fit(model, **knobs) -> FitResult:

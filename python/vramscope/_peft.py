@@ -160,6 +160,8 @@ def lora_knobs(model) -> dict:
     config = model.peft_config.get(adapter, config)
     _config_warnings(config)
     ranks, targets, dropouts, dtypes, unknown, quantized = _adapter_facts(layers, adapter)
+    if not ranks:
+        raise ValueError(f"model: no LoRA layer holds the active adapter {adapter!r}")
     if len(ranks) > 1:
         warnings.warn(f"PEFT: the layers have ranks {sorted(ranks)} (rank_pattern); the "
                       f"estimate gives every target rank {max(ranks)}", PeftWarning, stacklevel=3)
@@ -178,6 +180,19 @@ def lora_knobs(model) -> dict:
                           "weights; estimated in the weights' dtype", PeftWarning, stacklevel=3)
         knobs["lora_dtype"] = "model"
     return knobs
+
+
+def warn_if_trainable_differs(model, report) -> None:
+    """A PEFT model whose trainable parameters the estimate does not count the same (targets
+    on some layers only, a regular expression's picks, trained biases): say so."""
+    if not is_peft(model) or report.knobs.get("finetune") not in ("lora", "qlora"):
+        return
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    estimated = (report.model or {}).get("trainable_parameters")
+    if estimated is not None and trainable != estimated:
+        warnings.warn(f"PEFT: the model trains {trainable:,} parameters, the estimate "
+                      f"{estimated:,} (lora_targets={report.knobs.get('lora_targets')}); the "
+                      "adapters differ from what the knobs express", PeftWarning, stacklevel=3)
 
 
 def weights_dtype(named_params) -> str:

@@ -446,3 +446,11 @@ def test_check_on_a_gpu_the_catalog_lacks_predicts_for_the_nearest_memory(
     totals = {g["name"]: g["total_bytes"] for g in vramscope.gpus()}
     chosen = check.prediction.gpu["name"]
     assert all(abs(totals[chosen] - 48 * gib) <= abs(t - 48 * gib) for t in totals.values())
+
+
+def test_adapters_the_knobs_cannot_express_are_a_warning():
+    peft = pytest.importorskip("peft")
+    lora = peft.get_peft_model(tiny_llama(), peft.LoraConfig(
+        r=4, target_modules=["q_proj"], layers_to_transform=[0]))
+    with pytest.warns(vramscope._peft.PeftWarning, match="the model trains"):
+        vramscope.estimate(lora, seq=32)
