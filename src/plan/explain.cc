@@ -46,7 +46,10 @@ std::string ChunkedLossWhy(const TrainingSetup& s, bool grows) {
            "again and keeps that copy for backward (autocast caches the cast only for weights "
            "that train), more than the smaller logits save; no extra compute";
   }
-  if (grows) return "each chunk's projection keeps its own inputs for backward; no extra compute";
+  if (grows) {
+    return "the whole-vocabulary logits do not set the peak here, so chunking them does not "
+           "lower it; no extra compute";
+  }
   return "the fp32 logits exist one chunk at a time; no extra compute";
 }
 
