@@ -46,9 +46,7 @@ Result<CompareEstimateArgs> ParseCompareEstimateArgs(const std::vector<std::stri
   try {
     app.parse(reversed);
   } catch (const CLI::ParseError& e) {
-    std::string what = e.what();
-    std::replace(what.begin(), what.end(), '\n', ' ');
-    return MakeError("compare: after --: " + what);
+    return MakeError("compare: after --: " + ParseErrorMessage(app, e));
   }
   out.knobs.KeepGiven();  // `app` goes out of scope here
   return out;

@@ -14,7 +14,7 @@ namespace {
 
 struct ExplainArgs {
   std::string snapshot_path;
-  std::string gpu = "h100-80g";
+  std::string gpu;  // "": not named (no verdict unless the snapshot ran out of memory)
   int device = -1;
   size_t top = 20;
   OutputOptions out;
@@ -29,8 +29,10 @@ int EmitExplainJson(const MeasuredSnapshot& measured, const OutputOptions& out) 
 }
 
 Result<MeasuredSnapshot> ComputeExplain(const ExplainArgs& args) {
-  VS_TRY(gpu, FindGpu(args.gpu));
+  // Unnamed, the default entry lends its CUDA context to the device total.
+  VS_TRY(gpu, FindGpu(args.gpu.empty() ? kDefaultGpuName : args.gpu));
   ExplainOptions options;
+  options.gpu_named = !args.gpu.empty();
   options.device = args.device;
   options.top_allocations = args.top;
   return ExplainSnapshotFile(args.snapshot_path, gpu, options);
@@ -53,7 +55,9 @@ std::shared_ptr<ExplainArgs> DeclareExplain(CLI::App* sub) {
                   "entries)");
   sub->add_option(
       "--gpu", args->gpu,
-      "GPU catalog entry for the device total and the fit verdict (see `vramscope gpus`)");
+      "GPU catalog entry the run is judged against (the fit verdict; see `vramscope gpus`). "
+      "Default: none, so no verdict, unless the snapshot ran out of memory (its own device); "
+      "the device total then adds h100-80g's CUDA context");
   sub->add_option("--top", args->top, "How many allocations alive at the peak to list");
   AddOutputFlags(sub, &args->out);
   return args;

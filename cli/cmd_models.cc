@@ -130,13 +130,22 @@ int RunModels(const ModelsArgs& args) {
     std::fprintf(stderr, "vramscope: no catalog model matches; `vramscope models` lists all\n");
     return kExitOk;
   }
-  std::puts(fmt::format("{:<20} {:<36} {:<12} {:>9}  {}", "alias", "Hugging Face id", "arch",
-                        "params", "note")
+  // Columns as wide as their longest cell (aliases such as
+  // sd-image-variations-image-encoder and model types such as
+  // flux_transformer_2d outgrow fixed widths), so every row lines up.
+  size_t alias_width = 5, id_width = 15, arch_width = 4;
+  for (const Row& r : rows) {
+    alias_width = std::max(alias_width, r.entry->alias.size());
+    id_width = std::max(id_width, r.entry->hub_id.size());
+    arch_width = std::max(arch_width, r.spec.model_type.size());
+  }
+  std::puts(fmt::format("{:<{}} {:<{}} {:<{}} {:>9}  {}", "alias", alias_width, "Hugging Face id",
+                        id_width, "arch", arch_width, "params", "note")
                 .c_str());
   for (const Row& r : rows) {
-    std::string line =
-        fmt::format("{:<20} {:<36} {:<12} {:>9}  {}", r.entry->alias, r.entry->hub_id,
-                    r.spec.model_type, ShortCount(r.spec.ParameterCount()), r.note);
+    std::string line = fmt::format("{:<{}} {:<{}} {:<{}} {:>9}  {}", r.entry->alias, alias_width,
+                                   r.entry->hub_id, id_width, r.spec.model_type, arch_width,
+                                   ShortCount(r.spec.ParameterCount()), r.note);
     while (!line.empty() && line.back() == ' ') line.pop_back();
     std::puts(line.c_str());
   }

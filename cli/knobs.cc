@@ -146,8 +146,9 @@ void KnobArgs::Warn(const ModelSpec& model, const TrainingSetup& setup) const {
 void AddFromFlag(CLI::App* sub, KnobArgs* k) {
   sub->add_option("--from", k->from_files,
                   "Read knobs from FILE: a DeepSpeed config JSON, HF TrainingArguments JSON, an "
-                  "accelerate config YAML or an Axolotl training config YAML (repeatable; flags "
-                  "given here win; docs/configs.md)");
+                  "accelerate config YAML, an Axolotl training config YAML, a TRL SFTConfig / "
+                  "DPOConfig (JSON or YAML), a torchtune recipe config or a LitGPT fine-tuning "
+                  "config (YAML) (repeatable; flags given here win; docs/configs.md)");
 }
 
 void AddFromAssumptions(const FromConfig& from, Report* report) {

@@ -163,15 +163,47 @@ std::string Quoted(std::string_view value) {
   return common::QuoteForMessage(value, common::kQuotedBytes, '\0');
 }
 
+// Integer flags whose smallest accepted value is 1, so that a negative value's
+// message names the range the flag's own check would (lower.cc ValidateSetup:
+// --batch, --seq, --grad-accum, --steps, --lora-rank, --text-len,
+// --target-len; flux.cc --vae-scale; parallel_flags.cc's counts; cmd_fit.cc
+// --max-gpus). The others take 0 (--device 0, --top 0, --max-batch 0: none).
+constexpr std::string_view kCountFlags[] = {"--batch",
+                                            "--seq",
+                                            "--grad-accum",
+                                            "--steps",
+                                            "--lora-rank",
+                                            "--text-len",
+                                            "--target-len",
+                                            "--vae-scale",
+                                            "--gpus",
+                                            "--gpus-per-node",
+                                            "--tp",
+                                            "--pp",
+                                            "--cp",
+                                            "--ep",
+                                            "--virtual-stages",
+                                            "--fsdp-version",
+                                            "--max-gpus",
+                                            "--ddp-bucket-cap-mb"};
+
+uint64_t SmallestValue(std::string_view flag) {
+  for (std::string_view count : kCountFlags) {
+    if (count == flag) return 1;
+  }
+  return 0;
+}
+
 // CLI11 validator of every integer option: "" when the value is acceptable,
 // else the problem. No flag of vramscope takes a negative number (a count, a
 // size, a device index), so a minus sign is refused for signed options too
 // (--device -5 would otherwise mean "the default device"). A value that is
-// no number at all is left to CLI11's own conversion error.
-std::string CheckNonNegativeInteger(const std::string& text) {
+// no number at all is left to CLI11's own conversion error. `smallest`: the
+// least value the flag accepts, for the message.
+std::string CheckNonNegativeInteger(const std::string& text, uint64_t smallest) {
   const std::string_view v = Trimmed(text);
   if (!v.empty() && v.front() == '-') {
-    return fmt::format("{} is negative; expected 0 or more", Quoted(v));
+    return fmt::format("{} is negative; expected {} or more", Quoted(v), smallest);
   }
   errno = 0;
   char* end = nullptr;
@@ -184,8 +216,10 @@ std::string CheckNonNegativeInteger(const std::string& text) {
 // larger value into 2^63-1 and the range check would then quote that number,
 // not the one typed (--gpus 18446744073709551615 "is outside 1..1048576" as
 // 9223372036854775807).
-std::string CheckNonNegativeSignedInteger(const std::string& text) {
-  if (std::string problem = CheckNonNegativeInteger(text); !problem.empty()) return problem;
+std::string CheckNonNegativeSignedInteger(const std::string& text, uint64_t smallest) {
+  if (std::string problem = CheckNonNegativeInteger(text, smallest); !problem.empty()) {
+    return problem;
+  }
   const std::string_view v = Trimmed(text);
   char* end = nullptr;
   const unsigned long long value = std::strtoull(std::string(v).c_str(), &end, 0);
@@ -215,10 +249,15 @@ void CheckNumericFlags(CLI::App* sub) {
     std::string type = option->get_type_name();
     type = type.substr(0, type.find(':'));
     // No description: --help stays as it is.
+    const uint64_t smallest = SmallestValue(option->get_name());
     if (type == "UINT") {
-      option->check(CheckNonNegativeInteger, "", "non-negative");
+      option->check(
+          [smallest](const std::string& v) { return CheckNonNegativeInteger(v, smallest); }, "",
+          "non-negative");
     } else if (type == "INT") {
-      option->check(CheckNonNegativeSignedInteger, "", "non-negative");
+      option->check(
+          [smallest](const std::string& v) { return CheckNonNegativeSignedInteger(v, smallest); },
+          "", "non-negative");
     } else if (type == "FLOAT") {
       option->check(CheckFinite, "", "finite");
     }

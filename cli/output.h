@@ -118,4 +118,11 @@ Result<std::string> ReadTextFile(const std::string& path, uint64_t max_bytes);
 // new flag is covered without a line of its own.
 void CheckNumericFlags(CLI::App* sub);
 
+// The one-line message of a parse error of `app` (after app.parse threw):
+// CLI11's own text, except for leftover arguments: an unknown flag is named
+// as one, with the nearest known flag ("unknown flag --lora-rnk (did you mean
+// --lora-rank?)"), where CLI11 2.1 lists its leftovers reversed ("The
+// following arguments were not expected: 8 --lora-rnk").
+std::string ParseErrorMessage(const CLI::App& app, const CLI::ParseError& error);
+
 }  // namespace vramscope::cli

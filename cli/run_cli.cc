@@ -33,7 +33,7 @@ int RunCli(int argc, const char* const* argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "vramscope: error: %s (see --help)\n", OneLine(e.what()).c_str());
+    std::fprintf(stderr, "vramscope: error: %s (see --help)\n", ParseErrorMessage(app, e).c_str());
     return kExitBadInput;
   }
   try {

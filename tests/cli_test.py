@@ -143,3 +143,90 @@ def test_simulate_matches_golden_report(name, args):
     p, _ = run("simulate", "examples/tiny.events", *args)
     assert p.returncode == 0, p.stderr
     assert p.stdout == (GOLDEN / name).read_text()
+
+
+# --- Issue 40, item 6: what a first-time user misreads ---------------------------------------
+
+def error_line(*args):
+    p, _ = run(*args)
+    assert p.returncode == 2, p.stdout
+    return p.stderr.strip().splitlines()[-1]
+
+
+def test_an_unknown_flag_is_named_as_one_with_the_nearest_flag():
+    # CLI11 2.1 said "The following arguments were not expected: 8 --lora-rnk".
+    assert error_line("estimate", "llama-3-8b", "--lora-rnk", "8") == (
+        "vramscope: error: unknown flag --lora-rnk (did you mean --lora-rank?) (see --help)")
+    assert "unknown flag --bogus (see --help)" in error_line("estimate", "gpt2", "--bogus=3")
+    assert "unexpected argument extra" in error_line("estimate", "gpt2", "extra")
+    assert "compare: after --: unknown flag --sq (did you mean --seq?)" in error_line(
+        "compare", "tests/data/snapshots/train_p4.pickle", "--", "gpt2", "--sq", "5")
+
+
+def test_a_negative_count_names_the_range_the_flag_takes():
+    # --batch 0 is refused (1..65536), so "expected 0 or more" misled.
+    assert error_line("estimate", "gpt2", "--batch", "-2").endswith(
+        "--batch: -2 is negative; expected 1 or more (see --help)")
+    assert "expected 1 or more" in error_line("estimate", "gpt2", "--gpus", "-1")
+    assert "expected 0 or more" in error_line(
+        "explain", "tests/data/snapshots/train_p4.pickle", "--device", "-5")
+
+
+def test_from_help_lists_every_format():
+    p, _ = run("estimate", "--help")
+    text = " ".join(p.stdout.split())
+    start = text.index("--from")
+    help_text = text[start:text.index("docs/configs.md", start)]
+    for fmt in ("DeepSpeed", "TrainingArguments", "accelerate", "Axolotl", "TRL", "torchtune",
+                "LitGPT"):
+        assert fmt in help_text, fmt
+
+
+def test_models_table_columns_line_up():
+    p, _ = run("models")
+    lines = p.stdout.splitlines()
+    header = lines[0]
+    columns = [header.index(name) for name in ("Hugging Face id", "arch", "params")]
+    for line in lines[1:]:
+        alias, hub_id, arch = line.split()[:3]
+        assert line.index(hub_id, len(alias)) == columns[0], line
+        assert line.index(arch, columns[0] + len(hub_id)) == columns[1], line
+
+
+def test_fit_says_why_the_next_value_does_not_fit_in_a_sentence():
+    p, _ = run("fit", "qwen2.5-0.5b", "--gpu", "l4", "--margin", "20%")
+    assert p.returncode == 0, p.stderr
+    assert "it device total" not in p.stdout
+    assert "does not fit: it needs a device total of" in p.stdout
+
+
+@pytest.mark.parametrize("args,owner", [
+    (["--impl", "torchtune", "--loss", "torchtune-chunked", "--finetune", "lora",
+      "--lora-dtype", "model", "--precision", "bf16"], "recipe"),
+    (["--gpus", "8", "--zero", "3"], "DeepSpeed"),
+    (["--gpus", "8", "--zero", "2", "--optimizer", "adamw-fused"], "DeepSpeed"),
+    (["--optimizer", "adamw-fused"], "HF Trainer"),
+    ([], "HF Trainer"),
+])
+def test_optimizer_assumption_names_whose_default_it_is(args, owner):
+    p, _ = run("estimate", "llama-3.2-1b", "--seq", "256", *args, "--json", timeout=120)
+    assert p.returncode == 0, p.stderr
+    [optimizer] = [a["assumed"] for a in json.loads(p.stdout)["assumptions"]
+                   if a["what"] == "optimizer"]
+    assert owner in optimizer
+    if owner != "HF Trainer":
+        assert "HF Trainer" not in optimizer
+
+
+def test_explain_knob_deltas_say_why():
+    p, _ = run("estimate", "llama-3.2-1b", "--finetune", "lora", "--seq", "1024", "--explain",
+               timeout=120)
+    assert p.returncode == 0, p.stderr
+    lines = {line.strip().split(": ")[0]: line for line in p.stdout.splitlines()
+             if "(--" in line and ": " in line}
+    chunked = lines["chunked cross-entropy (--loss chunked)"]
+    assert chunked.split(": ")[1].startswith("+")
+    assert "frozen fp32 lm_head" in chunked
+    # A caching-allocator setting moves reserved memory, not what tensors allocate.
+    expandable = lines["expandable segments (--alloc-conf expandable_segments:True)"]
+    assert "peak reserved" in expandable and "peak allocated" not in expandable

@@ -218,6 +218,22 @@ def test_unreachable_endpoint_says_what_to_do(tmp_path):
                           "pass a config.json path or set HF_ENDPOINT")
 
 
+@pytest.mark.parametrize("model,alias", [
+    ("meta-llama/Llama-3.1-8B-Instruct", "llama-3.1-8b"),
+    ("Qwen/Qwen2.5-7B-Instruct", "qwen2.5-7b"),
+    ("google/gemma-2-9b-it", "gemma-2-9b"),
+    ("mistralai/Mistral-7B-Instruct-v0.3", "mistral-7b-v0.3"),
+])
+def test_offline_tuned_variant_points_at_its_base_model_in_the_catalog(tmp_path, model, alias):
+    """Issue 40: an instruction-tuned id has its base model's architecture; offline, the
+    catalog's base model is the answer."""
+    endpoint = f"http://127.0.0.1:{closed_port()}"
+    p = estimate(clean_env(tmp_path, endpoint), model)
+    assert_one_line_error(p, "could not reach HF_ENDPOINT", "same architecture", f"pass {alias}")
+    p = estimate(clean_env(tmp_path, endpoint, HF_HUB_OFFLINE="1"), model)
+    assert_one_line_error(p, "HF_HUB_OFFLINE is set", f"pass {alias}")
+
+
 def test_catalog_ids_never_reach_the_hub(hub, tmp_path):
     p = run(clean_env(tmp_path, hub.endpoint), "estimate", "meta-llama/Meta-Llama-3-8B", "--json")
     assert p.returncode == 0, p.stderr

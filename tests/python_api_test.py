@@ -299,3 +299,32 @@ def test_from_config_files():
     with pytest.raises(ValueError) as e:
         vramscope.estimate("qwen2.5-0.5b", from_=cfg / "absent.json")
     assert "absent.json: no such file" in str(e.value)
+
+
+def test_fit_answers_none_where_nothing_fits():
+    """Issue 40: no micro-batch fits -> max_batch is None (0 read as an answer); `data` stays
+    what `fit --json` prints."""
+    none = vramscope.fit("qwen2.5-7b", gpu="l4")
+    assert none.data["batch"]["fits"] is False and none.data["max_batch"] == 0
+    assert none.max_batch is None and none.max_seq is None and none.min_gpus is None
+    assert "max_batch=None" in repr(none) and "qwen2.5-7b" in repr(none)
+    some = vramscope.fit("qwen2.5-0.5b", gpu="a100-80g")
+    assert some.max_batch == some.data["max_batch"] >= 1
+    assert some.max_seq == some.data["max_seq"] >= 1
+    assert f"max_batch={some.max_batch}" in repr(some)
+
+
+def test_reprs_show_values_not_keys():
+    report = vramscope.estimate("qwen2.5-0.5b", seq=512)
+    assert f"{report.peak_allocated_bytes / (1 << 30):.2f} GiB" in repr(report)
+    sweep = vramscope.sweep("qwen2.5-0.5b", seq="256:512:2")
+    text = repr(sweep)
+    assert "seq=256" in text and "GiB" in text and "variables" not in text, text
+    measured = vramscope.explain(SNAPSHOTS / "train_p4.pickle")
+    assert measured.fits is None and "no fit verdict" in repr(measured)
+    assert "no fit verdict" in measured._repr_html_()
+
+
+def test_an_unknown_knob_is_named_as_an_unknown_flag():
+    with pytest.raises(ValueError, match=r"unknown flag --lora-rnk \(did you mean --lora-rank\?\)"):
+        vramscope.estimate("llama-3-8b", lora_rnk=8)

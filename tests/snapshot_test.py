@@ -310,3 +310,51 @@ def test_a_snapshot_without_a_trace_reports_its_state_not_a_peak():
     traced = json.loads(subprocess.run([BIN, "explain", str(ROOT / "tests/data/snapshots/newest.pickle"),
                                         "--json"], capture_output=True, text=True, timeout=60).stdout)
     assert traced["state_only"] is False
+
+
+def test_stacks_all_snapshot_names_python_ops_and_sites():
+    """Issue 40: with stacks="all" every stack starts with the unwinder's own frames
+    (torch::unwind::unwind, CapturedTraceback::gather) and the allocator's; the op and the
+    site are the Python frames behind them, or the autograd node on the engine's thread
+    (tests/snapshots/make_stacks_all.py)."""
+    r = run_json("explain", DATA / "stacks_all.pickle", "--top", "40")
+    text = json.dumps(r)
+    for runtime in ("unwind", "CapturedTraceback", "CUDACachingAllocator", "_empty_generic",
+                    "at::_ops::"):
+        assert runtime not in text, runtime
+    ops = {a["op"] for a in r["top_allocations"]}
+    assert {"_apply", "_init_group"} <= ops, ops
+    assert any("AccumulateGrad" in op for op in ops), ops
+    sites = {s["site"] for s in r["snapshot"]["top_sites"]}
+    assert "train.py:60 train" in sites and "train.py:20 load_model" in sites, sites
+    # The same run recorded with Python stacks only measures the same.
+    plain = run_json("explain", DATA / "train_p4.pickle")
+    assert r["breakdown_at_peak"] == plain["breakdown_at_peak"]
+
+
+def test_a_snapshot_without_an_oom_gets_no_verdict_unless_a_gpu_is_named():
+    """Issue 40: a snapshot records its device's memory only at an OOM, so a verdict against
+    the default H100 would judge a run that may have been on any GPU."""
+    p, _ = run("explain", DATA / "stacks_all.pickle")
+    assert p.returncode == 0, p.stderr
+    assert "FITS" not in p.stdout and "NVIDIA H100" not in p.stdout
+    assert "MEASURED, no fit verdict" in p.stdout
+    assert run_json("explain", DATA / "stacks_all.pickle")["fits"] is None
+    named = run_json("explain", DATA / "stacks_all.pickle", "--gpu", "a100-80g")
+    assert named["fits"] is True and named["gpu"]["name"] == "a100-80g"
+    p, _ = run("explain", DATA / "stacks_all.pickle", "--gpu", "a100-80g")
+    assert "FITS on NVIDIA A100" in p.stdout
+    # An OOM snapshot is judged against its own device, named or not.
+    assert run_json("explain", DATA / "oom.pickle")["fits"] is False
+
+
+def test_identical_steps_are_one_row_of_the_phase_table():
+    """Issue 40: 12 recorded steps whose steps 4-11 are byte-identical read as one row per
+    phase, not 8; the JSON keeps every step."""
+    p, _ = run("explain", DATA / "stacks_all.pickle")
+    table = p.stdout.split("Peak per step and phase")[1].split("\n\n")[0]
+    rows = [line.split() for line in table.splitlines()[2:]]
+    assert [row[:2] for row in rows if row[0] == "4-11"] == [
+        ["4-11", "forward"], ["4-11", "backward"], ["4-11", "optimizer"]]
+    assert not any(row[0] in {str(s) for s in range(4, 12)} for row in rows)
+    assert len(run_json("explain", DATA / "stacks_all.pickle")["phases"]) == 1 + 12 * 3

@@ -82,6 +82,10 @@ struct Report {
   std::vector<std::string> explanation;
   std::vector<std::string> notes;       // assumptions, modelled library versions
   std::vector<Assumption> assumptions;  // the defaults an estimate rests on
+  // False for a measured run on a GPU nobody named: a PyTorch snapshot records
+  // its device's memory only at an OOM, so `explain` without --gpu judges
+  // nothing (no verdict; JSON "fits" is null). True for every estimate.
+  bool has_device_limit = true;
 
   // The rank class with the largest device total (the reported maximum); a
   // class that ran out of memory counts with its needed bytes (see below). The

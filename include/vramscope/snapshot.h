@@ -241,6 +241,10 @@ Result<Snapshot> ReadSnapshotFile(const std::string& path, const SnapshotReadLim
 
 struct ExplainOptions {
   int device = -1;  // -1: the device with the most trace entries
+  // The caller named the GPU (explain --gpu). When not, the catalog entry
+  // only lends its CUDA context, and a run without an OOM (which records the
+  // device's memory) gets no fit verdict: Report::has_device_limit false.
+  bool gpu_named = true;
   size_t max_timeline_points = 2000;
   size_t top_allocations = 20;
   size_t top_sites = 10;
@@ -305,9 +309,11 @@ GpuSpec SnapshotDevice(const SnapshotRun& run, const GpuSpec& catalog);
 // The standard report of a measured run (command "explain"): the measured
 // numbers as the worst (only) rank, the device total with `gpu`'s CUDA
 // context added (a snapshot does not record it), ExplainMeasured's lines and
-// notes on what was measured and how.
+// notes on what was measured and how. Judged against SnapshotDevice: an OOM
+// snapshot's own device, else `gpu` when `gpu_named`, else nothing (no
+// verdict: Report::has_device_limit false).
 Report MeasuredReport(const SnapshotRun& run, const Snapshot& snapshot, const GpuSpec& gpu,
-                      const std::string& source);
+                      const std::string& source, bool gpu_named = true);
 
 // ---------------------------------------------------------------------------
 // Replaying: the measured allocation stream through the allocator model

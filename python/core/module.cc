@@ -125,7 +125,7 @@ cli::ValueFn ParseCommand(CLI::App& app, const std::string& name,
   try {
     app.parse(reversed);
   } catch (const CLI::ParseError& e) {
-    ThrowValueError(e.what());
+    ThrowValueError(cli::ParseErrorMessage(app, e));
   }
   return run;
 }

@@ -21,8 +21,8 @@ __version__ = "0.1.0"
 _API = {
     "estimate": "._api", "fit": "._api", "sweep": "._api", "plan": "._api",
     "simulate": "._api", "explain": "._api", "compare": "._api", "models": "._api",
-    "gpus": "._api", "Report": "._report", "Result": "._report", "check": "._check",
-    "MemoryCheck": "._check",
+    "gpus": "._api", "Report": "._report", "Result": "._report", "FitResult": "._report",
+    "check": "._check", "MemoryCheck": "._check", "CheckWarning": "._device",
 }
 
 __all__ = sorted(_API) + ["__version__"]

@@ -16,9 +16,10 @@ except ImportError as e:  # the recorder-only install (python/pyproject.toml)
     raise ImportError("vramscope's engine module (vramscope._core) is not installed here: "
                       "this is the recorder alone (vramscope.trace); `pip install .` at the "
                       "top of the repository installs the engine too") from e
+from . import _peft
 from ._knobs import check_keys, to_flags
-from ._model import resolve
-from ._report import Report, Result
+from ._model import object_knobs, resolve
+from ._report import FitResult, Report, Result
 
 # Output flags of the CLI: the Report / Result methods do their work here.
 _OUTPUT_FLAGS = ("json", "html", "svg", "csv", "events", "markdown")
@@ -35,8 +36,15 @@ def _run(command: str, args: list[str], files: dict | None = None, cls=Result):
     return cls(value, command)
 
 
-def _model_command(command: str, model, knobs: dict, cls=Result):
+def _model_knobs(model, knobs: dict) -> dict:
+    """What the model object says about itself (its dtypes, its LoRA, ...), then the knobs
+    given, which win."""
     check_keys(knobs, _OUTPUT_FLAGS)
+    return {**object_knobs(model), **knobs}
+
+
+def _model_command(command: str, model, knobs: dict, cls=Result):
+    knobs = _model_knobs(model, knobs)
     name, files = resolve(model)
     return _run(command, [name] + to_flags(knobs), files, cls)
 
@@ -46,18 +54,24 @@ def estimate(model, **knobs) -> Report:
 
     model: a catalog alias ("llama-3-8b"), a Hugging Face id, a config.json path or a model
     directory, a transformers PretrainedConfig, or an nn.Module (on the meta device: its
-    parameters' names, shapes and dtypes are read exactly).
+    parameters' names, shapes and dtypes are read exactly). A module says knobs itself: bf16
+    or fp16 weights are --precision bf16 / fp16, a PEFT model is LoRA (or QLoRA over 4-bit
+    weights) with its adapters' rank, targets, dropout and dtype over its base weights,
+    transformers' gradient checkpointing and attention implementation; knobs given win.
     knobs: the CLI's flags with underscores (batch=4, seq=2048, finetune="lora",
     grad_ckpt="full", gpu="a100-80g", zero=3, gpus=8, ...), and top=N, explain=True.
     Raises ValueError with the CLI's message for a bad knob or model.
     """
-    return _model_command("estimate", model, knobs, Report)
+    report = _model_command("estimate", model, knobs, Report)
+    _peft.warn_if_trainable_differs(model, report)
+    return report
 
 
-def fit(model, **knobs) -> Result:
+def fit(model, **knobs) -> FitResult:
     """The largest micro-batch and the longest sequence that fit (`vramscope fit`); also
-    margin="2GiB" or "5%", max_batch, max_seq, max_gpus. Result keys: max_batch, max_seq, ..."""
-    return _model_command("fit", model, knobs)
+    margin="2GiB" or "5%", max_batch, max_seq, max_gpus. The result's max_batch, max_seq
+    (max_image_size) and min_gpus are None where nothing fits; its data: `fit --json`."""
+    return _model_command("fit", model, knobs, FitResult)
 
 
 def sweep(model, **knobs) -> Result:
@@ -90,7 +104,7 @@ def explain(snapshot: str | os.PathLike, **options) -> Report:
 def compare(snapshot: str | os.PathLike, model, device: int | None = None, **knobs) -> Result:
     """Measured (a memory snapshot) next to predicted (`estimate(model, **knobs)`), per total,
     category and phase (`vramscope compare SNAPSHOT -- MODEL knobs`)."""
-    check_keys(knobs, _OUTPUT_FLAGS)
+    knobs = _model_knobs(model, knobs)
     name, files = resolve(model)
     args = [os.fspath(snapshot)] + to_flags({"device": device}) + ["--", name] + to_flags(knobs)
     return _run("compare", args, files)

@@ -8,16 +8,22 @@
     chk.measured   # {"peak_allocated_bytes": ..., "peak_reserved_bytes": ...}
 
 At the start it predicts the run (vramscope.estimate from the model itself, the
-optimizer's kind and the knobs given; knobs given win) and prints the
-prediction and what it assumed. At the end it reads the allocator's peaks
-(torch.cuda.max_memory_allocated / max_memory_reserved), prints them next to
-the prediction and appends one record in the `vramscope validate` format
-(docs/groundtruth.md), so `vramscope validate results.jsonl` re-checks it. On
-a CUDA out-of-memory error it writes a memory snapshot (when memory history
-recording was on: torch.cuda.memory._record_memory_history) and explains it.
+optimizer's kind and the knobs given; knobs given win) for the GPU it runs on
+(torch.cuda.get_device_name; a GPU the catalog lacks: the entry of the nearest
+memory, with a warning) and prints the prediction and what it assumed. At the
+end it reads the allocator's peaks (torch.cuda.max_memory_allocated /
+max_memory_reserved) and the device memory in use (torch.cuda.mem_get_info:
+what nvidia-smi shows), prints each next to its own prediction (allocated,
+reserved, device total) and appends one record in the `vramscope validate`
+format (docs/groundtruth.md), so `vramscope validate results.jsonl` re-checks
+it. On a CUDA out-of-memory error it writes a memory snapshot (when memory
+history recording was on: torch.cuda.memory._record_memory_history) and
+explains it.
 
-The memory reader is injectable (`memory_reader=`: anything with
-max_memory_allocated(), max_memory_reserved(), reset_peak_memory_stats()), so
+It never stops training: without CUDA it warns once, predicts and measures
+nothing; a model it cannot estimate is a warning, not an error.
+
+The memory reader is injectable (`memory_reader=`: see vramscope._device), so
 the check runs on CPU in tests.
 """
 
@@ -29,14 +35,14 @@ import platform
 import sys
 import time
 
-from . import _model
+from . import _device, _model
 
 _GIB = float(1 << 30)
 # The knobs `vramscope validate` re-estimates from (src/plan/validate.cc); a record
 # holds only these.
 _VALIDATE_KNOBS = ("batch", "seq", "grad_accum", "steps", "lora_rank", "lora_dropout",
                    "precision", "optimizer", "finetune", "grad_ckpt", "attn", "loss",
-                   "lora_targets", "alloc_conf")
+                   "lora_targets", "lora_dtype", "impl", "alloc_conf")
 
 
 def optimizer_knob(optimizer) -> str | None:
@@ -57,36 +63,10 @@ def optimizer_knob(optimizer) -> str | None:
     return table.get(name)
 
 
-def _is_peft(model) -> bool:
-    return isinstance(getattr(model, "peft_config", None), dict) and bool(model.peft_config)
-
-
-def estimate_input(model):
-    """What to estimate for `model`: the object itself, except a PEFT model (LoRA layers
-    wrapped around the base ones, maybe quantized), which is its base config with the LoRA
-    knobs (model_knobs), as the engine lowers LoRA and QLoRA from the knobs."""
-    if _is_peft(model) and getattr(model, "config", None) is not None:
-        return model.config
-    return model
-
-
 def model_knobs(model) -> dict:
-    """Knobs the model object says itself: LoRA (a PEFT model) and gradient checkpointing."""
-    knobs = {}
-    if _is_peft(model):
-        cfg = next(iter(model.peft_config.values()))
-        if getattr(cfg, "r", None):
-            quantized = getattr(model, "is_loaded_in_4bit", False) or \
-                getattr(getattr(model, "base_model", None), "is_loaded_in_4bit", False)
-            knobs["finetune"] = "qlora" if quantized else "lora"
-            knobs["lora_rank"] = int(cfg.r)
-            knobs["lora_dropout"] = float(getattr(cfg, "lora_dropout", 0.0) or 0.0)
-            targets = _lora_targets(getattr(cfg, "target_modules", None))
-            if targets:
-                knobs["lora_targets"] = targets
-    if _checkpointing(model):
-        knobs["grad_ckpt"] = "full"
-    return knobs
+    """Knobs the model object says itself (vramscope._model.object_knobs): its weights'
+    dtype, a PEFT model's LoRA or QLoRA, gradient checkpointing, the attention."""
+    return _model.object_knobs(model)
 
 
 class MemoryCheck:
@@ -102,23 +82,49 @@ class MemoryCheck:
         if isinstance(optimizer, str):
             given.setdefault("optimizer", optimizer)
             optimizer = None
-        self.knobs = {**model_knobs(model), **_optimizer_knobs(optimizer), **given}
+        self.knobs = {**_object_knobs(model), **_optimizer_knobs(optimizer), **given}
         self.record_path = os.fspath(record) if record is not None else None
-        self.reader = memory_reader
+        self._reader_given = memory_reader
+        self._reader_resolved = False
+        self.reader = None
         self.out = out if out is not None else sys.stdout
         self.snapshot_path = snapshot_path
         self.prediction = None
         self.measured = None
         self.explained = None
+        self.gpu = None  # the device measured: {"device_name", "total_bytes"}
         self.step = 0  # optimizer steps done, for an OOM record
         self._start = None
+        self._context_bytes = None
+        self._peak_device_used = None
 
     # -- the prediction ------------------------------------------------------
     def predict(self):
+        """Estimates the run for the GPU it runs on (the gpu knob wins)."""
         from ._api import estimate
-        self.prediction = estimate(estimate_input(self.model), **self.knobs)
+        mem = self._memory()
+        self.gpu = _device.detected_gpu(mem) if mem is not None else None
+        if self.gpu is not None and "gpu" not in self.knobs:
+            self.knobs["gpu"] = self.gpu["device_name"]
+            try:
+                self.prediction = estimate(self.model, **self.knobs)
+            except ValueError as e:
+                if not str(e).startswith("gpu:"):
+                    raise
+                self.knobs["gpu"] = self._stand_in_gpu()
+        if self.prediction is None:
+            self.prediction = estimate(self.model, **self.knobs)
         self._print_prediction()
         return self.prediction
+
+    def _stand_in_gpu(self) -> str | None:
+        """The catalog GPU of the nearest memory, for a GPU the catalog does not know."""
+        from ._api import gpus
+        name = _device.nearest_catalog_gpu(self.gpu["total_bytes"], gpus())
+        _device.warn_once(f"vramscope: {self.gpu['device_name']} is not in the GPU catalog; "
+                          f"predicting for {name}, the entry of the nearest memory "
+                          "(pass gpu=... to choose)")
+        return name
 
     def _print_prediction(self):
         d = self.prediction.data
@@ -134,23 +140,53 @@ class MemoryCheck:
 
     # -- the measurement -----------------------------------------------------
     def _memory(self):
-        if self.reader is None:
-            import torch
-            self.reader = torch.cuda
+        """The memory reader; None without CUDA (warned once: nothing is measured)."""
+        if not self._reader_resolved:
+            self.reader = _device.reader_for(self._reader_given, self.model)
+            self._reader_resolved = True
         return self.reader
 
     def start(self):
+        """Predicts (a failure warns, training goes on) and resets the peak counters."""
         self._start = time.monotonic()
         if self.prediction is None:
-            self.predict()
-        self._memory().reset_peak_memory_stats()
+            try:
+                self.predict()
+            except Exception as e:  # noqa: BLE001 - the check must never stop training
+                _device.warn_once(f"vramscope: no prediction: {type(e).__name__}: {e}")
+        mem = self._memory()
+        if mem is not None:
+            used = _device.device_used(mem)
+            reserved = getattr(mem, "memory_reserved", None)
+            if used is not None and reserved is not None:
+                # As the ground-truth harness measures it (docs/groundtruth.md): the device
+                # in use minus PyTorch's reserved memory, before the steps.
+                self._context_bytes = max(0, used - int(reserved()))
+            mem.reset_peak_memory_stats()
         return self
 
-    def finish(self, status: str = "ok", oom_at: dict | None = None) -> dict:
-        """Reads the peaks, prints them next to the prediction, writes the record."""
+    def sample(self) -> None:
+        """Reads the device's memory in use (mem_get_info); the largest reading is compared
+        with the predicted device total. The callback samples after every step."""
         mem = self._memory()
+        used = _device.device_used(mem) if mem is not None else None
+        if used is not None:
+            self._peak_device_used = max(used, self._peak_device_used or 0)
+
+    def finish(self, status: str = "ok", oom_at: dict | None = None) -> dict | None:
+        """Reads the peaks, prints them next to the prediction, writes the record; None
+        (nothing measured) without CUDA, no record without a prediction."""
+        mem = self._memory()
+        if mem is None:
+            return None
+        self.sample()
         self.measured = {"peak_allocated_bytes": int(mem.max_memory_allocated()),
                          "peak_reserved_bytes": int(mem.max_memory_reserved())}
+        if self._peak_device_used is not None:
+            self.measured["peak_device_used_bytes"] = self._peak_device_used
+        if self.prediction is None:
+            self._print_measured()
+            return None
         self._print_comparison()
         rec = self.make_record(status, oom_at)
         if self.record_path:
@@ -158,13 +194,24 @@ class MemoryCheck:
                 f.write(json.dumps(rec) + "\n")
         return rec
 
+    def _print_measured(self):
+        for key, value in self.measured.items():
+            print(f"vramscope: {key.removesuffix('_bytes').replace('_', ' ')}: measured "
+                  f"{value / _GIB:.2f} GiB", file=self.out)
+
     def _print_comparison(self):
+        """Like with like: allocated with allocated, reserved with reserved, the device in use
+        (mem_get_info, what nvidia-smi shows) with the predicted device total."""
         d = self.prediction.data
-        for key, label in (("peak_allocated_bytes", "allocated"),
-                           ("peak_reserved_bytes", "reserved")):
-            measured, predicted = self.measured[key], d[key]
+        for key, predicted_key, label in (
+                ("peak_allocated_bytes", "peak_allocated_bytes", "peak allocated"),
+                ("peak_reserved_bytes", "peak_reserved_bytes", "peak reserved"),
+                ("peak_device_used_bytes", "device_total_bytes", "device used")):
+            if key not in self.measured:
+                continue
+            measured, predicted = self.measured[key], d[predicted_key]
             error = (predicted - measured) / measured * 100 if measured else float("nan")
-            print(f"vramscope: peak {label}: measured {measured / _GIB:.2f} GiB, predicted "
+            print(f"vramscope: {label}: measured {measured / _GIB:.2f} GiB, predicted "
                   f"{predicted / _GIB:.2f} GiB ({error:+.1f}%)", file=self.out)
 
     def on_oom(self, error) -> None:
@@ -206,15 +253,22 @@ class MemoryCheck:
                                                       "peak_reserved_bytes",
                                                       "device_total_bytes")},
                      "knobs": d["knobs"]},
-            "memory": {**dict.fromkeys(("device_total_bytes", "cuda_context_bytes",
-                                        "before_model", "setup", "peak_device_used_bytes",
-                                        "num_alloc_retries", "num_ooms", "allocator_stats",
-                                        "nvidia_smi_process_bytes")), **(self.measured or {})},
+            "memory": self._memory_record(),
             "phases": [], "snapshot_file": None,
             "timing": {"wall_s": _elapsed(self._start), "setup_s": None, "steps_s": None},
-            "env": _env(d["gpu"]["name"]), "command": " ".join(sys.argv),
+            "env": _env(d["gpu"]["name"], self.gpu), "command": " ".join(sys.argv),
             "harness": {"name": "vramscope.check", "version": _version()},
         }
+
+    def _memory_record(self) -> dict:
+        memory = dict.fromkeys(("device_total_bytes", "cuda_context_bytes", "before_model",
+                                "setup", "peak_device_used_bytes", "num_alloc_retries",
+                                "num_ooms", "allocator_stats", "nvidia_smi_process_bytes"))
+        memory.update(self.measured or {})
+        memory["cuda_context_bytes"] = self._context_bytes
+        if self.gpu is not None:
+            memory["device_total_bytes"] = self.gpu["total_bytes"]
+        return memory
 
     def _model_name(self) -> str:
         """A MODEL that `vramscope validate` can resolve: the name given, else the config
@@ -248,29 +302,14 @@ class MemoryCheck:
         return False
 
 
-# PEFT target module names -> --lora-targets names.
-_LORA_TARGETS = {"q_proj": "q", "k_proj": "k", "v_proj": "v", "o_proj": "o", "gate_proj": "gate",
-                 "up_proj": "up", "down_proj": "down", "lm_head": "lm_head"}
-
-
-def _lora_targets(modules) -> str | None:
-    """--lora-targets for PEFT's target_modules; None when a name has no knob value."""
-    if isinstance(modules, str):
-        return "all-linear" if modules == "all-linear" else None
-    names = [_LORA_TARGETS.get(m) for m in (modules or [])]
-    if not names or None in names:
-        return None
-    order = list(_LORA_TARGETS.values())
-    return ",".join(sorted(set(names), key=order.index))
-
-
-def _checkpointing(model) -> bool:
-    """transformers' flag (is_activation_checkpointing since 5.x, is_gradient_checkpointing
-    before)."""
-    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
-        if hasattr(type(model), name) or name in getattr(model, "__dict__", {}):
-            return bool(getattr(model, name))
-    return False
+def _object_knobs(model) -> dict:
+    """model_knobs, or {} with a warning when the object cannot be read (training goes on;
+    the prediction then says what it could not do)."""
+    try:
+        return model_knobs(model)
+    except (ValueError, TypeError) as e:
+        _device.warn_once(f"vramscope: {e}")
+        return {}
 
 
 def _optimizer_knobs(optimizer) -> dict:
@@ -287,7 +326,9 @@ def _version():
     return __version__
 
 
-def _env(gpu_name: str) -> dict:
+def _env(gpu_name: str, detected: dict | None) -> dict:
+    """`gpu.name`: the catalog GPU predicted for (`vramscope validate` re-estimates for it);
+    `device_name` and `total_memory_bytes`: what torch.cuda reported, when it did."""
     packages = {}
     for name in ("torch", "transformers", "peft", "accelerate", "deepspeed"):
         module = sys.modules.get(name)
@@ -297,8 +338,12 @@ def _env(gpu_name: str) -> dict:
     torch = sys.modules.get("torch")
     if torch is not None:
         gpu_present = bool(torch.cuda.is_available())
+    gpu = {"name": gpu_name}
+    if detected is not None:
+        gpu.update(device_name=detected["device_name"],
+                   total_memory_bytes=detected["total_bytes"])
     return {"python_version": platform.python_version(), "packages": packages,
-            "gpu_present": gpu_present, "gpu": {"name": gpu_name}}
+            "gpu_present": gpu_present, "gpu": gpu}
 
 
 def check(model, optimizer=None, **knobs) -> MemoryCheck:

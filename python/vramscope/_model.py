@@ -8,7 +8,13 @@ meta device: no memory, no weights) becomes an in-memory model directory that
 the engine reads like one on disk: config.json (`config.to_json_string()`) and,
 for a module, a model.safetensors header listing every `named_parameters()`
 entry with its exact name, shape and dtype (the data is never materialised:
-the engine reads headers only). Nothing is written to disk.
+the engine reads headers only). Nothing is written to disk. A PEFT model's
+header is its base model's (vramscope._peft): each weight once, under its
+checkpoint name, a 4-bit weight with its own shape.
+
+A module also says knobs about itself (`object_knobs`): its weights' dtype
+(--precision), a PEFT model's LoRA (vramscope._peft.lora_knobs), transformers'
+gradient checkpointing and attention implementation. Knobs given win.
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ from __future__ import annotations
 import json
 import os
 import struct
+
+from . import _peft
 
 # torch dtype name -> safetensors dtype (the names the engine's reader knows).
 _SAFETENSORS_DTYPES = {
@@ -62,12 +70,21 @@ def _file(text: str | bytes, size: int | None = None) -> tuple[bytes, int]:
     return data, len(data) if size is None else size
 
 
+def _named_weights(module):
+    """(checkpoint name, parameter) of what the engine counts: a PEFT model's base."""
+    if _peft.is_peft(module):
+        return list(_peft.base_parameters(module))
+    return list(module.named_parameters())
+
+
 def _module_model(module) -> tuple[str, dict]:
     config = getattr(module, "config", None)
     if not _is_config(config):
         raise ValueError(f"model: a {type(module).__name__} without a transformers config "
                          "(.config); vramscope needs the architecture from a config")
-    name = f"{_PREFIX}/module/{type(module).__name__}"
+    base = module.get_base_model() if _peft.is_peft(module) and \
+        hasattr(module, "get_base_model") else module
+    name = f"{_PREFIX}/module/{type(base).__name__}"
     header, size = safetensors_header(module)
     return name, {
         f"{name}/config.json": _file(config.to_json_string(use_diff=False)),
@@ -109,15 +126,15 @@ def _stored_tensors(name: str, shape: list[int], model_type: str):
 
 def safetensors_header(module) -> tuple[bytes, int]:
     """The safetensors header of `module`'s parameters (as save_pretrained would store them,
-    tied weights once), and the size the whole file would have."""
+    tied weights once; a PEFT model's base weights), and the size the whole file would have."""
     tensors, offset = {}, 0
     model_type = getattr(getattr(module, "config", None), "model_type", "")
-    for name, param in module.named_parameters():
-        dtype = _SAFETENSORS_DTYPES.get(str(param.dtype).replace("torch.", ""))
+    for name, param in _named_weights(module):
+        dtype = _SAFETENSORS_DTYPES.get(_peft.dtype_name(param))
         if dtype is None:
             raise ValueError(f"model: parameter {name} has dtype {param.dtype}, which "
                              "safetensors does not store")
-        for stored, shape in _stored_tensors(name, [int(d) for d in param.shape], model_type):
+        for stored, shape in _stored_tensors(name, _peft.stored_shape(param), model_type):
             numel = 1
             for d in shape:
                 numel *= d
@@ -128,3 +145,45 @@ def safetensors_header(module) -> tuple[bytes, int]:
     text = json.dumps(tensors, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned (safetensors convention)
     return struct.pack("<Q", len(text)) + text, 8 + len(text) + offset
+
+
+# transformers' config._attn_implementation -> --attn.
+_ATTN = {"eager": "eager", "sdpa": "sdpa", "flash_attention_2": "flash"}
+
+
+def attn_knob(module) -> str | None:
+    """--attn for the attention implementation transformers picked for `module`."""
+    return _ATTN.get(getattr(getattr(module, "config", None), "_attn_implementation", None))
+
+
+def grad_ckpt_knob(module) -> str | None:
+    """--grad-ckpt when transformers' activation checkpointing is on: each layer's
+    `_gradient_checkpointing_func` is `partial(checkpoint, **kwargs)` (transformers 5.24.0
+    modeling_utils.py `_activation_checkpointing_enable`; use_reentrant False unless asked,
+    True before 5.0), so its keywords say which kind."""
+    for m in module.modules() if hasattr(module, "modules") else ():
+        if getattr(m, "gradient_checkpointing", False) is True:
+            func = getattr(m, "_gradient_checkpointing_func", None)
+            reentrant = getattr(func, "keywords", {}).get("use_reentrant")
+            if reentrant is None:
+                import transformers
+                reentrant = int(transformers.__version__.split(".")[0]) < 5
+            return "reentrant" if reentrant else "full"
+    return None
+
+
+def object_knobs(model) -> dict:
+    """The knobs a model object says about itself (see the module's doc); {} for a name or
+    a config. ValueError for a PEFT model that is not LoRA."""
+    if not _is_module(model):
+        return {}
+    knobs = {}
+    precision = _peft.precision_of(_named_weights(model))
+    if precision is not None:
+        knobs["precision"] = precision
+    if _peft.is_peft(model):
+        knobs.update(_peft.lora_knobs(model))
+    for key, value in (("grad_ckpt", grad_ckpt_knob(model)), ("attn", attn_knob(model))):
+        if value is not None:
+            knobs[key] = value
+    return knobs

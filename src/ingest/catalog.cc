@@ -123,6 +123,29 @@ std::string DidYouMean(std::string_view name) {
   return out + "?";
 }
 
+// An instruction- or chat-tuned checkpoint keeps its base model's
+// architecture (the same config.json but for token ids and chat settings:
+// meta-llama/Llama-3.1-8B and -Instruct, Qwen/Qwen2.5-7B and -Instruct,
+// google/gemma-2-9b and -it, mistralai/Mistral-7B-v0.3 and
+// Mistral-7B-Instruct-v0.3), so it trains in the same memory.
+std::string BaseModelHint(std::string_view repo_id) {
+  static constexpr std::string_view kTunedParts[] = {"-instruct", "-chat", "-it"};
+  const std::string lower = Lower(repo_id);
+  for (std::string_view part : kTunedParts) {
+    const size_t at = lower.find(part);
+    const size_t end = at + part.size();
+    if (at == std::string::npos || (end < lower.size() && lower[end] != '-')) continue;
+    const std::string base = std::string(repo_id.substr(0, at)) + std::string(repo_id.substr(end));
+    if (const CatalogEntry* e = FindCatalogEntry(base)) {
+      return fmt::format(
+          "; its base model {} has the same architecture and is in the catalog: pass {} to "
+          "estimate it offline",
+          e->hub_id, e->alias);
+    }
+  }
+  return "";
+}
+
 }  // namespace ingest
 
 const std::vector<CatalogEntry>& ModelCatalog() { return GetCatalog().entries; }

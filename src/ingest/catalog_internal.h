@@ -19,4 +19,9 @@ std::vector<std::string> SuggestCatalogAliases(std::string_view name, size_t max
 // ", did you mean a, b?" or "" when nothing is close.
 std::string DidYouMean(std::string_view name);
 
+// For an instruction- or chat-tuned Hub id ("org/Name-Instruct", "-chat",
+// "-it") whose base id is in the catalog: "; its base model ... is in the
+// catalog ..." naming the base's alias; "" otherwise.
+std::string BaseModelHint(std::string_view repo_id);
+
 }  // namespace vramscope::ingest

@@ -268,6 +268,13 @@ fs::path HubCachePath(const HubRef& ref, const HubSettings& settings) {
          (EscapeRevision(ref.revision) + sub + ".json");
 }
 
+// Offline, the catalog is what is left: the base model of a tuned variant
+// (same architecture), else the aliases close to the id.
+static std::string OfflineHint(std::string_view repo_id) {
+  std::string hint = BaseModelHint(repo_id);
+  return hint.empty() ? DidYouMean(repo_id) : hint;
+}
+
 Result<std::string> MapHubResponse(const HubRef& ref, std::string_view endpoint, bool token_sent,
                                    const HttpResponse& r) {
   const std::string id = ref.explicit_revision ? ref.repo_id + "@" + ref.revision : ref.repo_id;
@@ -280,9 +287,10 @@ Result<std::string> MapHubResponse(const HubRef& ref, std::string_view endpoint,
     case HttpResponse::Transport::kUnreachable:
     case HttpResponse::Transport::kTimeout:
       return MakeError(fmt::format(
-          "{}: could not reach HF_ENDPOINT {} ({}{}); pass a config.json path or set HF_ENDPOINT",
+          "{}: could not reach HF_ENDPOINT {} ({}{}); pass a config.json path or set "
+          "HF_ENDPOINT{}",
           id, endpoint, r.transport == HttpResponse::Transport::kTimeout ? "timed out: " : "",
-          r.transport_detail));
+          r.transport_detail, OfflineHint(ref.repo_id)));
     case HttpResponse::Transport::kTooLarge:
       return MakeError(fmt::format("{}: config.json from {} is larger than the size limit ({})", id,
                                    endpoint, r.transport_detail));
@@ -349,8 +357,8 @@ Result<HubConfig> FetchOneConfig(const HubRef& ref, const HubSettings& settings,
   if (settings.offline) {
     return MakeError(fmt::format(
         "{}: HF_HUB_OFFLINE is set and no config.json is cached{}; unset HF_HUB_OFFLINE or pass "
-        "a config.json path",
-        ref.repo_id, cache.empty() ? "" : " at " + cache.string()));
+        "a config.json path{}",
+        ref.repo_id, cache.empty() ? "" : " at " + cache.string(), OfflineHint(ref.repo_id)));
   }
   HttpRequest request;
   request.url = HubConfigUrl(ref, settings.endpoint);

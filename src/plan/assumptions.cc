@@ -61,16 +61,62 @@ std::string Weights(const TrainingSetup& s) {
   return "";
 }
 
+// Whose AdamW the run builds, for the words: the HF Trainer's, a torchtune
+// or LitGPT recipe's, DeepSpeed's own, or Megatron-LM's (no library default
+// named).
+enum class OptimizerOwner { kHfTrainer, kRecipe, kDeepSpeed, kMegatron };
+
+OptimizerOwner Owner(const TrainingSetup& s) {
+  if (s.impl != ModelImpl::kTransformers) return OptimizerOwner::kRecipe;
+  if (s.parallel.model_parallel()) return OptimizerOwner::kMegatron;
+  const DataParallel dp = s.parallel.dp_mode;
+  if (dp == DataParallel::kZero1 || dp == DataParallel::kZero2 || dp == DataParallel::kZero3) {
+    return OptimizerOwner::kDeepSpeed;
+  }
+  return OptimizerOwner::kHfTrainer;
+}
+
+std::string AdamW(const TrainingSetup& s) {
+  // transformers' TrainingArguments: default_optim = "adamw_torch_fused"
+  // with torch >= 2.8 (training_args.py, 4.57.6 and 5.24.0). torchtune's
+  // recipes and LitGPT build the optimizer their config names
+  // (config.instantiate / instantiate_torch_optimizer): torch's foreach
+  // AdamW unless the config says fused. DeepSpeed builds FusedAdam from its
+  // config's optimizer block (engine._configure_basic_optimizer), else wraps
+  // the Trainer's.
+  const bool fused = s.optimizer == OptimizerKind::kAdamWFused;
+  switch (Owner(s)) {
+    case OptimizerOwner::kHfTrainer:
+      return fused ? "torch.optim.AdamW(fused=True), the HF Trainer's default on torch >= 2.8; "
+                     "the foreach implementation (torch's own default) is --optimizer adamw"
+                   : "torch.optim.AdamW, foreach implementation (torch's default without "
+                     "fused=True); the HF Trainer's default on torch >= 2.8 is the fused one: "
+                     "--optimizer adamw-fused";
+    case OptimizerOwner::kRecipe:
+      return fused ? "torch.optim.AdamW(fused=True), as the recipe's optimizer config asks; "
+                     "without fused: true it is the foreach implementation, --optimizer adamw"
+                   : "torch.optim.AdamW, foreach implementation (torch's default, what the "
+                     "recipe's optimizer config builds without fused: true; with it: "
+                     "--optimizer adamw-fused)";
+    case OptimizerOwner::kDeepSpeed:
+      return fused ? "a fused AdamW: DeepSpeed's FusedAdam (the DeepSpeed config's optimizer "
+                     "block, type Adam or AdamW) or torch.optim.AdamW(fused=True); the foreach "
+                     "implementation is --optimizer adamw"
+                   : "torch.optim.AdamW, foreach implementation, under the DeepSpeed engine (no "
+                     "optimizer block in the DeepSpeed config); a fused one (DeepSpeed's "
+                     "FusedAdam) is --optimizer adamw-fused";
+    case OptimizerOwner::kMegatron:
+      return fused ? "a fused AdamW (one kernel over many tensors); the foreach implementation is "
+                     "--optimizer adamw"
+                   : "AdamW, foreach implementation; a fused one is --optimizer adamw-fused";
+  }
+  return "";
+}
+
 std::string Optimizer(const TrainingSetup& s) {
   switch (s.optimizer) {
     case OptimizerKind::kAdamW:
-      // transformers' TrainingArguments: default_optim = "adamw_torch_fused"
-      // with torch >= 2.8 (training_args.py, 4.57.6 and 5.24.0).
-      return "torch.optim.AdamW, foreach implementation (torch's default without fused=True); "
-             "the HF Trainer's default on torch >= 2.8 is the fused one: --optimizer adamw-fused";
-    case OptimizerKind::kAdamWFused:
-      return "torch.optim.AdamW(fused=True), the HF Trainer's default on torch >= 2.8; the foreach "
-             "implementation (torch's own default) is --optimizer adamw";
+    case OptimizerKind::kAdamWFused: return AdamW(s);
     case OptimizerKind::kAdamWForLoop:
       return "torch.optim.AdamW(foreach=False): one parameter at a time";
     case OptimizerKind::kAdamW8bit: return "bitsandbytes AdamW8bit: 8-bit blockwise state";

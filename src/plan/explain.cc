@@ -23,7 +23,35 @@ struct WhatIf {
   std::string cost;   // what it costs besides memory, "" if nothing notable
   std::function<bool(const TrainingSetup&)> applies;
   std::function<void(TrainingSetup*)> change;
+  // Why the peak moves the way it did, for a knob whose direction depends on
+  // the setup ("" when the cost says enough). `grows`: the peak allocated rose.
+  std::function<std::string(const TrainingSetup&, bool grows)> why;
+  // A caching-allocator setting: it moves reserved memory (and so the device
+  // total), never what tensors allocate; its line shows peak reserved.
+  bool allocator_only = false;
 };
+
+bool MixedPrecision(const TrainingSetup& s) {
+  return s.precision == Precision::kBf16Mixed || s.precision == Precision::kFp16Mixed;
+}
+
+// Chunked cross-entropy (loss.cc ChunkedLoss) runs lm_head once per chunk.
+// Autocast caches a weight's 16-bit copy only for leaves that require grad
+// (aten/src/ATen/autocast_mode.cpp cached_cast, torch 2.13): a frozen fp32
+// lm_head (LoRA, QLoRA) is cast again in every chunk and each copy is saved
+// for that chunk's backward, which can outweigh the smaller logits.
+std::string ChunkedLossWhy(const TrainingSetup& s, bool grows) {
+  if (grows && s.finetune != Finetune::kFull && MixedPrecision(s)) {
+    return "under autocast each of the 8 chunks casts the frozen fp32 lm_head weight to 16-bit "
+           "again and keeps that copy for backward (autocast caches the cast only for weights "
+           "that train), more than the smaller logits save; no extra compute";
+  }
+  if (grows) {
+    return "the whole-vocabulary logits do not set the peak here, so chunking them does not "
+           "lower it; no extra compute";
+  }
+  return "the fp32 logits exist one chunk at a time; no extra compute";
+}
 
 bool IsAdamFamily(OptimizerKind o) {
   return o == OptimizerKind::kAdamW || o == OptimizerKind::kAdamWFused ||
@@ -39,9 +67,9 @@ std::vector<WhatIf> Candidates() {
       {"gradient checkpointing (--grad-ckpt full)", "about +33% step time (the forward runs twice)",
        [](const TrainingSetup& s) { return s.grad_ckpt == GradCkpt::kNone; },
        [](TrainingSetup* s) { s->grad_ckpt = GradCkpt::kFull; }},
-      {"chunked cross-entropy (--loss chunked)", "no extra compute",
+      {"chunked cross-entropy (--loss chunked)", "",
        [](const TrainingSetup& s) { return s.loss == LossKind::kHf; },
-       [](TrainingSetup* s) { s->loss = LossKind::kChunked; }},
+       [](TrainingSetup* s) { s->loss = LossKind::kChunked; }, ChunkedLossWhy},
       {"fused linear cross-entropy (--loss fused-linear)", "needs Liger-Kernel; no extra compute",
        [](const TrainingSetup& s) {
          return s.loss == LossKind::kHf || s.loss == LossKind::kChunked;  // TRL has its own head
@@ -72,14 +100,16 @@ std::vector<WhatIf> Candidates() {
          s->grad_accum *= 2;
        }},
       {"expandable segments (--alloc-conf expandable_segments:True)",
-       "changes reserved memory only, not allocated",
+       "the caching allocator grows one segment in place instead of caching separate ones, so "
+       "less reserved memory sits unused; what tensors allocate is the same",
        [](const TrainingSetup& s) {
          return s.alloc_conf.find("expandable_segments") == std::string::npos;
        },
        [](TrainingSetup* s) {
          s->alloc_conf = s->alloc_conf.empty() ? "expandable_segments:True"
                                                : s->alloc_conf + ",expandable_segments:True";
-       }},
+       },
+       nullptr, true},
   };
 }
 
@@ -157,6 +187,7 @@ std::vector<std::string> ExplainWhatIf(const ModelSpec& model, const TrainingSet
                                        const Report& base) {
   std::vector<std::string> lines;
   const uint64_t base_alloc = FullPeakAllocatedBytes(base.worst());
+  const uint64_t base_reserved = FullPeakReservedBytes(base.worst());
   const uint64_t base_device = base.needed_bytes();
   EstimateOptions options;
   options.timeline = false;
@@ -169,12 +200,20 @@ std::vector<std::string> ExplainWhatIf(const ModelSpec& model, const TrainingSet
     if (!est.ok()) continue;  // not applicable to this model (e.g. no LoRA targets)
     const Report& r = est->report;
     const uint64_t alloc = FullPeakAllocatedBytes(r.worst());
+    const uint64_t reserved = FullPeakReservedBytes(r.worst());
     const uint64_t device = r.needed_bytes();
-    if (alloc == base_alloc && device == base_device) continue;
-    std::string line = fmt::format("  {}: {} peak allocated, {} on the device", w.label,
-                                   SignedGiB(alloc, base_alloc), SignedGiB(device, base_device));
+    const bool same = w.allocator_only ? reserved == base_reserved && device == base_device
+                                       : alloc == base_alloc && device == base_device;
+    if (same) continue;
+    std::string line =
+        w.allocator_only
+            ? fmt::format("  {}: {} peak reserved, {} on the device", w.label,
+                          SignedGiB(reserved, base_reserved), SignedGiB(device, base_device))
+            : fmt::format("  {}: {} peak allocated, {} on the device", w.label,
+                          SignedGiB(alloc, base_alloc), SignedGiB(device, base_device));
     if (!base.fits() && r.fits()) line += " (then it fits)";
-    if (!w.cost.empty()) line += "; " + w.cost;
+    const std::string why = w.why ? w.why(setup, alloc > base_alloc) : w.cost;
+    if (!why.empty()) line += "; " + why;
     lines.push_back(line + ".");
   }
   if (!lines.empty())

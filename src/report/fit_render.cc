@@ -42,8 +42,9 @@ std::string WhyNot(const Report& report, uint64_t limit_bytes) {
         worst.sim.oom_step, PhaseName(worst.sim.oom_phase), FormatBytes(oom.allocated_bytes),
         FormatBytes(oom.alloc_size_bytes), FormatBytes(oom.reserved_bytes));
   }
-  return fmt::format("device total {} is above the {} limit", FormatBytes(report.needed_bytes()),
-                     FormatBytes(limit_bytes));
+  // A verb phrase: it follows "--batch 1 " and "does not fit: it ".
+  return fmt::format("needs a device total of {}, above the {} limit",
+                     FormatBytes(report.needed_bytes()), FormatBytes(limit_bytes));
 }
 
 std::string SearchText(const FitSearch& s, uint64_t limit_bytes) {

@@ -80,6 +80,10 @@ class PageWriter {
                           m.architecture.empty() ? "" : " (" + EscapeMarkup(m.architecture) + ")",
                           GroupThousands(m.parameters), GroupThousands(m.trainable_parameters));
     }
+    if (!report_.has_device_limit) {
+      out_ += "<p class=\"meta\">GPU: not recorded in the snapshot</p>\n";
+      return;
+    }
     out_ +=
         fmt::format("<p class=\"meta\">GPU: <b>{}</b>, {} usable{}</p>\n",
                     EscapeMarkup(GpuLabel(report_.gpu)), FormatBytes(report_.gpu.usable_bytes),
@@ -119,7 +123,10 @@ class PageWriter {
   }
 
   void Headline() {
-    out_ += fmt::format("<p class=\"verdict {}\">{}</p>\n", report_.fits() ? "fits" : "nofit",
+    const char* verdict = !report_.has_device_limit ? "measured"
+                          : report_.fits()          ? "fits"
+                                                    : "nofit";
+    out_ += fmt::format("<p class=\"verdict {}\">{}</p>\n", verdict,
                         EscapeMarkup(VerdictLine(report_)));
   }
 
@@ -134,7 +141,10 @@ class PageWriter {
               TableCell(FormatBytes(rank.sim.peak_allocated_bytes), "num") +
               TableCell(FormatBytes(rank.sim.peak_reserved_bytes), "num") +
               TableCell(FormatBytes(DeviceTotalBytes(rank)), "num") +
-              TableCell(RankFits(report_, rank) ? "yes" : "no") + "</tr>\n";
+              TableCell(!report_.has_device_limit ? "-"
+                        : RankFits(report_, rank) ? "yes"
+                                                  : "no") +
+              "</tr>\n";
     }
     out_ += "</table>\n";
   }
@@ -250,13 +260,15 @@ class PageWriter {
         "<h3>Peak per step and phase</h3>\n<table>\n<tr><th class=\"num\">step</th>"
         "<th>phase</th><th class=\"num\">peak allocated</th><th class=\"num\">peak reserved</th>"
         "<th class=\"num\">allocated at end</th></tr>\n";
-    for (const PhasePeak& p : sim.phases) {
-      const bool is_peak = p.step == sim.peak_step && p.phase == sim.peak_phase;
-      out_ += (is_peak ? "<tr class=\"peak\">" : "<tr>") +
-              TableCell(std::to_string(p.step), "num") + TableCell(PhaseLabel(p.phase)) +
-              TableCell(FormatBytes(p.peak_allocated_bytes), "num") +
-              TableCell(FormatBytes(p.peak_reserved_bytes), "num") +
-              TableCell(FormatBytes(p.allocated_at_end_bytes), "num") + "</tr>\n";
+    for (const PhaseRowGroup& group : GroupPhaseRows(sim.phases)) {
+      for (const PhasePeak* p : group.rows) {
+        const bool is_peak = group.Contains(sim.peak_step) && p->phase == sim.peak_phase;
+        out_ += (is_peak ? "<tr class=\"peak\">" : "<tr>") + TableCell(StepRange(group), "num") +
+                TableCell(PhaseLabel(p->phase)) +
+                TableCell(FormatBytes(p->peak_allocated_bytes), "num") +
+                TableCell(FormatBytes(p->peak_reserved_bytes), "num") +
+                TableCell(FormatBytes(p->allocated_at_end_bytes), "num") + "</tr>\n";
+      }
     }
     out_ += "</table>\n";
   }

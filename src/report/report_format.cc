@@ -190,10 +190,57 @@ std::string GpuLabel(const GpuSpec& gpu) {
   return SanitizeText(gpu.display_name.empty() ? gpu.name : gpu.display_name);
 }
 
+std::string DeviceLabel(const Report& report) {
+  return report.has_device_limit ? GpuLabel(report.gpu) : "a GPU the snapshot does not name";
+}
+
 std::string_view PhaseLabel(Phase phase) { return PhaseName(phase); }
 
 std::string StepPhaseLabel(uint32_t step, Phase phase) {
   return fmt::format("step {}, {}", step, PhaseLabel(phase));
+}
+
+namespace {
+
+bool SameRows(const std::vector<const PhasePeak*>& a, const std::vector<const PhasePeak*>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i]->phase != b[i]->phase || a[i]->peak_allocated_bytes != b[i]->peak_allocated_bytes ||
+        a[i]->peak_reserved_bytes != b[i]->peak_reserved_bytes ||
+        a[i]->allocated_at_end_bytes != b[i]->allocated_at_end_bytes) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+std::vector<PhaseRowGroup> GroupPhaseRows(const std::vector<PhasePeak>& phases) {
+  // One group per step first (rows of a step are consecutive), then folded.
+  std::vector<PhaseRowGroup> steps;
+  for (const PhasePeak& p : phases) {
+    if (steps.empty() || steps.back().first_step != p.step) {
+      steps.push_back({p.step, p.step, {}});
+    }
+    steps.back().rows.push_back(&p);
+  }
+  std::vector<PhaseRowGroup> groups;
+  for (PhaseRowGroup& step : steps) {
+    PhaseRowGroup* last = groups.empty() ? nullptr : &groups.back();
+    if (last != nullptr && step.first_step != 0 && last->first_step != 0 &&
+        step.first_step == last->last_step + 1 && SameRows(last->rows, step.rows)) {
+      last->last_step = step.first_step;
+    } else {
+      groups.push_back(std::move(step));
+    }
+  }
+  return groups;
+}
+
+std::string StepRange(const PhaseRowGroup& group) {
+  if (group.first_step == group.last_step) return std::to_string(group.first_step);
+  return fmt::format("{}-{}", group.first_step, group.last_step);
 }
 
 uint64_t RankNeededBytes(const RankReport& rank) {
@@ -235,6 +282,10 @@ uint64_t FragmentationAtPeakBytes(const SimResult& sim) {
 
 std::string VerdictLine(const Report& report) {
   if (report.ranks.empty()) return "NO RESULT: the report holds no simulated rank";
+  if (!report.has_device_limit) {
+    return "MEASURED, no fit verdict: the snapshot does not record its GPU's memory (no "
+           "out-of-memory entry); --gpu NAME judges the run against a catalog GPU";
+  }
   const std::string gpu = GpuLabel(report.gpu);
   const uint64_t usable = report.gpu.usable_bytes;
   const uint64_t needed = report.needed_bytes();

@@ -58,9 +58,25 @@ std::string CategoryLabel(Category c);
 // same in SVG and HTML so a reader learns them once.
 std::string_view CategoryColour(Category c);
 std::string GpuLabel(const GpuSpec& gpu);  // display name, else catalog key
+// The report's GPU in words: GpuLabel, or that the snapshot names none.
+std::string DeviceLabel(const Report& report);
 std::string_view PhaseLabel(Phase phase);  // PhaseName
 // "step 1, backward".
 std::string StepPhaseLabel(uint32_t step, Phase phase);
+
+// The phase table's rows with runs of identical steps folded: consecutive
+// steps whose rows (the same phases in the same order, the same peaks and end
+// bytes) repeat the step before them are one group, so a measured run of 30
+// steady steps reads once as steps "2-30". Setup (step 0) stays its own.
+struct PhaseRowGroup {
+  uint32_t first_step = 0;
+  uint32_t last_step = 0;
+  std::vector<const PhasePeak*> rows;  // the first step's, pointing into the input
+  bool Contains(uint32_t step) const { return step >= first_step && step <= last_step; }
+};
+std::vector<PhaseRowGroup> GroupPhaseRows(const std::vector<PhasePeak>& phases);
+// "3" or "2-30".
+std::string StepRange(const PhaseRowGroup& group);
 
 // --- Verdicts ----------------------------------------------------------------
 

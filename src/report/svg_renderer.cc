@@ -102,8 +102,8 @@ class ChartWriter {
     }
     double max_gib = static_cast<double>(max_bytes) / kChartGiB;
     const double usable_gib = static_cast<double>(report_.gpu.usable_bytes) / kChartGiB;
-    limit_on_chart_ =
-        usable_gib > 0 && max_gib > 0 && usable_gib <= kTimelineLimitOnChartRatio * max_gib;
+    limit_on_chart_ = report_.has_device_limit && usable_gib > 0 && max_gib > 0 &&
+                      usable_gib <= kTimelineLimitOnChartRatio * max_gib;
     if (limit_on_chart_) max_gib = std::max(max_gib, usable_gib);
     // All zero: a 0..1 GiB axis rather than a degenerate one.
     y_ = ValueTicks(max_gib > 0 ? std::max(max_gib, kMinRangeGiB) : 1.0, 5);
@@ -111,8 +111,7 @@ class ChartWriter {
 
   void Open() {
     const std::string source = ClipText(report_.source.empty() ? "report" : report_.source, 60);
-    std::string title =
-        fmt::format("GPU memory over time: {} on {}", source, GpuLabel(report_.gpu));
+    std::string title = fmt::format("GPU memory over time: {} on {}", source, DeviceLabel(report_));
     if (report_.ranks.size() > 1) {
       title += fmt::format(" (rank class \"{}\", ranks {})", ClipText(rank_.rank_class, 24),
                            FormatRanks(rank_.ranks));
@@ -332,9 +331,10 @@ class ChartWriter {
     const uint64_t usable = report_.gpu.usable_bytes;
     LegendLine(y += 20, kDeviceTotalColour, "2 3", 1.5, "device total (nvidia-smi)",
                fmt::format("{} at its peak", FormatBytes(DeviceTotalBytes(rank_))));
-    LegendLine(
-        y += 35, kLimitColour, "8 4", 1.5, "GPU usable memory",
-        limit_on_chart_ ? FormatBytes(usable) : fmt::format("{}: far above", FormatBytes(usable)));
+    LegendLine(y += 35, kLimitColour, "8 4", 1.5, "GPU usable memory",
+               !report_.has_device_limit ? std::string("not recorded in the snapshot")
+               : limit_on_chart_         ? FormatBytes(usable)
+                                         : fmt::format("{}: far above", FormatBytes(usable)));
     LegendLine(y += 35, kMarkerColour, "", 0.8, "step / phase start");
     if (sim_.oom) {
       LegendLine(y += 20, kLimitColour, "", 2, "out of memory",

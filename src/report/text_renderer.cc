@@ -51,6 +51,12 @@ void RenderHeader(const Report& report, std::string* out) {
                                 FormatBytes(report.gpu.usable_bytes));
   if (report.gpu.total_bytes != 0)
     gpu += fmt::format(" of {}", FormatBytes(report.gpu.total_bytes));
+  if (!report.has_device_limit) {
+    gpu = fmt::format(
+        "GPU:    not recorded in the snapshot (the device total counts {}'s CUDA "
+        "context)",
+        report.gpu.name);
+  }
   Line(out, gpu);
   if (!report.knobs.empty()) {
     std::string knobs = "Knobs:  ";
@@ -75,12 +81,14 @@ void RenderRankTable(const Report& report, std::string* out) {
   Line(out, fmt::format("  {}{}  {:>14}  {:>14}  {:>14}  fits", PadRight("class", 18),
                         PadRight("ranks", 12), "peak allocated", "peak reserved", "device total"));
   for (const RankReport& rank : report.ranks) {
-    Line(out,
-         fmt::format(
-             "  {}{}  {:>14}  {:>14}  {:>14}  {}", PadRight(ClipText(rank.rank_class, 16), 18),
-             PadRight(ClipText(FormatRanks(rank.ranks), 10), 12),
-             FormatBytes(rank.sim.peak_allocated_bytes), FormatBytes(rank.sim.peak_reserved_bytes),
-             FormatBytes(DeviceTotalBytes(rank)), RankFits(report, rank) ? "yes" : "no"));
+    Line(out, fmt::format(
+                  "  {}{}  {:>14}  {:>14}  {:>14}  {}", PadRight(ClipText(rank.rank_class, 16), 18),
+                  PadRight(ClipText(FormatRanks(rank.ranks), 10), 12),
+                  FormatBytes(rank.sim.peak_allocated_bytes),
+                  FormatBytes(rank.sim.peak_reserved_bytes), FormatBytes(DeviceTotalBytes(rank)),
+                  !report.has_device_limit ? "-"
+                  : RankFits(report, rank) ? "yes"
+                                           : "no"));
   }
 }
 
@@ -197,12 +205,15 @@ void RenderPhases(const SimResult& sim, std::string* out) {
   Line(out, "Peak per step and phase");
   Line(out, fmt::format("  {:>5}  {}{:>15}  {:>15}  {:>17}", "step", PadRight("phase", 10),
                         "peak allocated", "peak reserved", "allocated at end"));
-  for (const PhasePeak& p : sim.phases) {
-    const bool is_peak = p.step == sim.peak_step && p.phase == sim.peak_phase;
-    Line(out, fmt::format("  {:>5}  {}{:>15}  {:>15}  {:>17}{}", p.step,
-                          PadRight(PhaseLabel(p.phase), 10), FormatBytes(p.peak_allocated_bytes),
-                          FormatBytes(p.peak_reserved_bytes), FormatBytes(p.allocated_at_end_bytes),
-                          is_peak ? "  <- peak" : ""));
+  for (const PhaseRowGroup& group : GroupPhaseRows(sim.phases)) {
+    for (const PhasePeak* p : group.rows) {
+      const bool is_peak = group.Contains(sim.peak_step) && p->phase == sim.peak_phase;
+      Line(out,
+           fmt::format("  {:>5}  {}{:>15}  {:>15}  {:>17}{}", StepRange(group),
+                       PadRight(PhaseLabel(p->phase), 10), FormatBytes(p->peak_allocated_bytes),
+                       FormatBytes(p->peak_reserved_bytes), FormatBytes(p->allocated_at_end_bytes),
+                       is_peak ? "  <- peak" : ""));
+    }
   }
 }
 

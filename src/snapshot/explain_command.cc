@@ -12,7 +12,7 @@ Result<MeasuredSnapshot> ExplainSnapshotFile(const std::string& path, const GpuS
   auto run = MeasureSnapshot(*snapshot, options);
   if (!run.ok()) return MakeError(path + ": " + run.error().message);
   MeasuredSnapshot measured;
-  measured.report = MeasuredReport(*run, *snapshot, gpu, path);
+  measured.report = MeasuredReport(*run, *snapshot, gpu, path, options.gpu_named);
   measured.run = std::move(*run);
   measured.format = snapshot->format;
   if (snapshot->settings) measured.alloc_conf = snapshot->settings->conf_text;

@@ -20,14 +20,16 @@ GpuSpec SnapshotDevice(const SnapshotRun& run, const GpuSpec& catalog) {
 }
 
 Report MeasuredReport(const SnapshotRun& run, const Snapshot& snapshot, const GpuSpec& catalog,
-                      const std::string& source) {
+                      const std::string& source, bool gpu_named) {
   const GpuSpec gpu = SnapshotDevice(run, catalog);
   Report report;
   report.command = "explain";
   report.source = source;
   report.gpu = gpu;
-  report.knobs = {
-      {"gpu", gpu.name}, {"device", std::to_string(run.device)}, {"format", snapshot.format}};
+  report.has_device_limit = gpu_named || run.sim.oom.has_value();
+  if (report.has_device_limit) report.knobs.emplace_back("gpu", gpu.name);
+  report.knobs.emplace_back("device", std::to_string(run.device));
+  report.knobs.emplace_back("format", snapshot.format);
   if (snapshot.settings) {
     report.knobs.emplace_back("alloc_conf", snapshot.settings->conf_text);
   }

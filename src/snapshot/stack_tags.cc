@@ -110,6 +110,42 @@ bool IsTorchFile(std::string_view file) {
   return Contains(file, "/torch/") || file.rfind("torch/", 0) == 0;
 }
 
+// Frames that say nothing about who asked for the memory, in a stack recorded
+// with C++ frames (stacks="all"): the unwinder and the traceback gatherer at
+// the top, the interpreter's own frames (torch 2.13 torch/cuda/_memory_viz.py
+// _frame_filter omits these), and between an op and cudaMalloc the caching
+// allocator, the dispatcher and ATen's tensor factories.
+bool IsRuntimeFrame(std::string_view name, std::string_view file) {
+  static constexpr std::string_view kNames[] = {
+      // _memory_viz.py omit_functions
+      "unwind::unwind", "CapturedTraceback::gather", "gather_with_cpp", "_start",
+      "__libc_start_main", "PyEval_", "PyObject_", "PyFunction_",
+      // the allocator, the dispatcher, tensor factories, thread start
+      "CUDACachingAllocator", "c10::cuda::", "c10::Dispatcher", "c10::impl::", "c10::BoxedKernel",
+      "c10::KernelFunction", "at::_ops::", "at::detail::empty", "at::native::empty", "at::empty",
+      "at::TensorBase at::detail::", "start_thread", "__clone"};
+  // _memory_viz.py omit_filenames, and the allocator's source file.
+  static constexpr std::string_view kFiles[] = {"core/boxing",
+                                                "/Register",
+                                                "/Redispatch",
+                                                "pythonrun.c",
+                                                "Modules/main.c",
+                                                "Objects/call.c",
+                                                "Objects/methodobject.c",
+                                                "pycore_ceval.h",
+                                                "ceval.c",
+                                                "cpython/abstract.h",
+                                                "CUDACachingAllocator"};
+  if (EndsWith(file, ".py")) return false;
+  for (std::string_view n : kNames) {
+    if (Contains(name, n)) return true;
+  }
+  for (std::string_view f : kFiles) {
+    if (Contains(file, f)) return true;
+  }
+  return false;
+}
+
 std::string ShortName(std::string_view name) {
   // C++ names: drop the argument list and keep the last two scopes.
   if (const size_t paren = name.find('('); paren != name.npos && paren > 0) {
@@ -119,26 +155,37 @@ std::string ShortName(std::string_view name) {
   return std::string(name);
 }
 
+// The op is the innermost Python frame (what a stacks="python" snapshot has
+// first); without one (the autograd engine's threads) the innermost frame
+// that is not the runtime's (IsRuntimeFrame), so a stacks="all" snapshot
+// names torch.nn.functional's linear or MmBackward0, not torch::unwind.
 StackInfo Classify(const Snapshot& snapshot, const std::vector<uint32_t>& stack,
                    const std::vector<uint32_t>& frame_tags) {
   StackInfo info;
   const SnapshotFrame* user = nullptr;
   const SnapshotFrame* python = nullptr;
+  const SnapshotFrame* native = nullptr;  // innermost non-runtime C++ frame
   for (uint32_t f : stack) {
     info.tags |= frame_tags[f];
     const SnapshotFrame& frame = snapshot.frames[f];
     if (EndsWith(frame.filename, ".py")) {
       if (python == nullptr) python = &frame;
       if (user == nullptr && !IsTorchFile(frame.filename)) user = &frame;
+    } else if (native == nullptr && !IsRuntimeFrame(frame.name, frame.filename)) {
+      native = &frame;
     }
   }
+  if (stack.empty()) return info;
   const SnapshotFrame* site = user != nullptr ? user : python;
+  const SnapshotFrame* op = python != nullptr   ? python
+                            : native != nullptr ? native
+                                                : &snapshot.frames[stack.front()];
   if (site != nullptr) {
     info.site = fmt::format("{}:{} {}", BaseName(site->filename), site->line, site->name);
-  } else if (!stack.empty()) {
-    info.site = ShortName(snapshot.frames[stack.front()].name);
+  } else {
+    info.site = ShortName(op->name);
   }
-  if (!stack.empty()) info.op = ShortName(snapshot.frames[stack.front()].name);
+  info.op = ShortName(op->name);
   return info;
 }
 

@@ -52,7 +52,7 @@ Result<cli::ValueFn> ParseCommand(CLI::App& app, const std::vector<std::string>&
   try {
     app.parse(reversed);
   } catch (const CLI::ParseError& e) {
-    return MakeError(cli::OneLine(e.what()));
+    return MakeError(cli::ParseErrorMessage(app, e));
   }
   return run;
 }

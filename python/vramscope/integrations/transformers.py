@@ -19,10 +19,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 
 from transformers import TrainerCallback
 
-from .._check import MemoryCheck, _checkpointing, optimizer_knob
+from .._check import MemoryCheck, optimizer_knob
+from .._device import warn_once
+from .._model import attn_knob, grad_ckpt_knob as _model_grad_ckpt
 
 # TrainingArguments.optim -> --optimizer (when the optimizer object is not known).
 _OPTIM = {"adamw_torch": "adamw", "adamw_torch_fused": "adamw-fused",
@@ -50,8 +53,8 @@ def precision_knob(args, model) -> str:
 
 
 def grad_ckpt_knob(args, model) -> str | None:
-    if not (getattr(args, "gradient_checkpointing", False) or _checkpointing(model)):
-        return None
+    if not getattr(args, "gradient_checkpointing", False):
+        return _model_grad_ckpt(model)  # enabled on the model itself, before the Trainer
     kwargs = getattr(args, "gradient_checkpointing_kwargs", None) or {}
     reentrant = kwargs.get("use_reentrant")
     if reentrant is None:  # transformers' default: reentrant before 5.0, not since
@@ -112,11 +115,6 @@ def _seq_from(dataloader) -> int | None:
     return int(ids.shape[-1]) if ids is not None and hasattr(ids, "shape") else None
 
 
-def _attn_knob(model) -> str | None:
-    impl = getattr(getattr(model, "config", None), "_attn_implementation", None)
-    return {"eager": "eager", "sdpa": "sdpa", "flash_attention_2": "flash"}.get(impl)
-
-
 def trainer_knobs(args, model, optimizer=None, train_dataloader=None) -> dict:
     """The knobs a Trainer's own arguments, model and optimizer say."""
     knobs = {"batch": int(args.per_device_train_batch_size),
@@ -125,7 +123,7 @@ def trainer_knobs(args, model, optimizer=None, train_dataloader=None) -> dict:
     optimizer_kind = optimizer_knob(optimizer) or _OPTIM.get(str(getattr(args.optim, "value",
                                                                          args.optim)))
     for key, value in (("optimizer", optimizer_kind), ("grad_ckpt", grad_ckpt_knob(args, model)),
-                       ("seq", _seq_from(train_dataloader)), ("attn", _attn_knob(model))):
+                       ("seq", _seq_from(train_dataloader)), ("attn", attn_knob(model))):
         if value is not None:
             knobs[key] = value
     knobs.update(parallel_knobs(args))
@@ -133,7 +131,9 @@ def trainer_knobs(args, model, optimizer=None, train_dataloader=None) -> dict:
 
 
 class MemoryCheckCallback(TrainerCallback):
-    """Predict at train start, measure after `check_after_steps` optimizer steps."""
+    """Predict at train start, measure after `check_after_steps` optimizer steps. It never
+    stops training: without CUDA it warns once and only predicts; an error of its own is a
+    warning."""
 
     def __init__(self, check_after_steps: int = 3, record=None, memory_reader=None, out=None,
                  snapshot_path=None, **knobs):
@@ -142,22 +142,34 @@ class MemoryCheckCallback(TrainerCallback):
                         "snapshot_path": snapshot_path}
         self.knobs = knobs
         self.check: MemoryCheck | None = None
-        self.record: dict | None = None
+        self.record: dict | None = None  # None when nothing was measured (no CUDA)
+        self.finished = False
 
     def on_train_begin(self, args, state, control, model=None, optimizer=None,
                        train_dataloader=None, **kwargs):
-        knobs = {**trainer_knobs(args, model, optimizer, train_dataloader),
-                 "steps": self.steps, **self.knobs}
-        self.check = MemoryCheck(model, optimizer, knobs=knobs, **self.options)
-        if not state.is_world_process_zero:
-            self.check.out = open("/dev/null", "w", encoding="utf-8")  # one rank prints
-        self.check.start()
+        try:
+            knobs = {**trainer_knobs(args, model, optimizer, train_dataloader),
+                     "steps": self.steps, **self.knobs}
+            self.check = MemoryCheck(model, optimizer, knobs=knobs, **self.options)
+            if not state.is_world_process_zero:
+                self.check.out = open(os.devnull, "w", encoding="utf-8")  # one rank prints
+            self.check.start()
+        except Exception as e:  # noqa: BLE001 - a check must never stop training
+            warn_once(f"vramscope: the memory check is off: {type(e).__name__}: {e}")
+            self.check = None
 
     def on_step_end(self, args, state, control, **kwargs):
-        if self.check is not None:
-            self.check.step = state.global_step
-        if self.check is not None and self.record is None and state.global_step >= self.steps:
-            self.record = self.check.finish()
+        if self.check is None or self.record is not None or self.finished:
+            return
+        self.check.step = state.global_step
+        try:
+            self.check.sample()
+            if state.global_step >= self.steps:
+                self.finished = True
+                self.record = self.check.finish()
+        except Exception as e:  # noqa: BLE001 - a check must never stop training
+            warn_once(f"vramscope: the memory check is off: {type(e).__name__}: {e}")
+            self.check = None
 
     @contextlib.contextmanager
     def oom_guard(self):
