@@ -251,6 +251,9 @@ void ReadLitgptStrategy(const Reader& r, const Json& root, int64_t processes) {
         lora ? "devices (finetune_lora: FSDP2 per Block)"
              : "devices (finetune_full: FSDPStrategy, FULL_SHARD)");
   r.Set("--fsdp-version", lora ? "2" : "1", "devices (the script's strategy)");
+  r.Set("--fsdp-wrap", "layers", "devices (the script wraps each Block)");
+  // Lightning's FSDPStrategy leaves torch's backward_prefetch default, BACKWARD_PRE.
+  if (!lora) r.Set("--fsdp-backward-prefetch", "pre", "devices (FSDPStrategy: torch's default)");
   r.Set("--grad-ckpt", "full", "devices (every Block checkpointed under FSDP)");
 }
 

@@ -348,6 +348,7 @@ Status ReadTorchtuneDistributed(const Reader& r, const Json& root) {
             ? "fsdp_reshard_after_forward"
             : "fsdp_* (a distributed recipe's config: FSDP2, resharded after forward)");
   r.Set("--fsdp-version", "2", "fsdp_* (torchtune shards with FSDP2's fully_shard)");
+  r.Set("--fsdp-wrap", "layers", "fsdp_* (shard_model: fully_shard on each decoder layer)");
   if (offload.value_or(false)) r.Set("--offload", "params", "fsdp_cpu_offload");
   VS_TRY(tp, TtCount(r, root, "tensor_parallel_dim", "tensor_parallel_dim", 1, 1 << 20));
   if (tp.value_or(1) > 1) r.NotModelled("tensor_parallel_dim", "torchtune's tensor parallelism");

@@ -18,7 +18,8 @@ QLORA = ["--precision", "bf16", "--finetune", "qlora", "--lora-rank", 16, "--lor
          "--grad-accum", 4, "--seq", 1024, "--optimizer", "paged-adamw", "--gpus", 1]
 FULL = ["--precision", "bf16-mixed", "--finetune", "full", "--batch", 2, "--grad-accum", 4,
         "--seq", 2048, "--optimizer", "adamw", "--gpus", 8, "--fsdp", "full",
-        "--fsdp-version", 1, "--grad-ckpt", "full"]
+        "--fsdp-version", 1, "--fsdp-wrap", "layers", "--fsdp-backward-prefetch", "pre",
+        "--grad-ckpt", "full"]
 # finetune_full's defaults with max_seq_length given: bf16-mixed, micro-batch 1, global 16.
 BASE = ["--precision", "bf16-mixed", "--finetune", "full", "--batch", 1, "--grad-accum", 16,
         "--seq", 512, "--gpus", 1]
@@ -77,10 +78,12 @@ LORA = ["--finetune", "lora", "--lora-rank", 8, "--lora-dropout", 0.05, "--lora-
     ({"optimizer": "SGD"}, BASE + ["--optimizer", "sgd"]),
     ({"devices": 4, "train": {"global_batch_size": 16, "micro_batch_size": 2}},
      BASE[:4] + ["--batch", 2, "--grad-accum", 2, "--seq", 512, "--gpus", 4, "--fsdp", "full",
-                 "--fsdp-version", 1, "--grad-ckpt", "full"]),
+                 "--fsdp-version", 1, "--fsdp-wrap", "layers", "--fsdp-backward-prefetch", "pre",
+        "--grad-ckpt", "full"]),
     ({"devices": 2, "lora_r": 8},
      BASE[:2] + LORA + BASE[4:6] + ["--grad-accum", 8, "--seq", 512, "--gpus", 2, "--fsdp",
-                                     "full", "--fsdp-version", 2, "--grad-ckpt", "full"]),
+                                     "full", "--fsdp-version", 2, "--fsdp-wrap", "layers",
+                                     "--grad-ckpt", "full"]),
 ])
 def test_each_key(tmp_path, body, flags):
     assert numbers(estimate("--from", config(tmp_path, body))) == numbers(estimate(*litgpt(flags)))

@@ -26,7 +26,7 @@ LORA = ["--finetune", "lora", "--lora-rank", 16, "--lora-dropout", 0, "--lora-dt
         "--loss", "torchtune-chunked"]
 FULL_DIST = ["--finetune", "full", "--precision", "bf16", "--batch", 2, "--grad-accum", 1,
              "--seq", 1024, "--grad-ckpt", "full", "--optimizer", "adamw", "--loss", "torchtune-chunked", "--fsdp", "full",
-             "--fsdp-version", 2]
+             "--fsdp-version", 2, "--fsdp-wrap", "layers"]
 # The smallest recipe config: a full model builder, fp32 (dtype absent), no checkpointing.
 BASE = ["--finetune", "full", "--precision", "fp32", "--batch", 2, "--seq", 512,
         "--grad-ckpt", "none"]
@@ -87,9 +87,9 @@ LORA_FLAGS = ["--finetune", "lora", "--lora-rank", 8, "--lora-dropout", 0,
     ({"loss": {"_component_": "torchtune.modules.loss.CEWithChunkedOutputLoss"}},
      BASE + ["--loss", "torchtune-chunked"]),
     ({"fsdp_reshard_after_forward": False},
-     BASE + ["--fsdp", "grad-op", "--fsdp-version", 2]),
+     BASE + ["--fsdp", "grad-op", "--fsdp-version", 2, "--fsdp-wrap", "layers"]),
     ({"fsdp_cpu_offload": True},
-     BASE + ["--fsdp", "full", "--fsdp-version", 2, "--offload", "params"]),
+     BASE + ["--fsdp", "full", "--fsdp-version", 2, "--fsdp-wrap", "layers", "--offload", "params"]),
 ])
 def test_each_key(tmp_path, body, flags):
     assert numbers(estimate("--from", recipe(tmp_path, body))) == numbers(estimate(*flags))

@@ -146,9 +146,21 @@ TEST(Streams, Fsdp1ForwardGathersOnTheUnshardStreamUnderTheRateLimiter) {
 // each later unit reshards the previous layer and prefetches the next, waiting
 // for the oldest queued free; the root is resharded at the end.
 TEST(Streams, Fsdp1BackwardPrefetchesUnderTheRateLimiter) {
-  const EventStream s = Lowered(Sharded(DataParallel::kFsdp, 1));
+  TrainingSetup setup = Sharded(DataParallel::kFsdp, 1);
+  setup.parallel.fsdp_backward_prefetch = FsdpPrefetch::kPre;
+  const EventStream s = Lowered(setup);
   const OpTrace gathers(s, "fsdp::all_gather");
   EXPECT_EQ(gathers.Of(PhaseEvents(s, 1, Phase::kBackward)), "Xd Gf Gg Rf Xe Gh Rg Xf Gi Rh Ri Ra");
+}
+
+// Without prefetch (NO_PREFETCH, the HF Trainer's default), from the same
+// queue [d e]: each layer is gathered at its own pre-backward, after the
+// previous layer's reshard is queued and the oldest queued free waited for.
+TEST(Streams, Fsdp1BackwardWithoutPrefetchGathersOneLayerAtATime) {
+  const EventStream s = Lowered(Sharded(DataParallel::kFsdp, 1));
+  const OpTrace gathers(s, "fsdp::all_gather");
+  EXPECT_EQ(gathers.Of(PhaseEvents(s, 1, Phase::kBackward)),
+            "Xd Gf Rf Xe Gg Rg Xf Gh Rh Xg Gi Ri Ra");
 }
 
 // The unsharded gradients are freed after record_stream on the post-backward

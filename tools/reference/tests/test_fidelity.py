@@ -62,7 +62,7 @@ def test_points_within_one_percent_unless_a_known_gap(live):
 def test_known_gaps_only_shrink(live):
     """A listed point that now passes must leave the list (the gate only tightens)."""
     names = {r["name"] for r in live}
-    gaps = _known_gaps()
+    gaps = {g for g in _known_gaps() if "/rank" not in g}  # rank rows: test_fidelity_ranks.py
     unknown = sorted(gaps - names)
     assert not unknown, f"known_gaps.txt names points not in the grid: {unknown}"
     fixed = sorted(r["name"] for r in live if r["name"] in gaps and fidelity.within_tolerance(r))

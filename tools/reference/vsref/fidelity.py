@@ -1,7 +1,7 @@
 """The fidelity check: real-library traces on CPU against the lowering, point by point.
 
-    python tools/reference/fidelity.py run --grid ci|full|fsdp [--only SUBSTR] [--out RESULTS.json]
-    python tools/reference/fidelity.py table RESULTS.json [--markdown docs/fidelity.md]
+    python tools/reference/fidelity.py run --grid ci|full|ranks|... [--only SUBSTR] [--out RESULTS.json]
+    python tools/reference/fidelity.py table RESULTS.json [--markdown docs/fidelity.md [--section ranks]]
 
 `run` records every point of the grid with the real libraries (vsref.runner, inside
 .venv/tf5 or .venv/tf4), lowers the same config and knobs with
@@ -27,6 +27,9 @@ ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
 VRAMSCOPE = os.environ.get("VRAMSCOPE", os.path.join(ROOT, "build", "cli", "vramscope"))
 TOLERANCE = 0.01  # of the recorded peak, for every phase peak (docs/fidelity.md)
 BEGIN, END = "<!-- fidelity:begin -->", "<!-- fidelity:end -->"
+# The multi-rank table (--grid ranks) has markers of its own.
+SECTIONS = {"": (BEGIN, END),
+            "ranks": ("<!-- fidelity-ranks:begin -->", "<!-- fidelity-ranks:end -->")}
 
 
 def venv_python(tf):
@@ -193,12 +196,15 @@ def markdown_table(results):
     return "\n".join(lines) + "\n"
 
 
-def splice(markdown_path, table):
+def splice(markdown_path, table, section=""):
+    begin, end = SECTIONS[section]
     with open(markdown_path, encoding="utf-8") as f:
         text = f.read()
-    head, _, rest = text.partition(BEGIN)
-    _, _, tail = rest.partition(END)
-    return f"{head}{BEGIN}\n{table}{END}{tail}"
+    head, found, rest = text.partition(begin)
+    if not found:
+        raise SystemExit(f"{markdown_path}: no {begin} marker")
+    _, _, tail = rest.partition(end)
+    return f"{head}{begin}\n{table}{end}{tail}"
 
 
 GAPS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "known_gaps.txt")
@@ -234,6 +240,8 @@ def main(argv=None):
     t = sub.add_parser("table", help="render results as docs/fidelity.md's table")
     t.add_argument("results")
     t.add_argument("--markdown", help="splice the table into this file between its markers")
+    t.add_argument("--section", choices=sorted(SECTIONS), default="",
+                   help="which table of the file: the default one, or 'ranks' (--grid ranks)")
     g = sub.add_parser("gaps", help="compare results with tools/reference/known_gaps.txt; "
                                     "--write drops the listed points that now pass")
     g.add_argument("results")
@@ -246,7 +254,7 @@ def main(argv=None):
         with open(args.results, encoding="utf-8") as f:
             table = markdown_table(json.load(f))
         if args.markdown:
-            text = splice(args.markdown, table)
+            text = splice(args.markdown, table, args.section)
             with open(args.markdown, "w", encoding="utf-8") as f:
                 f.write(text)
         else:

@@ -54,12 +54,10 @@ def _supported(point):
 
 
 # FSDP2 over gloo, 2 ranks (fully_shard per decoder layer, then the root), against
-# `estimate --gpus 2 --fsdp full --fsdp-version 2`. fp32 and bf16 weights only: a
-# *-mixed run under FSDP2 means a MixedPrecisionPolicy whose choice belongs to the
-# launcher (accelerate sets param/reduce/output dtype and autocast), not modelled here.
+# `estimate --gpus 2 --fsdp full --fsdp-version 2 --fsdp-wrap layers`: the first
+# multi-rank points (part of --grid ranks). fp32 and bf16 weights: *-mixed precision is
+# a MixedPrecisionPolicy the launcher chooses, covered by RANK_POINTS_ACCELERATE.
 FSDP_COMBOS = (COMBOS[0], COMBOS[1], COMBOS[3])
-# Mixtral is left out: its FSDP2 backward trace differs from run to run on CPU (the
-# peak moved by 10% between identical runs), so it cannot gate anything.
 FSDP_FAMILIES = ("llama", "gpt2")
 
 
@@ -203,9 +201,6 @@ def ci_grid():
     return points + flux_points()
 
 
-# Not in "full" and not in CI: the FSDP2 reference is not reproducible to the byte
-# (gloo's worker thread drops its references to collective buffers at times that vary
-# from run to run; docs/fidelity.md, "FSDP2 on CPU").
 def torchtune_model_points():
     """torchtune's own decoder (vsref/torchtune_model.py), estimated with --impl torchtune:
     full and LoRA, fp32 and bf16 (the recipes' dtypes), with and without checkpointing,
