@@ -1213,6 +1213,16 @@ std::vector<std::string> SetupWarnings(const ModelSpec& model, const TrainingSet
                     lower::VersionText(pv), lower::VersionText(lower::kOldestTorch),
                     lower::VersionText(lower::kNewestTorch)));
   }
+  // A sharding mode with one GPU is a real setup (ZeRO-Offload or FSDP offload
+  // on one card) but nothing is sharded: say so rather than let --zero 3 alone
+  // read as "the sharded estimate".
+  const DataParallel dp = setup.parallel.dp_mode;
+  if (setup.parallel.gpus == 1 && dp != DataParallel::kNone && dp != DataParallel::kDdp) {
+    out.push_back(fmt::format(
+        "--{} on one GPU (no --gpus): world size 1, nothing is sharded across ranks; pass --gpus N "
+        "for N ranks",
+        dp == DataParallel::kFsdp ? "fsdp" : "zero"));
+  }
   return out;
 }
 

@@ -107,8 +107,7 @@ TEST(ParallelFsdp, DdpBucketsAreOneAtConstructionThenRebuiltByCap) {
 // its own, resharded after its forward; [final norm, lm_head] is one group
 // kept gathered from its forward into the backward.
 TEST(ParallelFsdp, Fsdp2UntiedEmbeddingIsAUnitOfItsOwn) {
-  const std::vector<Life> gathers =
-      LivesOf(Stream(Fp32(DataParallel::kFsdp)), "fsdp::all_gather");
+  const std::vector<Life> gathers = LivesOf(Stream(Fp32(DataParallel::kFsdp)), "fsdp::all_gather");
   const uint64_t embed = kV * kH * 4, tail = (kH + kV * kH) * 4, layer = kLayer * 4;
   int embeds = 0, tails = 0, layers = 0;
   for (const Life& g : gathers) {
