@@ -126,7 +126,7 @@ Var Proj(Tape& tape, const Var& x, Param* w, Param* b, uint64_t tokens, uint64_t
   return Linear(tape, x, *w, b, tokens, out);
 }
 
-Var Norm(Tape& tape, const ModelSpec& spec, const Var& x, Param* w, Param* b, const Dims& d) {
+Var NormOp(Tape& tape, const ModelSpec& spec, const Var& x, Param* w, Param* b, const Dims& d) {
   switch (spec.norm) {
     case NormKind::kRmsNorm:
       if (tape.torchtune_modules) return RmsNormTorchtune(tape, x, *w, d.t);
@@ -137,6 +137,32 @@ Var Norm(Tape& tape, const ModelSpec& spec, const Var& x, Param* w, Param* b, co
     case NormKind::kLayerNormNoBias: return LayerNorm(tape, x, *w, b, d.t);
   }
   return tape.Share(x);
+}
+
+Var Norm(Tape& tape, const ModelSpec& spec, const Var& x, Param* w, Param* b, const Dims& d) {
+  if (!w) return NormOp(tape, spec, x, w, b, d);
+  std::vector<Param*> params = {w};
+  if (b) params.push_back(b);
+  return InModule(tape, ModuleOf(tape, *w), params, x,
+                  [&](const Var& in) { return NormOp(tape, spec, in, w, b, d); });
+}
+
+// The module holding `p`'s module (a parameter's container: `...self_attn` for
+// `...self_attn.o_proj`), for ZeRO-3's module hooks.
+std::string ParentModule(Tape& tape, const Param* p) {
+  const std::string_view m = ModuleOf(tape, *p);
+  return std::string(m.substr(0, m.rfind('.')));
+}
+
+// A module without parameters or tensor input/output entered or left, for
+// ZeRO-3's module hooks.
+void MarkModule(Tape& tape, std::string_view name, bool enter) {
+  if (!tape.module_hooks) return;
+  if (enter) {
+    tape.module_hooks->Enter(name, {}, nullptr);
+  } else {
+    tape.module_hooks->Leave(name, nullptr);
+  }
 }
 
 // Whether the model's forward makes a DynamicCache in training: use_cache, no
@@ -339,7 +365,11 @@ Var Mlp(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x, 
     // until it returns.
     const bool litgpt = tape.litgpt_modules;
     if (litgpt && !fused) u = Proj(tape, x, up, nullptr, tokens, inter);
-    Var act = spec.mlp == MlpKind::kGatedGeluTanh ? Gelu(tape, g) : Silu(tape, g);
+    // The activation is a module of its own (ACT2FN's nn.Module).
+    const std::string act_name = ParentModule(tape, down ? down : gate) + ".act_fn";
+    Var act = InModule(tape, act_name, {}, g, [&](const Var& in) {
+      return spec.mlp == MlpKind::kGatedGeluTanh ? Gelu(tape, in) : Silu(tape, in);
+    });
     if (!litgpt) tape.Drop(g);
     if (!fused && !litgpt) u = Proj(tape, x, up, nullptr, tokens, inter);
     Var prod = Mul(tape, act, u);
@@ -1114,8 +1144,13 @@ Var DecoderLayer(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const
   // spellings, transformers 4.57 / 5.x) until it returns: alive through the
   // MLP even where autograd saves nothing (no_grad, checkpointing).
   Var weights;
-  Var attn = ToSequenceShard(tape, SelfAttention(tape, spec, lp, h, d, sh, &weights), d,
-                             "megatron::reduce_scatter");
+  const Param* o_proj = lp.o ? lp.o : lp.qkv;
+  Var attn_out = o_proj ? InModule(tape, ParentModule(tape, o_proj), {}, h,
+                                   [&](const Var& in) {
+                                     return SelfAttention(tape, spec, lp, in, d, sh, &weights);
+                                   })
+                        : SelfAttention(tape, spec, lp, h, d, sh, &weights);
+  Var attn = ToSequenceShard(tape, attn_out, d, "megatron::reduce_scatter");
   attn = ResidualDropout(tape, spec, attn);
   if (spec.sandwich_norm && lp.norm2) {
     Var n = Norm(tape, spec, attn, lp.norm2, nullptr, r);
@@ -1146,7 +1181,12 @@ Var DecoderLayer(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const
   Var h2 = Norm(tape, spec, mid, pre, spec.sandwich_norm ? nullptr : lp.norm2_b, r);
   if (litgpt) tape.Drop(h);
   Var m = moe ? Moe(tape, spec, lp, h2, d)
-              : Mlp(tape, spec, lp, h2, d, d.t, d.inter, lp.gate, lp.up, lp.down);
+        : lp.down ? InModule(tape, ParentModule(tape, lp.down), {}, h2,
+                             [&](const Var& in) {
+                               return Mlp(tape, spec, lp, in, d, d.t, d.inter, lp.gate, lp.up,
+                                          lp.down);
+                             })
+                  : Mlp(tape, spec, lp, h2, d, d.t, d.inter, lp.gate, lp.up, lp.down);
   m = ResidualDropout(tape, spec, ToSequenceShard(tape, m, d, "megatron::reduce_scatter"));
   // GPT2Block keeps ln_2's output in `hidden_states` until the residual sum
   // replaces it (`feed_forward_hidden_states = self.mlp(hidden_states)`,
@@ -1409,7 +1449,9 @@ LayerShared PrepareLayers(Tape& tape, const ModelSpec& spec, const TrainingSetup
   tape.SetModule("model.rotary_emb");
   // torchtune slices its rotary cache (a buffer, PlaceBuffers) in each layer.
   if (spec.position == PositionKind::kRope && !torchtune) {
+    MarkModule(tape, "model.rotary_emb", true);
     RotaryTables(tape, d.s, RotaryDim(spec, d.d), x.elem_bytes, &sh.cos, &sh.sin);
+    MarkModule(tape, "model.rotary_emb", false);
   }
   // LitGPT: `cos = self.cos[:T].unsqueeze(0)`, views of GPT's buffers.
   if (tape.litgpt_modules) {
@@ -1446,8 +1488,12 @@ Var RunLayers(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Training
     }
     if (ckpt && sh.mask) tape.graph.Keep(sh.mask->t);
     Var returned;
-    Var y = DecoderLayer(tape, spec, mp.layers[i], x, d, sh, IsMoeLayer(spec, mp.layers[i], i),
-                         &returned);
+    // GradientCheckpointingLayer runs the layer's own module hooks inside the
+    // checkpoint (transformers 5.x modeling_layers.py).
+    Var y = InModule(tape, "model.layers." + std::to_string(i), {}, x, [&](const Var& in) {
+      return DecoderLayer(tape, spec, mp.layers[i], in, d, sh, IsMoeLayer(spec, mp.layers[i], i),
+                          &returned);
+    });
     if (ckpt && setup.grad_ckpt == GradCkpt::kReentrant && returned.t != kNoTensor) {
       tape.graph.UngradedOutput(returned.bytes());
     }
@@ -1479,6 +1525,7 @@ Var HeadAndLoss(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Traini
     head_in = mp.proj_out->numel / d.h;
     Rebind(tape, hfin, Linear(tape, hfin, *mp.proj_out, nullptr, d.t, head_in));
   }
+  if (tape.module_hooks) tape.module_hooks->Leave("model", &hfin);  // the base model returns
   // The base model returns: its locals go.
   if (layer_outputs->t != kNoTensor) tape.Drop(*layer_outputs);
   for (Var& v : *base_locals) tape.Drop(v);
@@ -1525,6 +1572,7 @@ Var ForwardBody(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Traini
                 const DpoHead* dpo) {
   Var x;
   std::vector<Var> base_locals;  // the base model's locals nothing else holds
+  if (span.embed) MarkModule(tape, "model", true);
   if (span.embed) {
     x = EmbedTokens(tape, spec, mp, setup, d, ids, &base_locals);
   } else {
@@ -1621,8 +1669,12 @@ ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Tra
                                   : tape.New(setup.batch, spec.num_labels == 1 ? kF32 : kI64,
                                              Category::kOther, "labels");
   }
+  // The top module (LlamaForCausalLM and its kind): its hooks also start
+  // ZeRO-3's step (parameter_offload.py _start_of_forward_hook).
+  MarkModule(tape, "", true);
   Var out = setup.dpo ? DpoStep(tape, spec, mp, reference, setup, span, d, ids, labels)
                       : ForwardBody(tape, spec, mp, setup, span, d, ids, labels, nullptr);
+  if (tape.module_hooks) tape.module_hooks->Leave("", &out);
   if (ids.t != kNoTensor) tape.Drop(ids);
   if (labels.t != kNoTensor) tape.Drop(labels);
   return ForwardOut{out};
