@@ -257,6 +257,15 @@ void Graph::ScriptHook(uint32_t id) {
   regions_[region_].script.push_back(s);
 }
 
+void Graph::HoldUntilRun(NodeId n, TensorId t) {
+  if (t == kNoTensor) return;
+  if (n == kNoNode || nodes_[n].ran) {
+    Drop(t);
+    return;
+  }
+  nodes_[n].saved.push_back(t);
+}
+
 void Graph::Keep(TensorId t) {
   VS_CHECK(region_ != kNoRegion);
   Region& r = regions_[region_];
@@ -322,6 +331,7 @@ void Graph::Recompute(uint32_t region) {
   const size_t stop = r.reentrant ? r.script.size() : std::min(r.pack_end, r.script.size());
   std::vector<TensorId> replay(r.locals.size(), kNoTensor);
   const uint32_t saved_module = module_;
+  recomputing_by_storage_ = !r.reentrant;
   for (size_t i = 0; i < stop; ++i) {
     const ScriptOp& s = r.script[i];
     if (s.hook) {
@@ -349,6 +359,7 @@ void Graph::Recompute(uint32_t region) {
       if (--tensors_[t].refs == 0) out_->Free(tensors_[t].event_id);
     }
   }
+  recomputing_by_storage_ = false;
   // Locals the recompute still holds go when it returns; reentrant
   // checkpointing keeps them (the region's outputs) in CheckpointFunction.
   // backward's `outputs` until its inner torch.autograd.backward is done

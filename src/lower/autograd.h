@@ -134,6 +134,14 @@ class Graph {
   std::function<void(uint32_t id)> replay_hook;
   void SetNodeHook(NodeId n, uint32_t id) { nodes_[n].hook = id; }
   void ScriptHook(uint32_t id);
+  // Node `n` holds the caller's reference to `t` until it has run (a tensor
+  // its saved variables alias); dropped at once if `n` is none or has run.
+  void HoldUntilRun(NodeId n, TensorId t);
+  // A non-reentrant checkpoint region is being recomputed: its saved tensors
+  // are `x.detach()` of what the recompute computed (torch/utils/checkpoint.py
+  // _checkpoint_hook), aliasing that storage even if the tensor is later
+  // given new data.
+  bool recomputing_by_storage() const { return recomputing_by_storage_; }
   // While one is alive, allocations and frees belong to a hook, not to the
   // checkpoint region being recorded: they are not replayed by its recompute
   // (the hook itself is, through ScriptHook) and may use any stream.
@@ -367,6 +375,7 @@ class Graph {
   std::vector<Region> regions_;  // index 0 unused
   uint32_t region_ = kNoRegion;
   int hook_depth_ = 0;  // HookScopes alive: allocations outside the region's script
+  bool recomputing_by_storage_ = false;
   // The region whose script records allocations now (none inside a hook).
   uint32_t ScriptRegion() const { return hook_depth_ > 0 ? kNoRegion : region_; }
   uint64_t next_seq_ = 0;

@@ -706,19 +706,29 @@ Var RequireInputGrad(Tape& tape, Var x) {
   return x;
 }
 
-Var Embedding(Tape& tape, const Var& ids, Param& w, uint64_t tokens, uint64_t dim) {
+namespace {
+
+Var EmbeddingOp(Tape& tape, const Var& ids, Param& w, uint64_t tokens, uint64_t dim) {
+  Var out = tape.New(tokens * dim, w.elem_bytes, Category::kTemporaries, "aten::embedding");
+  if (AnyGrad(tape, w.var)) {
+    NodeId n = tape.Node("EmbeddingBackward0", &out);
+    SaveIf(tape, n, ids);
+    // embedding_dense_backward_cuda sorts the indices: a few index-sized buffers.
+    tape.graph.Workspace(n, tokens * kI64 * 4);
+    EdgeIf(tape, n, w.var);
+  }
+  return out;
+}
+
+}  // namespace
+
+Var Embedding(Tape& tape, const Var& ids, Param& w, uint64_t tokens, uint64_t dim,
+              bool require_grad) {
   // The module name differs from a tied lm_head's (Linear) over the same weight.
   const std::string name = std::string(ModuleOf(tape, w)) + ":embedding";
   return InModule(tape, name, {&w}, ids, [&](const Var& in) {
-    Var out = tape.New(tokens * dim, w.elem_bytes, Category::kTemporaries, "aten::embedding");
-    if (AnyGrad(tape, w.var)) {
-      NodeId n = tape.Node("EmbeddingBackward0", &out);
-      SaveIf(tape, n, in);
-      // embedding_dense_backward_cuda sorts the indices: a few index-sized buffers.
-      tape.graph.Workspace(n, tokens * kI64 * 4);
-      EdgeIf(tape, n, w.var);
-    }
-    return out;
+    Var out = EmbeddingOp(tape, in, w, tokens, dim);
+    return require_grad ? RequireInputGrad(tape, out) : out;
   });
 }
 

@@ -142,7 +142,10 @@ Var RequireInputGrad(Tape& tape, Var x);
 bool InputsRequireGrad(const TrainingSetup& setup);
 
 // nn.Embedding: out [tokens, dim] in the weight's dtype; saves the indices;
-// backward allocates a dense [vocab, dim] gradient.
-Var Embedding(Tape& tape, const Var& ids, Param& w, uint64_t tokens, uint64_t dim);
+// backward allocates a dense [vocab, dim] gradient. `require_grad`: the
+// output is made to require grad by a forward hook of the module (PEFT's
+// enable_input_require_grads, RequireInputGrad), before later hooks see it.
+Var Embedding(Tape& tape, const Var& ids, Param& w, uint64_t tokens, uint64_t dim,
+              bool require_grad = false);
 
 }  // namespace vramscope::lower

@@ -1360,10 +1360,13 @@ Var EmbedTokens(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Traini
   // OPT: embed_tokens is word_embed_proj_dim wide and project_in widens it
   // after the positions are embedded (OPTDecoder.forward).
   const uint64_t embed_dim = mp.proj_in ? mp.embed->numel / d.vocab : d.h;
-  Var x = Embedding(tape, ids, *mp.embed, d.t, embed_dim);
   const bool scaled_inside = GemmaScalesInsideEmbedding(spec, setup);
+  // enable_input_require_grads hooks the embedding module's output, ahead of
+  // DeepSpeed's hooks (registered later, by deepspeed.initialize).
+  const bool hooked_grad = InputsRequireGrad(setup) && !scaled_inside;
+  Var x = Embedding(tape, ids, *mp.embed, d.t, embed_dim, hooked_grad);
   if (scaled_inside) Rebind(tape, x, Scale(tape, x));
-  if (InputsRequireGrad(setup)) x = RequireInputGrad(tape, x);
+  if (InputsRequireGrad(setup) && !hooked_grad) x = RequireInputGrad(tape, x);
   // The base model's `inputs_embeds` holds the embedding until it returns
   // (`hidden_states = inputs_embeds` in LlamaModel, Qwen2Model, FalconModel and
   // the rest, 4.57 / 5.x; Gemma under 4.x scales into a new `hidden_states`).
@@ -1462,19 +1465,24 @@ LayerShared PrepareLayers(Tape& tape, const ModelSpec& spec, const TrainingSetup
   return sh;
 }
 
-// The stage's decoder layers, each checkpointed when the setup says so.
-// `layer_outputs`: what the last layer returned besides its hidden states.
-Var RunLayers(Tape& tape, const ModelSpec& spec, ModelParams& mp, const TrainingSetup& setup,
-              const StageSpan& span, const Dims& d, LayerShared& sh, ForwardMasks& masks, Var x,
-              Var* layer_outputs) {
+// One decoder layer, checkpointed when the setup says so. transformers 5.x's
+// GradientCheckpointingLayer checkpoints the layer's forward (cls.forward is
+// wrapped, modeling_layers.py 5.24.0): its module hooks run outside the
+// checkpoint; 4.x checkpoints Module.__call__ (4.57.6), hooks inside.
+Var RunLayer(Tape& tape, const ModelSpec& spec, ModelParams& mp, const TrainingSetup& setup,
+             uint64_t i, const Dims& d, LayerShared& sh, ForwardMasks& masks, const Var& x,
+             Var* returned) {
   const bool ckpt = setup.grad_ckpt != GradCkpt::kNone;
-  const uint64_t end_layer = std::min<uint64_t>(span.end_layer, spec.num_layers);
-  for (uint64_t i = span.first_layer; i < end_layer; ++i) {
-    tape.SetModule("model.layers." + std::to_string(i));
-    tape.Unit(static_cast<int>(i) + 1, true);
+  auto layer = [&](const Var& in) {
+    return DecoderLayer(tape, spec, mp.layers[i], in, d, sh, IsMoeLayer(spec, mp.layers[i], i),
+                        returned);
+  };
+  const std::string name = "model.layers." + std::to_string(i);
+  const bool hooks_inside = setup.transformers_version < 500;
+  auto checkpointed = [&](const Var& in) {
     if (ckpt) {
       tape.graph.BeginCheckpoint(setup.grad_ckpt == GradCkpt::kReentrant);
-      tape.graph.Keep(x.t);
+      tape.graph.Keep(in.t);
       if (sh.cos.t != kNoTensor) {
         tape.graph.Keep(sh.cos.t);
         tape.graph.Keep(sh.sin.t);
@@ -1487,17 +1495,27 @@ Var RunLayers(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Training
                     : (masks.second_mask.t != kNoTensor ? &masks.second_mask : nullptr);
     }
     if (ckpt && sh.mask) tape.graph.Keep(sh.mask->t);
-    Var returned;
-    // GradientCheckpointingLayer runs the layer's own module hooks inside the
-    // checkpoint (transformers 5.x modeling_layers.py).
-    Var y = InModule(tape, "model.layers." + std::to_string(i), {}, x, [&](const Var& in) {
-      return DecoderLayer(tape, spec, mp.layers[i], in, d, sh, IsMoeLayer(spec, mp.layers[i], i),
-                          &returned);
-    });
-    if (ckpt && setup.grad_ckpt == GradCkpt::kReentrant && returned.t != kNoTensor) {
-      tape.graph.UngradedOutput(returned.bytes());
+    Var y = hooks_inside ? InModule(tape, name, {}, in, layer) : layer(in);
+    if (ckpt && setup.grad_ckpt == GradCkpt::kReentrant && returned->t != kNoTensor) {
+      tape.graph.UngradedOutput(returned->bytes());
     }
     if (ckpt) tape.graph.EndCheckpoint();
+    return y;
+  };
+  return hooks_inside ? checkpointed(x) : InModule(tape, name, {}, x, checkpointed);
+}
+
+// The stage's decoder layers, each checkpointed when the setup says so.
+// `layer_outputs`: what the last layer returned besides its hidden states.
+Var RunLayers(Tape& tape, const ModelSpec& spec, ModelParams& mp, const TrainingSetup& setup,
+              const StageSpan& span, const Dims& d, LayerShared& sh, ForwardMasks& masks, Var x,
+              Var* layer_outputs) {
+  const uint64_t end_layer = std::min<uint64_t>(span.end_layer, spec.num_layers);
+  for (uint64_t i = span.first_layer; i < end_layer; ++i) {
+    tape.SetModule("model.layers." + std::to_string(i));
+    tape.Unit(static_cast<int>(i) + 1, true);
+    Var returned;
+    Var y = RunLayer(tape, spec, mp, setup, i, d, sh, masks, x, &returned);
     tape.Unit(static_cast<int>(i) + 1, false);
     tape.Drop(x);
     x = y;

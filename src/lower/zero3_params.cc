@@ -103,6 +103,7 @@ void Zero3Params::Leave(std::string_view name, Var* output) {
   const int m = ModuleId(name, {});
   Graph::HookScope scope(s_->tape->graph);
   s_->tape->graph.ScriptHook(static_cast<uint32_t>(m) * 4 + kLeave + 4);
+  modules_[m].output_node = output ? output->fn : kNoNode;
   PostForward(m);
   if (output && output->requires_grad() && s_->tape->grad_enabled) {
     Wrap(output, static_cast<uint32_t>(m) * 4 + kPreBackward + 4,
@@ -215,8 +216,8 @@ void Zero3Params::CleanInflight() {
 // (one handle), each parameter marked active for the module and waited for;
 // with a complete trace the next parameters are prefetched; step_id moves on.
 // A frozen parameter fetched by a recompute's forward is also attributed to
-// the innermost module in backward (update_recompute_parameters), which
-// releases it after its own backward.
+// the module last entered in backward (update_recompute_parameters: it is
+// active for that module too), which releases it after its own backward.
 void Zero3Params::Fetch(int m, bool forward) {
   Graph& g = s_->tape->graph;
   // The computation stream is assumed two fetches behind the CPU (DeepSpeed
@@ -228,8 +229,10 @@ void Zero3Params::Fetch(int m, bool forward) {
   for (int p : mine) {
     if (!Contains(params_[p].active, m)) params_[p].active.push_back(m);
     if (recompute_ && forward && !active_backward_.empty() && !params_[p].param->trainable) {
-      std::vector<int>& r = modules_[active_backward_.back()].recompute;
-      if (!Contains(r, p)) r.push_back(p);
+      // update_recompute_parameters: the backward module also holds it active.
+      const int owner = active_backward_.back();
+      if (!Contains(modules_[owner].recompute, p)) modules_[owner].recompute.push_back(p);
+      if (!Contains(params_[p].active, owner)) params_[p].active.push_back(owner);
     }
     if (params_[p].handle >= 0) Wait(p);
   }
@@ -357,9 +360,13 @@ void Zero3Params::Release(int m, bool forward) {
     mod.recompute.clear();
     Erase(active_backward_, m);
   }
+  // A non-reentrant recompute's saved weights (`x.detach()` of the gathered
+  // data) keep the storage until the module's node has run, though the
+  // parameter itself is released (and gathered again for its backward).
+  const bool pinned = forward && recompute_ && s_->tape->graph.recomputing_by_storage();
   for (int p : touched) {
     Erase(params_[p].active, m);
-    if (Contains(release, p)) ReleaseParam(p);
+    if (Contains(release, p)) ReleaseParam(p, pinned ? mod.output_node : kNoNode);
   }
   released_.EndGroup();
 }
@@ -384,12 +391,14 @@ std::vector<int> Zero3Params::ToRelease(int m) const {
 
 // __release_param -> partition -> free_param (`param.data = torch.empty(0)`,
 // after record_stream on the computation stream).
-void Zero3Params::ReleaseParam(int p) {
+void Zero3Params::ReleaseParam(int p, NodeId pin) {
   ZParam& z = params_[p];
   if (z.status != Status::kAvailable || !z.active.empty()) return;
   Graph& g = s_->tape->graph;
   if (z.data != kNoTensor) {
-    if (s_->tape->cpu_rules) {
+    if (pin != kNoNode) {
+      g.HoldUntilRun(pin, z.data);
+    } else if (s_->tape->cpu_rules) {
       g.Drop(z.data);
     } else {
       released_.Add(g.DropUsedOn(z.data, kDefaultStream));

@@ -65,6 +65,7 @@ class Zero3Params final : public ModuleHooks {
     int grads_remaining = 0;  // ds_grads_remaining
     int inputs_with_grad = 0;
     std::vector<int> recompute;  // ds_recompute_parameters
+    NodeId output_node = kNoNode;  // the node that made its output (saved its weights)
   };
   // An all-gather in flight: one flat buffer for a coalesced gather
   // (_all_gather_coalesced), none for a single parameter's (sequential).
@@ -92,7 +93,9 @@ class Zero3Params final : public ModuleHooks {
   void Wait(int p);
   void Release(int m, bool forward);
   std::vector<int> ToRelease(int m) const;
-  void ReleaseParam(int p);
+  // `pin`: the node its data stays alive for (a non-reentrant recompute's
+  // saved weights alias the gathered storage).
+  void ReleaseParam(int p, NodeId pin = kNoNode);
   void CleanInflight();
   void InvalidateIfOffTrace(int m);
   void BuildParamTrace();
