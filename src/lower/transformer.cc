@@ -750,7 +750,15 @@ Var MoeGrouped(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const V
   // stay bound to `_` until the block returns.
   // --- experts
   SortedRouting r = SortByExpert(tape, x, weights, d, s, experts);
-  Var y = GroupedExpertMlps(tape, spec, lp, r.rows, s, inter, d.h);
+  // The stacked experts are one module whose parameters are all of them.
+  std::vector<Param*> stacked = lp.expert_gate;
+  stacked.insert(stacked.end(), lp.expert_up.begin(), lp.expert_up.end());
+  stacked.insert(stacked.end(), lp.expert_down.begin(), lp.expert_down.end());
+  Var y = stacked.empty() ? GroupedExpertMlps(tape, spec, lp, r.rows, s, inter, d.h)
+                          : InModule(tape, ModuleOf(tape, *stacked.front()), stacked, r.rows,
+                                     [&](const Var& in) {
+                                       return GroupedExpertMlps(tape, spec, lp, in, s, inter, d.h);
+                                     });
   // out_per_sample_g * sample_weights_g.unsqueeze(-1); the weights' gradient
   // is (grad * y).sum(-1): a full-size product first.
   Var weighted = Mul(tape, y, r.weights);
@@ -1180,7 +1188,9 @@ Var DecoderLayer(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const
   Param* pre = spec.sandwich_norm ? lp.norm3 : lp.norm2;
   Var h2 = Norm(tape, spec, mid, pre, spec.sandwich_norm ? nullptr : lp.norm2_b, r);
   if (litgpt) tape.Drop(h);
-  Var m = moe ? Moe(tape, spec, lp, h2, d)
+  Var m = moe ? (lp.router ? InModule(tape, ParentModule(tape, lp.router), {}, h2,
+                                      [&](const Var& in) { return Moe(tape, spec, lp, in, d); })
+                          : Moe(tape, spec, lp, h2, d))
         : lp.down ? InModule(tape, ParentModule(tape, lp.down), {}, h2,
                              [&](const Var& in) {
                                return Mlp(tape, spec, lp, in, d, d.t, d.inter, lp.gate, lp.up,
