@@ -40,7 +40,8 @@ void Zero3Params::GatherOnceEach() {
   for (ZParam& z : params_) {
     if (!z.param->trainable) continue;
     const uint8_t bytes = z.param->nf4 ? 1 : z.param->elem_bytes;
-    g.Drop(s_->Alloc(z.partition * s_->world * bytes, Category::kParameters, "zero3::all_gather"));
+    g.Drop(s_->Alloc(z.partition * s_->world * bytes, Category::kParameters,
+                     "zero3::all_gather_sync"));
   }
 }
 
@@ -446,7 +447,8 @@ void Zero3Params::GatherPersistent() {
   for (ZParam& z : params_) {
     if (!z.persist || z.status != Status::kNotAvailable) continue;
     const uint8_t bytes = z.param->nf4 ? 1 : z.param->elem_bytes;
-    z.data = s_->Alloc(z.partition * s_->world * bytes, Category::kParameters, "zero3::all_gather");
+    z.data =
+        s_->Alloc(z.partition * s_->world * bytes, Category::kParameters, "zero3::all_gather_sync");
     z.status = Status::kAvailable;
   }
 }
