@@ -119,18 +119,26 @@ void Zero12Strategy::BuildLayout() {
   host_accum_.assign(flat_.size(), false);
 }
 
-// flatten_dense_tensors_aligned (torch.cat, with enough free memory to do it
-// on the device: flatten_on_accelerator), then _update_model_bit16_weights:
+// flatten_dense_tensors_aligned (torch.cat), then _update_model_bit16_weights:
 // every trainable parameter becomes a view of the flat buffer and its own
-// storage goes.
+// storage goes. From 0.18.7 (PR #7828) the cat runs on the device when its
+// free memory holds the flat buffer (flatten_on_accelerator), with the
+// parameters still there; before, they were moved to the host first
+// (move_to_cpu) and the host flat buffer copied to the device.
 void Zero12Strategy::Flatten() {
   Graph& g = s_.tape->graph;
+  const bool on_device = s_.layout.zero.deepspeed_version >= 1807;
+  std::vector<TensorId> old;
+  for (FlatEntry& e : flat_) old.push_back(e.param->var.t);
+  if (!on_device) {
+    for (TensorId t : old) g.Drop(t);
+  }
   const TensorId flat =
       s_.Alloc(partition_numel_ * s_.world * bytes_, Category::kParameters, "zero::flatten");
-  for (FlatEntry& e : flat_) {
+  for (size_t i = 0; i < flat_.size(); ++i) {
     g.Ref(flat);
-    g.Drop(e.param->var.t);
-    e.param->var.t = flat;
+    if (on_device) g.Drop(old[i]);
+    flat_[i].param->var.t = flat;
   }
   s_.buffers.push_back(flat);
 }

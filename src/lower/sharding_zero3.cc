@@ -43,6 +43,9 @@ class Zero3Strategy final : public ShardingStrategy {
     TensorId host_grad = kNoTensor;
   };
   bool OffloadOptimizer() const { return s_.layout.offload != Offload::kNone; }
+  bool MemoryEfficientLinear() const {
+    return s_.layout.zero.zero_init || s_.layout.zero.deepspeed_version >= 1904;
+  }
   uint64_t Partition(const Param& p) const { return CeilDiv(p.numel, s_.world); }
   uint64_t BucketElements() const { return s_.layout.zero.ReduceBucket(s_.hidden); }
   uint32_t ReduceStream() const { return s_.tape->cpu_rules ? kDefaultStream : kReduceStream; }
@@ -177,6 +180,10 @@ void Zero3Strategy::SetupBuffers() {
   o.max_reuse = s_.layout.zero.max_reuse_distance;
   o.persistence = s_.layout.zero.PersistenceThreshold(s_.hidden);
   o.offload_params = s_.layout.offload == Offload::kParams;
+  // partition_parameters.py Init.__init__ installs LinearFunctionForZeroStage3
+  // for a model passed in (Init(module=...)) from 0.19.4 on (PR #8189);
+  // before, only zero.Init's __enter__ did.
+  o.forward_saves_storage = !MemoryEfficientLinear();
   // overlap_comm (the stage-3 default): gathers on __allgather_stream.
   o.gather_stream = s_.tape->cpu_rules || s_.layout.zero.overlap_comm == 0 ? kDefaultStream
                                                                             : kGatherStream;
@@ -194,7 +201,7 @@ void Zero3Strategy::SetupBuffers() {
 void Zero3Strategy::InstallHooks() {
   ShardingStrategy::InstallHooks();
   params_->Install();
-  s_.tape->zero3_linear = true;
+  s_.tape->zero3_linear = MemoryEfficientLinear();
 }
 
 // reduce_partition_and_remove_grads (register_grad_hook: the gradient is

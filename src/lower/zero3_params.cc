@@ -91,6 +91,7 @@ void Zero3Params::Enter(std::string_view name, const std::vector<Param*>& params
   PreForward(m);
   ZModule& mod = modules_[m];
   mod.grads_remaining = mod.inputs_with_grad = 0;
+  mod.input_with_grad = input && input->requires_grad() && s_->tape->grad_enabled;
   if (input && input->requires_grad() && s_->tape->grad_enabled) {
     Wrap(input, static_cast<uint32_t>(m) * 4 + kPostBackward + 4,
          "zero3::PostBackwardFunctionModule");
@@ -364,7 +365,14 @@ void Zero3Params::Release(int m, bool forward) {
   // A non-reentrant recompute's saved weights (`x.detach()` of the gathered
   // data) keep the storage until the module's node has run, though the
   // parameter itself is released (and gathered again for its backward).
-  const bool pinned = forward && recompute_ && s_->tape->graph.recomputing_by_storage();
+  // So do a plain forward's saved weights with torch's F.linear (DeepSpeed
+  // before 0.19.4 without zero.Init: `weight.t()` views; an embedding saves
+  // its indices only; a checkpointed region saves handles or nothing).
+  const bool plain_pin = forward && !recompute_ && o_.forward_saves_storage &&
+                         mod.input_with_grad && !s_->tape->graph.in_checkpoint() &&
+                         mod.name.find(":embedding") == std::string::npos;
+  const bool pinned =
+      plain_pin || (forward && recompute_ && s_->tape->graph.recomputing_by_storage());
   for (int p : touched) {
     Erase(params_[p].active, m);
     if (Contains(release, p)) ReleaseParam(p, pinned ? mod.output_node : kNoNode);

@@ -25,6 +25,9 @@ class Zero3Params final : public ModuleHooks {
     uint64_t persistence = 0;      // stage3_param_persistence_threshold
     bool offload_params = false;   // offload_param: partitions on the host
     uint32_t gather_stream = 0;    // where gathered parameters are allocated
+    // F.linear is torch's (DeepSpeed before 0.19.4 without zero.Init): what a
+    // module's forward saves for backward aliases its gathered weights.
+    bool forward_saves_storage = false;
   };
   Zero3Params(ShardState* s, Options options);
 
@@ -66,6 +69,7 @@ class Zero3Params final : public ModuleHooks {
     int inputs_with_grad = 0;
     std::vector<int> recompute;  // ds_recompute_parameters
     NodeId output_node = kNoNode;  // the node that made its output (saved its weights)
+    bool input_with_grad = false;  // its input required grad (autograd saved the weight)
   };
   // An all-gather in flight: one flat buffer for a coalesced gather
   // (_all_gather_coalesced), none for a single parameter's (sequential).
