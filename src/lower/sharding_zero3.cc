@@ -81,11 +81,22 @@ void Zero3Strategy::Defragment() {
     for (Param* p : trainable_) s_.host_bytes += CeilDiv(p->numel, s_.world) * p->elem_bytes;
     return;
   }
+  // On a GPU the partitions go before the device buffer is made (the host
+  // buffer holds them meanwhile, and gc.collect(); empty_cache() returns their
+  // blocks). CPU rules: the host buffer is made while they are alive, and
+  // `.to(device)` returns it: it is the flat buffer.
+  const bool host_first = !s_.tape->cpu_rules;
+  std::vector<TensorId> old;
+  for (Param* p : trainable_) old.push_back(p->var.t);
+  if (host_first) {
+    for (TensorId t : old) g.Drop(t);
+    s_.tape->out()->EmptyCache();
+  }
   const TensorId flat = s_.Alloc(total, Category::kParameters, "zero3::defragment");
-  for (Param* p : trainable_) {
+  for (size_t i = 0; i < trainable_.size(); ++i) {
     g.Ref(flat);
-    g.Drop(p->var.t);
-    p->var.t = flat;
+    if (!host_first) g.Drop(old[i]);
+    trainable_[i]->var.t = flat;
   }
   s_.buffers.push_back(flat);
 }
