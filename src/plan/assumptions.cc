@@ -514,6 +514,16 @@ std::vector<Assumption> DescribeAssumptions(const TrainingSetup& s) {
   out.push_back(
       {"steps", fmt::format("{} optimizer steps simulated; the peak is the worst of them", s.steps),
        "--steps"});
+  const DataParallel dp = s.parallel.dp_mode;
+  if ((dp == DataParallel::kZero1 || dp == DataParallel::kZero2 || dp == DataParallel::kZero3) &&
+      !s.parallel.model_parallel()) {
+    const uint32_t v = s.parallel.zero.deepspeed_version;
+    out.push_back({"DeepSpeed",
+                   fmt::format("DeepSpeed 0.{}.{}'s ZeRO (docs/parallel.md); the rules that changed "
+                               "between releases follow the one given",
+                               v / 100, v % 100),
+                   "--deepspeed-version"});
+  }
   if (s.parallel.dp_mode == DataParallel::kZero3) {
     // Issue 39: without deepspeed.zero.Init the whole model is on every GPU
     // before DeepSpeed partitions it (engine.py _configure_distributed_model,
