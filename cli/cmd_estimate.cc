@@ -49,6 +49,14 @@ int RunEstimate(const EstimateArgs& args) {
   const int events =
       WriteOutputFiles({{args.events_path, [&] { return WriteEventText(est->events); }}});
   if (events != kExitOk) return events;
+  // Several rank classes (ZeRO-1/2 ranks, pipeline stages): FILE.class1, ...
+  // beside FILE, each naming its ranks in its metadata.
+  for (size_t i = 0; i < est->other_class_events.size() && !args.events_path.empty(); ++i) {
+    const std::string path = fmt::format("{}.class{}", args.events_path, i + 1);
+    const EventStream& stream = est->other_class_events[i];
+    const int more = WriteOutputFiles({{path, [&] { return WriteEventText(stream); }}});
+    if (more != kExitOk) return more;
+  }
   return EmitReport(est->report, args.out);
 }
 

@@ -1,6 +1,7 @@
 #include "parallel_flags.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include <fmt/format.h>
 
@@ -64,6 +65,9 @@ void AddParallelFlags(CLI::App* sub, ParallelArgs* a) {
   sub->add_flag(
       "--no-zero-init", a->no_zero_init,
       "ZeRO-3: the model was loaded before DeepSpeed's config existed (no deepspeed.zero.Init)");
+  sub->add_option("--deepspeed-version", a->deepspeed_version,
+                  "DeepSpeed release whose ZeRO behaviour to model, 0.MINOR[.PATCH] (default "
+                  "0.19.8)");
   sub->add_option("--zero-sub-group-size", a->zero_sub_group_size,
                   "ZeRO sub_group_size (elements)");
   sub->add_option("--zero-reduce-bucket-size", a->zero_reduce_bucket_size,
@@ -78,9 +82,27 @@ void AddParallelFlags(CLI::App* sub, ParallelArgs* a) {
                   "ZeRO-3 stage3_param_persistence_threshold");
 }
 
-// DeepSpeed's ZeRO knobs: zero.Init, the bucket defaults and each size.
+namespace {
+
+// "0.19.8" -> 1908, "0.14" -> 1400: DeepSpeed's releases are 0.MINOR.PATCH.
+Result<uint32_t> ParseDeepSpeedVersion(const std::string& text) {
+  uint32_t minor = 0, patch = 0;
+  int used = 0;
+  const int n = std::sscanf(text.c_str(), "0.%u%n.%u%n", &minor, &used, &patch, &used);
+  if (n < 1 || static_cast<size_t>(used) != text.size() || minor >= 100 || patch >= 100) {
+    return MakeError(fmt::format("--deepspeed-version: {} is not a version like 0.19.8",
+                                 common::QuoteForMessage(text, common::kQuotedBytes, '\'')));
+  }
+  return minor * 100 + patch;
+}
+
+}  // namespace
+
+// DeepSpeed's ZeRO knobs: zero.Init, the release, the bucket defaults and each size.
 Status ParallelArgs::ReadZeroKnobs(ParallelLayout* l) const {
   l->zero.zero_init = !no_zero_init;
+  VS_TRY(release, ParseDeepSpeedVersion(deepspeed_version));
+  l->zero.deepspeed_version = release;
   if (no_zero_init && l->dp_mode != DataParallel::kZero3)
     return MakeError("--no-zero-init: only meaningful with --zero 3");
   if (zero_buckets == "hf-auto") {

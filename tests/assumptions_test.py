@@ -45,6 +45,17 @@ def test_every_named_flag_is_a_flag_of_estimate():
             assert flag in help_text, flag
 
 
+def test_zero3_names_zero_init_and_its_flag():
+    # Issue 39 item 5: without zero.Init the whole model is on every GPU before
+    # DeepSpeed partitions it; the report says which is assumed, and how to change it.
+    a = assumptions("estimate", "qwen2.5-0.5b", "--gpus", "4", "--zero", "3")
+    assert a["zero.Init"]["flag"] == "--no-zero-init" and "deepspeed.zero.Init" in a["zero.Init"]["assumed"]
+    assert a["DeepSpeed"]["flag"] == "--deepspeed-version" and "0.19.8" in a["DeepSpeed"]["assumed"]
+    without = assumptions("estimate", "qwen2.5-0.5b", "--gpus", "4", "--zero", "3", "--no-zero-init")
+    assert "moves the whole model" in without["zero.Init"]["assumed"]
+    assert "zero.Init" not in assumptions("estimate", "qwen2.5-0.5b", "--gpus", "4", "--zero", "2")
+
+
 def test_assumptions_follow_the_knobs():
     a = assumptions(*LORA, "--precision", "fp32", "--optimizer", "sgd", "--attn", "eager",
                     "--lora-rank", "64", "--no-attention-mask")

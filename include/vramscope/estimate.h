@@ -31,7 +31,12 @@ struct EstimateOptions {
 
 struct Estimated {
   Report report;
-  EventStream events;  // filled only with keep_events
+  EventStream events;  // filled only with keep_events: the first rank class's
+  // The other rank classes' streams (keep_events, several classes: DeepSpeed
+  // ZeRO-1/2 ranks, pipeline stages). Every stream of a multi-class estimate
+  // carries its class in its metadata: "rank_class" and "ranks" (comma-
+  // separated global ranks).
+  std::vector<EventStream> other_class_events;
 };
 
 // Validates the setup (GPU name, allocator configuration, knobs against the

@@ -56,10 +56,15 @@ struct ZeroConfig {
   bool contiguous_gradients = true;
   // ZeRO-3 only: the model was built under deepspeed.zero.Init (HF Trainer
   // does so when TrainingArguments exist before from_pretrained). Without it,
-  // DeepSpeed 0.14-0.16.4 never installs its memory-saving linear, and
+  // DeepSpeed before 0.19.4 never installs its memory-saving linear
+  // (LinearFunctionForZeroStage3; PR #8189 added it for existing models), and
   // autograd's saved weight views keep every gathered Linear weight alive
   // from its forward to its backward.
   bool zero_init = true;
+  // The DeepSpeed release modelled, 0.MINOR.PATCH as MINOR * 100 + PATCH
+  // (0.19.8: 1908). The rules follow 0.19.8; older releases differ where
+  // docs/parallel.md says so.
+  uint32_t deepspeed_version = 1908;
   // None in the config means true for stage 3 and false for stages 1-2
   // (DeepSpeedZeroConfig.overlap_comm_valid).
   int overlap_comm = -1;  // -1: DeepSpeed's default for the stage

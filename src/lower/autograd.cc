@@ -11,7 +11,7 @@ Graph::Graph(EventStream* out) : out_(out) { regions_.emplace_back(); }
 
 TensorId Graph::Alloc(uint64_t bytes, Category category, std::string_view op, uint32_t module,
                       uint32_t stream) {
-  VS_CHECK(stream == 0 || region_ == kNoRegion);
+  VS_CHECK(stream == 0 || ScriptRegion() == kNoRegion);
   const TensorId t = static_cast<TensorId>(tensors_.size());
   Tensor tensor;
   tensor.bytes = bytes;
@@ -20,7 +20,7 @@ TensorId Graph::Alloc(uint64_t bytes, Category category, std::string_view op, ui
   tensor.event_index = out_->size();
   tensors_.push_back(tensor);
   out_->AllocInterned(tensor.event_id, bytes, category, out_->Intern(op), module, stream);
-  if (region_ != kNoRegion) {
+  if (ScriptRegion() != kNoRegion) {
     Region& r = regions_[region_];
     ScriptOp s;
     s.alloc = true;
@@ -75,7 +75,7 @@ void Graph::Drop(TensorId t) {
   VS_CHECK(t < tensors_.size() && tensors_[t].refs > 0);
   // In a checkpoint region the script records the drop that frees a local
   // (its last Python reference; saves there hold none), not every shared one.
-  if (region_ != kNoRegion && tensors_[t].refs == 1) {
+  if (ScriptRegion() != kNoRegion && tensors_[t].refs == 1) {
     const int32_t local = LocalOf(region_, t);
     if (local >= 0) {
       ScriptOp s;
@@ -89,7 +89,7 @@ void Graph::Drop(TensorId t) {
 
 std::optional<uint64_t> Graph::DropUsedOn(TensorId t, uint32_t stream) {
   VS_CHECK(t < tensors_.size() && tensors_[t].refs > 0);
-  if (tensors_[t].refs > 1 || region_ != kNoRegion) {
+  if (tensors_[t].refs > 1 || ScriptRegion() != kNoRegion) {
     Drop(t);
     return std::nullopt;
   }
@@ -248,6 +248,24 @@ void Graph::BeginCheckpoint(bool reentrant) {
   region_ = static_cast<uint32_t>(regions_.size() - 1);
 }
 
+void Graph::ScriptHook(uint32_t id) {
+  if (region_ == kNoRegion) return;
+  ScriptOp s;
+  s.alloc = false;
+  s.hook = true;
+  s.local = id;
+  regions_[region_].script.push_back(s);
+}
+
+void Graph::HoldUntilRun(NodeId n, TensorId t) {
+  if (t == kNoTensor) return;
+  if (n == kNoNode || nodes_[n].ran) {
+    Drop(t);
+    return;
+  }
+  nodes_[n].saved.push_back(t);
+}
+
 void Graph::Keep(TensorId t) {
   VS_CHECK(region_ != kNoRegion);
   Region& r = regions_[region_];
@@ -313,8 +331,13 @@ void Graph::Recompute(uint32_t region) {
   const size_t stop = r.reentrant ? r.script.size() : std::min(r.pack_end, r.script.size());
   std::vector<TensorId> replay(r.locals.size(), kNoTensor);
   const uint32_t saved_module = module_;
+  recomputing_by_storage_ = !r.reentrant;
   for (size_t i = 0; i < stop; ++i) {
     const ScriptOp& s = r.script[i];
+    if (s.hook) {
+      if (replay_hook) replay_hook(s.local);
+      continue;
+    }
     if (s.alloc) {
       const TensorId t = static_cast<TensorId>(tensors_.size());
       Tensor tensor;
@@ -336,6 +359,7 @@ void Graph::Recompute(uint32_t region) {
       if (--tensors_[t].refs == 0) out_->Free(tensors_[t].event_id);
     }
   }
+  recomputing_by_storage_ = false;
   // Locals the recompute still holds go when it returns; reentrant
   // checkpointing keeps them (the region's outputs) in CheckpointFunction.
   // backward's `outputs` until its inner torch.autograd.backward is done
@@ -548,6 +572,8 @@ void Graph::Run(NodeId n) {
     Recompute(node.region);
   }
   if (node.region != kNoRegion && regions_[node.region].reentrant) KeepOutputGrads(node);
+  // A library Function's backward (reentrant: inside the recomputed graph).
+  if (node.hook != 0 && node_hook) node_hook(node.hook);
   module_ = node.module;
   const std::string_view op = out_->String(node.op);
   // Allocation order while the node runs: unpacked saves, workspace, the

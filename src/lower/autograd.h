@@ -122,6 +122,39 @@ class Graph {
   // it was recorded in: data-parallel sharding gathers parameters there
   // (FSDP pre-backward hooks, ZeRO-3 fetch_sub_module).
   std::function<void(uint32_t module)> pre_node_hook;
+  // Hooks of the libraries' own autograd Functions and module hooks (DeepSpeed
+  // ZeRO-3's PreBackwardFunctionForModule / PostBackwardFunctionModule and
+  // forward module hooks, sharding_zero3.cc), by an id the caller chooses:
+  // - `node_hook(id)` runs when backward reaches a node given SetNodeHook(n,
+  //   id), before the node computes anything;
+  // - `replay_hook(id)` runs while a checkpoint region is recomputed, at the
+  //   point of the region's forward where ScriptHook(id) was called (a
+  //   module's forward hooks fire again in the recompute).
+  std::function<void(uint32_t id)> node_hook;
+  std::function<void(uint32_t id)> replay_hook;
+  void SetNodeHook(NodeId n, uint32_t id) { nodes_[n].hook = id; }
+  void ScriptHook(uint32_t id);
+  // Node `n` holds the caller's reference to `t` until it has run (a tensor
+  // its saved variables alias); dropped at once if `n` is none or has run.
+  void HoldUntilRun(NodeId n, TensorId t);
+  // A non-reentrant checkpoint region is being recomputed: its saved tensors
+  // are `x.detach()` of what the recompute computed (torch/utils/checkpoint.py
+  // _checkpoint_hook), aliasing that storage even if the tensor is later
+  // given new data.
+  bool recomputing_by_storage() const { return recomputing_by_storage_; }
+  // While one is alive, allocations and frees belong to a hook, not to the
+  // checkpoint region being recorded: they are not replayed by its recompute
+  // (the hook itself is, through ScriptHook) and may use any stream.
+  class HookScope {
+   public:
+    explicit HookScope(Graph& g) : g_(g) { ++g_.hook_depth_; }
+    ~HookScope() { --g_.hook_depth_; }
+    HookScope(const HookScope&) = delete;
+    HookScope& operator=(const HookScope&) = delete;
+
+   private:
+    Graph& g_;
+  };
   uint64_t host_peak_bytes() const { return host_peak_bytes_; }
   uint32_t Intern(std::string_view s) { return out_->Intern(s); }
 
@@ -246,11 +279,13 @@ class Graph {
     std::vector<std::pair<uint64_t, Category>> offloaded;  // saved on the host
     std::vector<Packed> packed;                            // offloaded by OffloadActivations
     bool gemm = false;                                     // runs cuBLAS gemms (Gemm)
+    uint32_t hook = 0;                                     // SetNodeHook's id (0: none)
     bool second_input_first = false;  // its gradients are made in reverse edge order
   };
   // A recorded checkpoint region: how to recompute its saved tensors.
   struct ScriptOp {
     bool alloc = true;
+    bool hook = false;   // ScriptHook: `local` is the hook's id
     uint32_t local = 0;  // index into the region's locals
     uint64_t bytes = 0;
     Category category = Category::kOther;
@@ -339,6 +374,10 @@ class Graph {
   std::vector<Node> nodes_;
   std::vector<Region> regions_;  // index 0 unused
   uint32_t region_ = kNoRegion;
+  int hook_depth_ = 0;  // HookScopes alive: allocations outside the region's script
+  bool recomputing_by_storage_ = false;
+  // The region whose script records allocations now (none inside a hook).
+  uint32_t ScriptRegion() const { return hook_depth_ > 0 ? kNoRegion : region_; }
   uint64_t next_seq_ = 0;
   uint64_t next_event_id_ = 1;
   uint32_t module_ = 0;

@@ -607,7 +607,8 @@ class RankLowerer {
               ? std::min(layout.dp(), layout.gpus_per_node)
               : layout.dp();
       dp_ = ShardingStrategy::Make(&tape_, setup_, world, layout.model_parallel(),
-                                   model_.hidden_size, static_cast<int>(model_.num_layers));
+                                   model_.hidden_size, static_cast<int>(model_.num_layers),
+                                   plan_.dp_rank, lower::SimulatedMicroBatches(setup_, plan_));
     }
     if (dp_) dp_->SetTiedEmbeddings(model_.tie_word_embeddings);
     half_model_ = dp_ && dp_->casts_model_to_half();

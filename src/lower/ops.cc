@@ -1,6 +1,7 @@
 #include "ops.h"
 
 #include <algorithm>
+#include <string>
 
 #include "litgpt_lora.h"
 
@@ -73,7 +74,14 @@ namespace {
 // rules both casts happen as without autocast (the CPU QLoRA traces).
 Var LoraLinear(Tape& tape, const Var& x, Param& weight, Param* bias, uint64_t tokens,
                uint64_t out_features) {
-  Var result = PlainLinear(tape, x, weight, bias, tokens, out_features);
+  // PEFT's LoRA Linear calls its modules in this order: base_layer, the
+  // adapter's lora_dropout, lora_A, lora_B (each an nn.Module ZeRO-3 hooks).
+  const std::string name(ModuleOf(tape, weight));
+  std::vector<Param*> base_params = {&weight};
+  if (bias) base_params.push_back(bias);
+  Var result = InModule(tape, name + ".base_layer", base_params, x, [&](const Var& in) {
+    return PlainLinear(tape, in, weight, bias, tokens, out_features);
+  });
   const bool bnb = weight.nf4;
   if (bnb) {
     Var copy = tape.New(result.numel, result.elem_bytes, Category::kTemporaries, "aten::clone");
@@ -86,7 +94,8 @@ Var LoraLinear(Tape& tape, const Var& x, Param& weight, Param* bias, uint64_t to
   Param& b = tape.params[weight.lora_b];
   const uint8_t peft_bytes = a.peft_view_bytes ? a.peft_view_bytes : a.elem_bytes;
   Var xin = converts ? Cast(tape, x, peft_bytes) : tape.Share(x);
-  Var dropped = Dropout(tape, xin, tape.lora_dropout);
+  Var dropped = InModule(tape, name + ".lora_dropout.default", {}, xin,
+                         [&](const Var& in) { return Dropout(tape, in, tape.lora_dropout); });
   if (dropped.elem_bytes != a.var.elem_bytes && !tape.autocast) {
     // The adapter computes in another dtype than PEFT cast to (FSDP's
     // gathered half weights under accelerate's autocast): lora_A's autocast
@@ -96,9 +105,13 @@ Var LoraLinear(Tape& tape, const Var& x, Param& weight, Param* bias, uint64_t to
     dropped = cast;
   }
   const uint64_t rank = a.numel / (x.numel / tokens);
-  Var down = PlainLinear(tape, dropped, a, nullptr, tokens, rank);
+  Var down = InModule(tape, name + ".lora_A.default", {&a}, dropped, [&](const Var& in) {
+    return PlainLinear(tape, in, a, nullptr, tokens, rank);
+  });
   tape.Drop(dropped);
-  Var up = PlainLinear(tape, down, b, nullptr, tokens, out_features);
+  Var up = InModule(tape, name + ".lora_B.default", {&b}, down, [&](const Var& in) {
+    return PlainLinear(tape, in, b, nullptr, tokens, out_features);
+  });
   tape.Drop(down);
   Var scaled = Scale(tape, up);
   tape.Drop(up);
@@ -117,13 +130,24 @@ Var LoraLinear(Tape& tape, const Var& x, Param& weight, Param* bias, uint64_t to
 }
 }  // namespace
 
+std::string_view ModuleOf(Tape& tape, const Param& p) { return tape.out()->String(p.module); }
+
 Var Linear(Tape& tape, const Var& x, Param& weight, Param* bias, uint64_t tokens,
            uint64_t out_features) {
   if (weight.lora_a >= 0 && !tape.adapters_disabled) {
     if (tape.litgpt_modules) return LitgptLoraLinear(tape, x, weight, bias, tokens, out_features);
-    return LoraLinear(tape, x, weight, bias, tokens, out_features);
+    return InModule(tape, ModuleOf(tape, weight), {}, x, [&](const Var& in) {
+      return LoraLinear(tape, in, weight, bias, tokens, out_features);
+    });
   }
-  return PlainLinear(tape, x, weight, bias, tokens, out_features);
+  std::vector<Param*> params = {&weight};
+  if (bias) params.push_back(bias);
+  // A tied lm_head is its own module over the embedding's weight.
+  const std::string_view name =
+      tape.out()->String(tape.module()) == "lm_head" ? "lm_head" : ModuleOf(tape, weight);
+  return InModule(tape, name, params, x, [&](const Var& in) {
+    return PlainLinear(tape, in, weight, bias, tokens, out_features);
+  });
 }
 
 namespace {
@@ -191,7 +215,7 @@ Var PlainLinear(Tape& tape, const Var& x, Param& weight, Param* bias, uint64_t t
   if (AnyGrad(tape, xin, win) || (bias && AnyGrad(tape, bin))) {
     NodeId n = tape.Node(bias ? "AddmmBackward0" : "MmBackward0", &out);
     tape.graph.Gemm(n, /*second_input_first=*/!bias);  // mm: mat2 (the weight) first
-    if (win.requires_grad()) SaveIf(tape, n, xin);
+    if (win.requires_grad() || tape.zero3_linear) SaveIf(tape, n, xin);
     if (xin.requires_grad()) SaveIf(tape, n, win);
     // A 3-D x's gradient is the folded matmul's, reshaped back to [b, s, in]: a view.
     if (n != kNoNode) {
@@ -691,7 +715,9 @@ Var RequireInputGrad(Tape& tape, Var x) {
   return x;
 }
 
-Var Embedding(Tape& tape, const Var& ids, Param& w, uint64_t tokens, uint64_t dim) {
+namespace {
+
+Var EmbeddingOp(Tape& tape, const Var& ids, Param& w, uint64_t tokens, uint64_t dim) {
   Var out = tape.New(tokens * dim, w.elem_bytes, Category::kTemporaries, "aten::embedding");
   if (AnyGrad(tape, w.var)) {
     NodeId n = tape.Node("EmbeddingBackward0", &out);
@@ -701,6 +727,18 @@ Var Embedding(Tape& tape, const Var& ids, Param& w, uint64_t tokens, uint64_t di
     EdgeIf(tape, n, w.var);
   }
   return out;
+}
+
+}  // namespace
+
+Var Embedding(Tape& tape, const Var& ids, Param& w, uint64_t tokens, uint64_t dim,
+              bool require_grad) {
+  // The module name differs from a tied lm_head's (Linear) over the same weight.
+  const std::string name = std::string(ModuleOf(tape, w)) + ":embedding";
+  return InModule(tape, name, {&w}, ids, [&](const Var& in) {
+    Var out = EmbeddingOp(tape, in, w, tokens, dim);
+    return require_grad ? RequireInputGrad(tape, out) : out;
+  });
 }
 
 }  // namespace vramscope::lower

@@ -17,6 +17,24 @@
 
 namespace vramscope::lower {
 
+// Runs `f(input)` as module `name`, whose own parameters are `params`, under
+// ZeRO-3's module hooks (tape.h ModuleHooks): the module sees its input as
+// the hooks rebind it, its caller sees the output as they rebind it. Without
+// hooks, f(x).
+template <class F>
+Var InModule(Tape& tape, std::string_view name, const std::vector<Param*>& params, const Var& x,
+             F&& f) {
+  if (!tape.module_hooks) return f(x);
+  Var in = x.t == kNoTensor ? Var{} : tape.Share(x);
+  tape.module_hooks->Enter(name, params, in.t == kNoTensor ? nullptr : &in);
+  Var out = f(in.t == kNoTensor ? x : in);
+  if (in.t != kNoTensor) tape.Drop(in);
+  tape.module_hooks->Leave(name, &out);
+  return out;
+}
+// The name of the module owning `p` (its interned path).
+std::string_view ModuleOf(Tape& tape, const Param& p);
+
 // x.to(dtype): returns a new reference to x when the dtype already matches
 // (aten::to returns self), else a copy with a ToCopyBackward node.
 Var Cast(Tape& tape, const Var& x, uint8_t to_bytes);
@@ -124,7 +142,10 @@ Var RequireInputGrad(Tape& tape, Var x);
 bool InputsRequireGrad(const TrainingSetup& setup);
 
 // nn.Embedding: out [tokens, dim] in the weight's dtype; saves the indices;
-// backward allocates a dense [vocab, dim] gradient.
-Var Embedding(Tape& tape, const Var& ids, Param& w, uint64_t tokens, uint64_t dim);
+// backward allocates a dense [vocab, dim] gradient. `require_grad`: the
+// output is made to require grad by a forward hook of the module (PEFT's
+// enable_input_require_grads, RequireInputGrad), before later hooks see it.
+Var Embedding(Tape& tape, const Var& ids, Param& w, uint64_t tokens, uint64_t dim,
+              bool require_grad = false);
 
 }  // namespace vramscope::lower

@@ -168,6 +168,44 @@ uint64_t SimulatedMicroBatches(const TrainingSetup& setup, const RankClassPlan& 
                                                   : requested;
 }
 
+namespace {
+
+// DeepSpeed ZeRO-1/2 over pure data parallelism (Megatron's distributed
+// optimizer takes --zero 1 under model parallelism).
+bool ZeroPartitionsDiffer(const ParallelLayout& l) {
+  return (l.dp_mode == DataParallel::kZero1 || l.dp_mode == DataParallel::kZero2) &&
+         !l.model_parallel() && l.dp() > 1;
+}
+
+// One class per data-parallel rank (each holds a different slice of the flat
+// parameters, so a different set of whole parameters' gradients and norms:
+// stage_1_and_2.py get_partition_info). Past 8 ranks: ranks 0, 1 and the
+// last; the ranks between hold decoder layers as rank 1 does and are listed
+// in its class.
+std::vector<RankClassPlan> ZeroRankClasses(const RankClassPlan& all, uint32_t dp) {
+  std::vector<uint32_t> simulated;
+  if (dp <= 8) {
+    for (uint32_t r = 0; r < dp; ++r) simulated.push_back(r);
+  } else {
+    simulated = {0, 1, dp - 1};
+  }
+  std::vector<RankClassPlan> out;
+  for (size_t i = 0; i < simulated.size(); ++i) {
+    RankClassPlan p = all;
+    p.dp_rank = simulated[i];
+    p.ranks.clear();
+    const uint32_t last = i + 1 < simulated.size() ? simulated[i + 1] : dp;
+    for (uint32_t r = simulated[i]; r < last && (r == simulated[i] || dp > 8); ++r)
+      p.ranks.push_back(static_cast<int>(r));
+    p.name = p.ranks.size() == 1 ? fmt::format("dp rank {}", simulated[i])
+                                 : fmt::format("dp ranks {}-{}", p.ranks.front(), p.ranks.back());
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+}  // namespace
+
 Result<std::vector<RankClassPlan>> PlanRankClasses(const ModelSpec& model,
                                                    const TrainingSetup& setup) {
   const ParallelLayout& l = setup.parallel;
@@ -222,6 +260,7 @@ Result<std::vector<RankClassPlan>> PlanRankClasses(const ModelSpec& model,
   };
   std::vector<RankClassPlan> out;
   if (pp == 1) {
+    if (ZeroPartitionsDiffer(l)) return ZeroRankClasses(plan_for("all ranks", 0, 0, 0), l.dp());
     out.push_back(plan_for("all ranks", 0, 0, 0));
     return out;
   }

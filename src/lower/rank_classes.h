@@ -21,6 +21,9 @@ struct RankClassPlan {
   std::string name;        // "all ranks", "first stage", "middle stages", "last stage"
   std::vector<int> ranks;  // global ranks in Megatron order (tp fastest, then cp, dp, pp)
   uint32_t stage = 0;      // the pipeline stage simulated for the class
+  // The data-parallel rank simulated for the class: DeepSpeed ZeRO-1/2 give
+  // each rank a different partition of the flat parameters (sharding_zero12.cc).
+  uint32_t dp_rank = 0;
   // The model chunks the stage runs: one, or virtual_stages with the
   // interleaved schedule (chunk c is virtual stage c * pp + stage).
   std::vector<StageSpan> chunks = {StageSpan{}};
@@ -37,7 +40,10 @@ struct RankClassPlan {
 // model dimension that does not divide.
 Result<ModelSpec> ShardModel(const ModelSpec& model, const TrainingSetup& setup);
 
-// The rank classes of the layout (one when pp == 1).
+// The rank classes of the layout: one when pp == 1, except under DeepSpeed
+// ZeRO stages 1-2, where every data-parallel rank's partition differs (one
+// class per rank up to 8; beyond, ranks 0, 1 and the last, rank 1 standing
+// for the ranks between).
 Result<std::vector<RankClassPlan>> PlanRankClasses(const ModelSpec& model,
                                                    const TrainingSetup& setup);
 

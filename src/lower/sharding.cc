@@ -24,6 +24,12 @@ TensorId ShardState::Alloc(uint64_t bytes, Category c, std::string_view op) {
   return tape->graph.Alloc(bytes, c, op, tape->module());
 }
 
+TensorId ShardState::HostAlloc(uint64_t bytes, Category c, std::string_view op) {
+  if (tape->cpu_rules) return Alloc(bytes, c, op);
+  host_bytes += bytes;
+  return kNoTensor;
+}
+
 uint64_t ShardState::TrainableElements() const {
   uint64_t trainable = 0;
   for (const Param& p : tape->params) trainable += p.trainable ? p.numel : 0;
@@ -32,12 +38,15 @@ uint64_t ShardState::TrainableElements() const {
 
 std::unique_ptr<ShardingStrategy> ShardingStrategy::Make(Tape* tape, const TrainingSetup& setup,
                                                          uint32_t world, bool megatron,
-                                                         uint64_t hidden_size, int num_layers) {
+                                                         uint64_t hidden_size, int num_layers,
+                                                         uint32_t dp_rank, uint64_t micro_batches) {
   ShardState s;
   s.tape = tape;
   s.mode = setup.parallel.dp_mode;
   s.layout = setup.parallel;
   s.world = std::max<uint32_t>(1, world);
+  s.dp_rank = std::min(dp_rank, s.world - 1);
+  s.micro_batches = std::max<uint64_t>(1, micro_batches);
   s.hidden = hidden_size;
   s.num_layers = num_layers;
   s.mixed = setup.precision == Precision::kBf16Mixed || setup.precision == Precision::kFp16Mixed;

@@ -71,6 +71,8 @@ struct ShardState {
   DataParallel mode = DataParallel::kNone;
   ParallelLayout layout;
   uint32_t world = 1;   // ranks that shard model states
+  uint32_t dp_rank = 0;  // the data-parallel rank simulated (ZeRO-1/2 partitions differ by rank)
+  uint64_t micro_batches = 1;  // simulated micro-batches per optimizer step (the last is the boundary)
   uint64_t hidden = 0;  // the model's hidden size (ZeRO's "auto" sizes)
   int num_layers = 0;
   bool mixed = false;                // fp32 master weights (a *-mixed precision)
@@ -84,6 +86,10 @@ struct ShardState {
   std::vector<std::string> notes;
 
   TensorId Alloc(uint64_t bytes, Category c, std::string_view op);  // in the current module
+  // A tensor DeepSpeed keeps in host memory (offload): on the device stream
+  // under CPU rules, where host and device are the same memory; otherwise
+  // counted in host_bytes only (kNoTensor).
+  TensorId HostAlloc(uint64_t bytes, Category c, std::string_view op);
   uint64_t TrainableElements() const;
 };
 
@@ -92,9 +98,12 @@ class ShardingStrategy {
   // `world` is the number of ranks that shard model states (dp, or the GPUs of
   // one node for hybrid FSDP); `megatron` selects Megatron-LM's DDP and
   // distributed optimizer (--zero 1) under --tp/--pp/--cp/--ep.
+  // `dp_rank` is the data-parallel rank the class simulates and
+  // `micro_batches` the micro-batches simulated per optimizer step.
   static std::unique_ptr<ShardingStrategy> Make(Tape* tape, const TrainingSetup& setup,
                                                 uint32_t world, bool megatron, uint64_t hidden_size,
-                                                int num_layers);
+                                                int num_layers, uint32_t dp_rank = 0,
+                                                uint64_t micro_batches = 1);
   explicit ShardingStrategy(ShardState state) : s_(std::move(state)) {}  // abstract: see Make
   virtual ~ShardingStrategy() = default;
 

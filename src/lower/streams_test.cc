@@ -12,7 +12,7 @@
 //    calls record_stream; the flat all-gather output is allocated on the
 //    copy-in stream, the per-parameter outputs on the current stream, the
 //    reduce-scatter output on reduce_scatter_stream.
-//  - DeepSpeed ZeRO-3 (0.14-0.16 partitioned_param_coordinator.py,
+//  - DeepSpeed ZeRO-3 (0.19.8 partitioned_param_coordinator.py,
 //    partition_parameters.py free_param, stage3.py): gathers on
 //    __allgather_stream, released after record_stream(current_stream());
 //    gradients record_stream'ed on reduce_and_partition_stream, which the
@@ -190,16 +190,25 @@ TEST(Streams, Fsdp2NeverRecordsStreams) {
   EXPECT_EQ(AllocStreams(s, "fsdp::sharded_grad"), (std::set<uint32_t>{2}));
 }
 
-// ZeRO-3 with zero.Init releases every module after its forward: the same
-// order as FSDP1's, except that embeddings and head are units of their own
-// (a: embeddings, b-e: layers, f: head) and the wait is the assumed two-unit
-// lag of the computation stream (docs/parallel.md).
+// ZeRO-3 (DeepSpeed 0.19.8) in its first forward, while the trace is being
+// recorded, gathers each module's parameters at its forward pre-hook and
+// releases all of them at its forward hook (release_sub_module). Modules in
+// order: the model, the base model, the embedding (a), the rotary embedding,
+// layer 0, its input norm (b), self_attn, q (c), k (d), v (e), o (f), the
+// post-attention norm (g), mlp, gate (h), act_fn, up (i), down (j), layer 1,
+// ... Every module's fetch first waits for the oldest release once two are
+// pending (the assumed lag, docs/parallel.md), containers' fetches too.
 TEST(Streams, Zero3GathersOnTheAllGatherStreamAndReleasesAfterRecordStream) {
   const EventStream s = Lowered(Sharded(DataParallel::kZero3));
   const OpTrace gathers(s, "zero3::all_gather");
-  EXPECT_EQ(gathers.Of(PhaseEvents(s, 1, Phase::kForward)),
-            "Ga Ra Gb Rb Xa Gc Rc Xb Gd Rd Xc Ge Re Xd Gf Rf");
+  const std::string first_layer =
+      "Ga Ra Gb Rb Xa Gc Rc Xb Gd Rd Xc Ge Re Xd Gf Rf Xe Gg Rg Xf Gh Rh Xg Gi Ri Xh Gj Rj Xi Gk Rk";
+  EXPECT_EQ(gathers.Of(PhaseEvents(s, 1, Phase::kForward)).substr(0, first_layer.size()),
+            first_layer);
   EXPECT_EQ(AllocStreams(s, "zero3::all_gather"), (std::set<uint32_t>{1}));
+  // The synchronous gathers (init's param.all_gather(), the persistent
+  // parameters after a step) run on the current stream.
+  EXPECT_EQ(AllocStreams(s, "zero3::all_gather_sync"), (std::set<uint32_t>{0}));
   EXPECT_EQ(s.metadata().at("stream.2"), "reduce-and-partition (DeepSpeed)");
   // Gradients: record_stream on reduce_and_partition_stream, all completed
   // by the epilogue's synchronize before the optimizer step.
@@ -212,23 +221,24 @@ TEST(Streams, Zero3GathersOnTheAllGatherStreamAndReleasesAfterRecordStream) {
   EXPECT_GE(done, recorded_on_2);
 }
 
-// offload_param: each gather first copies the rank's partition to the
-// device on the all-gather stream (a quarter of the gathered bytes on 4
-// ranks) and frees it once the gather buffer holds it.
+// offload_param: each gather first copies the rank's partition to the device
+// on the all-gather stream (`ds_tensor.to(device)` in _all_gather_sequential:
+// a quarter of the padded gathered bytes on 4 ranks) and frees it once the
+// gather buffer holds it.
 TEST(Streams, Zero3OffloadParamsStagesPartitionsOnTheAllGatherStream) {
   TrainingSetup setup = Sharded(DataParallel::kZero3);
   setup.parallel.offload = Offload::kParams;
   const EventStream s = Lowered(setup);
-  EXPECT_EQ(AllocStreams(s, "zero3::h2d_partition"), (std::set<uint32_t>{1}));
+  EXPECT_EQ(AllocStreams(s, "zero3::partition_to_device"), (std::set<uint32_t>{1}));
   std::vector<uint64_t> staged, gathered;
   for (const Event& e : PhaseEvents(s, 1, Phase::kForward)) {
     if (e.kind != EventKind::kAlloc) continue;
-    if (s.String(e.op) == "zero3::h2d_partition") staged.push_back(e.size_bytes);
+    if (s.String(e.op) == "zero3::partition_to_device") staged.push_back(e.size_bytes);
     if (s.String(e.op) == "zero3::all_gather") gathered.push_back(e.size_bytes);
   }
   ASSERT_EQ(staged.size(), gathered.size());
-  for (size_t i = 0; i < staged.size(); ++i) EXPECT_EQ(staged[i], (gathered[i] + 3) / 4);
-  const OpTrace trace(s, "zero3::h2d_partition");
+  for (size_t i = 0; i < staged.size(); ++i) EXPECT_EQ(staged[i], gathered[i] / 4);
+  const OpTrace trace(s, "zero3::partition_to_device");
   EXPECT_EQ(trace.Of(PhaseEvents(s, 1, Phase::kForward)).substr(0, 11), "Ga Fa Gb Fb");
 }
 

@@ -65,6 +65,19 @@ struct Param {
 // Sets tape.flat_linear_inputs for a scope (an MoE block's body).
 class FlatLinearInputs;
 
+// DeepSpeed ZeRO-3 hooks every nn.Module of the model (parameter_offload.py
+// _register_deepspeed_module, DeepSpeed 0.19.8): the forward code reports each
+// module it runs (InModule, ops.h); sharding_zero3.cc implements this.
+class ModuleHooks {
+ public:
+  virtual ~ModuleHooks() = default;
+  // Entering module `name`, whose own parameters are `params`; `input` (may be
+  // null) is its tensor input, rebound to the tensor the module's code sees.
+  virtual void Enter(std::string_view name, const std::vector<Param*>& params, Var* input) = 0;
+  // Leaving it: `output` (may be null) rebound to what its caller sees.
+  virtual void Leave(std::string_view name, Var* output) = 0;
+};
+
 class Tape {
  public:
   explicit Tape(EventStream* out) : graph(out), out_(out) {}
@@ -116,6 +129,13 @@ class Tape {
   std::function<void(int unit, bool begin)> unit_hook;
   // Megatron's sequence-parallel all-gather buffer (persistent, reused).
   TensorId sp_gather_buffer = kNoTensor;
+  // DeepSpeed ZeRO-3's module hooks (null: none).
+  ModuleHooks* module_hooks = nullptr;
+  // F.linear is DeepSpeed's LinearFunctionForZeroStage3 (zero/linear.py,
+  // 0.19.8: installed by zero.Init and by Init(module=...) alike while
+  // memory_efficient_linear is on): its setup_context saves the input
+  // whatever needs a gradient.
+  bool zero3_linear = false;
   void Unit(int unit, bool begin) {
     if (unit_hook) unit_hook(unit, begin);
   }

@@ -126,7 +126,7 @@ Var Proj(Tape& tape, const Var& x, Param* w, Param* b, uint64_t tokens, uint64_t
   return Linear(tape, x, *w, b, tokens, out);
 }
 
-Var Norm(Tape& tape, const ModelSpec& spec, const Var& x, Param* w, Param* b, const Dims& d) {
+Var NormOp(Tape& tape, const ModelSpec& spec, const Var& x, Param* w, Param* b, const Dims& d) {
   switch (spec.norm) {
     case NormKind::kRmsNorm:
       if (tape.torchtune_modules) return RmsNormTorchtune(tape, x, *w, d.t);
@@ -137,6 +137,32 @@ Var Norm(Tape& tape, const ModelSpec& spec, const Var& x, Param* w, Param* b, co
     case NormKind::kLayerNormNoBias: return LayerNorm(tape, x, *w, b, d.t);
   }
   return tape.Share(x);
+}
+
+Var Norm(Tape& tape, const ModelSpec& spec, const Var& x, Param* w, Param* b, const Dims& d) {
+  if (!w) return NormOp(tape, spec, x, w, b, d);
+  std::vector<Param*> params = {w};
+  if (b) params.push_back(b);
+  return InModule(tape, ModuleOf(tape, *w), params, x,
+                  [&](const Var& in) { return NormOp(tape, spec, in, w, b, d); });
+}
+
+// The module holding `p`'s module (a parameter's container: `...self_attn` for
+// `...self_attn.o_proj`), for ZeRO-3's module hooks.
+std::string ParentModule(Tape& tape, const Param* p) {
+  const std::string_view m = ModuleOf(tape, *p);
+  return std::string(m.substr(0, m.rfind('.')));
+}
+
+// A module without parameters or tensor input/output entered or left, for
+// ZeRO-3's module hooks.
+void MarkModule(Tape& tape, std::string_view name, bool enter) {
+  if (!tape.module_hooks) return;
+  if (enter) {
+    tape.module_hooks->Enter(name, {}, nullptr);
+  } else {
+    tape.module_hooks->Leave(name, nullptr);
+  }
 }
 
 // Whether the model's forward makes a DynamicCache in training: use_cache, no
@@ -339,7 +365,11 @@ Var Mlp(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x, 
     // until it returns.
     const bool litgpt = tape.litgpt_modules;
     if (litgpt && !fused) u = Proj(tape, x, up, nullptr, tokens, inter);
-    Var act = spec.mlp == MlpKind::kGatedGeluTanh ? Gelu(tape, g) : Silu(tape, g);
+    // The activation is a module of its own (ACT2FN's nn.Module).
+    const std::string act_name = ParentModule(tape, down ? down : gate) + ".act_fn";
+    Var act = InModule(tape, act_name, {}, g, [&](const Var& in) {
+      return spec.mlp == MlpKind::kGatedGeluTanh ? Gelu(tape, in) : Silu(tape, in);
+    });
     if (!litgpt) tape.Drop(g);
     if (!fused && !litgpt) u = Proj(tape, x, up, nullptr, tokens, inter);
     Var prod = Mul(tape, act, u);
@@ -720,7 +750,15 @@ Var MoeGrouped(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const V
   // stay bound to `_` until the block returns.
   // --- experts
   SortedRouting r = SortByExpert(tape, x, weights, d, s, experts);
-  Var y = GroupedExpertMlps(tape, spec, lp, r.rows, s, inter, d.h);
+  // The stacked experts are one module whose parameters are all of them.
+  std::vector<Param*> stacked = lp.expert_gate;
+  stacked.insert(stacked.end(), lp.expert_up.begin(), lp.expert_up.end());
+  stacked.insert(stacked.end(), lp.expert_down.begin(), lp.expert_down.end());
+  Var y = stacked.empty() ? GroupedExpertMlps(tape, spec, lp, r.rows, s, inter, d.h)
+                          : InModule(tape, ModuleOf(tape, *stacked.front()), stacked, r.rows,
+                                     [&](const Var& in) {
+                                       return GroupedExpertMlps(tape, spec, lp, in, s, inter, d.h);
+                                     });
   // out_per_sample_g * sample_weights_g.unsqueeze(-1); the weights' gradient
   // is (grad * y).sum(-1): a full-size product first.
   Var weighted = Mul(tape, y, r.weights);
@@ -1114,8 +1152,13 @@ Var DecoderLayer(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const
   // spellings, transformers 4.57 / 5.x) until it returns: alive through the
   // MLP even where autograd saves nothing (no_grad, checkpointing).
   Var weights;
-  Var attn = ToSequenceShard(tape, SelfAttention(tape, spec, lp, h, d, sh, &weights), d,
-                             "megatron::reduce_scatter");
+  const Param* o_proj = lp.o ? lp.o : lp.qkv;
+  Var attn_out = o_proj ? InModule(tape, ParentModule(tape, o_proj), {}, h,
+                                   [&](const Var& in) {
+                                     return SelfAttention(tape, spec, lp, in, d, sh, &weights);
+                                   })
+                        : SelfAttention(tape, spec, lp, h, d, sh, &weights);
+  Var attn = ToSequenceShard(tape, attn_out, d, "megatron::reduce_scatter");
   attn = ResidualDropout(tape, spec, attn);
   if (spec.sandwich_norm && lp.norm2) {
     Var n = Norm(tape, spec, attn, lp.norm2, nullptr, r);
@@ -1145,8 +1188,15 @@ Var DecoderLayer(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const
   Param* pre = spec.sandwich_norm ? lp.norm3 : lp.norm2;
   Var h2 = Norm(tape, spec, mid, pre, spec.sandwich_norm ? nullptr : lp.norm2_b, r);
   if (litgpt) tape.Drop(h);
-  Var m = moe ? Moe(tape, spec, lp, h2, d)
-              : Mlp(tape, spec, lp, h2, d, d.t, d.inter, lp.gate, lp.up, lp.down);
+  Var m = moe ? (lp.router ? InModule(tape, ParentModule(tape, lp.router), {}, h2,
+                                      [&](const Var& in) { return Moe(tape, spec, lp, in, d); })
+                          : Moe(tape, spec, lp, h2, d))
+        : lp.down ? InModule(tape, ParentModule(tape, lp.down), {}, h2,
+                             [&](const Var& in) {
+                               return Mlp(tape, spec, lp, in, d, d.t, d.inter, lp.gate, lp.up,
+                                          lp.down);
+                             })
+                  : Mlp(tape, spec, lp, h2, d, d.t, d.inter, lp.gate, lp.up, lp.down);
   m = ResidualDropout(tape, spec, ToSequenceShard(tape, m, d, "megatron::reduce_scatter"));
   // GPT2Block keeps ln_2's output in `hidden_states` until the residual sum
   // replaces it (`feed_forward_hidden_states = self.mlp(hidden_states)`,
@@ -1320,10 +1370,13 @@ Var EmbedTokens(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Traini
   // OPT: embed_tokens is word_embed_proj_dim wide and project_in widens it
   // after the positions are embedded (OPTDecoder.forward).
   const uint64_t embed_dim = mp.proj_in ? mp.embed->numel / d.vocab : d.h;
-  Var x = Embedding(tape, ids, *mp.embed, d.t, embed_dim);
   const bool scaled_inside = GemmaScalesInsideEmbedding(spec, setup);
+  // enable_input_require_grads hooks the embedding module's output, ahead of
+  // DeepSpeed's hooks (registered later, by deepspeed.initialize).
+  const bool hooked_grad = InputsRequireGrad(setup) && !scaled_inside;
+  Var x = Embedding(tape, ids, *mp.embed, d.t, embed_dim, hooked_grad);
   if (scaled_inside) Rebind(tape, x, Scale(tape, x));
-  if (InputsRequireGrad(setup)) x = RequireInputGrad(tape, x);
+  if (InputsRequireGrad(setup) && !hooked_grad) x = RequireInputGrad(tape, x);
   // The base model's `inputs_embeds` holds the embedding until it returns
   // (`hidden_states = inputs_embeds` in LlamaModel, Qwen2Model, FalconModel and
   // the rest, 4.57 / 5.x; Gemma under 4.x scales into a new `hidden_states`).
@@ -1409,7 +1462,9 @@ LayerShared PrepareLayers(Tape& tape, const ModelSpec& spec, const TrainingSetup
   tape.SetModule("model.rotary_emb");
   // torchtune slices its rotary cache (a buffer, PlaceBuffers) in each layer.
   if (spec.position == PositionKind::kRope && !torchtune) {
+    MarkModule(tape, "model.rotary_emb", true);
     RotaryTables(tape, d.s, RotaryDim(spec, d.d), x.elem_bytes, &sh.cos, &sh.sin);
+    MarkModule(tape, "model.rotary_emb", false);
   }
   // LitGPT: `cos = self.cos[:T].unsqueeze(0)`, views of GPT's buffers.
   if (tape.litgpt_modules) {
@@ -1420,19 +1475,24 @@ LayerShared PrepareLayers(Tape& tape, const ModelSpec& spec, const TrainingSetup
   return sh;
 }
 
-// The stage's decoder layers, each checkpointed when the setup says so.
-// `layer_outputs`: what the last layer returned besides its hidden states.
-Var RunLayers(Tape& tape, const ModelSpec& spec, ModelParams& mp, const TrainingSetup& setup,
-              const StageSpan& span, const Dims& d, LayerShared& sh, ForwardMasks& masks, Var x,
-              Var* layer_outputs) {
+// One decoder layer, checkpointed when the setup says so. transformers 5.x's
+// GradientCheckpointingLayer checkpoints the layer's forward (cls.forward is
+// wrapped, modeling_layers.py 5.24.0): its module hooks run outside the
+// checkpoint; 4.x checkpoints Module.__call__ (4.57.6), hooks inside.
+Var RunLayer(Tape& tape, const ModelSpec& spec, ModelParams& mp, const TrainingSetup& setup,
+             uint64_t i, const Dims& d, LayerShared& sh, ForwardMasks& masks, const Var& x,
+             Var* returned) {
   const bool ckpt = setup.grad_ckpt != GradCkpt::kNone;
-  const uint64_t end_layer = std::min<uint64_t>(span.end_layer, spec.num_layers);
-  for (uint64_t i = span.first_layer; i < end_layer; ++i) {
-    tape.SetModule("model.layers." + std::to_string(i));
-    tape.Unit(static_cast<int>(i) + 1, true);
+  auto layer = [&](const Var& in) {
+    return DecoderLayer(tape, spec, mp.layers[i], in, d, sh, IsMoeLayer(spec, mp.layers[i], i),
+                        returned);
+  };
+  const std::string name = "model.layers." + std::to_string(i);
+  const bool hooks_inside = setup.transformers_version < 500;
+  auto checkpointed = [&](const Var& in) {
     if (ckpt) {
       tape.graph.BeginCheckpoint(setup.grad_ckpt == GradCkpt::kReentrant);
-      tape.graph.Keep(x.t);
+      tape.graph.Keep(in.t);
       if (sh.cos.t != kNoTensor) {
         tape.graph.Keep(sh.cos.t);
         tape.graph.Keep(sh.sin.t);
@@ -1445,13 +1505,27 @@ Var RunLayers(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Training
                     : (masks.second_mask.t != kNoTensor ? &masks.second_mask : nullptr);
     }
     if (ckpt && sh.mask) tape.graph.Keep(sh.mask->t);
-    Var returned;
-    Var y = DecoderLayer(tape, spec, mp.layers[i], x, d, sh, IsMoeLayer(spec, mp.layers[i], i),
-                         &returned);
-    if (ckpt && setup.grad_ckpt == GradCkpt::kReentrant && returned.t != kNoTensor) {
-      tape.graph.UngradedOutput(returned.bytes());
+    Var y = hooks_inside ? InModule(tape, name, {}, in, layer) : layer(in);
+    if (ckpt && setup.grad_ckpt == GradCkpt::kReentrant && returned->t != kNoTensor) {
+      tape.graph.UngradedOutput(returned->bytes());
     }
     if (ckpt) tape.graph.EndCheckpoint();
+    return y;
+  };
+  return hooks_inside ? checkpointed(x) : InModule(tape, name, {}, x, checkpointed);
+}
+
+// The stage's decoder layers, each checkpointed when the setup says so.
+// `layer_outputs`: what the last layer returned besides its hidden states.
+Var RunLayers(Tape& tape, const ModelSpec& spec, ModelParams& mp, const TrainingSetup& setup,
+              const StageSpan& span, const Dims& d, LayerShared& sh, ForwardMasks& masks, Var x,
+              Var* layer_outputs) {
+  const uint64_t end_layer = std::min<uint64_t>(span.end_layer, spec.num_layers);
+  for (uint64_t i = span.first_layer; i < end_layer; ++i) {
+    tape.SetModule("model.layers." + std::to_string(i));
+    tape.Unit(static_cast<int>(i) + 1, true);
+    Var returned;
+    Var y = RunLayer(tape, spec, mp, setup, i, d, sh, masks, x, &returned);
     tape.Unit(static_cast<int>(i) + 1, false);
     tape.Drop(x);
     x = y;
@@ -1479,6 +1553,7 @@ Var HeadAndLoss(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Traini
     head_in = mp.proj_out->numel / d.h;
     Rebind(tape, hfin, Linear(tape, hfin, *mp.proj_out, nullptr, d.t, head_in));
   }
+  if (tape.module_hooks) tape.module_hooks->Leave("model", &hfin);  // the base model returns
   // The base model returns: its locals go.
   if (layer_outputs->t != kNoTensor) tape.Drop(*layer_outputs);
   for (Var& v : *base_locals) tape.Drop(v);
@@ -1525,6 +1600,7 @@ Var ForwardBody(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Traini
                 const DpoHead* dpo) {
   Var x;
   std::vector<Var> base_locals;  // the base model's locals nothing else holds
+  if (span.embed) MarkModule(tape, "model", true);
   if (span.embed) {
     x = EmbedTokens(tape, spec, mp, setup, d, ids, &base_locals);
   } else {
@@ -1621,8 +1697,12 @@ ForwardOut Forward(Tape& tape, const ModelSpec& spec, ModelParams& mp, const Tra
                                   : tape.New(setup.batch, spec.num_labels == 1 ? kF32 : kI64,
                                              Category::kOther, "labels");
   }
+  // The top module (LlamaForCausalLM and its kind): its hooks also start
+  // ZeRO-3's step (parameter_offload.py _start_of_forward_hook).
+  MarkModule(tape, "", true);
   Var out = setup.dpo ? DpoStep(tape, spec, mp, reference, setup, span, d, ids, labels)
                       : ForwardBody(tape, spec, mp, setup, span, d, ids, labels, nullptr);
+  if (tape.module_hooks) tape.module_hooks->Leave("", &out);
   if (ids.t != kNoTensor) tape.Drop(ids);
   if (labels.t != kNoTensor) tape.Drop(labels);
   return ForwardOut{out};

@@ -560,6 +560,32 @@ std::vector<Assumption> DescribeAssumptions(const TrainingSetup& s) {
   out.push_back(
       {"steps", fmt::format("{} optimizer steps simulated; the peak is the worst of them", s.steps),
        "--steps"});
+  const DataParallel dp = s.parallel.dp_mode;
+  if ((dp == DataParallel::kZero1 || dp == DataParallel::kZero2 || dp == DataParallel::kZero3) &&
+      !s.parallel.model_parallel()) {
+    const uint32_t v = s.parallel.zero.deepspeed_version;
+    out.push_back({"DeepSpeed",
+                   fmt::format("DeepSpeed 0.{}.{}'s ZeRO (docs/parallel.md); the rules that changed "
+                               "between releases follow the one given",
+                               v / 100, v % 100),
+                   "--deepspeed-version"});
+  }
+  if (s.parallel.dp_mode == DataParallel::kZero3) {
+    // Issue 39: without deepspeed.zero.Init the whole model is on every GPU
+    // before DeepSpeed partitions it (engine.py _configure_distributed_model,
+    // 0.19.8); the peak of the setup differs by the whole gathered model.
+    out.push_back(
+        {"zero.Init",
+         s.parallel.zero.zero_init
+             ? "the model is built under deepspeed.zero.Init (the HF Trainer does so when its "
+               "DeepSpeed config exists before from_pretrained): each parameter is partitioned "
+               "as it is made; a model loaded first is moved whole to every GPU before "
+               "deepspeed.initialize partitions it: --no-zero-init"
+             : "the model is loaded before DeepSpeed's config existed (no deepspeed.zero.Init): "
+               "deepspeed.initialize moves the whole model to every GPU, then partitions it; "
+               "without --no-zero-init it is built partitioned",
+         "--no-zero-init"});
+  }
   const bool side_streams =
       s.parallel.dp_mode == DataParallel::kZero3 ||
       (s.parallel.dp_mode == DataParallel::kFsdp && s.parallel.fsdp_version == 1);
@@ -567,9 +593,14 @@ std::vector<Assumption> DescribeAssumptions(const TrainingSetup& s) {
     // docs/parallel.md "Side streams": FSDP1's limiter fixes it for the flat
     // parameters; for the rest it is the model's assumption.
     out.push_back({"GPU lag",
-                   "memory freed while a side stream still uses it (record_stream) is reusable "
-                   "once the computation is two layers further: FSDP1's rate limiter enforces this "
-                   "for gathered parameters, the rest is assumed",
+                   s.parallel.dp_mode == DataParallel::kZero3
+                       ? "memory freed while a side stream still uses it (record_stream) is "
+                         "reusable once the computation is two module fetches further "
+                         "(DeepSpeed throttles its all-gather stream at two fetches in flight); "
+                         "gradients once two reduces are in flight"
+                       : "memory freed while a side stream still uses it (record_stream) is "
+                         "reusable once the computation is two layers further: FSDP1's rate "
+                         "limiter enforces this for gathered parameters, the rest is assumed",
                    ""});
   }
   return out;

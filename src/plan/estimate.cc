@@ -75,8 +75,22 @@ Result<Estimated> Estimate(const ModelSpec& model, const TrainingSetup& setup,
       }
     }
   }
-  Lowered& lowered = classes.front().lowered;
-  if (options.keep_events) out.events = std::move(lowered.stream);
+  if (options.keep_events) {
+    for (size_t i = 0; i < classes.size(); ++i) {
+      EventStream& stream = classes[i].lowered.stream;
+      if (classes.size() > 1) {
+        std::string ranks;
+        for (int r : report.ranks[i].ranks) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+        stream.metadata()["rank_class"] = classes[i].rank_class;
+        stream.metadata()["ranks"] = ranks;
+      }
+      if (i == 0) {
+        out.events = std::move(stream);
+      } else {
+        out.other_class_events.push_back(std::move(stream));
+      }
+    }
+  }
   if (options.explain) {
     report.explanation = ExplainPeak(report);
     for (auto& line : ExplainWhatIf(model, setup, report))

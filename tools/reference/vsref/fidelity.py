@@ -12,6 +12,7 @@ renders the results as the Markdown table of docs/fidelity.md (between its marke
 
 import argparse
 import concurrent.futures
+import glob
 import json
 import os
 import subprocess
@@ -77,10 +78,30 @@ def predict(point, workdir):
         with open(vae_path, "w", encoding="utf-8") as f:
             json.dump(VAE_FAMILIES[point.vae], f, indent=1)
         cmd += ["--vae", vae_path]
+    for stale in glob.glob(out + ".class*"):
+        os.remove(stale)
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"estimate failed: {proc.stderr.strip()}")
     return out
+
+
+def pred_for_rank(pred_path, rank):
+    """The predicted stream of the rank class holding `rank`: `estimate --events FILE` writes
+    one file per rank class when there are several (FILE, FILE.class1, ...: DeepSpeed ZeRO-1/2
+    lowers each data-parallel rank, whose partition differs), each naming its ranks in a
+    `meta ranks` line; one class covers every rank."""
+    for path in [pred_path] + sorted(glob.glob(pred_path + ".class*")):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("vramscope-events"):
+                    continue
+                if not line.startswith("meta "):
+                    break
+                key, _, value = line[5:].rstrip("\n").partition(" ")
+                if key == "ranks" and str(rank) in value.split(","):
+                    return path
+    return pred_path
 
 
 def _pct(predicted, recorded, base):
@@ -146,8 +167,8 @@ def run_points(points, workdir):
             if p.gpus == 1:
                 results.append(compare(p, ref_path, pred_path))
             for rank in range(p.gpus if p.gpus > 1 else 0):
-                # Pure data parallelism: every rank is one rank class of the lowering.
-                results.append(compare(p, f"{ref_path}.rank{rank}", pred_path,
+                # Each rank against its rank class's stream (one class for most modes).
+                results.append(compare(p, f"{ref_path}.rank{rank}", pred_for_rank(pred_path, rank),
                                        f"{p.name()}/rank{rank}"))
         except (RuntimeError, OSError) as e:
             results.append({"name": p.name(), "point": p.to_json(), "error": str(e)})
