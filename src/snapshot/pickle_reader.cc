@@ -183,6 +183,7 @@ class Machine {
   bool TryEntry(Value target, uint64_t container_pos, const uint64_t* pairs, uint64_t n);
   bool DecodeEntry(const uint64_t* pairs, uint64_t n, Value* entry);
   bool NoteChildren(Value target, const uint64_t* words, uint64_t n);
+  bool NoteEntryStored(Value w);
   bool String(Kind kind, uint64_t length, std::string_view op);
   bool Long(uint64_t n);
   bool BuildContainer(Kind kind, uint64_t base, std::string_view op);
@@ -236,6 +237,8 @@ class Machine {
   // full graph check at the end instead.
   PagedVector<uint16_t> shape_;
   bool needs_graph_check_ = false;
+  // Per trace entry: 1 once it has been stored into a container.
+  PagedVector<uint8_t> entry_stored_{16};
   uint64_t memo_count_ = 0;
   uint64_t memory_checks_ = 0;
   bool failed_ = false;
@@ -426,6 +429,7 @@ bool Machine::NoteChildren(Value target, const uint64_t* words, uint64_t n) {
   uint16_t height = t & 0x7fff;
   for (uint64_t i = 0; i < n; ++i) {
     const Value w = Value::FromBits(words[i]);
+    if (!NoteEntryStored(w)) return false;
     if (!w.is_container()) continue;
     if (w == target) {
       return Fail(
@@ -441,6 +445,27 @@ bool Machine::NoteChildren(Value target, const uint64_t* words, uint64_t n) {
     if (h > height) height = static_cast<uint16_t>(h);
   }
   t = static_cast<uint16_t>((t & kStored) | height);
+  return true;
+}
+
+// A trace entry (a record, or a dict forwarded to one) stored into a
+// container: at most once. PyTorch writes each entry of a trace once; one
+// memoized entry referenced 30 million times by its memo index made a trace
+// that a 60 MB file inflated past gigabytes and minutes.
+bool Machine::NoteEntryStored(Value w) {
+  uint64_t entry = 0;
+  if (w.kind() == Kind::kEntry) {
+    entry = w.payload();
+  } else if (w.kind() != Kind::kDict || !doc_.ForwardedEntry(w, &entry)) {
+    return true;
+  }
+  while (entry_stored_.size() <= entry) entry_stored_.push_back(0);
+  if (entry_stored_[entry] != 0) {
+    return Fail(
+        "a trace entry stored twice (a memo reference to an entry already in a trace); "
+        "PyTorch writes each entry once");
+  }
+  entry_stored_[entry] = 1;
   return true;
 }
 
@@ -665,7 +690,16 @@ bool Machine::MemoGetAt(int width, std::string_view op) {
 }
 
 bool Machine::Mark() {
-  if (marks_.size() >= limits_.max_stack_items) return Fail("too many MARKs (max_stack_items)");
+  // Each open MARK is a container being built inside the one of the MARK
+  // below it, so real pickles never hold more open MARKs than values nest
+  // (max_depth). A bomb of millions of MARKs is refused at the first one too
+  // many, not after gigabytes of positions.
+  if (marks_.size() >= limits_.max_depth) {
+    return Fail(
+        fmt::format("more than {} MARKs open at once; values nest at most {} levels "
+                    "(max_depth)",
+                    limits_.max_depth, limits_.max_depth));
+  }
   marks_.push_back(stack_.size());
   return true;
 }
