@@ -22,7 +22,8 @@ _API = {
     "estimate": "._api", "fit": "._api", "sweep": "._api", "plan": "._api",
     "simulate": "._api", "explain": "._api", "compare": "._api", "models": "._api",
     "gpus": "._api", "Report": "._report", "Result": "._report", "check": "._check",
-    "MemoryCheck": "._check",
+    "MemoryCheck": "._check", "Error": "._errors", "InputError": "._errors",
+    "InternalError": "._errors",
 }
 
 __all__ = sorted(_API) + ["__version__"]

@@ -17,6 +17,8 @@ import json
 import os
 import struct
 
+from ._knobs import path_arg
+
 # torch dtype name -> safetensors dtype (the names the engine's reader knows).
 _SAFETENSORS_DTYPES = {
     "float32": "F32", "float16": "F16", "bfloat16": "BF16", "float64": "F64",
@@ -34,7 +36,7 @@ _PREFIX = "<python>"
 def resolve(model) -> tuple[str, dict]:
     """(the MODEL argument, in-memory files) for the engine's run_command."""
     if isinstance(model, (str, os.PathLike)):
-        return os.fspath(model), {}
+        return path_arg(model, "model"), {}
     if _is_config(model):
         name = f"{_PREFIX}/config/{_config_name(model)}"
         return name, {f"{name}/config.json": _file(model.to_json_string(use_diff=False))}
