@@ -305,7 +305,7 @@ def snapshots(tmp_path_factory):
 
 @pytest.mark.parametrize("case,names", [
     ("cycle", "contains itself"),
-    ("shared", "trace entry stored twice"),
+    ("shared", "references to trace entries already in a trace"),
     ("marks", "MARKs open at once"),
 ])
 @pytest.mark.parametrize("command", ["explain", "replay"])

@@ -257,16 +257,22 @@ TEST(PickleOpcodes, ACycleThroughATraceEntrysFramesIsRejected) {
   EXPECT_NE(ErrorOf(bytes).find("contains itself"), std::string::npos);
 }
 
-TEST(PickleOpcodes, ATraceEntryStoredTwiceIsRejected) {
-  // [entry, entry] through the memo: 30 million such references made a 60 MB
-  // file that ran for minutes.
-  const std::string bytes = kP4 + Bytes("]\x94(}\x94(") + kEntryPairs +
-                            Bytes(
-                                "uh\x01"
-                                "e.");
-  EXPECT_NE(ErrorOf(bytes).find("trace entry stored twice"), std::string::npos);
-  // One reference is a plain trace.
-  EXPECT_TRUE(Parse(kP4 + Bytes("](}(") + kEntryPairs + Bytes("ue.")).ok());
+TEST(PickleLimits, CopiesOfATraceEntryAreChargedToTheMemoryBudget) {
+  // [entry, entry, ...] through the memo: read as copies (layout_test's
+  // SharedEntryDictReadsTwice), each charged what an entry costs once read.
+  // 30 million such references made a 60 MB file run past 20 s and 2.8 GiB.
+  const std::string twice = kP4 + Bytes("]\x94(}\x94(") + kEntryPairs + Bytes("uh\x01"
+                                                                              "e.");
+  EXPECT_TRUE(Parse(twice).ok());
+  std::string many = kP4 + Bytes("]\x94(}\x94(") + kEntryPairs + "u";
+  for (int i = 0; i < 100000; ++i) many += Bytes("h\x01");
+  many += "e.";
+  SnapshotReadLimits limits;
+  limits.max_memory_bytes = 4 << 20;  // 100 000 copies need about 9.6 MB
+  const std::string m = ErrorOf(many, limits);
+  EXPECT_NE(m.find("max_memory_bytes"), std::string::npos) << m;
+  EXPECT_NE(m.find("100000 references to trace entries already in a trace"), std::string::npos)
+      << m;
 }
 
 TEST(PickleLimits, AMarkBombStopsAtTheDepthLimit) {
