@@ -261,8 +261,10 @@ TEST(PickleLimits, CopiesOfATraceEntryAreChargedToTheMemoryBudget) {
   // [entry, entry, ...] through the memo: read as copies (layout_test's
   // SharedEntryDictReadsTwice), each charged what an entry costs once read.
   // 30 million such references made a 60 MB file run past 20 s and 2.8 GiB.
-  const std::string twice = kP4 + Bytes("]\x94(}\x94(") + kEntryPairs + Bytes("uh\x01"
-                                                                              "e.");
+  const std::string twice = kP4 + Bytes("]\x94(}\x94(") + kEntryPairs +
+                            Bytes(
+                                "uh\x01"
+                                "e.");
   EXPECT_TRUE(Parse(twice).ok());
   std::string many = kP4 + Bytes("]\x94(}\x94(") + kEntryPairs + "u";
   for (int i = 0; i < 100000; ++i) many += Bytes("h\x01");
