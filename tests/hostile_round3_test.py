@@ -110,12 +110,14 @@ def test_validate_goes_on_past_a_record_with_a_bad_t5_checkpoint(tmp_path):
     bad = json.loads(json.dumps(good))
     bad["id"] = "bad-t5"
     bad["knobs"].update(model=model, attn="eager")
+    bad["env"]["packages"]["transformers"] = "5.24.0"  # T5 is lowered for transformers 5
     results = write(tmp_path, "r.jsonl", json.dumps(bad) + "\n" + json.dumps(good) + "\n")
     code, stderr, seconds, _ = run_measured(["validate", results], timeout=60)
     assert code in (0, 2) and "internal error" not in stderr, stderr[-2000:]
-    p = subprocess.run([BIN, "validate", results, "--json"], capture_output=True, timeout=60,
-                       cwd=ROOT, env=ENV)
-    assert b"bad-t5" in p.stdout, p.stderr[-2000:]
+    p = subprocess.run([BIN, "validate", results], capture_output=True, timeout=60, cwd=ROOT,
+                       env=ENV)
+    # The record after the bad one reaches the table: the run did not end at the first.
+    assert p.returncode == 0 and b"model=gpt2" in p.stdout, p.stdout[-2000:]
 
 
 # --- unbounded recursion: JSON inside a config string, and the message quoting it ---
