@@ -290,10 +290,10 @@ class PlanBudget {
     spent_ = common::SaturatingAdd(spent_, work->events);
     if (spent_ <= limit_) return Ok{};
     return MakeError(fmt::format(
-        "{}: work budget: this plan's estimates lower to more than {} events in all ({} {} "
-        "estimates), above the limit of {} ({} x --max-events; give --finetune, --optimizer, "
-        "--precision or --grad-ckpt to try fewer strategies, or raise --max-events)",
-        model_.name, limit_, when, estimates, limit_, kPlanBudgetFactor));
+        "{}: work budget: this plan's estimates ({} {}) lower to more than its limit of {} "
+        "events in all ({} x --max-events; give --finetune, --optimizer, --precision or "
+        "--grad-ckpt to try fewer strategies, or raise --max-events)",
+        model_.name, when, estimates, limit_, kPlanBudgetFactor));
   }
 
  private:
