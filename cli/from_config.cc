@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "output.h"
+#include "vramscope/common/checked.h"
 #include "vramscope/common/json_depth.h"
 #include "vramscope/common/quote.h"
 #include "yaml_json.h"
@@ -26,8 +27,49 @@ namespace vramscope::cli {
 // short names must not meet another file's helpers.
 namespace fromcfg {
 
+namespace {
+
+// Containers nested deeper than this are shown as [...] / {...}: a message is
+// built without unbounded recursion whatever value it quotes.
+constexpr int kShownDepth = 8;
+// Bytes of rendering past which Shown stops (QuoteForMessage cuts at 40).
+constexpr size_t kShownBytes = 2 * common::kQuotedBytes;
+
+// Compact JSON of `v` into *out, stopping once it is longer than kShownBytes.
+// Non-finite numbers (YAML's .inf and .nan) are written as YAML writes them:
+// nlohmann's dump would print `null`, which is not what the file says.
+void AppendShown(const Json& v, int depth, std::string* out) {
+  if (out->size() > kShownBytes) return;
+  if (v.is_number_float() && !std::isfinite(v.get<double>())) {
+    const double d = v.get<double>();
+    *out += std::isnan(d) ? ".nan" : d < 0 ? "-.inf" : ".inf";
+    return;
+  }
+  if (!v.is_structured()) {
+    *out += v.dump(-1, ' ', false, Json::error_handler_t::replace);
+    return;
+  }
+  if (depth >= kShownDepth) {
+    *out += v.is_array() ? "[...]" : "{...}";
+    return;
+  }
+  *out += v.is_array() ? '[' : '{';
+  for (auto it = v.begin(); it != v.end() && out->size() <= kShownBytes; ++it) {
+    if (it != v.begin()) *out += ',';
+    if (v.is_object()) {
+      *out += Json(it.key()).dump(-1, ' ', false, Json::error_handler_t::replace) + ":";
+    }
+    AppendShown(*it, depth + 1, out);
+  }
+  *out += v.is_array() ? ']' : '}';
+}
+
+}  // namespace
+
 std::string Shown(const Json& v) {
-  return common::QuoteForMessage(v.dump(), common::kQuotedBytes, '\'');
+  std::string text;
+  AppendShown(v, 0, &text);
+  return common::QuoteForMessage(text, common::kQuotedBytes, '\'');
 }
 
 // An object member that must be an object when present (null: absent).
@@ -155,9 +197,9 @@ Status ReadZeroSizes(const Reader& r, const Json& zero) {
     const int64_t lo = s.key == std::string_view("sub_group_size") ? 1 : 0;
     VS_TRY(v, Number(r, zero, s.key, path, lo, int64_t{1} << 40));
     if (v) {
-      r.Set(s.flag, std::to_string(*v), path);
+      r.SetCount(s.flag, *v, path);
     } else if (any_auto && s.deepspeed_default > 0 && !zero.contains(s.key)) {
-      r.Set(s.flag, std::to_string(s.deepspeed_default), path + " (absent: DeepSpeed default)");
+      r.SetCount(s.flag, s.deepspeed_default, path + " (absent: DeepSpeed default)");
     }
   }
   return Ok{};
@@ -170,7 +212,7 @@ Status ReadZero(const Reader& r, const Json& root) {
   if (!zero) return Ok{};
   VS_TRY(stage, Number(r, *zero, "stage", "zero_optimization.stage", 0, 3));
   const int64_t s = stage.value_or(0);  // DeepSpeed's default stage is 0
-  if (s > 0) r.Set("--zero", std::to_string(s), "zero_optimization.stage");
+  if (s > 0) r.SetCount("--zero", s, "zero_optimization.stage");
   if (Status st = ReadZeroOffload(r, *zero, s); !st.ok()) return st;
   if (Status st = ReadZeroSizes(r, *zero); !st.ok()) return st;
   // overlap_comm: DeepSpeed defaults it on for stage 3 and off below
@@ -224,16 +266,25 @@ Status ReadDeepSpeedBatch(const Reader& r, const Json& root) {
   VS_TRY(accum, Number(r, root, "gradient_accumulation_steps", "gradient_accumulation_steps", 1,
                        kMaxBatch));
   VS_TRY(total, Number(r, root, "train_batch_size", "train_batch_size", 1, int64_t{1} << 50));
-  if (micro) r.Set("--batch", std::to_string(*micro), "train_micro_batch_size_per_gpu");
-  if (accum) r.Set("--grad-accum", std::to_string(*accum), "gradient_accumulation_steps");
+  if (micro) r.SetCount("--batch", *micro, "train_micro_batch_size_per_gpu");
+  if (accum) r.SetCount("--grad-accum", *accum, "gradient_accumulation_steps");
   if (micro && accum && total) {
-    const int64_t per_gpu = *micro * *accum;
+    // Each factor is within 2^32, so the product may not fit: checked, never
+    // wrapped (a wrap to 0 was then a divisor: SIGFPE).
+    const auto product =
+        common::CheckedMul(static_cast<uint64_t>(*micro), static_cast<uint64_t>(*accum));
+    if (!product || *product > static_cast<uint64_t>(*total)) {
+      return r.Bad("train_batch_size",
+                   fmt::format("{} is less than micro-batch x accumulation ({} x {})", *total,
+                               *micro, *accum));
+    }
+    const auto per_gpu = static_cast<int64_t>(*product);
     if (*total % per_gpu != 0) {
       return r.Bad(
           "train_batch_size",
           fmt::format("{} is not a multiple of micro-batch x accumulation ({})", *total, per_gpu));
     }
-    r.Set("--gpus", std::to_string(*total / per_gpu), "train_batch_size");
+    r.SetCount("--gpus", *total / per_gpu, "train_batch_size");
   }
   return Ok{};
 }
@@ -330,10 +381,10 @@ Status ReadHfBasics(const Reader& r, const Json& root) {
   constexpr int64_t kMaxBatch = int64_t{1} << 32;
   VS_TRY(batch, Number(r, root, "per_device_train_batch_size", "per_device_train_batch_size", 1,
                        kMaxBatch));
-  if (batch) r.Set("--batch", std::to_string(*batch), "per_device_train_batch_size");
+  if (batch) r.SetCount("--batch", *batch, "per_device_train_batch_size");
   VS_TRY(accum, Number(r, root, "gradient_accumulation_steps", "gradient_accumulation_steps", 1,
                        kMaxBatch));
-  if (accum) r.Set("--grad-accum", std::to_string(*accum), "gradient_accumulation_steps");
+  if (accum) r.SetCount("--grad-accum", *accum, "gradient_accumulation_steps");
   VS_TRY(bf16, Bool(r, root, "bf16", "bf16"));
   VS_TRY(fp16, Bool(r, root, "fp16", "fp16"));
   if (bf16.value_or(false) && fp16.value_or(false)) {
@@ -396,12 +447,17 @@ Result<std::vector<std::string>> FsdpOptions(const Reader& r, const Json& root) 
   if (it->is_string()) {
     add_words(it->get<std::string>());
   } else if (it->is_array()) {
+    if (Status st = ShortList(r, *it, "fsdp"); !st.ok()) return st.error();
     for (const Json& v : *it) {
       if (!v.is_string()) return r.Bad("fsdp", fmt::format("{} is not a string", Shown(v)));
       add_words(v.get<std::string>());
     }
   } else {
     return r.Bad("fsdp", fmt::format("{} is not true, a string or a list of strings", Shown(*it)));
+  }
+  if (options.size() > kMaxListItems) {
+    return r.Bad("fsdp", fmt::format("{} options; TrainingArguments has {} at most", options.size(),
+                                     kMaxListItems));
   }
   return options;
 }
@@ -473,8 +529,8 @@ Status ReadHfFsdp(const Reader& r, const Json& root) {
   if (offload) r.Set("--offload", "params", "fsdp offload");
   VS_TRY(version, Number(r, cfg, "version", "fsdp_config.version", 1, 2));
   const int64_t default_version = r.transformers_major >= 5 ? 2 : 1;
-  r.Set("--fsdp-version", std::to_string(version.value_or(default_version)),
-        version ? "fsdp_config.version" : "fsdp (the transformers version's default)");
+  r.SetCount("--fsdp-version", version.value_or(default_version),
+             version ? "fsdp_config.version" : "fsdp (the transformers version's default)");
   if (Status st = ReadFsdpPrefetch(r, cfg, "fsdp_config.backward_prefetch"); !st.ok()) return st;
   VS_TRY(ckpt, Bool(r, cfg, "activation_checkpointing", "fsdp_config.activation_checkpointing"));
   // accelerate wraps each layer in checkpoint_wrapper (CheckpointImpl.NO_REENTRANT).
@@ -488,14 +544,12 @@ Status ParseRoot(const Reader& r, const std::string& text, bool allow_hf);
 // path is relative to that file.
 Status ReadDeepSpeedFile(const Reader& r, const std::string& name, std::string_view key) {
   // The path names the nested file in every message about it: one with line
-  // breaks or escapes would split or color them (found by fuzz_accelerate_yaml).
-  const bool control = std::any_of(name.begin(), name.end(), [](char c) {
-    const auto byte = static_cast<unsigned char>(c);
-    return byte < 0x20 || byte == 0x7f;
-  });
-  if (control)
+  // breaks or escapes (C0, or C1 such as U+009B, a terminal's CSI) would split
+  // or color them (found by fuzz_accelerate_yaml).
+  if (common::HasControlCharacters(name))
     return r.Bad(key, fmt::format("the path {} has control characters",
                                   common::QuoteForMessage(name, common::kQuotedBytes, '\'')));
+  if (name.empty()) return r.Bad(key, "an empty path");
   std::filesystem::path path(name);
   if (path.is_relative()) path = std::filesystem::path(r.file).parent_path() / path;
   auto text = (*r.read)(path.string());
@@ -545,7 +599,7 @@ Status ReadTrainingArguments(const Reader& r, const Json& root) {
   if (Status st = ReadHfBasics(r, root); !st.ok()) return st;
   if (Status st = ReadHfCheckpointing(r, root); !st.ok()) return st;
   VS_TRY(cap, Number(r, root, "ddp_bucket_cap_mb", "ddp_bucket_cap_mb", 1, 1 << 16));
-  if (cap) r.Set("--ddp-bucket-cap-mb", std::to_string(*cap), "ddp_bucket_cap_mb");
+  if (cap) r.SetCount("--ddp-bucket-cap-mb", *cap, "ddp_bucket_cap_mb");
   if (Status st = ReadHfFsdp(r, root); !st.ok()) return st;
   ListHfNotModelled(r, root);
   // Last: DeepSpeed's own blocks win over optim (HF does not build an
@@ -599,13 +653,13 @@ Status ReadAccelerateProcesses(const Reader& r, const Json& root, const std::str
   if (*n % m != 0) {
     return r.Bad("num_processes", fmt::format("{} is not a multiple of num_machines ({})", *n, m));
   }
-  r.Set("--gpus", std::to_string(*n), "num_processes");
+  r.SetCount("--gpus", *n, "num_processes");
   if (m > 1) {
     if (*n / m > 64) {
       return r.Bad("num_processes",
                    fmt::format("{} / num_machines {} is over 64 GPUs per node", *n, m));
     }
-    r.Set("--gpus-per-node", std::to_string(*n / m), "num_processes / num_machines");
+    r.SetCount("--gpus-per-node", *n / m, "num_processes / num_machines");
   }
   return Ok{};
 }
@@ -755,8 +809,9 @@ Status ReadAccelerateFsdp(const Reader& r, const Json& root) {
   if (Status st = ReadFsdpPrefetch(r, cfg, "fsdp_config.fsdp_backward_prefetch"); !st.ok())
     return st;
   r.Set("--fsdp", sharding, key);
-  r.Set("--fsdp-version", std::to_string(v),
-        version ? "fsdp_config.fsdp_version" : "fsdp_config (absent: accelerate's default, 1)");
+  r.SetCount(
+      "--fsdp-version", v,
+      version ? "fsdp_config.fsdp_version" : "fsdp_config (absent: accelerate's default, 1)");
   VS_TRY(offload, Truth(r, cfg, "offload_params", "fsdp_config.fsdp_offload_params"));
   if (offload.value_or(false)) r.Set("--offload", "params", "fsdp_config.fsdp_offload_params");
   VS_TRY(ckpt,
@@ -952,10 +1007,10 @@ Status ReadAxolotlBatch(const Reader& r, const Json& root) {
   }
   constexpr int64_t kMax = int64_t{1} << 32;
   VS_TRY(seq, AxCount(r, root, "sequence_len", "sequence_len", 1, int64_t{1} << 24));
-  r.Set("--seq", std::to_string(seq.value_or(512)),
-        seq ? "sequence_len" : "sequence_len (absent: Axolotl's default 512)");
+  r.SetCount("--seq", seq.value_or(512),
+             seq ? "sequence_len" : "sequence_len (absent: Axolotl's default 512)");
   VS_TRY(micro, AxCount(r, root, "micro_batch_size", "micro_batch_size", 1, kMax));
-  if (micro) r.Set("--batch", std::to_string(*micro), "micro_batch_size");
+  if (micro) r.SetCount("--batch", *micro, "micro_batch_size");
   VS_TRY(accum,
          AxCount(r, root, "gradient_accumulation_steps", "gradient_accumulation_steps", 1, kMax));
   VS_TRY(total, AxCount(r, root, "batch_size", "batch_size", 1, kMax));
@@ -963,13 +1018,13 @@ Status ReadAxolotlBatch(const Reader& r, const Json& root) {
     return r.Bad("batch_size",
                  "and gradient_accumulation_steps are both set (Axolotl refuses both)");
   }
-  if (accum) r.Set("--grad-accum", std::to_string(*accum), "gradient_accumulation_steps");
+  if (accum) r.SetCount("--grad-accum", *accum, "gradient_accumulation_steps");
   if (total) {
     const int64_t steps = *total / micro.value_or(1);
     if (steps < 1) {
       return r.Bad("batch_size", fmt::format("{} is less than micro_batch_size", *total));
     }
-    r.Set("--grad-accum", std::to_string(steps), "batch_size / micro_batch_size");
+    r.SetCount("--grad-accum", steps, "batch_size / micro_batch_size");
   }
   return Ok{};
 }
@@ -1064,6 +1119,7 @@ Result<std::string> AxolotlTargets(const Reader& r, const Json& root) {
   const bool one_string = it != root.end() && it->is_string();
   if (one_string) names.push_back(it->get<std::string>());
   if (it != root.end() && it->is_array()) {
+    if (Status st = ShortList(r, *it, "lora_target_modules"); !st.ok()) return st.error();
     for (const Json& v : *it) {
       if (!v.is_string())
         return r.Bad("lora_target_modules", fmt::format("{} is not a string", Shown(v)));
@@ -1095,7 +1151,7 @@ Result<std::string> AxolotlTargets(const Reader& r, const Json& root) {
 // --lora-dropout; the targets.
 Status ReadAxolotlLora(const Reader& r, const Json& root) {
   VS_TRY(rank, AxCount(r, root, "lora_r", "lora_r", 1, 1 << 16));
-  if (rank) r.Set("--lora-rank", std::to_string(*rank), "lora_r");
+  if (rank) r.SetCount("--lora-rank", *rank, "lora_r");
   double dropout = 0;
   if (auto it = root.find("lora_dropout"); it != root.end() && !it->is_null()) {
     if (!it->is_number())
@@ -1105,10 +1161,10 @@ Status ReadAxolotlLora(const Reader& r, const Json& root) {
       return r.Bad("lora_dropout", fmt::format("{} is outside [0, 1)", Shown(*it)));
     }
   }
-  r.Set("--lora-dropout", fmt::format("{}", dropout),
-        root.contains("lora_dropout") && !root["lora_dropout"].is_null()
-            ? "lora_dropout"
-            : "lora_dropout (absent: Axolotl's default 0.0)");
+  r.SetFraction("--lora-dropout", dropout,
+                root.contains("lora_dropout") && !root["lora_dropout"].is_null()
+                    ? "lora_dropout"
+                    : "lora_dropout (absent: Axolotl's default 0.0)");
   VS_TRY(targets, AxolotlTargets(r, root));
   const bool linear = root.value("lora_target_linear", Json(false)) == true;
   const bool modules =
@@ -1400,6 +1456,11 @@ Status ParseRoot(const Reader& r, const std::string& text, bool allow_hf) {
   if (common::JsonNestsDeeperThan(text, kMaxConfigDepth)) {
     return MakeError(fmt::format("{}: nested deeper than {} levels", r.file, kMaxConfigDepth));
   }
+  // As the YAML layer's value limit: parsed, millions of tiny items would
+  // take hundreds of megabytes; no config has a quarter million.
+  if (common::JsonHasMoreItemsThan(text, size_t{1} << 18)) {
+    return MakeError(fmt::format("{}: more than {} values (not a config)", r.file, 1 << 18));
+  }
   const Json root = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded()) return MakeError(fmt::format("{}: not valid JSON", r.file));
   if (!root.is_object()) return MakeError(fmt::format("{}: not a JSON object", r.file));
@@ -1425,12 +1486,16 @@ Status ParseConfigText(const std::string& file, const std::string& text, int tra
 }
 
 Result<FromConfig> ReadConfigFiles(const std::vector<std::string>& paths, int transformers_major) {
+  // A file a config names is checked as a regular file, with no exception for
+  // /dev/stdin and the like: those are the caller's own streams only when the
+  // caller typed them (--from /dev/stdin), not when a file says so (reading
+  // the terminal would wait for it to close).
   const ConfigFileReader read = [](const std::string& path) {
-    return ReadTextFile(path, kMaxConfigFileBytes);
+    return ReadTextFile(path, kMaxConfigFileBytes, /*allow_own_streams=*/false);
   };
   FromConfig config;
   for (const std::string& path : paths) {
-    VS_TRY(text, read(path));
+    VS_TRY(text, ReadTextFile(path, kMaxConfigFileBytes));
     if (Status st = ParseConfigText(path, text, transformers_major, read, &config); !st.ok()) {
       return st.error();
     }

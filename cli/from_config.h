@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,9 +15,14 @@
 namespace vramscope::cli {
 
 // One knob a file sets: `flag` (a flag of DESIGN.md) takes `value`, read from
-// `key` of `file`.
+// `key` of `file`. A numeric knob keeps the number as read (`count` or
+// `fraction`; `value` is then only its text for the report): the setup takes
+// the typed value, never the text parsed back (1e-320 is a valid dropout that
+// std::stod refuses).
 struct FileKnob {
   std::string flag, value, file, key;
+  std::optional<int64_t> count;    // --batch, --gpus, --zero-*-size, ...
+  std::optional<double> fraction;  // --lora-dropout
 };
 
 struct FromConfig {

@@ -25,6 +25,12 @@ using Json = nlohmann::json;
 
 // Deeper than any real config; guards nlohmann's recursion (docs/hardening.md).
 constexpr size_t kMaxConfigDepth = 64;
+// Items in one list a config holds (PEFT's target modules, FSDP's options):
+// real ones have tens. A longer list is refused before its items are read, so
+// that a file of millions of names costs neither time nor a line per name.
+constexpr size_t kMaxListItems = 1024;
+// Lines of "not modelled" keys one reading lists; more are summed up in one.
+constexpr size_t kMaxNotModelled = 64;
 
 // The state of reading one file: where knobs and errors go.
 struct Reader {
@@ -48,10 +54,36 @@ struct Reader {
     return MakeError(fmt::format("{}: {}: {}", file, Key(key), why));
   }
   void Set(std::string flag, std::string value, std::string key) const {
-    out->knobs.push_back({std::move(flag), std::move(value), file, Key(key)});
+    out->knobs.push_back({std::move(flag), std::move(value), file, Key(key), {}, {}});
   }
+  // A whole-number knob (the number kept as read, not as text).
+  void SetCount(std::string flag, int64_t value, std::string key) const {
+    out->knobs.push_back(
+        {std::move(flag), std::to_string(value), file, Key(key), value, std::nullopt});
+  }
+  // A fraction knob (--lora-dropout).
+  void SetFraction(std::string flag, double value, std::string key) const {
+    out->knobs.push_back(
+        {std::move(flag), fmt::format("{}", value), file, Key(key), std::nullopt, value});
+  }
+  // A knob another reading produced, under this reading's key.
+  void Copy(const FileKnob& knob, std::string key) const {
+    FileKnob k = knob;
+    k.file = file;
+    k.key = Key(key);
+    out->knobs.push_back(std::move(k));
+  }
+  // Each line once, and at most kMaxNotModelled of them: a key repeated in a
+  // list (an FSDP option given a million times) is one warning, not a million.
   void NotModelled(std::string_view key, std::string_view why) const {
-    out->not_modelled.push_back(fmt::format("{}: {} ({})", file, Key(key), why));
+    std::string line = fmt::format("{}: {} ({})", file, Key(key), why);
+    std::vector<std::string>& lines = out->not_modelled;
+    if (lines.size() > kMaxNotModelled) return;
+    for (const std::string& l : lines) {
+      if (l == line) return;
+    }
+    if (lines.size() == kMaxNotModelled) line = file + ": more keys not modelled (not listed)";
+    lines.push_back(std::move(line));
   }
   void Note(std::string_view what, std::string_view key, std::string_view why) const {
     out->notes.push_back(fmt::format("{} (from {}: {}): {}", what, file, Key(key), why));
@@ -60,6 +92,13 @@ struct Reader {
 
 // A value as an error message shows it: quoted, control characters escaped.
 std::string Shown(const Json& v);
+
+// A list of at most kMaxListItems items (checked before any is read).
+inline Status ShortList(const Reader& r, const Json& list, std::string_view path) {
+  if (!list.is_array() || list.size() <= kMaxListItems) return Ok{};
+  return r.Bad(path, fmt::format("a list of {} items; a config lists at most {}", list.size(),
+                                 kMaxListItems));
+}
 
 // An object member that must be an object when present (null: absent).
 Result<const Json*> Object(const Reader& r, const Json& parent, const char* key,

@@ -128,11 +128,11 @@ Status ReadLitgptQuantize(const Reader& r, const Json& root, int64_t processes) 
 Status ReadLitgptLora(const Reader& r, const Json& root) {
   r.Set("--finetune", "lora", "lora_* (finetune_lora)");
   VS_TRY(rank, Number(r, root, "lora_r", "lora_r", 1, 1 << 16));
-  r.Set("--lora-rank", std::to_string(rank.value_or(8)),
-        rank ? "lora_r" : "lora_r (absent: finetune_lora's default 8)");
+  r.SetCount("--lora-rank", rank.value_or(8),
+             rank ? "lora_r" : "lora_r (absent: finetune_lora's default 8)");
   VS_TRY(dropout, Fraction(r, root, "lora_dropout", "lora_dropout"));
-  r.Set("--lora-dropout", fmt::format("{}", dropout.value_or(0.05)),
-        dropout ? "lora_dropout" : "lora_dropout (absent: finetune_lora's default 0.05)");
+  r.SetFraction("--lora-dropout", dropout.value_or(0.05),
+                dropout ? "lora_dropout" : "lora_dropout (absent: finetune_lora's default 0.05)");
   static constexpr std::tuple<const char*, bool, const char*> kTargets[] = {
       {"lora_query", true, "q"},           {"lora_key", false, "k"},
       {"lora_value", true, "v"},           {"lora_projection", false, "o"},
@@ -174,8 +174,9 @@ Status ReadLitgptTrain(const Reader& r, const Json& root, int64_t processes) {
   VS_TRY(micro, Number(r, t, "micro_batch_size", "train.micro_batch_size", 1, kMax));
   VS_TRY(global, Number(r, t, "global_batch_size", "train.global_batch_size", 1, kMax));
   const int64_t m = micro.value_or(1), g = global.value_or(16);
-  r.Set("--batch", std::to_string(m),
-        micro ? "train.micro_batch_size" : "train.micro_batch_size (absent: LitGPT's default 1)");
+  r.SetCount(
+      "--batch", m,
+      micro ? "train.micro_batch_size" : "train.micro_batch_size (absent: LitGPT's default 1)");
   if (processes > 0) {
     const int64_t per_rank = g / processes, accum = per_rank / m;
     if (accum < 1) {
@@ -184,13 +185,13 @@ Status ReadLitgptTrain(const Reader& r, const Json& root, int64_t processes) {
                                "asserts it is not)",
                                g, processes, m));
     }
-    r.Set("--grad-accum", std::to_string(accum),
-          global ? "train.global_batch_size / devices / micro_batch_size"
-                 : "train.global_batch_size (absent: 16) / devices / micro_batch_size");
+    r.SetCount("--grad-accum", accum,
+               global ? "train.global_batch_size / devices / micro_batch_size"
+                      : "train.global_batch_size (absent: 16) / devices / micro_batch_size");
   }
   VS_TRY(seq, Number(r, t, "max_seq_length", "train.max_seq_length", 1, int64_t{1} << 24));
   if (seq) {
-    r.Set("--seq", std::to_string(*seq), "train.max_seq_length");
+    r.SetCount("--seq", *seq, "train.max_seq_length");
   } else {
     r.NotModelled("train.max_seq_length",
                   "null: rows as long as the longest sample (up to block_size); pass --seq");
@@ -244,13 +245,13 @@ void ReadLitgptStrategy(const Reader& r, const Json& root, int64_t processes) {
     r.Note("the process count", "devices", "\"auto\": every visible GPU; pass --gpus");
     return;
   }
-  r.Set("--gpus", std::to_string(processes), "devices × num_nodes");
+  r.SetCount("--gpus", processes, "devices × num_nodes");
   if (processes == 1) return;
   const bool lora = IsLora(root);
   r.Set("--fsdp", "full",
         lora ? "devices (finetune_lora: FSDP2 per Block)"
              : "devices (finetune_full: FSDPStrategy, FULL_SHARD)");
-  r.Set("--fsdp-version", lora ? "2" : "1", "devices (the script's strategy)");
+  r.SetCount("--fsdp-version", lora ? 2 : 1, "devices (the script's strategy)");
   r.Set("--fsdp-wrap", "layers", "devices (the script wraps each Block)");
   // Lightning's FSDPStrategy leaves torch's backward_prefetch default, BACKWARD_PRE.
   if (!lora) r.Set("--fsdp-backward-prefetch", "pre", "devices (FSDPStrategy: torch's default)");

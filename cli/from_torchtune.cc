@@ -80,6 +80,7 @@ Result<std::string> TorchtuneTargets(const Reader& r, const Json& model) {
   if (!it->is_array()) {
     return r.Bad("model.lora_attn_modules", fmt::format("{} is not a list", Shown(*it)));
   }
+  if (Status st = ShortList(r, *it, "model.lora_attn_modules"); !st.ok()) return st.error();
   std::string targets;
   for (const Json& name : *it) {
     const char* flag = nullptr;
@@ -148,11 +149,12 @@ Status ReadTorchtuneModel(const Reader& r, const Json& root) {
                   "quantization");
   }
   VS_TRY(rank, TtCount(r, model, "lora_rank", "model.lora_rank", 1, 1 << 16));
-  r.Set("--lora-rank", std::to_string(rank.value_or(8)),
-        rank ? "model.lora_rank" : "model.lora_rank (absent: the builders' default 8)");
+  r.SetCount("--lora-rank", rank.value_or(8),
+             rank ? "model.lora_rank" : "model.lora_rank (absent: the builders' default 8)");
   VS_TRY(dropout, Fraction(r, model, "lora_dropout", "model.lora_dropout"));
-  r.Set("--lora-dropout", fmt::format("{}", dropout.value_or(0.0)),
-        dropout ? "model.lora_dropout" : "model.lora_dropout (absent: the builders' default 0.0)");
+  r.SetFraction(
+      "--lora-dropout", dropout.value_or(0.0),
+      dropout ? "model.lora_dropout" : "model.lora_dropout (absent: the builders' default 0.0)");
   VS_TRY(targets, TorchtuneTargets(r, model));
   r.Set("--lora-targets", targets, "model.lora_attn_modules, apply_lora_to_mlp/output");
   VS_TRY(dora, TtFlag(r, model, "use_dora", "model.use_dora"));
@@ -188,10 +190,10 @@ Status ReadTorchtunePrecision(const Reader& r, const Json& root) {
 Status ReadTorchtuneBatch(const Reader& r, const Json& root) {
   constexpr int64_t kMax = int64_t{1} << 32;
   VS_TRY(batch, TtCount(r, root, "batch_size", "batch_size", 1, kMax));
-  if (batch) r.Set("--batch", std::to_string(*batch), "batch_size");
+  if (batch) r.SetCount("--batch", *batch, "batch_size");
   VS_TRY(accum,
          TtCount(r, root, "gradient_accumulation_steps", "gradient_accumulation_steps", 1, kMax));
-  if (accum) r.Set("--grad-accum", std::to_string(*accum), "gradient_accumulation_steps");
+  if (accum) r.SetCount("--grad-accum", *accum, "gradient_accumulation_steps");
   VS_TRY(tokenizer, Object(r, root, "tokenizer", "tokenizer"));
   std::optional<int64_t> seq;
   if (tokenizer) {
@@ -199,7 +201,7 @@ Status ReadTorchtuneBatch(const Reader& r, const Json& root) {
     seq = v;
   }
   if (seq) {
-    r.Set("--seq", std::to_string(*seq), "tokenizer.max_seq_len");
+    r.SetCount("--seq", *seq, "tokenizer.max_seq_len");
   } else {
     r.NotModelled("tokenizer.max_seq_len", "null: rows as long as the longest sample; pass --seq");
   }
@@ -347,7 +349,7 @@ Status ReadTorchtuneDistributed(const Reader& r, const Json& root) {
         root.contains("fsdp_reshard_after_forward")
             ? "fsdp_reshard_after_forward"
             : "fsdp_* (a distributed recipe's config: FSDP2, resharded after forward)");
-  r.Set("--fsdp-version", "2", "fsdp_* (torchtune shards with FSDP2's fully_shard)");
+  r.SetCount("--fsdp-version", 2, "fsdp_* (torchtune shards with FSDP2's fully_shard)");
   r.Set("--fsdp-wrap", "layers", "fsdp_* (shard_model: fully_shard on each decoder layer)");
   if (offload.value_or(false)) r.Set("--offload", "params", "fsdp_cpu_offload");
   VS_TRY(tp, TtCount(r, root, "tensor_parallel_dim", "tensor_parallel_dim", 1, 1 << 20));

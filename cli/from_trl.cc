@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "from_config_internal.h"
+#include "vramscope/common/json_depth.h"
 
 namespace vramscope::cli {
 namespace fromcfg {
@@ -50,7 +51,16 @@ Result<std::pair<std::string, std::string>> TrlDtype(const Reader& r, const Json
   auto it = root.find("model_init_kwargs");
   if (it == root.end() || it->is_null()) return std::make_pair(std::string(), std::string());
   Json kwargs = *it;
-  if (kwargs.is_string()) kwargs = Json::parse(kwargs.get<std::string>(), nullptr, false);
+  if (kwargs.is_string()) {
+    // JSON inside a string (as `trl sft --model_init_kwargs '{...}'` passes
+    // it): the file's own depth limit was not applied to it, so it is here.
+    const std::string& text = it->get_ref<const std::string&>();
+    if (common::JsonNestsDeeperThan(text, kMaxConfigDepth)) {
+      return r.Bad("model_init_kwargs",
+                   fmt::format("a JSON text nested deeper than {} levels", kMaxConfigDepth));
+    }
+    kwargs = common::FindNulByte(text) ? Json() : Json::parse(text, nullptr, false);
+  }
   if (!kwargs.is_object()) {
     return r.Bad("model_init_kwargs", fmt::format("{} is not an object", Shown(*it)));
   }
@@ -92,6 +102,7 @@ Status ReadTrlTargets(const Reader& r, const Json& root) {
     r.Set("--lora-targets", "all-linear", "lora_target_modules");
     return Ok{};
   }
+  if (Status st = ShortList(r, *it, "lora_target_modules"); !st.ok()) return st;
   const Json list = it->is_string() ? Json::array({*it}) : *it;
   if (!list.is_array() || list.empty()) {
     return r.Bad("lora_target_modules",
@@ -123,10 +134,10 @@ Status ReadTrlPeft(const Reader& r, const Json& root) {
   r.Set("--finetune", four.value_or(false) ? "qlora" : "lora",
         four.value_or(false) ? "use_peft, load_in_4bit" : "use_peft");
   VS_TRY(rank, Number(r, root, "lora_r", "lora_r", 1, 1 << 16));
-  r.Set("--lora-rank", std::to_string(rank.value_or(16)),
-        rank ? "lora_r" : "lora_r (absent: ModelConfig's default 16)");
+  r.SetCount("--lora-rank", rank.value_or(16),
+             rank ? "lora_r" : "lora_r (absent: ModelConfig's default 16)");
   VS_TRY(dropout, Fraction(r, root, "lora_dropout", "lora_dropout"));
-  if (dropout) r.Set("--lora-dropout", fmt::format("{}", *dropout), "lora_dropout");
+  if (dropout) r.SetFraction("--lora-dropout", *dropout, "lora_dropout");
   for (const char* key : {"use_dora", "load_in_8bit"}) {
     if (root.value(key, Json(false)) == true) r.NotModelled(key, "not modelled");
   }
@@ -193,20 +204,19 @@ Status ReadTrl(const Reader& r, const Json& root) {
     const Reader probe{r.file, &scratch, r.transformers_major, r.read};
     if (Status st = ReadHfCheckpointing(probe, on); !st.ok()) return st;
     for (const FileKnob& k : scratch.knobs) {
-      r.Set(k.flag, k.value,
-            k.key == "gradient_checkpointing"
-                ? "gradient_checkpointing (absent: TRL's default true)"
-                : k.key);
+      r.Copy(k, k.key == "gradient_checkpointing"
+                    ? "gradient_checkpointing (absent: TRL's default true)"
+                    : k.key);
     }
   }
   if (Status st = ReadTrlPrecision(r, root); !st.ok()) return st;
   VS_TRY(length, Number(r, root, "max_length", "max_length", 1, int64_t{1} << 22));
   if (length) {
-    r.Set("--seq", std::to_string(*length), "max_length");
+    r.SetCount("--seq", *length, "max_length");
   } else if (root.contains("max_length")) {
     r.NotModelled("max_length", "null: no truncation, the longest sample; pass --seq");
   } else {
-    r.Set("--seq", "1024", "max_length (absent: TRL's default 1024)");
+    r.SetCount("--seq", 1024, "max_length (absent: TRL's default 1024)");
   }
   r.Set("--loss", "trl-fused", "(TRL 1.15+ trainers: the fused LM head)");
   if (Status st = ReadTrlPeft(r, root); !st.ok()) return st;

@@ -205,8 +205,12 @@ void KnobArgs::SetFromFile(const FileKnob& k) {
   for (const auto& [flag, field] : strings) {
     if (k.flag == flag) *field = k.value, taken = true;
   }
+  // Numbers come typed from the reader (FileKnob::count / fraction), never
+  // parsed back from their text.
   for (const auto& [flag, field] : ints) {
-    if (k.flag == flag) *field = std::stoll(k.value), taken = true;
+    if (k.flag != flag) continue;
+    VS_CHECK(k.count);
+    *field = *k.count, taken = true;
   }
   const std::pair<const char*, bool*> bools[] = {
       {"--ddp", &parallel.ddp},
@@ -223,14 +227,24 @@ void KnobArgs::SetFromFile(const FileKnob& k) {
                                                       {"--seq", &seq},
                                                       {"--lora-rank", &lora_rank}};
   for (const auto& [flag, field] : counts) {
-    if (k.flag == flag) *field = std::stoull(k.value), taken = true;
+    if (k.flag == flag) {
+      VS_CHECK(k.count && *k.count >= 0);  // the readers' ranges start at 1
+      *field = static_cast<uint64_t>(*k.count), taken = true;
+    }
   }
-  if (k.flag == "--lora-dropout") lora_dropout = std::stod(k.value), taken = true;
+  if (k.flag == "--lora-dropout") {
+    VS_CHECK(k.fraction);
+    lora_dropout = *k.fraction, taken = true;
+  }
   VS_CHECK(taken);
 }
 
 Result<KnobArgs> KnobArgs::WithFiles(FromConfig* from) const {
   VS_TRY(config, ReadConfigFiles(from_files, std::atoi(transformers_version.c_str())));
+  return WithConfig(std::move(config), from);
+}
+
+KnobArgs KnobArgs::WithConfig(FromConfig config, FromConfig* from) const {
   KnobArgs merged = *this;
   merged.from_files.clear();
   const bool mode_given = Given("--ddp") || Given("--zero") || Given("--fsdp");
@@ -242,7 +256,7 @@ Result<KnobArgs> KnobArgs::WithFiles(FromConfig* from) const {
     // A later file's data-parallel mode replaces an earlier file's.
     if (mode) {
       for (const char* other : {"--ddp", "--zero", "--fsdp"}) {
-        if (k.flag != other) merged.SetFromFile({other, "", k.file, k.key});
+        if (k.flag != other) merged.SetFromFile({other, "", k.file, k.key, {}, {}});
       }
     }
     merged.SetFromFile(k);
@@ -257,6 +271,12 @@ Result<KnobArgs> KnobArgs::WithFiles(FromConfig* from) const {
   }
   applied.not_modelled = std::move(config.not_modelled);
   applied.notes = std::move(config.notes);
+  for (const FileKnob& k : applied.knobs) {
+    // A key that is a description ("(a DPOConfig: beta, ...)") follows the
+    // file without a colon of its own.
+    merged.file_sources.emplace_back(
+        k.flag, fmt::format("{}{}{}", k.file, k.key.starts_with('(') ? " " : ": ", k.key));
+  }
   if (from) *from = std::move(applied);
   return merged;
 }
@@ -278,7 +298,12 @@ Status ResolveVae(const KnobArgs& knobs, const ModelIo& io, TrainingSetup* setup
     return MakeError(fmt::format("--vae: {} is not a diffusers AutoencoderKL config ({})",
                                  knobs.vae, vae.architecture));
   }
-  if (!knobs.Given("--vae-scale")) setup->vae_scale = vae.vae.Downsampling();
+  if (!knobs.Given("--vae-scale")) {
+    setup->vae_scale = vae.vae.Downsampling();
+    setup->knob_sources.emplace_back(
+        "--vae-scale", fmt::format("--vae {}: block_out_channels (the VAE downsamples by {})",
+                                   vae.name, setup->vae_scale));
+  }
   setup->vae_name = knobs.vae;
   setup->vae = std::make_shared<const ModelSpec>(std::move(vae));
   return Ok{};
@@ -353,8 +378,9 @@ Result<TrainingSetup> KnobArgs::Convert() const {
   auto dr = ParseDeviceRules(device_rules);
   if (!dr.ok()) return dr.error();
   s.device_rules = *dr;
+  s.knob_sources = file_sources;
   auto layout = parallel.ToLayout();
-  if (!layout.ok()) return layout.error();
+  if (!layout.ok()) return AttributeKnobError(layout.error(), s.knob_sources);
   s.parallel = *layout;
   return s;
 }

@@ -45,6 +45,9 @@ struct KnobArgs {
   // --from FILE (repeatable): knobs read from a DeepSpeed config or
   // TrainingArguments JSON; a flag given on the command line wins.
   std::vector<std::string> from_files;
+  // Flags whose value a --from file set (no flag given overrode it), with
+  // "FILE: KEY": TrainingSetup::knob_sources, so errors blame the file.
+  std::vector<std::pair<std::string, std::string>> file_sources;
   // --text-encoder NAME|FILE (repeatable): a diffusion step's frozen text
   // encoders, resolved like MODEL by ResolveTextEncoders.
   std::vector<std::string> text_encoders;
@@ -57,6 +60,10 @@ struct KnobArgs {
   // With `from`, also the knobs the --from files set (those no flag overrode)
   // and the keys they hold that vramscope does not model.
   Result<TrainingSetup> ToSetup(FromConfig* from = nullptr) const;
+  // These flags with the knobs of already-read `config` applied (a flag given
+  // on the command line wins); the knobs applied go to *applied when given.
+  // ToSetup's second half, public for the --from fuzz target.
+  KnobArgs WithConfig(FromConfig config, FromConfig* applied) const;
   // Defers one warning (DeferWarning) per knob that is allowed but likely not
   // meant (SetupWarnings, LoRA flags without LoRA).
   void Warn(const ModelSpec& model, const TrainingSetup& setup) const;

@@ -99,7 +99,8 @@ struct Fd {
 
 }  // namespace
 
-Result<std::string> ReadTextFile(const std::string& path, uint64_t max_bytes) {
+Result<std::string> ReadTextFile(const std::string& path, uint64_t max_bytes,
+                                 bool allow_own_streams) {
   // O_NONBLOCK: opening a FIFO that no one writes to returns at once instead
   // of waiting for a writer; the kind of file is then checked on the open
   // descriptor (no window between a stat() and the open()).
@@ -117,7 +118,7 @@ Result<std::string> ReadTextFile(const std::string& path, uint64_t max_bytes) {
     return MakeError(fmt::format("{}: is a directory, expected a file", path));
   }
   const bool regular = S_ISREG(st.st_mode);
-  if (!regular && !IsOwnDescriptorPath(path)) {
+  if (!regular && !(allow_own_streams && IsOwnDescriptorPath(path))) {
     return MakeError(fmt::format("{}: is {}, expected a regular file", path, FileKind(st.st_mode)));
   }
   // Checked before reading a byte; a stream is checked as it is read.
@@ -323,17 +324,65 @@ int FlushWarnings(int exit_code) {
   return exit_code;
 }
 
+namespace {
+
+// The length of the valid UTF-8 sequence at text[i], or 0 (RFC 3629: no
+// overlong forms, no surrogates, nothing past U+10FFFF).
+size_t Utf8Length(std::string_view text, size_t i) {
+  const auto b = [&](size_t k) { return static_cast<unsigned char>(text[i + k]); };
+  const unsigned char lead = b(0);
+  size_t n = 0;
+  unsigned char lo = 0x80, hi = 0xbf;  // the range of the second byte
+  if (lead >= 0xc2 && lead <= 0xdf) {
+    n = 2;
+  } else if (lead >= 0xe0 && lead <= 0xef) {
+    n = 3;
+    if (lead == 0xe0) lo = 0xa0;
+    if (lead == 0xed) hi = 0x9f;
+  } else if (lead >= 0xf0 && lead <= 0xf4) {
+    n = 4;
+    if (lead == 0xf0) lo = 0x90;
+    if (lead == 0xf4) hi = 0x8f;
+  } else {
+    return 0;
+  }
+  if (i + n > text.size() || b(1) < lo || b(1) > hi) return 0;
+  for (size_t k = 2; k < n; ++k) {
+    if (b(k) < 0x80 || b(k) > 0xbf) return 0;
+  }
+  return n;
+}
+
+}  // namespace
+
 std::string OneLine(std::string text) {
   constexpr size_t kMaxBytes = 1000;
-  if (text.size() > kMaxBytes) text = text.substr(0, kMaxBytes) + "...";
-  for (char& c : text) {
-    const auto u = static_cast<unsigned char>(c);
-    if (c == '\n' || c == '\r' || c == '\t')
-      c = ' ';
-    else if (u < 0x20 || u == 0x7f)
-      c = '?';
+  const bool cut = text.size() > kMaxBytes;
+  if (cut) text.resize(kMaxBytes);
+  std::string out;
+  out.reserve(text.size() + 3);
+  for (size_t i = 0; i < text.size();) {
+    const auto u = static_cast<unsigned char>(text[i]);
+    if (u < 0x80) {
+      const bool blank = u == '\n' || u == '\r' || u == '\t';
+      out += blank ? ' ' : (u < 0x20 || u == 0x7f) ? '?' : static_cast<char>(u);
+      ++i;
+      continue;
+    }
+    // C1 controls (U+0080-U+009F: CSI is U+009B) and bytes that are not
+    // UTF-8 (a lone 0x9b is CSI to an 8-bit terminal) become '?' too.
+    const size_t n = Utf8Length(text, i);
+    const bool c1 = n == 2 && u == 0xc2 && static_cast<unsigned char>(text[i + 1]) <= 0x9f;
+    if (n == 0 || c1) {
+      out += '?';
+      i += n == 0 ? 1 : n;
+      continue;
+    }
+    out.append(text, i, n);
+    i += n;
   }
-  return text;
+  if (cut) out += "...";
+  return out;
 }
 
 int FailBadInput(const Error& error) {

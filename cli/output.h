@@ -104,9 +104,12 @@ Status WriteTextFile(const std::string& path, const std::string& text);
 // Reads a whole regular file of at most `max_bytes` (the size is checked
 // before reading). Never blocks on a FIFO: a pipe, device or socket is an
 // Error, except /dev/stdin, /dev/fd/N and /proc/self/fd/N, which are read to
-// their end with the limit checked while reading. An Error names the path
-// (missing, directory, not a regular file, too big, unreadable).
-Result<std::string> ReadTextFile(const std::string& path, uint64_t max_bytes);
+// their end with the limit checked while reading (unless `allow_own_streams`
+// is false: a path read from a file, which is not the caller's to hand over).
+// An Error names the path (missing, directory, not a regular file, too big,
+// unreadable).
+Result<std::string> ReadTextFile(const std::string& path, uint64_t max_bytes,
+                                 bool allow_own_streams = true);
 
 // Makes every integer option of `sub` declared so far refuse what CLI11 2.1
 // would silently wrap, saturate or take as "the default": a negative value

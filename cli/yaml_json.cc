@@ -64,6 +64,16 @@ Json PlainScalar(std::string_view s) {
 
 #ifdef VS_HAVE_YAML
 
+// A scalar key that is not a string, as the mapping's (string) key: YAML's
+// own spelling for the non-finite floats, which JSON would write as null.
+std::string KeyText(const Json& v) {
+  if (v.is_number_float() && !std::isfinite(v.get<double>())) {
+    const double d = v.get<double>();
+    return std::isnan(d) ? ".nan" : d < 0 ? "-.inf" : ".inf";
+  }
+  return v.dump();
+}
+
 // One open mapping or sequence: the value, and for a mapping the key read
 // last (its value comes next).
 struct Open {
@@ -73,6 +83,7 @@ struct Open {
 };
 
 struct Builder {
+  size_t max_values = 0, values_left = 0;
   std::vector<Open> stack;
   Json document;
   bool done = false;  // the document's root is complete
@@ -91,7 +102,7 @@ struct Builder {
       if (!v.is_string() && !v.is_number() && !v.is_boolean() && !v.is_null()) {
         return MakeError("a mapping key that is not a scalar is not supported");
       }
-      top.key = v.is_string() ? v.get<std::string>() : v.is_null() ? "null" : v.dump();
+      top.key = v.is_string() ? v.get<std::string>() : v.is_null() ? "null" : KeyText(v);
       top.have_key = true;
     } else {
       top.value[top.key] = std::move(v);  // a repeated key: the last wins, as in PyYAML
@@ -128,6 +139,14 @@ Status CheckNode(const yaml_event_t& e) {
 // One event into the builder; *end is set at the end of the stream.
 Status Step(const yaml_event_t& e, size_t max_depth, Builder* b, bool* end) {
   if (Status st = CheckNode(e); !st.ok()) return st;
+  if (e.type == YAML_SCALAR_EVENT || e.type == YAML_MAPPING_START_EVENT ||
+      e.type == YAML_SEQUENCE_START_EVENT) {
+    if (b->values_left == 0) {
+      return MakeError(fmt::format("line {}: more values than a config holds (the limit is {})",
+                                   e.start_mark.line + 1, b->max_values));
+    }
+    --b->values_left;
+  }
   switch (e.type) {
     case YAML_STREAM_END_EVENT: *end = true; return Ok{};
     case YAML_DOCUMENT_START_EVENT:
@@ -166,12 +185,13 @@ Status Step(const yaml_event_t& e, size_t max_depth, Builder* b, bool* end) {
 
 bool YamlSupported() { return true; }
 
-Result<nlohmann::json> YamlToJson(const std::string& text, size_t max_depth) {
+Result<nlohmann::json> YamlToJson(const std::string& text, size_t max_depth, size_t max_values) {
   yaml_parser_t parser;
   if (!yaml_parser_initialize(&parser)) return MakeError("libyaml: out of memory");
   yaml_parser_set_input_string(&parser, reinterpret_cast<const unsigned char*>(text.data()),
                                text.size());
   yamljson::Builder b;
+  b.max_values = b.values_left = max_values;
   Status status = Ok{};
   for (bool end = false; !end && status.ok();) {
     yaml_event_t e;
@@ -193,7 +213,7 @@ Result<nlohmann::json> YamlToJson(const std::string& text, size_t max_depth) {
 
 bool YamlSupported() { return false; }
 
-Result<nlohmann::json> YamlToJson(const std::string&, size_t) {
+Result<nlohmann::json> YamlToJson(const std::string&, size_t, size_t) {
   return MakeError(
       "a YAML file, and this vramscope was built without libyaml (libyaml-dev, scripts/deps.sh)");
 }

@@ -22,6 +22,9 @@ bool YamlSupported();
 // does in PyYAML (null, ~, true/false/yes/no/on/off, integers, floats with a
 // dot, .inf, .nan); quoted scalars are strings. An Error is one line without
 // the file name: "not valid YAML (line L, column C: why)" or what is refused.
-Result<nlohmann::json> YamlToJson(const std::string& text, size_t max_depth);
+// At most `max_values` scalars, mappings and sequences in all (a 16 MiB file
+// of tiny items would be millions of values, hundreds of megabytes parsed).
+Result<nlohmann::json> YamlToJson(const std::string& text, size_t max_depth,
+                                  size_t max_values = size_t{1} << 18);
 
 }  // namespace vramscope::cli

@@ -58,8 +58,9 @@ dict_file() {
 max_len() {
   case $1 in
     fuzz_cli_flags | fuzz_grid) echo 512 ;;
+    fuzz_python_api) echo 1024 ;;
     fuzz_groundtruth) echo 8192 ;;
-    fuzz_event_reader | fuzz_model_config | fuzz_safetensors) echo 16384 ;;
+    fuzz_event_reader | fuzz_model_config | fuzz_safetensors | fuzz_diffusion_config) echo 16384 ;;
     *) echo 65536 ;;
   esac
 }

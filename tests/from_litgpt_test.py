@@ -136,10 +136,12 @@ def test_lora_sets_litgpt_modules(tmp_path):
 
 def test_other_families_are_refused_naming_them(tmp_path):
     """--impl litgpt lowers llama-style GPTs; GPT-2 is refused with its family named, and
-    --impl transformers on the command line estimates it with transformers' modules."""
+    --impl transformers on the command line estimates it with transformers' modules. The
+    refusal names the file (the --impl it set was not typed: issue 42)."""
     path = config(tmp_path, {})
     p = run("estimate", "gpt2", "--from", path)
-    assert p.returncode != 0 and "--impl litgpt" in p.stderr and "gpt2" in p.stderr, p.stderr
+    assert p.returncode == 2 and f"{path} (finetune_full" in p.stderr and "gpt2" in p.stderr, \
+        p.stderr
     p = run("estimate", "gpt2", "--from", path, "--impl", "transformers", "--json")
     assert p.returncode == 0, p.stderr
 

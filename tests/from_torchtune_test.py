@@ -192,8 +192,10 @@ def test_impl_torchtune_only_for_llama_mistral_and_qwen2_builders(tmp_path):
     assert p.returncode == 0, p.stderr
     assert "--impl" not in " ".join(lines(json.loads(p.stdout), "from file"))
     assert "this family" in " ".join(lines(json.loads(p.stdout), "unmodelled"))
-    # A Llama builder's config given to a Gemma model: --impl torchtune refuses it.
+    # A Llama builder's config given to a Gemma model: --impl torchtune refuses it, and
+    # the message names the file's key, not the flag the user did not type (issue 42).
     path = recipe(tmp_path, {"model": {"_component_": "torchtune.models.llama3_2.llama3_2_1b"}},
                   name="llama.yaml")
     p = run("estimate", "gemma-2b", "--from", path)
-    assert p.returncode == 2 and "--impl torchtune" in p.stderr, p.stderr
+    assert p.returncode == 2 and f"{path}: model._component_" in p.stderr, p.stderr
+    assert "--impl" not in p.stderr, p.stderr

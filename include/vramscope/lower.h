@@ -60,6 +60,9 @@ struct LoweringWork {
   // bound measured over every family and knob (1024), plus per local expert
   // 128 with transformers < 5 (one nn.Linear per expert) or 32.
   uint64_t events_per_layer = 0;
+  // Layers of the frozen models run each micro-batch (--text-encoder, --vae),
+  // at most 1024 events each.
+  uint64_t frozen_layers = 0;
   uint64_t micro_batches = 0;  // simulated per step (the optimizer counts as one more)
   uint64_t steps = 0;
   uint64_t rank_classes = 0;

@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "vramscope/parallel.h"
@@ -199,7 +200,21 @@ struct TrainingSetup {
   // the lowering may be expected to produce for this setup (EstimateLoweringWork
   // in lower.h). Not shown in reports.
   uint64_t max_events = kDefaultMaxEvents;
+  // Knobs the user did not type, each with where its value came from: the
+  // flag and "FILE: KEY" ({"--batch", "ds.json: train_micro_batch_size_per_gpu"},
+  // a --vae config's downsampling for --vae-scale). An error about such a
+  // knob names that file and key, not a flag the user never typed
+  // (AttributeKnobError). Not shown in reports.
+  std::vector<std::pair<std::string, std::string>> knob_sources;
 };
+
+// `error` as the user should read it: when its message starts with a flag
+// ("--batch: 70000 is outside 1..65536") whose value came from a file
+// (`sources`, TrainingSetup::knob_sources), the flag is replaced by that file
+// and key ("ds.json: train_micro_batch_size_per_gpu: 70000 is outside
+// 1..65536"). Any other error is returned as it is.
+Error AttributeKnobError(Error error,
+                         const std::vector<std::pair<std::string, std::string>>& sources);
 
 // What the lowering accepts (Lower rejects a setup outside these, with the
 // flag's name); the planners (fit, plan) search within them.

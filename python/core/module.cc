@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <map>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,8 +22,8 @@
 #include <pybind11/stl.h>
 
 #include "command.h"
+#include "engine_call.h"
 #include "output.h"
-#include "overlay_files.h"
 #include "vramscope/category.h"
 #include "vramscope/gpu.h"
 #include "vramscope/model.h"
@@ -97,62 +98,31 @@ py::object Value::timeline() const {
   return out;
 }
 
-// The CLI's one-line message, raised as ValueError.
-[[noreturn]] void ThrowValueError(const std::string& message) {
-  throw py::value_error(cli::OneLine(message));
-}
+// An exception the engine should never throw (the CLI's "internal error", exit
+// 1), raised in Python as _core.InternalError: never as pybind11's mapping of
+// std::out_of_range to IndexError, which looked like the caller's mistake.
+struct InternalError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
-// In-memory files (path -> (bytes held, file size)) over the disk.
-using MemoryFiles = std::map<std::string, std::pair<std::string, uint64_t>>;
-
-OverlayFileSystem MakeOverlay(const MemoryFiles& files) {
-  std::map<std::string, MemoryFile> memory;
-  for (const auto& [path, file] : files) memory[path] = MemoryFile{file.first, file.second};
-  return OverlayFileSystem(std::move(memory), *cli::LocalModelIo().files);
-}
-
-// Parses `args` (the flags after the command name, as on the command line)
-// with the command's own flag declarations; a parse error is the CLI's.
-cli::ValueFn ParseCommand(CLI::App& app, const std::string& name,
-                          const std::vector<std::string>& args) {
-  const cli::CommandSpec* spec = cli::FindCommand(name);
-  if (!spec || !spec->setup_value) throw py::value_error("vramscope: no command " + name);
-  CLI::App* sub = app.add_subcommand(spec->name, spec->summary);
-  cli::ValueFn run = spec->setup_value(sub);
-  cli::CheckNumericFlags(sub);
-  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes them reversed
-  reversed.push_back(name);
-  try {
-    app.parse(reversed);
-  } catch (const CLI::ParseError& e) {
-    ThrowValueError(cli::ParseErrorMessage(app, e));
-  }
-  return run;
-}
-
-// Runs command `name` with `args`; `files` are shown to model resolution on
-// top of the disk. Raises ValueError with the CLI's message on bad input.
+// Runs command `name` with `args` (engine_call.h) without the GIL; `files`
+// are shown to model resolution on top of the disk. Raises ValueError with
+// the CLI's message on bad input, _core.InternalError on a defect.
 Value RunCommand(const std::string& name, const std::vector<std::string>& args,
                  const MemoryFiles& files) {
-  CLI::App app{"vramscope"};
-  app.require_subcommand(1);
-  const cli::ValueFn run = ParseCommand(app, name, args);
-  const OverlayFileSystem overlay = MakeOverlay(files);
-  ModelIo io = cli::LocalModelIo();
-  io.files = &overlay;
-  std::optional<Result<cli::CommandValue>> value;
-  std::vector<std::string> warnings;
+  EngineCall call;
   {
     py::gil_scoped_release release;
-    cli::TakeWarnings();  // none left from an earlier call on this thread
-    value.emplace(run(io));
-    warnings = cli::TakeWarnings();
+    call = CallEngine(name, args, files);
   }
-  if (!value->ok()) ThrowValueError(value->error().message);
-  return Value(std::move(value->value()), std::move(warnings));
+  if (call.input_error) throw py::value_error(*call.input_error);
+  if (call.internal_error) throw InternalError(*call.internal_error);
+  return Value(std::move(*call.value), std::move(call.warnings));
 }
 
 // The `vramscope` console script: the CLI's whole command line, in-process.
+// `argv` holds bytes (the console script passes os.fsencode of each
+// argument), so a file name that is not UTF-8 arrives as the shell gave it.
 int CliMain(const std::vector<std::string>& argv) {
   std::vector<const char*> pointers;
   for (const std::string& a : argv) pointers.push_back(a.c_str());
@@ -203,6 +173,7 @@ PYBIND11_MODULE(_core, m) {
   using namespace vramscope::python;
   m.doc() = "vramscope's engine (C++); use the vramscope package's functions instead";
   m.attr("__version__") = VS_VERSION;
+  py::register_exception<InternalError>(m, "InternalError", PyExc_RuntimeError);
   py::class_<Value>(m, "Value")
       .def_property_readonly("json", &Value::json)
       .def_property_readonly("warnings", &Value::warnings)

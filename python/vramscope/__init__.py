@@ -23,6 +23,7 @@ _API = {
     "simulate": "._api", "explain": "._api", "compare": "._api", "models": "._api",
     "gpus": "._api", "Report": "._report", "Result": "._report", "FitResult": "._report",
     "check": "._check", "MemoryCheck": "._check", "CheckWarning": "._device",
+    "Error": "._errors", "InputError": "._errors", "InternalError": "._errors",
 }
 
 __all__ = sorted(_API) + ["__version__"]

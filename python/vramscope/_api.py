@@ -17,7 +17,8 @@ except ImportError as e:  # the recorder-only install (python/pyproject.toml)
                       "this is the recorder alone (vramscope.trace); `pip install .` at the "
                       "top of the repository installs the engine too") from e
 from . import _peft
-from ._knobs import check_keys, to_flags
+from ._errors import Error, InputError, InternalError
+from ._knobs import check_keys, check_text, path_arg, to_flags
 from ._model import object_knobs, resolve
 from ._report import FitResult, Report, Result
 
@@ -30,10 +31,37 @@ class VramscopeWarning(UserWarning):
 
 
 def _run(command: str, args: list[str], files: dict | None = None, cls=Result):
-    value = _core.run_command(command, args, files or {})
+    value = _engine(command, args, files or {})
     for line in value.warnings:
         warnings.warn(line, VramscopeWarning, stacklevel=3)
     return cls(value, command)
+
+
+def _engine(command: str, args: list[str], files: dict):
+    """_core.run_command with its errors as the API's own (vramscope._errors):
+    the engine's refusal of an input is an InputError (a ValueError), anything
+    else it raises an InternalError; only TypeError passes as it is."""
+    for arg in args:
+        check_text(arg, "argument")
+    try:
+        return _core.run_command(command, args, files)
+    except TypeError:
+        raise
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    except Exception as e:  # noqa: BLE001 - the engine's bugs, whatever C++ threw
+        raise InternalError(f"{type(e).__name__}: {e}") from e
+
+
+def _resolve(model) -> tuple[str, dict]:
+    """resolve(model), whose reading of a config or module object runs that
+    object's own code: what it raises is a TypeError naming the argument."""
+    try:
+        return resolve(model)
+    except (TypeError, ValueError, Error):
+        raise
+    except Exception as e:  # noqa: BLE001 - the caller's object failed to describe itself
+        raise TypeError(f"model: a {type(model).__name__} that could not be read: {e}") from e
 
 
 def _model_knobs(model, knobs: dict) -> dict:
@@ -45,7 +73,7 @@ def _model_knobs(model, knobs: dict) -> dict:
 
 def _model_command(command: str, model, knobs: dict, cls=Result):
     knobs = _model_knobs(model, knobs)
-    name, files = resolve(model)
+    name, files = _resolve(model)
     return _run(command, [name] + to_flags(knobs), files, cls)
 
 
@@ -60,7 +88,9 @@ def estimate(model, **knobs) -> Report:
     transformers' gradient checkpointing and attention implementation; knobs given win.
     knobs: the CLI's flags with underscores (batch=4, seq=2048, finetune="lora",
     grad_ckpt="full", gpu="a100-80g", zero=3, gpus=8, ...), and top=N, explain=True.
-    Raises ValueError with the CLI's message for a bad knob or model.
+    Raises vramscope.InputError (a ValueError) with the CLI's message for a bad knob or
+    model, TypeError for an argument of the wrong type; never anything else but
+    vramscope.InternalError.
     """
     report = _model_command("estimate", model, knobs, Report)
     _peft.warn_if_trainable_differs(model, report)
@@ -91,22 +121,23 @@ def simulate(trace: str | os.PathLike, **options) -> Report:
     """Replays an event-stream file (`vramscope simulate TRACE`, e.g. one written by
     vramscope.trace); options: gpu, alloc_conf, top, retain_graph_until_end."""
     check_keys(options, _OUTPUT_FLAGS)
-    return _run("simulate", [os.fspath(trace)] + to_flags(options), cls=Report)
+    return _run("simulate", [path_arg(trace, "trace")] + to_flags(options), cls=Report)
 
 
 def explain(snapshot: str | os.PathLike, **options) -> Report:
     """What a measured run allocated, from a PyTorch memory snapshot (`vramscope explain`);
     options: device, gpu, top. `report.data["snapshot"]` holds the snapshot analysis."""
     check_keys(options, _OUTPUT_FLAGS)
-    return _run("explain", [os.fspath(snapshot)] + to_flags(options), cls=Report)
+    return _run("explain", [path_arg(snapshot, "snapshot")] + to_flags(options), cls=Report)
 
 
 def compare(snapshot: str | os.PathLike, model, device: int | None = None, **knobs) -> Result:
     """Measured (a memory snapshot) next to predicted (`estimate(model, **knobs)`), per total,
     category and phase (`vramscope compare SNAPSHOT -- MODEL knobs`)."""
     knobs = _model_knobs(model, knobs)
-    name, files = resolve(model)
-    args = [os.fspath(snapshot)] + to_flags({"device": device}) + ["--", name] + to_flags(knobs)
+    name, files = _resolve(model)
+    args = [path_arg(snapshot, "snapshot")] + to_flags({"device": device}) + ["--", name]
+    args += to_flags(knobs)
     return _run("compare", args, files)
 
 

@@ -11,7 +11,15 @@ ValueError with the CLI's message.
 
 from __future__ import annotations
 
+import numbers
 import os
+
+
+def check_text(text, what: str) -> None:
+    """A flag value or path must not hold a NUL byte: C++ would read the text
+    only up to it (a path "a.json\0b" would open a.json)."""
+    if isinstance(text, bytes) and b"\0" in text or isinstance(text, str) and "\0" in text:
+        raise ValueError(f"{what}: {text[:80]!r} contains a NUL byte")
 
 
 def flag_name(key: str) -> str:
@@ -20,10 +28,14 @@ def flag_name(key: str) -> str:
 
 
 def to_flags(knobs: dict) -> list[str]:
-    """The flags for `knobs`, in order. True: the bare flag; False or None: left out."""
+    """The flags for `knobs`, in order. True: the bare flag; False or None: left out.
+    Values are str, numbers, paths (os.PathLike) or lists of them: anything else is a
+    TypeError here rather than whatever its str() makes of it."""
     flags: list[str] = []
     for key, value in knobs.items():
+        check_text(key, "keyword")
         flag = flag_name(key)
+        start = len(flags)
         if value is None or value is False:
             continue
         if value is True:
@@ -32,14 +44,34 @@ def to_flags(knobs: dict) -> list[str]:
             # --from and --text-encoder are repeatable (one file or model each), not
             # comma lists.
             for v in value:
-                flags += [flag, os.fspath(v)]
+                flags += [flag, path_arg(v, key)]
         elif isinstance(value, (list, tuple)):
-            flags += [flag, ",".join(str(v) for v in value)]
+            flags += [flag, ",".join(_text(v, key) for v in value)]
         elif isinstance(value, os.PathLike):
-            flags += [flag, os.fspath(value)]
+            flags += [flag, path_arg(value, key)]
         else:
-            flags += [flag, str(value)]
+            flags += [flag, _text(value, key)]
+        for text in flags[start:]:
+            check_text(text, key)
     return flags
+
+
+def _text(value, key: str) -> str:
+    """A knob's value as the command line's text: a str or a number."""
+    if isinstance(value, bool) or not isinstance(value, (str, numbers.Number)):
+        raise TypeError(f"{key}: expected a str or a number, got {type(value).__name__}")
+    return str(value)
+
+
+def path_arg(value, key: str) -> str:
+    """A path argument as text: str or os.PathLike of str (bytes paths: TypeError)."""
+    if not isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"{key}: expected a path (str or os.PathLike), got {type(value).__name__}")
+    path = os.fspath(value)
+    if not isinstance(path, str):
+        raise TypeError(f"{key}: expected a str path, got {type(path).__name__}")
+    check_text(path, key)
+    return path
 
 
 def check_keys(knobs: dict, reserved: tuple[str, ...]) -> None:

@@ -24,6 +24,7 @@ import os
 import struct
 
 from . import _peft
+from ._knobs import path_arg
 
 # torch dtype name -> safetensors dtype (the names the engine's reader knows).
 _SAFETENSORS_DTYPES = {
@@ -42,7 +43,7 @@ _PREFIX = "<python>"
 def resolve(model) -> tuple[str, dict]:
     """(the MODEL argument, in-memory files) for the engine's run_command."""
     if isinstance(model, (str, os.PathLike)):
-        return os.fspath(model), {}
+        return path_arg(model, "model"), {}
     if _is_config(model):
         name = f"{_PREFIX}/config/{_config_name(model)}"
         return name, {f"{name}/config.json": _file(model.to_json_string(use_diff=False))}

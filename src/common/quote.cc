@@ -27,4 +27,16 @@ std::string QuoteForMessage(std::string_view text, size_t max_bytes, char quote)
   return out;
 }
 
+bool HasControlCharacters(std::string_view text) {
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto byte = static_cast<unsigned char>(text[i]);
+    if (byte < 0x20 || byte == 0x7f) return true;
+    if (byte == 0xc2 && i + 1 < text.size()) {
+      const auto next = static_cast<unsigned char>(text[i + 1]);
+      if (next >= 0x80 && next <= 0x9f) return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace vramscope::common

@@ -63,5 +63,23 @@ TEST(QuoteForMessage, LengthIsBounded) {
   EXPECT_EQ(QuoteForMessage(hostile).size(), 4u * kQuotedBytes + 5);
 }
 
+// C0, DEL and C1 (U+009B is a terminal's CSI, UTF-8 0xc2 0x9b); other
+// non-ASCII text is not control (a nested config's path may be "données.json").
+TEST(HasControlCharacters, C0DelAndC1) {
+  EXPECT_FALSE(HasControlCharacters("ds_config.json"));
+  EXPECT_FALSE(
+      HasControlCharacters("donn\xc3\xa9"
+                           "es.json"));
+  EXPECT_FALSE(HasControlCharacters("\xc2\xa0nbsp"));  // U+00A0 is printable
+  EXPECT_TRUE(HasControlCharacters("a\nb"));
+  EXPECT_TRUE(HasControlCharacters("a\x7f"));
+  EXPECT_TRUE(HasControlCharacters(std::string("a\0b", 3)));
+  EXPECT_TRUE(
+      HasControlCharacters("ds\xc2\x9b"
+                           "2J.json"));
+  EXPECT_TRUE(HasControlCharacters("\xc2\x85"));  // NEL
+  EXPECT_FALSE(HasControlCharacters("\xc2"));     // cut short: not a C1 character
+}
+
 }  // namespace
 }  // namespace vramscope::common

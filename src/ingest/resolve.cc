@@ -15,6 +15,7 @@
 #include "hub.h"
 #include "param_list.h"
 #include "safetensors.h"
+#include "vramscope/common/decimal.h"
 #include "vramscope/common/quote.h"
 #include "vramscope/model.h"
 #include "vramscope/model_io.h"
@@ -89,7 +90,7 @@ int LayerOf(std::string_view name) {
       // of digits is a name, not an index (std::stoi would throw on overflow).
       if (boundary && end > digits && end - digits <= 6 && end < name.size() && name[end] == '.' &&
           name.find("vision") == std::string_view::npos) {
-        return std::stoi(std::string(name.substr(digits, end - digits)));
+        return static_cast<int>(*common::ParseDecimal(name.substr(digits, end - digits), 999999));
       }
       at += marker.size();
     }

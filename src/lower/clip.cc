@@ -9,6 +9,7 @@
 #include "loss.h"
 #include "ops.h"
 #include "unet_ops.h"
+#include "vramscope/common/decimal.h"
 
 namespace vramscope::lower {
 namespace {
@@ -36,12 +37,10 @@ bool ClipPlaceEncoderParam(const std::string& name, const std::string& prefix,
   if (!name.starts_with(head)) return false;
   const size_t dot = name.find('.', head.size());
   if (dot == std::string::npos) return false;
-  const std::string index = name.substr(head.size(), dot - head.size());
-  if (index.empty() || index.size() > 6 ||
-      !std::all_of(index.begin(), index.end(), [](char c) { return c >= '0' && c <= '9'; }))
-    return false;
-  const size_t i = std::stoul(index);
-  if (i >= layers.size()) return false;
+  const auto index =
+      common::ParseDecimal(std::string_view(name).substr(head.size(), dot - head.size()), 999999);
+  if (!index || *index >= layers.size()) return false;
+  const size_t i = static_cast<size_t>(*index);
   ClipPlaceLayerParam(layers[i], name.substr(dot + 1), p);
   return true;
 }

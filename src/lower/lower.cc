@@ -1130,9 +1130,14 @@ Result<std::vector<LoweredRank>> LowerRankClasses(const ModelSpec& model,
                                                   const TrainingSetup& setup, const GpuSpec& gpu,
                                                   const RankClassCallback& each) {
   using namespace lower;
-  if (Status s = Validate(model, setup); !s.ok()) return s.error();
-  if (Status s = ValidateLayout(setup.parallel); !s.ok()) return s.error();
-  VS_TRY(local, ShardModel(model, setup));
+  // A knob a config file set is blamed on that file's key, not its flag.
+  const auto& sources = setup.knob_sources;
+  if (Status s = Validate(model, setup); !s.ok()) return AttributeKnobError(s.error(), sources);
+  if (Status s = ValidateLayout(setup.parallel); !s.ok())
+    return AttributeKnobError(s.error(), sources);
+  auto sharded = ShardModel(model, setup);
+  if (!sharded.ok()) return AttributeKnobError(sharded.error(), sources);
+  ModelSpec& local = *sharded;
   TrainingSetup local_setup = setup;
   // Context parallelism: each rank holds seq / cp tokens of every sample
   // (Megatron-LM / Transformer Engine ring attention).
@@ -1141,9 +1146,10 @@ Result<std::vector<LoweredRank>> LowerRankClasses(const ModelSpec& model,
   if (setup.packed) ForPacking(&local_setup);
   if (setup.impl == ModelImpl::kLitgpt) ForLitgpt(&local);
   VS_TRY(plans, PlanRankClasses(local, local_setup));
-  // Before anything is lowered: the events this will produce (lower.h).
+  // Before anything is lowered: the events this will produce (lower.h),
+  // frozen encoders and the VAE included; the refusal names the model.
   if (Status s = CheckWorkBudget(WorkOf(local, local_setup, plans), setup.max_events); !s.ok())
-    return s.error();
+    return MakeError(fmt::format("{}: {}", model.name, s.error().message));
   // Rank classes share nothing mutable: lowered concurrently, one thread each,
   // and each handed to `each` on its own thread as soon as it is lowered.
   std::vector<LoweredRank> out(plans.size());

@@ -188,4 +188,21 @@ uint64_t TextLen(const ModelSpec& model, const TrainingSetup& setup) {
   return 77;
 }
 
+Error AttributeKnobError(Error error,
+                         const std::vector<std::pair<std::string, std::string>>& sources) {
+  const std::string_view message = error.message;
+  if (!message.starts_with("--")) return error;
+  size_t end = message.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-", 2);
+  if (end == std::string_view::npos) end = message.size();
+  const std::string_view flag = message.substr(0, end), rest = message.substr(end);
+  for (const auto& [from, source] : sources) {
+    if (from != flag) continue;
+    // "--batch: why" -> "SOURCE: why"; "--finetune qlora: why" -> "SOURCE:
+    // qlora: why"; "--batch x --seq: why" -> "SOURCE x --seq: why".
+    const bool value_follows = rest.starts_with(' ') && !rest.starts_with(" x ");
+    return MakeError(fmt::format("{}{}{}", source, value_follows ? ":" : "", rest));
+  }
+  return error;
+}
+
 }  // namespace vramscope

@@ -7,6 +7,7 @@
 #include "attention.h"
 #include "loss.h"
 #include "ops.h"
+#include "vramscope/common/decimal.h"
 
 // Every rule here reads transformers 5.24.0 models/t5/modeling_t5.py (T5Stack,
 // T5Block, T5LayerSelfAttention / CrossAttention / FF, T5Attention,
@@ -51,7 +52,12 @@ bool SplitBlockName(const std::string& name, const std::string& stack, size_t* b
   if (!name.starts_with(prefix)) return false;
   const size_t dot = name.find('.', prefix.size());
   if (dot == std::string::npos) return false;
-  *block = std::stoul(name.substr(prefix.size(), dot - prefix.size()));
+  // A checkpoint's name, not a number the config vouched for: "block.x." or a
+  // 30-digit index is simply not a block parameter (std::stoul threw).
+  const auto index = common::ParseDecimal(
+      std::string_view(name).substr(prefix.size(), dot - prefix.size()), UINT32_MAX);
+  if (!index) return false;
+  *block = static_cast<size_t>(*index);
   const std::string layer = ".layer.";
   if (name.compare(dot, layer.size(), layer) != 0) return false;
   *rest = name.substr(dot + layer.size());

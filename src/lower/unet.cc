@@ -28,10 +28,21 @@ Result<uint64_t> UNetLatentSide(const ModelSpec& spec, const TrainingSetup& setu
     return MakeError(fmt::format("--vae-scale: {} is outside 1..64", setup.vae_scale));
   }
   const uint64_t image = setup.image_size ? setup.image_size : u.sample_size * setup.vae_scale;
+  const uint64_t factor = uint64_t{1} << (u.block_out_channels.size() - 1);
+  // Without --image-size the side comes from the config: its key is named,
+  // not a flag the user never typed.
+  if (setup.image_size == 0 && (image > (uint64_t{1} << 16) || u.sample_size % factor != 0)) {
+    return MakeError(fmt::format(
+        "{}: sample_size: {} latents x {} pixels per latent = {} pixels {} (give --image-size)",
+        spec.name, u.sample_size, setup.vae_scale, image,
+        image > (uint64_t{1} << 16)
+            ? std::string("is above the 65536 limit")
+            : fmt::format("is not a multiple of {} (the UNet halves the latent {} times)", factor,
+                          u.block_out_channels.size() - 1)));
+  }
   if (image > (uint64_t{1} << 16)) {
     return MakeError(fmt::format("--image-size: {} pixels is above the 65536 limit", image));
   }
-  const uint64_t factor = uint64_t{1} << (u.block_out_channels.size() - 1);
   if (image % setup.vae_scale != 0 || (image / setup.vae_scale) % factor != 0 || image == 0) {
     return MakeError(fmt::format(
         "--image-size: {} pixels must be a multiple of --vae-scale {} x {} (the UNet halves "

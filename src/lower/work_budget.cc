@@ -58,8 +58,17 @@ LoweringWork WorkOf(const ModelSpec& local, const TrainingSetup& setup,
   }
   // TRL's DPO step adds the reference's forward to every micro-batch.
   if (setup.dpo && !setup.dpo_precompute_ref) w.micro_batches *= 2;
+  // Frozen models a diffusion step runs each micro-batch (text encoders, the
+  // VAE's encoder): forward only, bounded by the same count per layer. They
+  // were not counted, and a 10 000-layer encoder ran out of memory.
+  for (const std::shared_ptr<const ModelSpec>& e : setup.text_encoders) {
+    if (e) w.frozen_layers = common::SaturatingAdd(w.frozen_layers, e->num_layers);
+  }
+  if (setup.vae) w.frozen_layers = common::SaturatingAdd(w.frozen_layers, setup.vae->num_layers);
   const uint64_t per_pass =
-      common::SaturatingAdd(SaturatingMul(w.layers, w.events_per_layer), kEventsOutsideLayers);
+      common::SaturatingAdd(common::SaturatingAdd(SaturatingMul(w.layers, w.events_per_layer),
+                                                  SaturatingMul(w.frozen_layers, kEventsPerLayer)),
+                            kEventsOutsideLayers);
   const uint64_t passes = SaturatingMul(common::SaturatingAdd(w.micro_batches, 1), w.steps);
   w.events = SaturatingMul(SaturatingMul(per_pass, passes), w.rank_classes);
   return w;
@@ -76,11 +85,15 @@ Result<LoweringWork> EstimateLoweringWork(const ModelSpec& model, const Training
 }
 
 std::string DescribeWork(const LoweringWork& w) {
+  const std::string frozen = w.frozen_layers == 0
+                                 ? std::string()
+                                 : fmt::format(" + {} frozen text-encoder / VAE layers x {}",
+                                               w.frozen_layers, lower::kEventsPerLayer);
   return fmt::format(
-      "about {} events ({} layers x {} events per layer x ({} micro-batches + 1 optimizer step) x "
-      "{} steps x {} rank classes)",
+      "about {} events ({} layers x {} events per layer{} x ({} micro-batches + 1 optimizer "
+      "step) x {} steps x {} rank classes)",
       w.events == UINT64_MAX ? std::string("2^64") : std::to_string(w.events), w.layers,
-      w.events_per_layer, w.micro_batches, w.steps, w.rank_classes);
+      w.events_per_layer, frozen, w.micro_batches, w.steps, w.rank_classes);
 }
 
 Status CheckWorkBudget(const LoweringWork& work, uint64_t max_events) {

@@ -4,7 +4,9 @@
 // budget is refused before anything is lowered.
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "test_models.h"
@@ -110,6 +112,67 @@ TEST(WorkBudget, OverTheBudgetIsRefusedNamingTheProductAndTheFlag) {
   auto work = EstimateLoweringWork(*model, s);
   ASSERT_TRUE(work.ok());
   EXPECT_TRUE(CheckWorkBudget(*work, s.max_events).ok());
+}
+
+// Frozen text encoders and the VAE run each micro-batch: their layers count
+// (round 3: a 10 000-layer CLIP text encoder was not counted and ran out of
+// memory lowering).
+TEST(WorkBudget, CountsFrozenEncodersAndTheVae) {
+  auto unet = LoadCatalogModel("sd-1.5-unet");
+  auto clip = LoadCatalogModel("sd-1.5-text-encoder");
+  auto vae = LoadCatalogModel("sd-1.5-vae");
+  ASSERT_TRUE(unet.ok() && clip.ok() && vae.ok());
+  TrainingSetup s;
+  s.image_size = 64;
+  auto alone = EstimateLoweringWork(*unet, s);
+  ASSERT_TRUE(alone.ok()) << alone.error().message;
+  EXPECT_EQ(alone->frozen_layers, 0u);
+  s.text_encoder_names = {"sd-1.5-text-encoder"};
+  s.text_encoders = {std::make_shared<const ModelSpec>(*clip)};
+  s.vae_name = "sd-1.5-vae";
+  s.vae = std::make_shared<const ModelSpec>(*vae);
+  auto with = EstimateLoweringWork(*unet, s);
+  ASSERT_TRUE(with.ok()) << with.error().message;
+  EXPECT_EQ(with->frozen_layers, clip->num_layers + vae->num_layers);
+  EXPECT_GT(with->events, alone->events);
+  EXPECT_NE(DescribeWork(*with).find("frozen text-encoder / VAE layers"), std::string::npos);
+  // And a real lowering of both stays within the bound.
+  EXPECT_LE(LoweredEvents(*unet, s), with->events);
+
+  ModelSpec deep = *clip;
+  deep.num_layers = 10000;
+  s.text_encoders = {std::make_shared<const ModelSpec>(deep)};
+  auto lowered = LowerRankClasses(*unet, s, TestGpu());
+  ASSERT_FALSE(lowered.ok());
+  EXPECT_NE(lowered.error().message.find("work budget"), std::string::npos);
+  EXPECT_EQ(lowered.error().message.rfind(unet->name + ": work budget", 0), 0u)
+      << lowered.error().message;
+}
+
+// A knob a config file set is blamed on the file and key, never on a flag
+// the user did not type.
+TEST(KnobSources, AnErrorAboutAFileKnobNamesTheFileAndKey) {
+  const std::vector<std::pair<std::string, std::string>> sources = {
+      {"--batch", "ds.json: train_micro_batch_size_per_gpu"}, {"--finetune", "a.yml: adapter"}};
+  EXPECT_EQ(AttributeKnobError(MakeError("--batch: 70000 is outside 1..65536"), sources).message,
+            "ds.json: train_micro_batch_size_per_gpu: 70000 is outside 1..65536");
+  EXPECT_EQ(AttributeKnobError(MakeError("--batch x --seq: too many"), sources).message,
+            "ds.json: train_micro_batch_size_per_gpu x --seq: too many");
+  EXPECT_EQ(AttributeKnobError(MakeError("--finetune qlora: not for T5"), sources).message,
+            "a.yml: adapter: qlora: not for T5");
+  // Typed on the command line (no source), or another flag: as it was.
+  EXPECT_EQ(AttributeKnobError(MakeError("--seq: 0 is outside 1..4"), sources).message,
+            "--seq: 0 is outside 1..4");
+  EXPECT_EQ(AttributeKnobError(MakeError("--batches: x"), sources).message, "--batches: x");
+  auto model = LoadCatalogModel("gpt2");
+  ASSERT_TRUE(model.ok());
+  TrainingSetup s;
+  s.batch = 70000;
+  s.knob_sources = sources;
+  auto lowered = LowerRankClasses(*model, s, TestGpu());
+  ASSERT_FALSE(lowered.ok());
+  EXPECT_EQ(lowered.error().message.rfind("ds.json: train_micro_batch_size_per_gpu: 70000", 0), 0u)
+      << lowered.error().message;
 }
 
 TEST(WorkBudget, SaturatesInsteadOfWrapping) {

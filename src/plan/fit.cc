@@ -99,9 +99,9 @@ class EstimateCache {
         common::CheckedMul(s.max_events, kBatchBudgetFactor).value_or(UINT64_MAX);
     if (spent_events_ <= limit) return Ok{};
     return MakeError(fmt::format(
-        "work budget: the {} estimates of this search lower to about {} events in all, above "
-        "the limit of {} ({} x --max-events; raise --max-events to search anyway)",
-        reports_.size() + 1, spent_events_, limit, kBatchBudgetFactor));
+        "{}: work budget: the {} estimates of this search lower to about {} events in all, "
+        "above the limit of {} ({} x --max-events; raise --max-events to search anyway)",
+        model_.name, reports_.size() + 1, spent_events_, limit, kBatchBudgetFactor));
   }
 
   uint64_t spent_events_ = 0;

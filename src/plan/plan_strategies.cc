@@ -13,7 +13,9 @@
 #include <fmt/format.h>
 
 #include "plan_internal.h"
+#include "vramscope/common/checked.h"
 #include "vramscope/estimate.h"
+#include "vramscope/lower.h"
 #include "vramscope/plan.h"
 
 namespace vramscope {
@@ -264,13 +266,66 @@ std::optional<size_t> LargestFittingSplit(size_t start, size_t splits, const Pro
   return splits - 1;
 }
 
+// The work budget of a whole plan (docs/hardening.md): the bounds of all its
+// estimates (EstimateLoweringWork) within kPlanBudgetFactor x --max-events,
+// about 20 s of work on a quiet two-core machine. Measured sums of bounds, in
+// units of --max-events: qwen2.5-0.5b 0.7, llama-3-8b 5.0 (one GPU) and 2.1
+// (8 GPUs), mistral-7b 4.3, flux.1-dev 7.5; over it llama-3-70b 17.5,
+// qwen3-30b-a3b 55 (108 s), a 30B MoE over 720 720 GPUs 14, a FLUX config
+// of 2048 blocks 48 before its first estimate.
+constexpr uint64_t kPlanBudgetFactor = 8;
+
+class PlanBudget {
+ public:
+  PlanBudget(const ModelSpec& model, const TrainingSetup& setup)
+      : model_(model),
+        limit_(common::CheckedMul(setup.max_events, kPlanBudgetFactor).value_or(UINT64_MAX)) {}
+
+  // Adds the bound of estimating `s` (nothing when it cannot be bounded or is
+  // over its own budget: Estimate refuses it, and the plan skips it); an Error
+  // once the sum passes the limit.
+  Status Spend(const TrainingSetup& s, size_t estimates, const char* when) {
+    auto work = EstimateLoweringWork(model_, s);
+    if (!work.ok() || work->events > s.max_events) return Ok{};
+    spent_ = common::SaturatingAdd(spent_, work->events);
+    if (spent_ <= limit_) return Ok{};
+    return MakeError(fmt::format(
+        "{}: work budget: this plan's estimates ({} {}) lower to more than its limit of {} "
+        "events in all ({} x --max-events; give --finetune, --optimizer, --precision or "
+        "--grad-ckpt to try fewer strategies, or raise --max-events)",
+        model_.name, when, estimates, limit_, kPlanBudgetFactor));
+  }
+
+ private:
+  const ModelSpec& model_;
+  uint64_t limit_;
+  uint64_t spent_ = 0;
+};
+
+// Before any estimate: each knob set is estimated at least once, at its
+// cheapest split at best (the largest micro-batch, the fewest accumulated),
+// so those bounds alone must be within the plan's budget.
+Status CheckPlanWork(const ModelSpec& model, const TrainingSetup& setup, const PlanOptions& options,
+                     uint64_t largest_micro_batch, uint64_t sequences) {
+  PlanBudget budget(model, setup);
+  const std::vector<KnobSet> knob_sets = KnobSets(setup, options);
+  for (const KnobSet& k : knob_sets) {
+    const TrainingSetup s = WithKnobSet(setup, k, largest_micro_batch, sequences);
+    if (Status st = budget.Spend(s, knob_sets.size(), "at least"); !st.ok()) return st;
+  }
+  return Ok{};
+}
+
 // Every knob set's search, in order: its strategies go to out->strategies,
 // the estimates it made to out->estimates, and the combinations the model
-// cannot take to `skipped` (said in the explanation, not fatal).
-void SearchKnobSets(const ModelSpec& model, const TrainingSetup& setup, const PlanOptions& options,
-                    const std::vector<uint64_t>& micro_batches, uint64_t sequences, PlanResult* out,
-                    std::vector<std::string>* skipped) {
+// cannot take to `skipped` (said in the explanation, not fatal). An Error when
+// the search passes the plan's work budget.
+Status SearchKnobSets(const ModelSpec& model, const TrainingSetup& setup,
+                      const PlanOptions& options, const std::vector<uint64_t>& micro_batches,
+                      uint64_t sequences, PlanResult* out, std::vector<std::string>* skipped) {
   const EstimateOptions fast = SearchEstimateOptions();
+  PlanBudget budget(model, setup);
+  Status over = Ok{};
   // Where the last knob set of the same finetune and checkpointing found its
   // largest fitting split: the optimizer, loss and allocator variants of a
   // group need similar memory, so their search starts there, one step each
@@ -286,6 +341,8 @@ void SearchKnobSets(const ModelSpec& model, const TrainingSetup& setup, const Pl
     const size_t start = group_start.count(group) ? group_start[group] : 0;
     auto probe = [&](size_t index) -> std::optional<bool> {
       const TrainingSetup s = WithKnobSet(setup, k, micro_batches[index], sequences);
+      if (over.ok()) over = budget.Spend(s, out->estimates + 1, "after");
+      if (!over.ok()) return std::nullopt;  // the search ends: nothing more is estimated
       auto est = Estimate(model, s, fast);
       ++out->estimates;
       if (!est.ok()) {
@@ -298,8 +355,10 @@ void SearchKnobSets(const ModelSpec& model, const TrainingSetup& setup, const Pl
     };
     if (auto found = LargestFittingSplit(start, micro_batches.size(), probe))
       group_start[group] = *found;
+    if (!over.ok()) return over;
   }
   if (options.progress) options.progress(knob_sets.size(), knob_sets.size());
+  return Ok{};
 }
 
 }  // namespace
@@ -307,7 +366,17 @@ void SearchKnobSets(const ModelSpec& model, const TrainingSetup& setup, const Pl
 Result<PlanResult> Plan(const ModelSpec& model, const TrainingSetup& setup,
                         const PlanOptions& options) {
   VS_TRY(step, CheckStepTokens(setup, options));
-  // The base setup validates every knob before anything is enumerated.
+  const std::vector<uint64_t> micro_batches = MicroBatches(step.sequences, setup.seq);
+  if (micro_batches.empty()) {
+    return MakeError(
+        fmt::format("--tokens-per-step: {} cannot be split into micro-batches of at most {} tokens",
+                    step.tokens, kMaxTokensPerMicroBatch));
+  }
+  // The plan's work is bounded before the base's estimate, its first work;
+  // then the base setup validates every knob before anything is enumerated.
+  if (Status st = CheckPlanWork(model, setup, options, micro_batches.front(), step.sequences);
+      !st.ok())
+    return st.error();
   VS_TRY(base, Estimate(model, setup, SearchEstimateOptions()));
 
   PlanResult out;
@@ -315,14 +384,11 @@ Result<PlanResult> Plan(const ModelSpec& model, const TrainingSetup& setup,
   out.model = base.report.model;
   out.seq = setup.seq;
   out.tokens_per_step = step.tokens;
-  const std::vector<uint64_t> micro_batches = MicroBatches(step.sequences, setup.seq);
-  if (micro_batches.empty()) {
-    return MakeError(
-        fmt::format("--tokens-per-step: {} cannot be split into micro-batches of at most {} tokens",
-                    step.tokens, kMaxTokensPerMicroBatch));
-  }
   std::vector<std::string> skipped;
-  SearchKnobSets(model, setup, options, micro_batches, step.sequences, &out, &skipped);
+  if (Status st =
+          SearchKnobSets(model, setup, options, micro_batches, step.sequences, &out, &skipped);
+      !st.ok())
+    return st.error();
   std::stable_sort(out.strategies.begin(), out.strategies.end(), Faster);
   out.explanation = plan_internal::ExplainPlan(out);
   for (std::string& line : skipped) out.explanation.push_back(std::move(line));

@@ -26,6 +26,23 @@ struct Frame {
   uint16_t max_child_height;
 };
 
+// The containers directly inside container `index`, appended to *out. A
+// trace entry is a record, not a container, but its frames are its child: a
+// cycle may pass through it (frames holding the entry itself), and a dict
+// forwarded to an entry has the entry's frames as its child.
+void AppendChildren(const Document& doc, uint64_t index, std::vector<uint64_t>* out) {
+  auto frames_of = [&](uint64_t entry) {
+    const Value f = doc.EntryFrames(entry);
+    if (f.is_container()) out->push_back(f.payload());
+  };
+  uint64_t entry = 0;
+  if (doc.ForwardedEntry(Value::Make(Kind::kDict, index), &entry)) frames_of(entry);
+  doc.ForEachWord(Value::Make(Kind::kList, index), [&](Value w) {
+    if (w.is_container()) out->push_back(w.payload());
+    if (w.kind() == Kind::kEntry) frames_of(w.payload());
+  });
+}
+
 }  // namespace
 
 Status CheckGraph(const Document& doc, std::string_view name, uint32_t max_depth) {
@@ -42,9 +59,7 @@ Status CheckGraph(const Document& doc, std::string_view name, uint32_t max_depth
     }
     state[index] = kGray;
     Frame f{index, aux.size(), 0, aux.size(), 0};
-    doc.ForEachWord(Value::Make(Kind::kList, index), [&](Value w) {
-      if (w.is_container()) aux.push_back(w.payload());
-    });
+    AppendChildren(doc, index, &aux);
     f.children_end = aux.size();
     frames.push_back(f);
     return Ok{};

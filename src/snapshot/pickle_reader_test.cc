@@ -233,6 +233,61 @@ TEST(PickleOpcodes, MemoCyclesAreRejected) {
             std::string::npos);
 }
 
+// A trace entry dict {action: alloc, addr: 4096, size: 512} whose pairs follow
+// a MARK, ready for SETITEMS ('u').
+const std::string kEntryPairs = Bytes(
+    "\x8c\x06"
+    "action\x8c\x05"
+    "alloc\x8c\x04"
+    "addrM\x00\x10\x8c\x04"
+    "sizeM\x00\x02");
+
+TEST(PickleOpcodes, ACycleThroughATraceEntrysFramesIsRejected) {
+  // frames = [entry]; entry["frames"] = frames (round 3: accepted with exit 0,
+  // the entry being a record the graph walk did not enter).
+  const std::string bytes = kP4 +
+                            Bytes(
+                                "]\x94}\x94"
+                                "a0h\x01(") +
+                            kEntryPairs +
+                            Bytes(
+                                "\x8c\x06"
+                                "framesh\x00"
+                                "u.");
+  EXPECT_NE(ErrorOf(bytes).find("contains itself"), std::string::npos);
+}
+
+TEST(PickleLimits, CopiesOfATraceEntryAreChargedToTheMemoryBudget) {
+  // [entry, entry, ...] through the memo: read as copies (layout_test's
+  // SharedEntryDictReadsTwice), each charged what an entry costs once read.
+  // 30 million such references made a 60 MB file run past 20 s and 2.8 GiB.
+  const std::string twice = kP4 + Bytes("]\x94(}\x94(") + kEntryPairs +
+                            Bytes(
+                                "uh\x01"
+                                "e.");
+  EXPECT_TRUE(Parse(twice).ok());
+  std::string many = kP4 + Bytes("]\x94(}\x94(") + kEntryPairs + "u";
+  for (int i = 0; i < 100000; ++i) many += Bytes("h\x01");
+  many += "e.";
+  SnapshotReadLimits limits;
+  limits.max_memory_bytes = 4 << 20;  // 100 000 copies need about 9.6 MB
+  const std::string m = ErrorOf(many, limits);
+  EXPECT_NE(m.find("max_memory_bytes"), std::string::npos) << m;
+  EXPECT_NE(m.find("100000 references to trace entries already in a trace"), std::string::npos)
+      << m;
+}
+
+TEST(PickleLimits, AMarkBombStopsAtTheDepthLimit) {
+  // Open MARKs are containers being built, so no more than max_depth: 250 MB
+  // of MARKs took 16 s and 2 GiB before its refusal.
+  EXPECT_NE(ErrorOf(kP4 + std::string(1 << 20, '(') + ".").find("MARKs open at once"),
+            std::string::npos);
+  SnapshotReadLimits depth;
+  depth.max_depth = 3;
+  EXPECT_TRUE(Parse(kP4 + "(((NttNt.", depth).ok());
+  EXPECT_NE(ErrorOf(kP4 + "((((NtttNt.", depth).find("max_depth"), std::string::npos);
+}
+
 TEST(PickleLimits, EachLimitStopsWithItsName) {
   SnapshotReadLimits depth;
   depth.max_depth = 3;

@@ -34,4 +34,10 @@ inline constexpr size_t kQuotedBytes = 40;
 std::string QuoteForMessage(std::string_view text, size_t max_bytes = kQuotedBytes,
                             char quote = '"');
 
+// True when `text` holds a control character a terminal may act on: C0
+// (0x00-0x1f), DEL (0x7f), or C1 (U+0080-U+009F, UTF-8 0xc2 0x80-0x9f; CSI,
+// U+009B, starts escape sequences like ESC [). A name read from a file that
+// every message will repeat (a nested config's path) is refused with it.
+bool HasControlCharacters(std::string_view text);
+
 }  // namespace vramscope::common
