@@ -41,8 +41,10 @@ def set_rank_environment(plan, device):
     DS_ACCELERATOR must be set before deepspeed is first imported: it picks its
     accelerator once (deepspeed/accelerator/real_accelerator.py get_accelerator).
     """
-    os.environ.update(RANK_ENV)
-    os.environ.setdefault("MASTER_PORT", str(_free_port()))
+    os.environ.update(RANK_ENV, MASTER_PORT=str(_free_port()))
+    # One rank on one host: loopback is all NCCL's bootstrap needs (it skips `lo` when
+    # another interface exists, and the device machine may have none that works).
+    os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
     if plan["dist"]["library"] == "deepspeed":
         os.environ["DS_ACCELERATOR"] = "cuda" if device == "cuda" else "cpu"
 
@@ -63,14 +65,27 @@ def init_process_group(torch, plan, device):
         deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False)
     else:
         torch.distributed.init_process_group(backend, rank=0, world_size=1)
-    return {"backend": str(torch.distributed.get_backend()),
-            "world_size": torch.distributed.get_world_size()}
+    facts = {"backend": str(torch.distributed.get_backend()),
+             "world_size": torch.distributed.get_world_size()}
+    if device == "cuda":
+        facts["nccl_version"] = ".".join(map(str, torch.cuda.nccl.version()))
+        facts["nccl_socket_ifname"] = os.environ.get("NCCL_SOCKET_IFNAME")
+    return facts
 
 
 def destroy_process_group(torch):
     with contextlib.suppress(Exception):
         if torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
+
+
+def builds_on_cpu(plan):
+    """True when the plan's model is built on the CPU and the library moves it (every
+    data-parallel plan but ZeRO-3 with zero.Init, which builds straight into GPU shards)."""
+    dist = plan.get("dist")
+    if not dist:
+        return False
+    return not (dist["library"] == "deepspeed" and dist["deepspeed"]["zero_init"])
 
 
 @contextlib.contextmanager

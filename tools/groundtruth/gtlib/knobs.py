@@ -307,7 +307,7 @@ def _dist_knobs(raw):
         out["fsdp_backward_prefetch"] = prefetch
     elif prefetch != "none":
         raise KnobError("knob 'fsdp_backward_prefetch' is FSDP1's (fsdp_version = 1)")
-    return out
+    return {k: out[k] for k in KNOB_ORDER if k in out}
 
 
 def _choice(name, value, allowed):

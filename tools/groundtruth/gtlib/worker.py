@@ -237,7 +237,8 @@ def make_loss_fn(torch, model, hf, plan, input_ids, labels):
 class SnapshotHooks(loop.Hooks):
     """Records allocator history from step `first` through step `last` and dumps it as a
     snapshot pickle. By default one step (the second: the steady state); from step 1 it also
-    shows how the first step laid out the cache the second one reuses."""
+    shows how the first step laid out the cache the second one reuses; from step 0 the setup
+    too (model loading: measure_with starts it before setup)."""
 
     def __init__(self, torch, path, last, max_entries, first=None):
         self.torch, self.path, self.max_entries = torch, path, max_entries
@@ -305,6 +306,14 @@ def measure(job, job_path, record, clock=time.perf_counter):
         import bitsandbytes  # noqa: F401
     if "accelerate" in plan["requires"]:
         import accelerate  # noqa: F401  (deepspeed: after "go", dist_run.init_process_group)
+    prebuilt = None
+    if dist_run.builds_on_cpu(plan):
+        # The model a data-parallel library moves to the GPU is built on the CPU: before
+        # "go", it overlaps the previous configuration's measurement (no CUDA is touched).
+        t_build = clock()
+        torch.manual_seed(0)
+        prebuilt = build_model(torch, job, plan, None, "cpu")
+        prebuilt[2]["cpu_build_before_go_s"] = round(clock() - t_build, 3)
     if job.get("wait_for_go") and not wait_for_go(sys.stdin):
         raise SystemExit(0)  # the driver withdrew this job (time budget spent): no result
 
@@ -315,7 +324,7 @@ def measure(job, job_path, record, clock=time.perf_counter):
             tempfile.TemporaryDirectory(prefix="vramscope-gt-4bit-"))
         if plan["build"]["method"] == "from_pretrained_4bit":
             _prepare_4bit(job_path, scratch, job.get("prepare_timeout_s", 600))
-        _measure_on_gpu(torch, job, plan, record, scratch, clock)
+        _measure_on_gpu(torch, job, plan, record, scratch, clock, prebuilt=prebuilt)
 
 
 def wait_for_go(stream):
@@ -328,8 +337,12 @@ def wait_for_go(stream):
     return stream.readline().strip() == "go"
 
 
-def _measure_on_gpu(torch, job, plan, record, scratch, clock, device="cuda", probe=None):
-    """Measures on the GPU; device="cpu" with a probe is the CPU test seam (real libraries)."""
+def _measure_on_gpu(torch, job, plan, record, scratch, clock, device="cuda", probe=None,
+                    prebuilt=None):
+    """Measures on the GPU; device="cpu" with a probe is the CPU test seam (real libraries).
+
+    prebuilt: build_model's result made before "go" (a model on the CPU), or None.
+    """
     context_bytes = None
     if device == "cuda":
         probe = loop.CudaProbe(torch)
@@ -347,7 +360,7 @@ def _measure_on_gpu(torch, job, plan, record, scratch, clock, device="cuda", pro
 
     def setup():
         torch.manual_seed(0)
-        model, hf, applied = build_model(torch, job, plan, scratch, device)
+        model, hf, applied = prebuilt or build_model(torch, job, plan, scratch, device)
         record["model"] = model_facts(torch, model, hf, job["model"], applied)
         step = backward = None
         if dist_facts is None:
@@ -420,6 +433,8 @@ def measure_with(probe, record, setup, steps, snapshot=None, clock=time.perf_cou
     recorder = loop.PhaseRecorder(probe, clock)
     oom_where = {"step": 0, "micro_batch": None, "phase": "setup"}
     try:
+        if snapshot is not None and snapshot.first == 0:
+            snapshot.before_step(0)  # from the setup on: a load-time peak (QLoRA's)
         probe.reset_peak()
         t_setup = clock()
         setup()
