@@ -38,9 +38,10 @@ def parse_args(argv):
                    help="with --snapshot: only for configurations matching (repeatable)")
     p.add_argument("--snapshot-max-entries", type=int, default=20000,
                    help="allocator trace entries kept in a snapshot (default 20000)")
-    p.add_argument("--snapshot-from-step", type=int, choices=(1, 2), default=None,
+    p.add_argument("--snapshot-from-step", type=int, choices=(0, 1, 2), default=None,
                    help="with --snapshot: record history from this step through step 2 "
-                        "(1 shows how step 1 laid out the cache step 2 reuses; default 2)")
+                        "(1 shows how step 1 laid out the cache step 2 reuses; 0 starts "
+                        "before the setup, so model loading is in it; default 2)")
     p.add_argument("--timeout-per-config", type=float, default=600.0, metavar="S",
                    help="kill a configuration's worker after S seconds (default 600)")
     p.add_argument("--time-budget", type=float, metavar="S",

@@ -15,7 +15,8 @@
 #                 memory snapshot is kept (default: the smoke grid's three; "none"
 #                 for no snapshots; at most 3 come back, the device tool's file limit)
 #   GT_SNAPSHOT_FROM_STEP  1: snapshots record steps 1 and 2 (how step 1 laid out the
-#                 cache that step 2 reuses); default: step 2 only
+#                 cache that step 2 reuses); 0: from before the setup; default: step 2 only
+# For the next lease's prepared grids, see next_lease.sh instead.
 #   GT_OVERLAP    1 (default): start each worker while the previous one measures,
 #                 so imports overlap GPU work (measure.py --overlap); 0: one at a time
 #   PYTHON        interpreter with torch (default python3)

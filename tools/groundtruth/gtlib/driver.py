@@ -48,7 +48,7 @@ class Options:
     snapshot_dir: Path | None = None
     snapshot_patterns: tuple = ()
     snapshot_max_entries: int = 20000
-    snapshot_from_step: int | None = None  # None: step 2 only; 1: steps 1 and 2
+    snapshot_from_step: int | None = None  # None: step 2 only; 1: steps 1 and 2; 0: setup too
     resume: bool = False
     model_dirs: tuple = M.DEFAULT_MODEL_DIRS
     python: str = sys.executable

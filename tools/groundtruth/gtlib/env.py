@@ -21,10 +21,10 @@ import sys
 
 # Distribution names whose versions are recorded (None when not installed).
 PACKAGES = ("torch", "transformers", "peft", "accelerate", "bitsandbytes", "flash-attn",
-            "liger-kernel", "safetensors", "numpy", "triton")
+            "liger-kernel", "safetensors", "numpy", "triton", "deepspeed")
 # Import names the plans may require; whether each can be found is recorded.
 MODULES = ("torch", "transformers", "peft", "accelerate", "bitsandbytes", "flash_attn",
-           "liger_kernel")
+           "liger_kernel", "deepspeed")
 # Environment variables that change allocator or device behaviour.
 ENV_VARS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "PYTORCH_NO_CUDA_MEMORY_CACHING",
             "CUDA_VISIBLE_DEVICES", "CUDA_MODULE_LOADING", "CUBLAS_WORKSPACE_CONFIG",

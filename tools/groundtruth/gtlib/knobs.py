@@ -8,6 +8,12 @@ optimizer steps a measurement runs.
 `normalize_knobs` turns user input (a grid entry) into the canonical form that
 results record and ids are computed from; it raises KnobError naming the knob
 and the problem. Pure Python, no torch.
+
+The data-parallel knobs (DIST_KNOBS: `ddp = true`, `zero = 1|2|3`, `fsdp =
+"full"|"grad-op"` and their options, `estimate --gpus 1 --zero 3 ...`) run the
+library with world size 1 on the one GPU (gtlib/dist_plan.py). They appear in
+the canonical knobs only when a library is named, so every configuration
+without one keeps the id it always had.
 """
 
 from __future__ import annotations
@@ -28,13 +34,34 @@ LOSSES = ("hf", "chunked", "fused-linear")
 LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down", "lm_head")
 ALL_LINEAR = "all-linear"
 
+# Data-parallel knobs, named as `vramscope estimate`'s flags (docs/parallel.md).
+DIST_KNOBS = (
+    "gpus", "ddp", "zero", "offload", "no_zero_init", "zero_buckets", "fsdp",
+    "fsdp_version", "fsdp_wrap", "fsdp_backward_prefetch",
+)
 # Canonical order: how knobs appear in results and in a configuration's name.
 KNOB_ORDER = (
     "model", "batch", "seq", "grad_accum", "precision", "optimizer",
     "finetune", "lora_rank", "lora_targets", "lora_dropout", "grad_ckpt",
-    "attn", "loss", "alloc_conf", "steps",
+    "attn", "loss", "alloc_conf", *DIST_KNOBS, "steps",
 )
 LORA_KNOBS = ("lora_rank", "lora_targets", "lora_dropout")
+# Boolean knobs: `estimate` flags that take no value (`--ddp`, `--no-zero-init`).
+FLAG_KNOBS = ("ddp", "no_zero_init")
+
+ZERO_STAGES = (1, 2, 3)
+OFFLOADS = ("none", "optimizer", "params")
+ZERO_BUCKETS = ("deepspeed", "hf-auto")
+FSDP_SHARDING = ("full", "grad-op")
+FSDP_VERSIONS = (1, 2)
+FSDP_WRAPS = ("trainer", "layers")
+FSDP_PREFETCH = ("none", "pre", "post")
+# Defaults of the estimate flags (docs/parallel.md, "Flags"); filled in only for the
+# library a configuration names.
+DIST_DEFAULTS = {
+    "gpus": 1, "offload": "none", "no_zero_init": False, "zero_buckets": "deepspeed",
+    "fsdp_version": 2, "fsdp_wrap": "trainer", "fsdp_backward_prefetch": "none",
+}
 
 # Defaults of `vramscope estimate` (DESIGN.md); `model` has none.
 DEFAULTS = {
@@ -196,8 +223,98 @@ def normalize_knobs(raw):
     for name in ("grad_ckpt", "attn", "loss"):
         out[name] = _enum_knob(name, merged[name])
     out["alloc_conf"] = _alloc_conf(merged["alloc_conf"])
+    out.update(_dist_knobs(raw))
     out["steps"] = _int_knob("steps", merged["steps"])
     return out
+
+
+def _bool_knob(name, value):
+    if not isinstance(value, bool):
+        raise KnobError(f"knob '{name}' must be true or false, got {value!r}")
+    return value
+
+
+def _dist_library(given):
+    """The one data-parallel library `given` names: "ddp", "zero", "fsdp" or None."""
+    named = []
+    if _bool_knob("ddp", given.get("ddp", False)):
+        named.append("ddp")
+    for name in ("zero", "fsdp"):
+        if given.get(name) is not None:
+            named.append(name)
+    if len(named) > 1:
+        raise KnobError(f"knobs {', '.join(named)}: name one data-parallel library, not several")
+    return named[0] if named else None
+
+
+def _dist_knobs(raw):
+    """The canonical data-parallel knobs of `raw`: {} when it names no library.
+
+    `gpus = 1` alone is the default (one GPU, no library) and is dropped. The
+    combinations `vramscope estimate` refuses are refused here too
+    (src/lower/parallel_layout.cc ValidateLayout): offload without ZeRO or FSDP,
+    offload of parameters with ZeRO-1/2.
+    """
+    given = {k: raw[k] for k in DIST_KNOBS if k in raw}
+    library = _dist_library(given)
+    gpus = given.get("gpus", DIST_DEFAULTS["gpus"])
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus != 1:
+        raise KnobError(f"knob 'gpus' must be 1: the harness runs one process on one GPU "
+                        f"(world size 1), got {gpus!r}")
+    if library is None:
+        extra = sorted(set(given) - {"gpus", "ddp"})
+        if extra:
+            raise KnobError(f"knob(s) {extra} need a data-parallel library: ddp = true, "
+                            "zero = 1|2|3 or fsdp = \"full\"|\"grad-op\"")
+        return {}
+    allowed = {"ddp": {"gpus", "ddp"},
+               "zero": {"gpus", "zero", "offload", "no_zero_init", "zero_buckets"},
+               "fsdp": {"gpus", "fsdp", "offload", "fsdp_version", "fsdp_wrap",
+                        "fsdp_backward_prefetch"}}[library]
+    stray = sorted(k for k in set(given) - allowed
+                   if not (k == "ddp" and given[k] is False))
+    if stray:
+        raise KnobError(f"knob(s) {stray} do not apply to {library}")
+    merged = {**DIST_DEFAULTS, **given}
+    out = {"gpus": 1}
+    if library == "ddp":
+        out["ddp"] = True
+        return out
+    offload = _choice("offload", merged["offload"], OFFLOADS)
+    if library == "zero":
+        stage = merged["zero"]
+        if isinstance(stage, bool) or stage not in ZERO_STAGES:
+            raise KnobError(f"knob 'zero' must be 1, 2 or 3, got {stage!r}")
+        if offload == "params" and stage != 3:
+            raise KnobError("knob 'offload': DeepSpeed offloads parameters only with zero = 3")
+        no_init = _bool_knob("no_zero_init", merged["no_zero_init"])
+        if no_init and stage != 3:
+            raise KnobError("knob 'no_zero_init' applies to zero = 3 only")
+        out.update(zero=stage, offload=offload)
+        if stage == 3:
+            out["no_zero_init"] = no_init
+        out["zero_buckets"] = _choice("zero_buckets", merged["zero_buckets"], ZERO_BUCKETS)
+        return out
+    out["fsdp"] = _choice("fsdp", merged["fsdp"], FSDP_SHARDING)
+    out["offload"] = offload
+    version = merged["fsdp_version"]
+    if isinstance(version, bool) or version not in FSDP_VERSIONS:
+        raise KnobError(f"knob 'fsdp_version' must be 1 or 2, got {version!r}")
+    out["fsdp_version"] = version
+    out["fsdp_wrap"] = _choice("fsdp_wrap", merged["fsdp_wrap"], FSDP_WRAPS)
+    prefetch = _choice("fsdp_backward_prefetch", merged["fsdp_backward_prefetch"], FSDP_PREFETCH)
+    if version == 1:
+        out["fsdp_backward_prefetch"] = prefetch
+    elif prefetch != "none":
+        raise KnobError("knob 'fsdp_backward_prefetch' is FSDP1's (fsdp_version = 1)")
+    return {k: out[k] for k in KNOB_ORDER if k in out}
+
+
+def _choice(name, value, allowed):
+    if value not in allowed:
+        raise KnobError(f"knob '{name}' must be one of {', '.join(map(str, allowed))}; "
+                        f"got {value!r}")
+    return value
 
 
 def _enum_knob(name, value):
@@ -219,13 +336,21 @@ def config_name(knobs):
 
 
 def estimate_flags(knobs):
-    """The `vramscope estimate` command-line flags equivalent to `knobs`."""
+    """The `vramscope estimate` command-line flags equivalent to `knobs`.
+
+    Boolean knobs are flags without a value, given only when true; `offload`
+    is left out at its default, as `estimate` would show it.
+    """
     flags = [knobs["model"]]
     for key in KNOB_ORDER[1:]:
         if key not in knobs:
             continue
         value = knobs[key]
-        if key == "alloc_conf" and not value:
+        if (key == "alloc_conf" and not value) or (key == "offload" and value == "none"):
             continue
-        flags += ["--" + key.replace("_", "-"), str(value)]
+        flag = "--" + key.replace("_", "-")
+        if key in FLAG_KNOBS:
+            flags += [flag] if value else []
+        else:
+            flags += [flag, str(value)]
     return flags

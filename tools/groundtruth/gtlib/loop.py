@@ -139,41 +139,50 @@ class Hooks:
 
 
 def train(model, optimizer, compute_loss, recorder, steps, micro_batches,
-          autocast=None, scaler=None, hooks=None):
+          autocast=None, scaler=None, hooks=None, backward=None, step=None):
     """Runs `steps` optimizer steps of `micro_batches` forward/backward each.
 
     compute_loss(): runs the forward and returns only the loss tensor; the
     model's output object (logits etc.) is not kept alive. autocast: a
     zero-argument factory of a context manager wrapping the forward only.
-    Raises whatever the step raises; recorder.current then names the phase.
+    backward(loss) and step() replace `loss.backward()` and the optimizer
+    phase's step + zero_grad where a library owns them (DeepSpeed's
+    engine.backward / engine.step, accelerate's backward). Raises whatever the
+    step raises; recorder.current then names the phase.
     """
     hooks = hooks or Hooks()
     autocast = autocast or contextlib.nullcontext
-    for step in range(1, steps + 1):
-        hooks.before_step(step)
-        for micro in range(micro_batches):
-            recorder.begin(step, micro, "forward")
-            with autocast():
-                loss = compute_loss()
-            if micro_batches > 1:
-                loss = loss / micro_batches
-            recorder.end()
-            recorder.begin(step, micro, "backward")
+    if backward is None:
+        def backward(loss):
             (scaler.scale(loss) if scaler is not None else loss).backward()
-            del loss
-            recorder.end()
-        if optimizer is not None:
-            recorder.begin(step, None, "optimizer")
+    if step is None and optimizer is not None:
+        def step():
             if scaler is not None:
                 scaler.step(optimizer)
                 scaler.update()
             else:
                 optimizer.step()
             optimizer.zero_grad(set_to_none=True)
+    for index in range(1, steps + 1):
+        hooks.before_step(index)
+        for micro in range(micro_batches):
+            recorder.begin(index, micro, "forward")
+            with autocast():
+                loss = compute_loss()
+            if micro_batches > 1:
+                loss = loss / micro_batches
+            recorder.end()
+            recorder.begin(index, micro, "backward")
+            backward(loss)
+            del loss
+            recorder.end()
+        if step is not None:
+            recorder.begin(index, None, "optimizer")
+            step()
             recorder.end()
         else:
             model.zero_grad(set_to_none=True)
-        hooks.after_step(step)
+        hooks.after_step(index)
 
 
 def hf_loss_fn(model, input_ids, labels):

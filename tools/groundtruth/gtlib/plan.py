@@ -13,6 +13,8 @@ Choices made here, each documented in docs/groundtruth.md:
     the precision knob, then peft.prepare_model_for_kbit_training (which casts
     every non-4-bit parameter to fp32) and get_peft_model.
   * Optimizers: lr 1e-5 and the library defaults otherwise.
+  * Data-parallel knobs (DDP, DeepSpeed, FSDP at world size 1): the plan's
+    `dist` part, gtlib/dist_plan.py.
   * Chunked loss (as src/lower/loss.cc models it): torchtune
     CEWithChunkedOutputLoss style, the decoder's last hidden state split into
     LOSS_CHUNKS token blocks, each through lm_head + fp32 cross-entropy, no
@@ -225,7 +227,7 @@ def make_plan(knobs, model_config):
     else:
         loss = {"kind": "hf"}
 
-    return {
+    plan = {
         "plan_version": PLAN_VERSION,
         "task": "masked-lm" if masked else "causal-lm",
         "model_type": model_type,
@@ -254,3 +256,5 @@ def make_plan(knobs, model_config):
         "requires": requires,
         "notes": notes,
     }
+    from . import dist_plan  # imports this module: a cycle if done at the top
+    return dist_plan.add_dist(plan, knobs, model_config)

@@ -37,6 +37,7 @@ import time
 import traceback
 from pathlib import Path
 
+from . import dist_run
 from . import env as envmod
 from . import loop
 from . import schema
@@ -70,6 +71,8 @@ def device_context(torch, device):
     Older torch has no such context manager; then tensors start on the CPU and
     build_model moves the model (tests on a CPU-only torch 1.13 rely on this).
     """
+    if device == "cpu":  # the default device: no mode (zero.Init replaces the factories)
+        return contextlib.nullcontext()
     ctx = torch.device(device)
     return ctx if hasattr(ctx, "__enter__") else contextlib.nullcontext()
 
@@ -108,8 +111,12 @@ def build_model(torch, job, plan, scratch_dir, device="cuda"):
     applied = {"dtype_kwarg": dtype_kwarg(transformers.__version__)}
     config = _load_hf_config(transformers, job["model"]["config"])
     config.use_cache = False
+    dist = plan.get("dist") is not None
+    if dist:  # built on the CPU (or by zero.Init); the library moves it (dist_plan.py)
+        device = "cpu"
     if build["method"] == "from_config":
-        model = _from_config(torch, transformers, config, build, device)
+        with dist_run.build_context(plan) if dist else contextlib.nullcontext():
+            model = _from_config(torch, transformers, config, build, device)
     else:
         q = build["quantization"]
         bnb_config = transformers.BitsAndBytesConfig(
@@ -123,7 +130,7 @@ def build_model(torch, job, plan, scratch_dir, device="cuda"):
             attn_implementation=build["attn_implementation"],
             **{applied["dtype_kwarg"]: getattr(torch, build["dtype"])})
     applied["moved_to_cuda_after_build"] = False
-    if any(p.device.type != device for p in model.parameters()):
+    if not dist and any(p.device.type != device for p in model.parameters()):
         model.to(device)  # a transformers release (or torch) that ignored the device context
         applied["moved_to_cuda_after_build"] = True
     model.config.use_cache = False
@@ -166,7 +173,7 @@ def model_facts(torch, model, hf, resolved, applied):
     parameters = trainable = 0
     by_dtype = {}
     for p in model.parameters():
-        numel = p.numel()
+        numel = dist_run.parameter_numel(p)
         quant_state = getattr(p, "quant_state", None)
         if type(p).__name__ == "Params4bit" and quant_state is not None:
             shape = getattr(quant_state, "shape", None)
@@ -175,10 +182,11 @@ def model_facts(torch, model, hf, resolved, applied):
                 for d in shape:
                     numel *= int(d)
         parameters += numel
+        stored = dist_run.parameter_numel(p)
         if p.requires_grad:
-            trainable += p.numel()
+            trainable += stored
         key = str(p.dtype).replace("torch.", "")
-        by_dtype[key] = by_dtype.get(key, 0) + p.numel() * p.element_size()
+        by_dtype[key] = by_dtype.get(key, 0) + stored * p.element_size()
     buffer_bytes = sum(b.numel() * b.element_size() for b in model.buffers())
     lora_modules = None
     if hasattr(model, "peft_config"):
@@ -229,7 +237,8 @@ def make_loss_fn(torch, model, hf, plan, input_ids, labels):
 class SnapshotHooks(loop.Hooks):
     """Records allocator history from step `first` through step `last` and dumps it as a
     snapshot pickle. By default one step (the second: the steady state); from step 1 it also
-    shows how the first step laid out the cache the second one reuses."""
+    shows how the first step laid out the cache the second one reuses; from step 0 the setup
+    too (model loading: measure_with starts it before setup)."""
 
     def __init__(self, torch, path, last, max_entries, first=None):
         self.torch, self.path, self.max_entries = torch, path, max_entries
@@ -295,6 +304,16 @@ def measure(job, job_path, record, clock=time.perf_counter):
         import peft  # noqa: F401
     if "bitsandbytes" in plan["requires"]:
         import bitsandbytes  # noqa: F401
+    if "accelerate" in plan["requires"]:
+        import accelerate  # noqa: F401  (deepspeed: after "go", dist_run.init_process_group)
+    prebuilt = None
+    if dist_run.builds_on_cpu(plan):
+        # The model a data-parallel library moves to the GPU is built on the CPU: before
+        # "go", it overlaps the previous configuration's measurement (no CUDA is touched).
+        t_build = clock()
+        torch.manual_seed(0)
+        prebuilt = build_model(torch, job, plan, None, "cpu")
+        prebuilt[2]["cpu_build_before_go_s"] = round(clock() - t_build, 3)
     if job.get("wait_for_go") and not wait_for_go(sys.stdin):
         raise SystemExit(0)  # the driver withdrew this job (time budget spent): no result
 
@@ -305,7 +324,7 @@ def measure(job, job_path, record, clock=time.perf_counter):
             tempfile.TemporaryDirectory(prefix="vramscope-gt-4bit-"))
         if plan["build"]["method"] == "from_pretrained_4bit":
             _prepare_4bit(job_path, scratch, job.get("prepare_timeout_s", 600))
-        _measure_on_gpu(torch, job, plan, record, scratch, clock)
+        _measure_on_gpu(torch, job, plan, record, scratch, clock, prebuilt=prebuilt)
 
 
 def wait_for_go(stream):
@@ -318,8 +337,12 @@ def wait_for_go(stream):
     return stream.readline().strip() == "go"
 
 
-def _measure_on_gpu(torch, job, plan, record, scratch, clock, device="cuda", probe=None):
-    """Measures on the GPU; device="cpu" with a probe is the CPU test seam (real libraries)."""
+def _measure_on_gpu(torch, job, plan, record, scratch, clock, device="cuda", probe=None,
+                    prebuilt=None):
+    """Measures on the GPU; device="cpu" with a probe is the CPU test seam (real libraries).
+
+    prebuilt: build_model's result made before "go" (a model on the CPU), or None.
+    """
     context_bytes = None
     if device == "cuda":
         probe = loop.CudaProbe(torch)
@@ -331,12 +354,24 @@ def _measure_on_gpu(torch, job, plan, record, scratch, clock, device="cuda", pro
         torch.cuda.empty_cache()
         record["env"] = envmod.capture_environment(torch, probe_gpu=True)
     state = {}
+    dist_facts = None
+    if plan.get("dist"):
+        dist_facts = dist_run.init_process_group(torch, plan, device)
 
     def setup():
         torch.manual_seed(0)
-        model, hf, applied = build_model(torch, job, plan, scratch, device)
+        model, hf, applied = prebuilt or build_model(torch, job, plan, scratch, device)
         record["model"] = model_facts(torch, model, hf, job["model"], applied)
-        optimizer = build_optimizer(torch, model, plan["optimizer"])
+        step = backward = None
+        if dist_facts is None:
+            optimizer = build_optimizer(torch, model, plan["optimizer"])
+        else:
+            wrapped = dist_run.wrap(torch, model, plan, device,
+                                    lambda module: build_optimizer(torch, module, plan["optimizer"]))
+            applied["dist"] = {**dist_facts, **wrapped.facts}
+            model, optimizer, step, backward = (wrapped.model, wrapped.optimizer, wrapped.step,
+                                                wrapped.backward)
+            state["keep"] = wrapped.keep
         scaler = make_scaler(torch, device) if plan["precision"]["grad_scaler"] else None
         autocast = None
         if plan["precision"]["autocast_dtype"]:
@@ -349,20 +384,27 @@ def _measure_on_gpu(torch, job, plan, record, scratch, clock, device="cuda", pro
                                   generator=generator)
         labels = input_ids  # the same tensor: labels = input_ids, no copy
         state.update(model=model, optimizer=optimizer, scaler=scaler, autocast=autocast,
+                     step=step, backward=backward,
                      compute_loss=make_loss_fn(torch, model, hf, plan, input_ids, labels))
 
     def steps(recorder, hooks):
         loop.train(state["model"], state["optimizer"], state["compute_loss"], recorder,
                    plan["steps"], plan["batch"]["micro_batches_per_step"],
-                   autocast=state["autocast"], scaler=state["scaler"], hooks=hooks)
+                   autocast=state["autocast"], scaler=state["scaler"], hooks=hooks,
+                   backward=state["backward"], step=state["step"])
 
     snapshot = None
     if job.get("snapshot"):
         snapshot = SnapshotHooks(torch, job["snapshot"]["path"], min(2, plan["steps"]),
                                  job["snapshot"]["max_entries"],
                                  first=job["snapshot"].get("from_step"))
-    measure_with(probe, record, setup, steps, snapshot, clock, context_bytes=context_bytes,
-                 smi=envmod.nvidia_smi_process_used_bytes if device == "cuda" else None)
+    try:
+        measure_with(probe, record, setup, steps, snapshot, clock, context_bytes=context_bytes,
+                     smi=envmod.nvidia_smi_process_used_bytes if device == "cuda" else None)
+    finally:
+        if dist_facts is not None:
+            state.clear()
+            dist_run.destroy_process_group(torch)
 
 
 def measure_with(probe, record, setup, steps, snapshot=None, clock=time.perf_counter,
@@ -391,6 +433,8 @@ def measure_with(probe, record, setup, steps, snapshot=None, clock=time.perf_cou
     recorder = loop.PhaseRecorder(probe, clock)
     oom_where = {"step": 0, "micro_batch": None, "phase": "setup"}
     try:
+        if snapshot is not None and snapshot.first == 0:
+            snapshot.before_step(0)  # from the setup on: a load-time peak (QLoRA's)
         probe.reset_peak()
         t_setup = clock()
         setup()

@@ -8,59 +8,26 @@ what is checked is that each configuration runs to a complete, schema-valid reco
 """
 
 import json
-import tempfile
-import time
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from gtlib import knobs, models, plan, schema, worker
+from gtlib import schema, worker
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
+from cpu_run import run_on_cpu as _run_on_cpu  # noqa: E402  (needs torch)
 
-class ZeroProbe:
-    """CudaProbe's interface with zero readings (CPU has no caching-allocator counters)."""
-
-    def sync(self):
-        pass
-
-    def reset_peak(self):
-        pass
-
-    def allocated(self):
-        return 0
-
-    reserved = peak_allocated = peak_reserved = device_used = device_total = allocated
-
-    def stats(self):
-        return {}
-
-    def is_oom(self, exc):
-        return False
+HERE = Path(__file__).resolve().parent
 
 
 def run_on_cpu(model_dirs, **raw):
-    k = knobs.normalize_knobs({"seq": 16, "batch": 2, "steps": 2, **raw})
-    resolved = models.resolve_model(k["model"], model_dirs)
-    p = plan.make_plan(k, resolved.config)
-    job = {"config": {"id": "x", "name": "x", "knobs": k, "label": None}, "plan": p,
-           "model": {"config": resolved.config, "alias": resolved.alias, "hub_id": None,
-                     "source": resolved.source}}
-    env = {"python_version": "3", "packages": {}, "gpu_present": True}
-    record = schema.new_record(knobs.config_id(k), "x", k, None, env, "test", {"version": "test"})
-    record["plan"] = p
-    with tempfile.TemporaryDirectory() as scratch:
-        if p["build"]["method"] == "from_pretrained_4bit":
-            # The QLoRA helper's job: random weights saved for from_pretrained.
-            job_path = Path(scratch) / "job.json"
-            job_path.write_text(json.dumps(job), encoding="utf-8")
-            worker.prepare_4bit_source(job_path, scratch, device="cpu")
-        worker._measure_on_gpu(torch, job, p, record, scratch, time.perf_counter,
-                               device="cpu", probe=ZeroProbe())
-    return record, p
+    return _run_on_cpu(torch, model_dirs, **raw)
 
 
 CASES = [
@@ -136,3 +103,72 @@ def test_wait_for_go_reads_one_line():
     assert worker.wait_for_go(io.StringIO("go\n"))
     assert not worker.wait_for_go(io.StringIO(""))
     assert not worker.wait_for_go(io.StringIO("stop\n"))
+
+
+# The world-size-1 data-parallel path (gtlib/dist_run.py, grids/dist-ws1.toml) for real on the
+# CPU: gloo, DeepSpeed's CPU accelerator, accelerate forced to FSDP (dist_run's docstring).
+# Child processes side by side: each DeepSpeed configuration in its own (zero.Init changes
+# torch process-wide; deepspeed.comm keeps its first process group), DDP and FSDP together.
+DIST_GROUPS = [
+    [dict(model="tiny-llama", zero=2, zero_buckets="hf-auto", optimizer="adamw-foreach")],
+    [dict(model="tiny-llama", zero=3, no_zero_init=True, finetune="lora", grad_ckpt="full")],
+    [dict(model="tiny-llama", zero=3, offload="params")],
+    [dict(model="tiny-llama", ddp=True),
+     dict(model="tiny-llama", fsdp="full", fsdp_version=1, finetune="lora"),
+     dict(model="tiny-llama", fsdp="grad-op", fsdp_version=2),
+     dict(model="tiny-llama", fsdp="full", fsdp_version=2, fsdp_wrap="layers", precision="bf16")],
+]
+
+
+@pytest.fixture(scope="module")
+def dist_results():
+    pytest.importorskip("accelerate")
+    pytest.importorskip("deepspeed")
+    env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(HERE.parent), str(HERE)])}
+    children = [subprocess.Popen([sys.executable, str(HERE / "dist_cpu_child.py"),
+                                  json.dumps(group)], stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, text=True, env=env)
+                for group in DIST_GROUPS]
+    results = []
+    for child in children:
+        output, _ = child.communicate(timeout=300)
+        lines = [json.loads(line[len("RESULT "):]) for line in output.splitlines()
+                 if line.startswith("RESULT ")]
+        assert child.returncode == 0 and lines, output[-3000:]
+        results += lines
+    return results
+
+
+def test_data_parallel_configurations_run_with_the_real_libraries(dist_results):
+    expected = {
+        "ddp": "DistributedDataParallel", "zero": "DeepSpeedEngine", "fsdp": None}
+    assert len(dist_results) == sum(len(g) for g in DIST_GROUPS)
+    for result in dist_results:
+        raw = result["raw"]
+        assert "error" not in result, f"{raw}: {result.get('error')}"
+        record, p = result["record"], result["plan"]
+        assert record["status"] == "ok", record.get("reason")
+        assert schema.validate_result(record) == []
+        dist = record["model"]["applied"]["dist"]
+        assert dist["backend"] == "gloo" and dist["world_size"] == 1
+        library = next(k for k in ("ddp", "zero", "fsdp") if k in raw)
+        if expected[library]:
+            assert dist["wrapper"] == expected[library]
+        if library == "zero":
+            assert dist["zero_stage"] == raw["zero"] and dist["inner_optimizer"] == "AdamW"
+            assert dist["zero_init"] == (raw["zero"] == 3 and not raw.get("no_zero_init"))
+        if library == "fsdp":
+            assert dist["fsdp_units"] >= 3  # the root and each of the two decoder layers
+        steps = p["steps"]
+        for phase in ("forward", "backward", "optimizer"):
+            assert sum(ph["phase"] == phase for ph in record["phases"]) == steps
+        assert record["model"]["parameters"] > 0  # ZeRO-3 counts ds_numel, not 0-size shards
+        if raw.get("finetune") == "lora":
+            assert 0 < record["model"]["trainable_parameters"] < record["model"]["parameters"]
+
+
+def test_fsdp1_lora_gets_peft_wrap_policy_as_the_trainer_sets_it(dist_results):
+    lora = next(r for r in dist_results if r["raw"].get("fsdp_version") == 1)
+    names = lora["record"]["model"]["applied"]["dist"]["fsdp_unit_names"]
+    assert any("lora_A" in n for n in names)  # peft's fsdp_auto_wrap_policy: adapters alone
