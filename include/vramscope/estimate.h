@@ -44,6 +44,11 @@ struct Estimated {
 Result<Estimated> Estimate(const ModelSpec& model, const TrainingSetup& setup,
                            const EstimateOptions& options = {});
 
+// Host memory of the fullest node: the host peaks of the ranks on it
+// (parallel.gpus_per_node a node), a rank no class lists charged the largest;
+// 0 for one GPU or no host memory (Report::host_peak_per_node_bytes).
+uint64_t HostPeakPerNodeBytes(const ParallelLayout& parallel, const std::vector<RankReport>& ranks);
+
 // The defaults an estimate of `setup` rests on, each with the flag that
 // changes it (the report's "Assumed" section, JSON `assumptions`).
 std::vector<Assumption> DescribeAssumptions(const TrainingSetup& setup);

@@ -86,6 +86,11 @@ struct Report {
   // its device's memory only at an OOM, so `explain` without --gpu judges
   // nothing (no verdict; JSON "fits" is null). True for every estimate.
   bool has_device_limit = true;
+  // Host memory of the fullest node (estimates on several GPUs with host
+  // offload): the host peaks of the ranks that share it (--gpus-per-node),
+  // added as if they peaked together, which ranks in lockstep do. 0 when no
+  // rank uses host memory or the run has one GPU.
+  uint64_t host_peak_per_node_bytes = 0;
 
   // The rank class with the largest device total (the reported maximum); a
   // class that ran out of memory counts with its needed bytes (see below). The

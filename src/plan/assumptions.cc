@@ -499,67 +499,32 @@ std::vector<std::pair<std::string, std::string>> DescribeKnobs(const ModelSpec& 
   return out;
 }
 
-std::vector<Assumption> DescribeAssumptions(const TrainingSetup& s) {
-  std::vector<Assumption> out;
-  out.push_back({"weights", Weights(s), "--precision"});
-  if (s.finetune != Finetune::kFull) {
-    std::string adapters =
-        s.lora_dtype == LoraDtype::kModel
-            ? fmt::format(
-                  "LoRA, rank {}, on {}; adapters in the model's dtype, made with it (torchtune's "
-                  "LoRALinear, LitGPT's lora.py); PEFT's fp32 adapters are --lora-dtype fp32",
-                  s.lora_rank, fmt::join(s.lora_targets, ","))
-            : fmt::format(
-                  "PEFT LoRA, rank {}, on {}; adapters in fp32 (get_peft_model's "
-                  "autocast_adapter_dtype=True)",
-                  s.lora_rank, fmt::join(s.lora_targets, ","));
-    if (s.finetune == Finetune::kQLora) {
-      adapters +=
-          "; base weights NF4 with double quantization, the rest cast to fp32 "
-          "(prepare_model_for_kbit_training)";
-    }
-    out.push_back({"adapters", adapters, "--lora-rank, --lora-targets, --lora-dtype"});
+namespace {
+
+// LoRA / QLoRA adapters as PEFT (or torchtune / LitGPT) make them.
+std::string Adapters(const TrainingSetup& s) {
+  std::string adapters =
+      s.lora_dtype == LoraDtype::kModel
+          ? fmt::format(
+                "LoRA, rank {}, on {}; adapters in the model's dtype, made with it (torchtune's "
+                "LoRALinear, LitGPT's lora.py); PEFT's fp32 adapters are --lora-dtype fp32",
+                s.lora_rank, fmt::join(s.lora_targets, ","))
+          : fmt::format(
+                "PEFT LoRA, rank {}, on {}; adapters in fp32 (get_peft_model's "
+                "autocast_adapter_dtype=True)",
+                s.lora_rank, fmt::join(s.lora_targets, ","));
+  if (s.finetune == Finetune::kQLora) {
+    adapters +=
+        "; base weights NF4 with double quantization, the rest cast to fp32 "
+        "(prepare_model_for_kbit_training)";
   }
-  out.push_back({"optimizer", Optimizer(s), "--optimizer"});
-  out.push_back({"attention", Attn(s), "--attn"});
-  out.push_back({"loss", Loss(s), "--loss"});
-  out.push_back({"batch",
-                 s.attention_mask
-                     ? "every row full length, with an attention_mask as collators add one"
-                     : "input_ids and labels only, no attention_mask",
-                 s.attention_mask ? "--no-attention-mask" : ""});
-  if (s.impl == ModelImpl::kTorchtune) {
-    out.push_back({"modules",
-                   "torchtune 0.6.1's own decoder: RMSNorm over x.float(), rotary embeddings "
-                   "in fp32 from a max_position_embeddings-long cache, k / v copied to every "
-                   "head, no KV cache; transformers' modules are --impl transformers",
-                   "--impl"});
-  } else if (s.impl == ModelImpl::kLitgpt) {
-    out.push_back({"modules",
-                   "LitGPT 0.5.13's own GPT: one fused qkv Linear, RMSNorm over x.float(), RoPE "
-                   "from fp32 cos / sin buffers of the longest row, k / v repeated for grouped "
-                   "queries, no KV cache; transformers' modules are --impl transformers",
-                   "--impl"});
-  } else if (s.grad_ckpt == GradCkpt::kNone && s.transformers_version >= 436 &&
-             !s.parallel.model_parallel()) {
-    // lower/transformer.cc MakesTrainingCache: the cost the ground-truth harness
-    // and many scripts avoid with model.config.use_cache = False.
-    out.push_back({"KV cache",
-                   s.use_cache
-                       ? "use_cache as config.json says: where it is on, transformers keeps "
-                         "each layer's keys and values in a DynamicCache until the output "
-                         "is dropped (no checkpointing)"
-                       : "none: the script sets model.config.use_cache = False",
-                   s.use_cache ? "--no-use-cache" : ""});
-  }
-  out.push_back(
-      {"libraries",
-       fmt::format("transformers {}.{} and torch {}.{} behaviour", s.transformers_version / 100,
-                   s.transformers_version % 100, s.torch_version / 100, s.torch_version % 100),
-       "--transformers-version, --torch-version"});
-  out.push_back(
-      {"steps", fmt::format("{} optimizer steps simulated; the peak is the worst of them", s.steps),
-       "--steps"});
+  return adapters;
+}
+
+// The data-parallel library's release and the timing it is assumed to have
+// (docs/parallel.md): what a multi-GPU estimate rests on beyond the knobs.
+void AppendParallelAssumptions(const TrainingSetup& s, std::vector<Assumption>* out_ptr) {
+  std::vector<Assumption>& out = *out_ptr;
   const DataParallel dp = s.parallel.dp_mode;
   if ((dp == DataParallel::kZero1 || dp == DataParallel::kZero2 || dp == DataParallel::kZero3) &&
       !s.parallel.model_parallel()) {
@@ -603,6 +568,56 @@ std::vector<Assumption> DescribeAssumptions(const TrainingSetup& s) {
                          "limiter enforces this for gathered parameters, the rest is assumed",
                    ""});
   }
+}
+
+}  // namespace
+
+std::vector<Assumption> DescribeAssumptions(const TrainingSetup& s) {
+  std::vector<Assumption> out;
+  out.push_back({"weights", Weights(s), "--precision"});
+  if (s.finetune != Finetune::kFull)
+    out.push_back({"adapters", Adapters(s), "--lora-rank, --lora-targets, --lora-dtype"});
+  out.push_back({"optimizer", Optimizer(s), "--optimizer"});
+  out.push_back({"attention", Attn(s), "--attn"});
+  out.push_back({"loss", Loss(s), "--loss"});
+  out.push_back({"batch",
+                 s.attention_mask
+                     ? "every row full length, with an attention_mask as collators add one"
+                     : "input_ids and labels only, no attention_mask",
+                 s.attention_mask ? "--no-attention-mask" : ""});
+  if (s.impl == ModelImpl::kTorchtune) {
+    out.push_back({"modules",
+                   "torchtune 0.6.1's own decoder: RMSNorm over x.float(), rotary embeddings "
+                   "in fp32 from a max_position_embeddings-long cache, k / v copied to every "
+                   "head, no KV cache; transformers' modules are --impl transformers",
+                   "--impl"});
+  } else if (s.impl == ModelImpl::kLitgpt) {
+    out.push_back({"modules",
+                   "LitGPT 0.5.13's own GPT: one fused qkv Linear, RMSNorm over x.float(), RoPE "
+                   "from fp32 cos / sin buffers of the longest row, k / v repeated for grouped "
+                   "queries, no KV cache; transformers' modules are --impl transformers",
+                   "--impl"});
+  } else if (s.grad_ckpt == GradCkpt::kNone && s.transformers_version >= 436 &&
+             !s.parallel.model_parallel()) {
+    // lower/transformer.cc MakesTrainingCache: the cost the ground-truth harness
+    // and many scripts avoid with model.config.use_cache = False.
+    out.push_back({"KV cache",
+                   s.use_cache
+                       ? "use_cache as config.json says: where it is on, transformers keeps "
+                         "each layer's keys and values in a DynamicCache until the output "
+                         "is dropped (no checkpointing)"
+                       : "none: the script sets model.config.use_cache = False",
+                   s.use_cache ? "--no-use-cache" : ""});
+  }
+  out.push_back(
+      {"libraries",
+       fmt::format("transformers {}.{} and torch {}.{} behaviour", s.transformers_version / 100,
+                   s.transformers_version % 100, s.torch_version / 100, s.torch_version % 100),
+       "--transformers-version, --torch-version"});
+  out.push_back(
+      {"steps", fmt::format("{} optimizer steps simulated; the peak is the worst of them", s.steps),
+       "--steps"});
+  AppendParallelAssumptions(s, &out);
   return out;
 }
 

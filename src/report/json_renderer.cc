@@ -152,6 +152,7 @@ Json ReportToJson(const Report& report) {
   root["peak_reserved_bytes"] = worst.sim.peak_reserved_bytes;
   root["device_total_bytes"] = DeviceTotalBytes(worst);
   root["host_peak_bytes"] = worst.host_peak_bytes;
+  root["host_peak_per_node_bytes"] = report.host_peak_per_node_bytes;
   root["fits"] = report.has_device_limit ? Json(report.fits()) : Json(nullptr);
   root["gpu"] = {{"name", report.gpu.name},
                  {"display_name", report.gpu.display_name},

@@ -348,6 +348,12 @@ std::string RenderText(const Report& report) {
       RenderRank(rank, &out);
     }
   }
+  if (report.host_peak_per_node_bytes != 0) {
+    Line(&out);
+    Line(&out, fmt::format("Host memory per node  {}  the host memory of the ranks that share a "
+                           "node (--gpus-per-node), at their peaks",
+                           FormatBytes(report.host_peak_per_node_bytes)));
+  }
   RenderList("Why", report.explanation, &out);
   RenderAssumptions(report.assumptions, &out);
   RenderList("Notes", report.notes, &out);
