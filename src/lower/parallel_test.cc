@@ -183,7 +183,8 @@ TEST(Parallel, ZeroStages12HoldTheirPartitionRankByRank) {
   uint64_t offset = 0;
   std::array<uint64_t, 4> derived{};
   for (uint64_t n : ParamOrder()) {
-    for (uint64_t r = 0; r < 4; ++r) derived[r] += offset < (r + 1) * part && offset + n > r * part ? n : 0;
+    for (uint64_t r = 0; r < 4; ++r)
+      derived[r] += offset < (r + 1) * part && offset + n > r * part ? n : 0;
     offset += n;
   }
   EXPECT_EQ(derived, gip);

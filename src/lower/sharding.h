@@ -70,9 +70,10 @@ struct ShardState {
   Tape* tape = nullptr;
   DataParallel mode = DataParallel::kNone;
   ParallelLayout layout;
-  uint32_t world = 1;   // ranks that shard model states
+  uint32_t world = 1;    // ranks that shard model states
   uint32_t dp_rank = 0;  // the data-parallel rank simulated (ZeRO-1/2 partitions differ by rank)
-  uint64_t micro_batches = 1;  // simulated micro-batches per optimizer step (the last is the boundary)
+  uint64_t micro_batches =
+      1;                // simulated micro-batches per optimizer step (the last is the boundary)
   uint64_t hidden = 0;  // the model's hidden size (ZeRO's "auto" sizes)
   int num_layers = 0;
   bool mixed = false;                // fp32 master weights (a *-mixed precision)

@@ -77,18 +77,18 @@ class Zero12Strategy final : public ShardingStrategy {
   std::vector<FlatEntry> flat_;
   std::unordered_map<const TensorId*, size_t> entry_of_slot_;
   uint64_t partition_numel_ = 0;
-  uint8_t bytes_ = kF32;  // the flat buffer's dtype (self.dtype: the first parameter's)
+  uint8_t bytes_ = kF32;    // the flat buffer's dtype (self.dtype: the first parameter's)
   uint64_t gip_numel_ = 0;  // grads_in_partition: the full params of this partition
   uint64_t largest_numel_ = 0;
   Bucket bucket_;
   bool ready_ = false;  // ready_for_gradients: this backward's buckets exist
   TensorId grads_in_partition_ = kNoTensor;
-  std::vector<TensorId> all_grad_;   // all_grad_tensors: grads kept across micro-batches
-  std::vector<TensorId> averaged_;   // averaged_gradients, until the step
-  std::vector<size_t> deferred_;     // previous_reduced_grads (overlap_comm, no contiguous)
-  std::vector<bool> host_accum_;     // accumulated_grads_in_cpu made (offload, micro-batches)
-  Param master_;                     // single_partition_of_fp32_groups[0]
-  uint64_t backward_index_ = 0;      // micro-batch within the optimizer step
+  std::vector<TensorId> all_grad_;  // all_grad_tensors: grads kept across micro-batches
+  std::vector<TensorId> averaged_;  // averaged_gradients, until the step
+  std::vector<size_t> deferred_;    // previous_reduced_grads (overlap_comm, no contiguous)
+  std::vector<bool> host_accum_;    // accumulated_grads_in_cpu made (offload, micro-batches)
+  Param master_;                    // single_partition_of_fp32_groups[0]
+  uint64_t backward_index_ = 0;     // micro-batch within the optimizer step
 };
 
 // stage_1_and_2.py __init__: the flat buffer is padded to a multiple of
@@ -162,9 +162,9 @@ void Zero12Strategy::MakeMasterPartition() {
   if (same) {
     s_.buffers.push_back(clone);
   } else {
-    const TensorId master = Offload()
-                                ? s_.HostAlloc(part * kF32, Category::kOptimizerState, "aten::_to_copy")
-                                : s_.Alloc(part * kF32, Category::kOptimizerState, "aten::_to_copy");
+    const TensorId master =
+        Offload() ? s_.HostAlloc(part * kF32, Category::kOptimizerState, "aten::_to_copy")
+                  : s_.Alloc(part * kF32, Category::kOptimizerState, "aten::_to_copy");
     if (master != kNoTensor) s_.buffers.push_back(master);
     g.Drop(clone);
   }
@@ -267,7 +267,8 @@ void Zero12Strategy::AverageTensor() {
   for (size_t e : entries) {
     const uint64_t lo = flat_[e].offset, hi = lo + flat_[e].param->numel;
     for (uint64_t r = lo / partition_numel_; r * partition_numel_ < hi; ++r) {
-      const uint64_t n = std::min(hi, (r + 1) * partition_numel_) - std::max(lo, r * partition_numel_);
+      const uint64_t n =
+          std::min(hi, (r + 1) * partition_numel_) - std::max(lo, r * partition_numel_);
       if (static_cast<int64_t>(r) == previous_rank) {
         slices.back() += n;
       } else {
@@ -306,8 +307,8 @@ void Zero12Strategy::ReduceIpgGrads() {
     } else if (bucket_.entries.size() > 1) {
       // buffered_reduce_fallback -> allreduce_no_retain: one torch.cat of the
       // bucket's gradients.
-      g.Drop(g.Alloc(bucket_.elements * bytes_, Category::kCommunication,
-                     "zero::allreduce_bucket", s_.tape->module(), ReduceStream()));
+      g.Drop(g.Alloc(bucket_.elements * bytes_, Category::kCommunication, "zero::allreduce_bucket",
+                     s_.tape->module(), ReduceStream()));
     }
     for (size_t e : bucket_.entries) AfterReduce(e);
   }
@@ -369,10 +370,9 @@ void Zero12Strategy::OffloadGrad(size_t e) {
   }
   if (!Boundary()) return;
   NormTemporary(s_, f.count);
-  const TensorId cast =
-      bytes_ == kF32 ? kNoTensor
-                     : g.Alloc(f.count * kF32, Category::kTemporaries, "aten::_to_copy",
-                               s_.tape->module());
+  const TensorId cast = bytes_ == kF32 ? kNoTensor
+                                       : g.Alloc(f.count * kF32, Category::kTemporaries,
+                                                 "aten::_to_copy", s_.tape->module());
   ClearGrad(e);
   if (cast != kNoTensor) g.Drop(cast);
 }

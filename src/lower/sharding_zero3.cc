@@ -149,9 +149,9 @@ void Zero3Strategy::MakeGradientBuffers() {
   uint64_t largest = 0, total = 0;
   for (const SubGroup& sg : groups_) largest = std::max(largest, sg.master.numel);
   for (Param* p : trainable_) total += Partition(*p);
-  const TensorId scratch =
-      OffloadOptimizer() ? s_.HostAlloc(largest * kF32, Category::kGradients, "aten::zeros")
-                         : s_.Alloc(largest * kF32, Category::kGradients, "aten::zeros");
+  const TensorId scratch = OffloadOptimizer()
+                               ? s_.HostAlloc(largest * kF32, Category::kGradients, "aten::zeros")
+                               : s_.Alloc(largest * kF32, Category::kGradients, "aten::zeros");
   if (OffloadOptimizer()) {
     for (SubGroup& sg : groups_) {
       sg.host_grad = s_.HostAlloc(sg.master.numel * kF32, Category::kGradients, "aten::zeros");
@@ -196,8 +196,8 @@ void Zero3Strategy::SetupBuffers() {
   // before, only zero.Init's __enter__ did.
   o.forward_saves_storage = !MemoryEfficientLinear();
   // overlap_comm (the stage-3 default): gathers on __allgather_stream.
-  o.gather_stream = s_.tape->cpu_rules || s_.layout.zero.overlap_comm == 0 ? kDefaultStream
-                                                                            : kGatherStream;
+  o.gather_stream =
+      s_.tape->cpu_rules || s_.layout.zero.overlap_comm == 0 ? kDefaultStream : kGatherStream;
   params_ = std::make_unique<Zero3Params>(&s_, o);
   params_->Register();
   if (trainable_.empty()) return;
@@ -261,10 +261,10 @@ void Zero3Strategy::PartitionGrads(const std::vector<Param*>& params) {
     const bool real = part * s_.dp_rank < p->numel;
     if (real && OffloadOptimizer()) {
       // CPU rules: the host slice is on the device already.
-      const TensorId device =
-          s_.tape->cpu_rules ? kNoTensor
-                             : g.Alloc(part * bytes_, Category::kGradients, "aten::_to_copy",
-                                       s_.tape->module(), ReduceStream());
+      const TensorId device = s_.tape->cpu_rules
+                                  ? kNoTensor
+                                  : g.Alloc(part * bytes_, Category::kGradients, "aten::_to_copy",
+                                            s_.tape->module(), ReduceStream());
       NormTemporary(s_, part);
       if (bytes_ != kF32) {
         g.Drop(g.Alloc(part * kF32, Category::kTemporaries, "aten::_to_copy", s_.tape->module()));

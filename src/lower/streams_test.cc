@@ -202,7 +202,8 @@ TEST(Streams, Zero3GathersOnTheAllGatherStreamAndReleasesAfterRecordStream) {
   const EventStream s = Lowered(Sharded(DataParallel::kZero3));
   const OpTrace gathers(s, "zero3::all_gather");
   const std::string first_layer =
-      "Ga Ra Gb Rb Xa Gc Rc Xb Gd Rd Xc Ge Re Xd Gf Rf Xe Gg Rg Xf Gh Rh Xg Gi Ri Xh Gj Rj Xi Gk Rk";
+      "Ga Ra Gb Rb Xa Gc Rc Xb Gd Rd Xc Ge Re Xd Gf Rf Xe Gg Rg Xf Gh Rh Xg Gi Ri Xh Gj Rj Xi Gk "
+      "Rk";
   EXPECT_EQ(gathers.Of(PhaseEvents(s, 1, Phase::kForward)).substr(0, first_layer.size()),
             first_layer);
   EXPECT_EQ(AllocStreams(s, "zero3::all_gather"), (std::set<uint32_t>{1}));

@@ -1190,13 +1190,13 @@ Var DecoderLayer(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const
   if (litgpt) tape.Drop(h);
   Var m = moe ? (lp.router ? InModule(tape, ParentModule(tape, lp.router), {}, h2,
                                       [&](const Var& in) { return Moe(tape, spec, lp, in, d); })
-                          : Moe(tape, spec, lp, h2, d))
-        : lp.down ? InModule(tape, ParentModule(tape, lp.down), {}, h2,
-                             [&](const Var& in) {
-                               return Mlp(tape, spec, lp, in, d, d.t, d.inter, lp.gate, lp.up,
-                                          lp.down);
-                             })
-                  : Mlp(tape, spec, lp, h2, d, d.t, d.inter, lp.gate, lp.up, lp.down);
+                           : Moe(tape, spec, lp, h2, d))
+          : lp.down
+              ? InModule(tape, ParentModule(tape, lp.down), {}, h2,
+                         [&](const Var& in) {
+                           return Mlp(tape, spec, lp, in, d, d.t, d.inter, lp.gate, lp.up, lp.down);
+                         })
+              : Mlp(tape, spec, lp, h2, d, d.t, d.inter, lp.gate, lp.up, lp.down);
   m = ResidualDropout(tape, spec, ToSequenceShard(tape, m, d, "megatron::reduce_scatter"));
   // GPT2Block keeps ln_2's output in `hidden_states` until the residual sum
   // replaces it (`feed_forward_hidden_states = self.mlp(hidden_states)`,

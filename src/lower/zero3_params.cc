@@ -8,7 +8,9 @@
 namespace vramscope::lower {
 namespace {
 
-bool Contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+bool Contains(const std::vector<int>& v, int x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
 void Erase(std::vector<int>& v, int x) { v.erase(std::remove(v.begin(), v.end(), x), v.end()); }
 
 }  // namespace
@@ -299,7 +301,8 @@ void Zero3Params::AllGather(const std::vector<int>& params) {
       // CPU rules: the host partition is already on the device.
       if (o_.offload_params && !s_->tape->cpu_rules) {
         staged.push_back(g.Alloc(params_[p].partition * bytes, Category::kParameters,
-                                 "zero3::partition_to_device", s_->tape->module(), o_.gather_stream));
+                                 "zero3::partition_to_device", s_->tape->module(),
+                                 o_.gather_stream));
       }
     }
     Handle h;

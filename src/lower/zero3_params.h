@@ -58,16 +58,16 @@ class Zero3Params final : public ModuleHooks {
     uint64_t numel = 0, partition = 0;
     bool persist = false;
     Status status = Status::kNotAvailable;
-    int handle = -1;                 // in the inflight registry
-    TensorId data = kNoTensor;       // the gathered parameter's storage
-    std::vector<int> active;         // ds_active_sub_modules
+    int handle = -1;            // in the inflight registry
+    TensorId data = kNoTensor;  // the gathered parameter's storage
+    std::vector<int> active;    // ds_active_sub_modules
   };
   struct ZModule {
     std::string name;
     std::vector<int> params;  // direct parameters (iter_params, recurse=False), by ds_id
     int grads_remaining = 0;  // ds_grads_remaining
     int inputs_with_grad = 0;
-    std::vector<int> recompute;  // ds_recompute_parameters
+    std::vector<int> recompute;    // ds_recompute_parameters
     NodeId output_node = kNoNode;  // the node that made its output (saved its weights)
     bool input_with_grad = false;  // its input required grad (autograd saved the weight)
   };

@@ -529,11 +529,12 @@ void AppendParallelAssumptions(const TrainingSetup& s, std::vector<Assumption>* 
   if ((dp == DataParallel::kZero1 || dp == DataParallel::kZero2 || dp == DataParallel::kZero3) &&
       !s.parallel.model_parallel()) {
     const uint32_t v = s.parallel.zero.deepspeed_version;
-    out.push_back({"DeepSpeed",
-                   fmt::format("DeepSpeed 0.{}.{}'s ZeRO (docs/parallel.md); the rules that changed "
-                               "between releases follow the one given",
-                               v / 100, v % 100),
-                   "--deepspeed-version"});
+    out.push_back(
+        {"DeepSpeed",
+         fmt::format("DeepSpeed 0.{}.{}'s ZeRO (docs/parallel.md); the rules that changed "
+                     "between releases follow the one given",
+                     v / 100, v % 100),
+         "--deepspeed-version"});
   }
   if (s.parallel.dp_mode == DataParallel::kZero3) {
     // Issue 39: without deepspeed.zero.Init the whole model is on every GPU
