@@ -529,11 +529,12 @@ void AppendParallelAssumptions(const TrainingSetup& s, std::vector<Assumption>* 
   if ((dp == DataParallel::kZero1 || dp == DataParallel::kZero2 || dp == DataParallel::kZero3) &&
       !s.parallel.model_parallel()) {
     const uint32_t v = s.parallel.zero.deepspeed_version;
-    out.push_back({"DeepSpeed",
-                   fmt::format("DeepSpeed 0.{}.{}'s ZeRO (docs/parallel.md); the rules that changed "
-                               "between releases follow the one given",
-                               v / 100, v % 100),
-                   "--deepspeed-version"});
+    out.push_back(
+        {"DeepSpeed",
+         fmt::format("DeepSpeed 0.{}.{}'s ZeRO (docs/parallel.md); the rules that changed "
+                     "between releases follow the one given",
+                     v / 100, v % 100),
+         "--deepspeed-version"});
   }
   if (s.parallel.dp_mode == DataParallel::kZero3) {
     // Issue 39: without deepspeed.zero.Init the whole model is on every GPU
@@ -580,6 +581,14 @@ std::vector<Assumption> DescribeAssumptions(const TrainingSetup& s) {
   out.push_back({"optimizer", Optimizer(s), "--optimizer"});
   out.push_back({"attention", Attn(s), "--attn"});
   out.push_back({"loss", Loss(s), "--loss"});
+  if (s.liger) {
+    out.push_back({"kernels",
+                   "liger-kernel 0.8.5 as use_liger_kernel=True applies it: LigerRMSNorm (fp32 "
+                   "rstd saved, dX written into dY, a per-SM fp32 dW buffer), liger_rotary_pos_emb "
+                   "in place on q and k, LigerSwiGLUMLP (gate and up saved, their gradients "
+                   "written over them); Triton kernels, rules read from the code, not measured",
+                   "--liger"});
+  }
   out.push_back({"batch",
                  s.attention_mask
                      ? "every row full length, with an attention_mask as collators add one"
