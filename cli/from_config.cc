@@ -587,12 +587,9 @@ void ListHfNotModelled(const Reader& r, const Json& root) {
   if (on("label_smoothing_factor")) r.NotModelled("label_smoothing_factor", "not modelled");
   if (on("optim_target_modules")) r.NotModelled("optim_target_modules", "GaLore / APOLLO");
   if (on("auto_find_batch_size")) r.NotModelled("auto_find_batch_size", "not modelled");
-  if (on("use_liger_kernel")) {
-    r.Set("--loss", "fused-linear", "use_liger_kernel");
-    r.NotModelled("use_liger_kernel",
-                  "modelled as --loss fused-linear; the other Liger kernels "
-                  "(RMSNorm, SwiGLU, RoPE) are not");
-  }
+  // The Trainer calls _apply_liger_kernel_to_instance (liger-kernel 0.8.5):
+  // RMSNorm, RoPE, SwiGLU and the fused linear cross-entropy, --liger.
+  if (on("use_liger_kernel")) r.Set("--liger", "true", "use_liger_kernel");
 }
 
 Status ReadTrainingArguments(const Reader& r, const Json& root) {
@@ -1272,12 +1269,27 @@ Status ReadAxolotlOptimizer(const Reader& r, const Json& root) {
   return Ok{};
 }
 
-// liger_fused_linear_cross_entropy (the Liger plugin, integrations/liger/
-// args.py) -> --loss fused-linear.
+// The Liger plugin (integrations/liger/args.py): liger_rope, liger_rms_norm,
+// liger_glu_activation (or its older name liger_swiglu) and
+// liger_fused_linear_cross_entropy all on are what use_liger_kernel applies:
+// --liger. liger_fused_linear_cross_entropy alone -> --loss fused-linear; the
+// layer kernels in a partial set are listed as not modelled
+// (ListAxolotlNotModelled).
+bool AxolotlLigerAll(const Json& root) {
+  return Truthy(root, "liger_rope") && Truthy(root, "liger_rms_norm") &&
+         (Truthy(root, "liger_glu_activation") || Truthy(root, "liger_swiglu")) &&
+         Truthy(root, "liger_fused_linear_cross_entropy");
+}
+
 Status ReadAxolotlLoss(const Reader& r, const Json& root) {
   VS_TRY(flce,
          AxFlag(r, root, "liger_fused_linear_cross_entropy", "liger_fused_linear_cross_entropy"));
-  if (flce.value_or(false)) r.Set("--loss", "fused-linear", "liger_fused_linear_cross_entropy");
+  if (AxolotlLigerAll(root)) {
+    r.Set("--liger", "true",
+          "liger_rope, liger_rms_norm, liger_glu_activation, liger_fused_linear_cross_entropy");
+  } else if (flce.value_or(false)) {
+    r.Set("--loss", "fused-linear", "liger_fused_linear_cross_entropy");
+  }
   return Ok{};
 }
 
@@ -1304,19 +1316,25 @@ void ListAxolotlNotModelled(const Reader& r, const Json& root) {
       {"chunked_cross_entropy",
        "the whole logits, then upcast a chunk at a time: not --loss chunked, which splits lm_head"},
       {"liger_cross_entropy", "Liger's cross-entropy without lm_head: left to --loss"},
-      {"liger_rope", "Liger kernel"},
-      {"liger_rms_norm", "Liger kernel"},
+      {"liger_rope", ""},
+      {"liger_rms_norm", ""},
       {"liger_rms_norm_gated", "Liger kernel"},
       {"liger_layer_norm", "Liger kernel"},
-      {"liger_glu_activation", "Liger kernel"},
-      {"liger_swiglu", "Liger kernel"},
+      {"liger_glu_activation", ""},
+      {"liger_swiglu", ""},
       {"tensor_parallel_size", "give --tp"},
       {"context_parallel_size", "give --cp"},
       {"expert_parallel_size", "expert parallelism"},
       {"dp_shard_size", "accelerate's ParallelismConfig"},
       {"dp_replicate_size", "accelerate's ParallelismConfig"}};
+  const bool liger_all = AxolotlLigerAll(root);
   for (const auto& [key, why] : kKeys) {
-    if (Truthy(root, key) && root[key] != 1) r.NotModelled(key, why);
+    const std::string_view k = key;
+    const bool in_liger = k == "liger_rope" || k == "liger_rms_norm" ||
+                          k == "liger_glu_activation" || k == "liger_swiglu";
+    if (liger_all && in_liger) continue;  // --liger
+    if (Truthy(root, key) && root[key] != 1)
+      r.NotModelled(key, in_liger ? "a Liger kernel without the full set (--liger)" : why);
   }
 }
 

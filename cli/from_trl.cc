@@ -191,7 +191,8 @@ Status ReadTrlDpo(const Reader& r, const Json& root) {
 
 Status ReadTrl(const Reader& r, const Json& root) {
   // TrainingArguments' keys, without use_liger_kernel: TRL 1.16 turns Liger's
-  // fused cross-entropy off for its own head.
+  // fused cross-entropy off for its own head (--loss trl-fused stays), the
+  // layer kernels are --liger below.
   Json args = root;
   args.erase("use_liger_kernel");
   if (Status st = ReadTrainingArguments(r, args); !st.ok()) return st;
@@ -221,7 +222,7 @@ Status ReadTrl(const Reader& r, const Json& root) {
   r.Set("--loss", "trl-fused", "(TRL 1.15+ trainers: the fused LM head)");
   if (Status st = ReadTrlPeft(r, root); !st.ok()) return st;
   if (root.value("use_liger_kernel", Json(false)) == true) {
-    r.NotModelled("use_liger_kernel", "Liger's layer kernels (RMSNorm, SwiGLU, RoPE)");
+    r.Set("--liger", "true", "use_liger_kernel");
   }
   if (root.value("activation_offloading", Json(false)) == true) {
     r.NotModelled("activation_offloading", "TRL's activation offloading");

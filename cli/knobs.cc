@@ -101,6 +101,10 @@ void AddKnobFlags(CLI::App* sub, KnobArgs* k) {
   sub->add_flag("--packing", k->packing,
                 "Padding-free packing: the --batch sequences of --seq tokens run as one row with "
                 "position_ids (DataCollatorWithFlattening, TRL padding_free)");
+  sub->add_flag("--liger", k->liger,
+                "Liger kernels: RMSNorm, RoPE, SwiGLU, fused linear cross-entropy, as "
+                "use_liger_kernel=True applies them (liger-kernel 0.8.5; Llama, Mistral, Qwen2; "
+                "implies --loss fused-linear unless --loss trl-fused)");
   sub->add_option("--moe-capacity-factor", k->moe_capacity_factor,
                   "MoE expert capacity factor (0: dropless, the default; >0: padded to capacity)");
   sub->add_option("--moe-imbalance", k->moe_imbalance,
@@ -217,6 +221,7 @@ void KnobArgs::SetFromFile(const FileKnob& k) {
       {"--dpo", &dpo},
       {"--dpo-precompute-ref", &dpo_precompute_ref},
       {"--packing", &packing},
+      {"--liger", &liger},
       {"--optimizer-in-backward", &optimizer_in_backward},
       {"--activation-offload", &activation_offload}};
   for (const auto& [flag, field] : bools) {
@@ -357,6 +362,10 @@ Result<TrainingSetup> KnobArgs::Convert() const {
   auto l = ParseLoss(loss);
   if (!l.ok()) return l.error();
   s.loss = *l;
+  // --liger: the model's forward is Liger's *_lce_forward, whose loss is the
+  // fused linear cross-entropy (TRL's own fused head stays when asked for).
+  s.liger = liger;
+  if (liger && s.loss == LossKind::kHf) s.loss = LossKind::kFusedLinear;
   auto tv = ParseVersion(transformers_version, "--transformers-version");
   if (!tv.ok()) return tv.error();
   s.transformers_version = *tv;

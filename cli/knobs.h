@@ -38,6 +38,7 @@ struct KnobArgs {
   bool dpo = false;
   bool dpo_precompute_ref = false;
   bool packing = false;
+  bool liger = false;
   bool ema = false, ema_foreach = false;
   double moe_capacity_factor = 0, moe_imbalance = 1;
   uint64_t max_events = kDefaultMaxEvents;

@@ -93,6 +93,9 @@ S = ["--seq", 1024]
     ("optimizer: sgd\noptim_args:\n  momentum: 0.9\n",
      S + ["--precision", "bf16", "--optimizer", "sgd-momentum"]),
     ("liger_fused_linear_cross_entropy: true\n", S + DEFAULTS[2:] + ["--loss", "fused-linear"]),
+    ("plugins:\n  - axolotl.integrations.liger.LigerPlugin\nliger_rope: true\nliger_rms_norm: true\n"
+     "liger_glu_activation: true\nliger_fused_linear_cross_entropy: true\n",
+     S + DEFAULTS[2:] + ["--liger"]),
     ("deepspeed:\n  zero_optimization:\n    stage: 3\n",
      S + ["--optimizer", "adamw-fused", "--precision", "bf16-mixed", "--zero", 3]),
     ("fsdp_version: 2\nfsdp_config:\n  offload_params: true\n  activation_checkpointing: true\n",

@@ -72,14 +72,22 @@ def test_dpo_keys(tmp_path):
 
 
 def test_unmodelled_keys_are_listed_and_warned(tmp_path):
-    path = sft(tmp_path, {"use_liger_kernel": True, "activation_offloading": True,
+    path = sft(tmp_path, {"activation_offloading": True,
                           "use_peft": True, "use_dora": True,
                           "lora_target_modules": ["q_proj", "mlp.experts"]})
     p = run("estimate", "qwen2.5-0.5b", "--from", path, "--json")
     assert p.returncode == 0, p.stderr
     unmodelled = " ".join(lines(json.loads(p.stdout), "unmodelled"))
-    for key in ("use_liger_kernel", "activation_offloading", "use_dora", "mlp.experts"):
+    for key in ("activation_offloading", "use_dora", "mlp.experts"):
         assert key in unmodelled and key in p.stderr, key
+
+
+def test_use_liger_kernel_is_liger_with_trls_own_head(tmp_path):
+    # TRL 1.16 keeps its fused head (--loss trl-fused); Liger's layer kernels are --liger.
+    path = sft(tmp_path, {"use_liger_kernel": True})
+    r = estimate("--from", path)
+    assert numbers(r) == numbers(estimate("--from", sft(tmp_path, {}), "--liger"))
+    assert any("use_liger_kernel" in s for s in lines(r, "from file"))
 
 
 def test_completion_only_loss_is_a_note(tmp_path):

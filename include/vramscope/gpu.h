@@ -31,7 +31,11 @@ struct GpuSpec {
   double memory_bandwidth_gbps = 0;  // GB/s
   double interconnect_gbps = 0;      // per-GPU NVLink/xGMI bandwidth, GB/s per direction (0: none)
   double pcie_gbps = 0;              // host link, GB/s per direction
-  std::string source;                // where the figures come from
+  // Streaming multiprocessors (AMD: compute units), as
+  // torch.cuda.get_device_properties().multi_processor_count reports them:
+  // Liger-Kernel's RMSNorm backward sizes a buffer by it (0: unknown).
+  uint32_t sm_count = 0;
+  std::string source;  // where the figures come from
 };
 
 // Every entry, in a fixed order (data-center GPUs first). Immutable.

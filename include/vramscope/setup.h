@@ -144,6 +144,13 @@ struct TrainingSetup {
   // the sequences in position_ids and, for SDPA and eager attention without a
   // cache, materializes a block-diagonal causal mask over the whole row.
   bool packed = false;
+  // Liger-Kernel's kernels as `use_liger_kernel=True` applies them
+  // (liger_kernel 0.8.5 transformers/monkey_patch.py, apply_liger_kernel_to_llama /
+  // _mistral / _qwen2 with their defaults): LigerRMSNorm, liger_rotary_pos_emb,
+  // LigerSwiGLUMLP, and the fused linear cross-entropy (loss kFusedLinear, or
+  // TRL's own fused head under kTrlFused). Lowered in lower/transformer.cc and
+  // lower/ops.cc (Liger*).
+  bool liger = false;
   // The batch carries an attention_mask (tokenizers and transformers' data
   // collators add one); false: model(input_ids=..., labels=...) alone, which
   // transformers 4.54-4.x turns into a materialized causal mask when no cache

@@ -22,6 +22,7 @@
 // pcie_gbps: per direction, x16: Gen3 16, Gen4 32, Gen5 64.
 #include <cstdint>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "vramscope/gpu.h"
@@ -201,6 +202,19 @@ std::vector<Row> Rows() {
 }
 // clang-format on
 
+// multi_processor_count per catalog entry: the figures ContextBytes is given
+// above (NVIDIA's datasheets / deviceQuery), and the H100 SXM5's 132.
+uint32_t SmCount(std::string_view name) {
+  constexpr std::pair<std::string_view, uint32_t> kSms[] = {
+      {"a100-40g", 108}, {"a100-80g", 108}, {"h100-80g", 132}, {"h100-pcie", 114}, {"h200", 132},
+      {"l4", 58},        {"l40s", 142},     {"a10g", 80},      {"t4", 40},         {"v100-16g", 80},
+      {"v100-32g", 80},  {"rtx-3090", 82},  {"rtx-4090", 128}, {"rtx-a6000", 84},  {"mi300x", 304}};
+  for (const auto& [n, sms] : kSms) {
+    if (n == name) return sms;
+  }
+  return 0;
+}
+
 GpuSpec ToSpec(const Row& row) {
   GpuSpec spec;
   spec.name = row.name;
@@ -217,6 +231,7 @@ GpuSpec ToSpec(const Row& row) {
   spec.memory_bandwidth_gbps = row.memory_bandwidth_gbps;
   spec.interconnect_gbps = row.interconnect_gbps;
   spec.pcie_gbps = row.pcie_gbps;
+  spec.sm_count = SmCount(row.name);
   spec.source = row.source;
   return spec;
 }

@@ -223,6 +223,17 @@ void Graph::EdgeSlice(NodeId n, const Var& input, uint64_t bytes, uint32_t from_
   nodes_[n].outs.push_back(g);
 }
 
+void Graph::EdgeSaved(NodeId n, const Var& input, uint32_t saved_index, uint64_t bytes) {
+  if (!input.requires_grad()) return;
+  GradOut g;
+  g.mode = GradOut::Mode::kSaved;
+  g.pass_slot = saved_index;
+  g.bytes = bytes;
+  g.target = input.fn;
+  g.target_slot = input.slot;
+  nodes_[n].outs.push_back(g);
+}
+
 void Graph::Workspace(NodeId n, uint64_t bytes) { nodes_[n].workspace.push_back(bytes); }
 void Graph::Scratch(NodeId n, uint64_t bytes) { nodes_[n].scratch.push_back(bytes); }
 
@@ -499,7 +510,12 @@ std::vector<Graph::Produced> Graph::ProduceGrads(const Node& node, std::string_v
   const size_t n = node.outs.size();
   for (size_t i = 0; i < n; ++i) {
     const GradOut& g = node.outs[node.second_input_first ? n - 1 - i : i];
-    if (g.mode == GradOut::Mode::kNew) {
+    if (g.mode == GradOut::Mode::kSaved && g.pass_slot < node.saved.size() &&
+        node.offloaded.empty() && node.packed.empty()) {
+      // Written in place into a saved tensor, which the gradient now references.
+      Ref(node.saved[g.pass_slot]);
+      produced.push_back({&g, node.saved[g.pass_slot], 0});
+    } else if (g.mode == GradOut::Mode::kNew || g.mode == GradOut::Mode::kSaved) {
       const Category category = nodes_[g.target].is_accumulate ? Category::kGradients : g.category;
       const TensorId t = Alloc(g.bytes, category, op, node.module);
       tensors_[t].from_cast = op == "ToCopyBackward0";

@@ -57,7 +57,11 @@ struct Var {
 struct GradOut {
   // kSlice: the incoming gradient of pass_slot passes on as a view of `bytes`
   // of it (CatBackward0 narrows its gradient, one view per input: no new storage).
-  enum class Mode : uint8_t { kNew, kPass, kSlice };
+  // kSaved: the node's backward writes the gradient into saved tensor number
+  // `pass_slot` (in save order) and returns that storage (Liger's
+  // LigerSiLUMulFunction): no new storage; a new one of `bytes` when the
+  // saved tensor is not on the device (offloaded).
+  enum class Mode : uint8_t { kNew, kPass, kSlice, kSaved };
   Mode mode = Mode::kNew;
   uint64_t bytes = 0;      // kNew: size of the gradient tensor
   uint32_t pass_slot = 0;  // kPass: forwards the incoming gradient of this slot
@@ -178,6 +182,9 @@ class Graph {
   void EdgePass(NodeId n, const Var& input, uint32_t from_slot = 0);
   // The input's gradient is a view of `bytes` of the incoming one (GradOut::kSlice).
   void EdgeSlice(NodeId n, const Var& input, uint64_t bytes, uint32_t from_slot = 0);
+  // The input's gradient is written in place into the node's saved tensor
+  // number `saved_index` (GradOut::kSaved), of `bytes`.
+  void EdgeSaved(NodeId n, const Var& input, uint32_t saved_index, uint64_t bytes);
   // Transient allocations alive while `n` runs in backward, freed in order
   // after its gradients are computed.
   void Workspace(NodeId n, uint64_t bytes);

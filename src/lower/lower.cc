@@ -413,6 +413,41 @@ Status ValidateLitgpt(const ModelSpec& m, const TrainingSetup& s) {
   return Ok{};
 }
 
+// --liger (liger-kernel 0.8.5): what `use_liger_kernel=True` patches and
+// this lowering models. transformers calls _apply_liger_kernel_to_instance
+// (transformers/monkey_patch.py), which picks apply_liger_kernel_to_<model_type>
+// from MODEL_TYPE_TO_APPLY_LIGER_FN; llama, mistral and qwen2 swap in the same
+// three modules with their defaults (rope, rms_norm, swiglu and
+// fused_linear_cross_entropy True; LigerRMSNorm with casting_mode "llama",
+// in_place True). Gemma's (offset, "gemma" casting, GeGLU), the MoE and the
+// vision families patch other kernels: refused rather than guessed.
+Status ValidateLiger(const ModelSpec& m, const TrainingSetup& s) {
+  if (!s.liger) return Ok{};
+  auto bad = [](std::string msg) { return Status(MakeError(std::move(msg))); };
+  if (s.impl != ModelImpl::kTransformers)
+    return bad(
+        "--liger: Liger patches transformers' modules; --impl torchtune / litgpt run their own");
+  if (s.device_rules == DeviceRules::kCpu)
+    return bad("--liger: Liger's kernels are Triton (GPU only); --device-rules cpu has none");
+  const bool family =
+      m.model_type == "llama" || m.model_type == "mistral" || m.model_type == "qwen2";
+  if (!family || m.is_encoder || m.is_vit || m.is_clip || m.is_unet || m.is_flux || m.is_t5 ||
+      m.num_labels > 0 || m.norm != NormKind::kRmsNorm || m.mlp != MlpKind::kGatedSilu ||
+      m.position != PositionKind::kRope || m.partial_rotary_factor != 1.0 || m.num_experts > 0)
+    return bad(
+        fmt::format("--liger: modelled for Llama, Mistral and Qwen2 causal LMs (LigerRMSNorm, "
+                    "LigerSwiGLUMLP, full RoPE), not {} (model_type {})",
+                    m.name, common::QuoteForMessage(m.model_type, common::kQuotedBytes, '\'')));
+  if (s.loss != LossKind::kFusedLinear && s.loss != LossKind::kTrlFused)
+    return bad(
+        "--liger: the model's loss is Liger's fused linear cross-entropy (--loss fused-linear, "
+        "or TRL's own --loss trl-fused)");
+  if (s.dpo) return bad("--liger: TRL's DPO with Liger (LigerFusedLinearDPOLoss) is not modelled");
+  if (s.parallel.model_parallel())
+    return bad("--liger: not modelled with Megatron-style model parallelism (DTensor paths)");
+  return Ok{};
+}
+
 // Which library's modules (--impl) and which activation offloading.
 Status ValidateImplAndOffload(const ModelSpec& m, const TrainingSetup& s) {
   auto bad = [](std::string msg) { return Status(MakeError(std::move(msg))); };
@@ -477,6 +512,7 @@ Status Validate(const ModelSpec& m, const TrainingSetup& s) {
         "--optimizer-in-backward: steps at every backward, so it cannot accumulate gradients "
         "(--grad-accum must be 1)");
   if (Status st = ValidateImplAndOffload(m, s); !st.ok()) return st;
+  if (Status st = ValidateLiger(m, s); !st.ok()) return st;
   if (m.is_vit) return ValidateVit(m, s);
   if (m.is_clip) return ValidateClip(m, s);
   if (m.is_encoder && m.model_type != "bert")
@@ -644,6 +680,8 @@ class RankLowerer {
     tape_.lora_dropout = setup_.lora_dropout;
     tape_.torchtune_modules = setup_.impl == ModelImpl::kTorchtune;
     tape_.litgpt_modules = setup_.impl == ModelImpl::kLitgpt;
+    tape_.liger = setup_.liger;
+    tape_.liger_sm_count = gpu_.sm_count > 0 ? gpu_.sm_count : 1;
     tape_.torch_version = setup_.torch_version;
     tape_.cpu_rules = setup_.device_rules == DeviceRules::kCpu;
     tape_.graph.under_dispatch_mode = tape_.cpu_rules;

@@ -580,6 +580,42 @@ Var RmsNorm(Tape& tape, const Var& x, Param& w, uint64_t tokens, uint64_t hidden
   return out;
 }
 
+// liger-kernel 0.8.5 ops/rms_norm.py, LigerRMSNorm.forward ->
+// LigerRMSNormFunction.apply(X, W, eps, 0.0, "llama", True):
+// - rms_norm_forward: X.view(-1, dim) (no copy: @ensure_contiguous sees a
+//   contiguous X), `Y = torch.empty((n_rows, n_cols), dtype=X.dtype)`, `RSTD =
+//   torch.empty(n_rows, dtype=torch.float32)` (llama casting); one Triton
+//   kernel, nothing else;
+// - forward saves (X, W, RSTD): ctx.save_for_backward;
+// - rms_norm_backward: `_dW = torch.empty((sm_count, n_cols),
+//   dtype=torch.float32)` when W needs a gradient (sm_count:
+//   multi_processor_count), `dX = dY` (in_place True: the kernel writes dX
+//   over dY, no new tensor), then `dW = _dW.sum(dim=0).to(W.dtype)`: an fp32
+//   [n_cols] sum and, for a 16-bit W, its cast ([n_cols] in W's dtype);
+//   _dW goes when the function returns.
+// Not autocast-eligible (a custom Function): X and W keep their dtypes, so Y
+// has X's (fp32 for the fp32 residual stream of mixed precision).
+Var LigerRmsNorm(Tape& tape, const Var& x, Param& w, uint64_t hidden) {
+  const uint64_t rows = x.numel / hidden;
+  Var y = tape.New(x.numel, x.elem_bytes, Category::kTemporaries, "liger::rms_norm");
+  Var rstd = tape.New(rows, kF32, Category::kTemporaries, "liger::rms_norm_rstd");
+  if (AnyGrad(tape, x, w.var)) {
+    NodeId n = tape.Node("LigerRMSNormFunctionBackward", &y);
+    tape.graph.Save(n, x.t);
+    tape.graph.Save(n, w.var.t);
+    tape.graph.Save(n, rstd.t);
+    tape.graph.EdgePass(n, x);  // dX is dY, written in place
+    if (w.var.requires_grad()) {
+      tape.graph.Workspace(n, tape.liger_sm_count * hidden * kF32);  // _dW
+      // _dW.sum(0) in fp32, cast to a 16-bit W's dtype (an fp32 W: the sum is dW).
+      if (w.var.elem_bytes != kF32) tape.graph.Workspace(n, hidden * kF32);
+      tape.graph.Edge(n, w.var, w.numel * w.var.elem_bytes);
+    }
+  }
+  tape.Drop(rstd);
+  return y;
+}
+
 // torchtune 0.6.1 modules/rms_norm.py RMSNorm.forward:
 // F.rms_norm(x.float(), normalized_shape, weight=self.scale, eps).to(x.dtype).
 // torch 2.13 rms_norm_symint (aten/src/ATen/native/layer_norm.cpp): a weight

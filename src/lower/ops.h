@@ -112,6 +112,9 @@ Var RmsNorm(Tape& tape, const Var& x, Param& w, uint64_t tokens, uint64_t hidden
 Var T5LayerNorm(Tape& tape, const Var& x, Param& w, uint64_t tokens);
 Var RmsNormTorchtune(Tape& tape, const Var& x, Param& w, uint64_t tokens);
 Var RmsNormLitgpt(Tape& tape, const Var& x, Param& w, uint64_t tokens);
+// Liger-Kernel 0.8.5's LigerRMSNorm as monkey_patch.py installs it for
+// llama / mistral / qwen2 (casting_mode "llama", in_place True); ops.cc.
+Var LigerRmsNorm(Tape& tape, const Var& x, Param& w, uint64_t hidden);
 // nn.LayerNorm (native_layer_norm): saves input, mean, rstd (fp32 per row).
 // Under autocast layer_norm runs in fp32.
 Var LayerNorm(Tape& tape, const Var& x, Param& w, Param* b, uint64_t tokens);

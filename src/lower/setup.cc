@@ -160,6 +160,7 @@ std::vector<std::pair<std::string, std::string>> DescribeSetup(const TrainingSet
   if (s.optimizer_in_backward) k.emplace_back("optimizer_in_backward", "true");
   if (s.activation_offload) k.emplace_back("activation_offload", "true");
   if (s.packed) k.emplace_back("packing", "padding-free");
+  if (s.liger) k.emplace_back("liger", "true");
   if (s.dpo) k.emplace_back("dpo", s.dpo_precompute_ref ? "precomputed-reference" : "true");
   if (!s.attention_mask) k.emplace_back("attention_mask", "false");
   if (!s.use_cache) k.emplace_back("use_cache", "false");

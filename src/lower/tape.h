@@ -104,6 +104,12 @@ class Tape {
   // transformer.cc RopeLitgpt), and the RoPE cache buffers (PlaceBuffers),
   // which each forward slices.
   bool litgpt_modules = false;
+  // --liger: Liger-Kernel's RMSNorm, RoPE and SwiGLU (ops.cc LigerRmsNorm,
+  // transformer.cc LigerRope / LigerSwiGlu); `liger_sm_count` sizes
+  // LigerRMSNorm's per-SM dW buffer (multi_processor_count; 1 when unknown,
+  // as rms_norm_backward starts from).
+  bool liger = false;
+  uint64_t liger_sm_count = 1;
   Var rope_cos, rope_sin;
   // LitGPT's fine-tuning loop variable `logits`: the previous step's chunks,
   // alive until this step's forward returns its own (loss.cc).

@@ -131,6 +131,7 @@ Var NormOp(Tape& tape, const ModelSpec& spec, const Var& x, Param* w, Param* b, 
     case NormKind::kRmsNorm:
       if (tape.torchtune_modules) return RmsNormTorchtune(tape, x, *w, d.t);
       if (tape.litgpt_modules) return RmsNormLitgpt(tape, x, *w, d.t);
+      if (tape.liger) return LigerRmsNorm(tape, x, *w, d.h);
       return RmsNorm(tape, x, *w, d.t, d.h, false);
     case NormKind::kRmsNormGemma: return RmsNorm(tape, x, *w, d.t, d.h, true);
     case NormKind::kLayerNorm:
@@ -342,8 +343,37 @@ Var Rope(Tape& tape, const Var& x, const Var& cos, const Var& sin, uint64_t head
   return joined;
 }
 
+// liger-kernel 0.8.5 transformers/swiglu.py LigerSwiGLUMLP.forward:
+// `down_proj(LigerSiLUMulFunction.apply(gate_proj(x), up_proj(x)))` (gate_proj
+// runs first: arguments left to right). ops/swiglu.py:
+// - swiglu_forward: `c = torch.empty_like(a)` ([tokens, inter] in a's dtype),
+//   one Triton kernel; forward saves (a, b) (ctx.save_for_backward), both
+//   already alive as the projections' outputs: no silu(a) tensor exists;
+// - swiglu_backward: the kernel recomputes silu(a) and writes da over a and
+//   db over b, returning them: no allocation (down_multiplier 1.0).
+Var LigerSwiGlu(Tape& tape, const Var& x, const Dims& d, uint64_t tokens, uint64_t inter,
+                Param* gate, Param* up, Param* down) {
+  Var g = Proj(tape, x, gate, nullptr, tokens, inter);
+  Var u = Proj(tape, x, up, nullptr, tokens, inter);
+  Var c = tape.New(g.numel, g.elem_bytes, Category::kTemporaries, "liger::swiglu");
+  if (tape.grad_enabled && (g.requires_grad() || u.requires_grad())) {
+    NodeId n = tape.Node("LigerSiLUMulFunctionBackward", &c);
+    tape.graph.Save(n, g.t);
+    tape.graph.Save(n, u.t);
+    tape.graph.EdgeSaved(n, g, 0, g.bytes());
+    tape.graph.EdgeSaved(n, u, 1, u.bytes());
+  }
+  tape.Drop(g);
+  tape.Drop(u);
+  Var out = Proj(tape, c, down, nullptr, tokens, d.h);
+  tape.Drop(c);
+  return out;
+}
+
 Var Mlp(Tape& tape, const ModelSpec& spec, const LayerParams& lp, const Var& x, const Dims& d,
         uint64_t tokens, uint64_t inter, Param* gate, Param* up, Param* down) {
+  if (tape.liger && spec.mlp == MlpKind::kGatedSilu)
+    return LigerSwiGlu(tape, x, d, tokens, inter, gate, up, down);
   if (spec.mlp == MlpKind::kGatedSilu || spec.mlp == MlpKind::kGatedGeluTanh ||
       spec.mlp == MlpKind::kFusedGateUp) {
     Var g, u;
@@ -937,10 +967,45 @@ bool RotaryPiecesAreLocals(const ModelSpec& spec) {
   return spec.model_type == "stablelm" || spec.model_type == "phi";
 }
 
+// liger-kernel 0.8.5 transformers/rope.py liger_rotary_pos_emb ->
+// ops/rope.py LigerRopeFunction: rope_forward transposes q / k back to
+// [b, s, heads, d], which is the projections' own contiguous output, so
+// `.contiguous()` copies nothing (cos / sin, [1, s, d], neither) and the
+// Triton kernel rotates q and k in place; forward saves (cos, sin) only, the
+// tables every layer shares. rope_backward does the same to dq / dk: in place
+// when they arrive as [b, s, heads, d] storage (SDPA's flash / efficient and
+// flash-attn kernels allocate their gradients in the layout of q), copied by
+// `.contiguous()` when a matmul made them head-major (eager, SDPA's math).
+// The tables' dtype does not promote q: the kernel stores into q's storage.
+void LigerRope(Tape& tape, const LayerShared& sh, Var* q, Var* k) {
+  if (!tape.grad_enabled || (!q->requires_grad() && !k->requires_grad())) return;
+  Var rq = tape.Share(*q), rk = tape.Share(*k);
+  NodeId n = tape.Node("LigerRopeFunctionBackward", &rq, 2);
+  rk.fn = n;
+  rk.slot = 1;
+  tape.graph.Save(n, sh.cos.t);
+  tape.graph.Save(n, sh.sin.t);
+  if (sh.plan.kernel == AttnKernel::kMath) {
+    tape.graph.Edge(n, *q, q->bytes());
+    tape.graph.Edge(n, *k, k->bytes());
+  } else {
+    tape.graph.EdgePass(n, *q, 0);
+    tape.graph.EdgePass(n, *k, 1);
+  }
+  tape.Drop(*q);
+  tape.Drop(*k);
+  *q = rq;
+  *k = rk;
+}
+
 // `q, k = apply_rotary_pos_emb(q, k, ...)` (transformers) or torchtune's
 // pos_embeddings on each: both old ones die on return.
 void ApplyRotary(Tape& tape, const ModelSpec& spec, const Dims& d, const LayerShared& sh,
                  std::vector<Var>* locals, Var* q, Var* k) {
+  if (tape.liger) {
+    LigerRope(tape, sh, q, k);
+    return;
+  }
   if (tape.litgpt_modules) {
     Var rq = RopeLitgptJoined(tape, *q, sh.cos, sh.sin, locals);
     Var rk = RopeLitgptJoined(tape, *k, sh.cos, sh.sin, locals);

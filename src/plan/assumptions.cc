@@ -581,6 +581,14 @@ std::vector<Assumption> DescribeAssumptions(const TrainingSetup& s) {
   out.push_back({"optimizer", Optimizer(s), "--optimizer"});
   out.push_back({"attention", Attn(s), "--attn"});
   out.push_back({"loss", Loss(s), "--loss"});
+  if (s.liger) {
+    out.push_back({"kernels",
+                   "liger-kernel 0.8.5 as use_liger_kernel=True applies it: LigerRMSNorm (fp32 "
+                   "rstd saved, dX written into dY, a per-SM fp32 dW buffer), liger_rotary_pos_emb "
+                   "in place on q and k, LigerSwiGLUMLP (gate and up saved, their gradients "
+                   "written over them); Triton kernels, rules read from the code, not measured",
+                   "--liger"});
+  }
   out.push_back({"batch",
                  s.attention_mask
                      ? "every row full length, with an attention_mask as collators add one"
