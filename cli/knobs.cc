@@ -388,6 +388,11 @@ Result<TrainingSetup> KnobArgs::Convert() const {
   if (!dr.ok()) return dr.error();
   s.device_rules = *dr;
   s.knob_sources = file_sources;
+  // Neither the command line nor a --from file named it: the model decides
+  // (ApplyDefaultPrecision, once it is resolved).
+  s.precision_auto = !Given("--precision") &&
+                     std::none_of(file_sources.begin(), file_sources.end(),
+                                  [](const auto& source) { return source.first == "--precision"; });
   auto layout = parallel.ToLayout();
   if (!layout.ok()) return AttributeKnobError(layout.error(), s.knob_sources);
   s.parallel = *layout;

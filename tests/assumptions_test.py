@@ -4,6 +4,8 @@ import os
 import pathlib
 import subprocess
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 BIN = os.environ.get("VRAMSCOPE_BIN", str(ROOT / "build" / "cli" / "vramscope"))
 LORA = ["estimate", "qwen2.5-0.5b", "--finetune", "lora"]
@@ -28,14 +30,50 @@ def test_the_lora_example_prints_its_assumptions_with_their_flags():
         line = next(l for l in section.splitlines() if l.strip().startswith(what))
         assert flag in line, line
     a = assumptions(*LORA)
-    # DESIGN.md's defaults, and what today's libraries do instead with the flag for it.
-    assert "fp32 weights" in a["weights"]["assumed"] and "autocast(bfloat16)" in a["weights"]["assumed"]
-    assert "--precision bf16" in a["weights"]["assumed"]
+    # Issue 40 item 1: the default is what today's libraries do. transformers 5 loads the
+    # checkpoint's dtype (llama-3-8b: bfloat16); the words say whose default it is and name
+    # the flag for fp32 master weights.
+    weights = a["weights"]["assumed"]
+    assert weights.startswith("bf16 weights") and "transformers 5" in weights
+    assert 'dtype="auto"' in weights and "Trainer(bf16=True)" in weights
+    assert "--precision bf16-mixed" in weights
     assert "rank 16" in a["adapters"]["assumed"] and "fp32" in a["adapters"]["assumed"]
     assert "foreach" in a["optimizer"]["assumed"] and "adamw-fused" in a["optimizer"]["assumed"]
-    today = assumptions(*LORA, "--precision", "bf16", "--optimizer", "adamw-fused")
-    assert today["weights"]["assumed"].startswith("bf16 weights") and "transformers 5.x" in today["weights"]["assumed"]
-    assert "fused=True" in today["optimizer"]["assumed"]
+    # fp32 master weights only when asked, and then no "default of" words.
+    mixed = assumptions(*LORA, "--precision", "bf16-mixed", "--optimizer", "adamw-fused")
+    assert "fp32 weights" in mixed["weights"]["assumed"] and "autocast(bfloat16)" in mixed["weights"]["assumed"]
+    assert "--precision bf16" in mixed["weights"]["assumed"] and "default of" not in mixed["weights"]["assumed"]
+    assert "fused=True" in mixed["optimizer"]["assumed"]
+
+
+@pytest.mark.parametrize("args,precision,whose", [
+    (["llama-3-8b"], "bf16", "transformers 5"),
+    (["llama-3-8b", "--transformers-version", "4.57"], "bf16-mixed", "transformers 4.x"),
+    (["gpt2"], "bf16-mixed", "float32 assumed"),  # its config names no dtype
+    (["llama-3.2-1b", "--impl", "torchtune"], "bf16", "torchtune"),
+    (["llama-3.2-1b", "--impl", "litgpt"], "bf16-mixed", "LitGPT"),
+    (["llama-3.2-1b", "--gpus", "2", "--zero", "2"], "bf16-mixed", "DeepSpeed"),
+    (["llama-3.2-1b", "--gpus", "2", "--fsdp", "full"], "bf16-mixed", "FSDP"),
+    (["llama-3.2-1b", "--gpus", "2", "--ddp"], "bf16", "transformers 5"),
+])
+def test_the_default_precision_is_whose_library_runs_it(args, precision, whose):
+    p = subprocess.run([BIN, "estimate", *args, "--seq", "256", "--json"], capture_output=True,
+                       text=True, timeout=120, cwd=ROOT)
+    assert p.returncode == 0, p.stderr
+    r = json.loads(p.stdout)
+    assert r["knobs"]["precision"] == precision
+    weights = next(a for a in r["assumptions"] if a["what"] == "weights")["assumed"]
+    assert "the default of" in weights and whose in weights, weights
+
+
+def test_a_given_precision_wins_over_the_default():
+    p = subprocess.run([BIN, "estimate", "llama-3.2-1b", "--seq", "256", "--precision", "fp32", "--json"],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert p.returncode == 0, p.stderr
+    r = json.loads(p.stdout)
+    assert r["knobs"]["precision"] == "fp32"
+    weights = next(a for a in r["assumptions"] if a["what"] == "weights")["assumed"]
+    assert "default of" not in weights
 
 
 def test_every_named_flag_is_a_flag_of_estimate():

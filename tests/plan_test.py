@@ -340,3 +340,24 @@ def test_plan_lists_a_fitting_full_fine_tune_with_bf16_weights():
     # --precision on the command line keeps it.
     kept = run_json("plan", "llama-3-8b", "--finetune", "full", "--precision", "bf16-mixed")
     assert {s["knobs"]["precision"] for s in kept["strategies"]} == {"bf16-mixed"}
+
+
+def _fit_json(*args):
+    p = subprocess.run([BIN, "fit", *args, "--json"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+def test_fit_qwen_7b_lora_on_a_4090_finds_a_batch_with_the_default_precision():
+    # Issue 40 item 1: transformers 5 loads Qwen2.5-7B's bf16 checkpoint as bf16, so LoRA
+    # fits a 24 GB card (with the old default, fp32 weights, not even --seq 1 did). Without
+    # gradient checkpointing (the Trainer's default) batch 1 reaches about 1170 tokens;
+    # --seq 1024 fits a batch, and with --grad-ckpt full --seq 2048 does too.
+    r = _fit_json("qwen2.5-7b", "--finetune", "lora", "--gpu", "rtx-4090")
+    assert r["fits"] and r["max_seq"] >= 1024
+    assert _fit_json("qwen2.5-7b", "--finetune", "lora", "--gpu", "rtx-4090", "--seq", "1024")["max_batch"] >= 1
+    assert _fit_json("qwen2.5-7b", "--finetune", "lora", "--gpu", "rtx-4090",
+                     "--grad-ckpt", "full")["max_batch"] >= 1
+    # fp32 master weights (asked for) do not fit at all.
+    mixed = _fit_json("qwen2.5-7b", "--finetune", "lora", "--gpu", "rtx-4090", "--precision", "bf16-mixed")
+    assert mixed["max_batch"] == 0 and mixed["max_seq"] == 0

@@ -213,7 +213,24 @@ struct TrainingSetup {
   // knob names that file and key, not a flag the user never typed
   // (AttributeKnobError). Not shown in reports.
   std::vector<std::pair<std::string, std::string>> knob_sources;
+  // Whether `precision` is still to be decided from the model (neither
+  // --precision nor a --from file named one): ApplyDefaultPrecision does,
+  // and says whose default it took in `precision_default`, which the
+  // report's Assumed section quotes. Empty: the precision was given.
+  bool precision_auto = false;
+  std::string precision_default;
 };
+
+// The precision a run gets when none was given (precision_auto; issue 40):
+// what the user's libraries do by default. transformers >= 5 (its
+// from_pretrained dtype="auto") loads the checkpoint's dtype (config.json's
+// dtype / torch_dtype: bfloat16 -> bf16, float16 -> fp16, float32 or none ->
+// fp32 weights under the Trainer's bf16 autocast, bf16-mixed); 4.x loads
+// float32 (bf16-mixed). Frameworks with their own default keep it:
+// torchtune's recipe configs (dtype: bf16), LitGPT (bf16-mixed), diffusers'
+// scripts, DeepSpeed ZeRO, accelerate's FSDP and Megatron-LM (fp32 master
+// weights: bf16-mixed). Does nothing unless s->precision_auto.
+void ApplyDefaultPrecision(const ModelSpec& model, TrainingSetup* s);
 
 // `error` as the user should read it: when its message starts with a flag
 // ("--batch: 70000 is outside 1..65536") whose value came from a file

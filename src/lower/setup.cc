@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <optional>
+#include <utility>
+
 #include "vramscope/common/quote.h"
 #include "vramscope/common/version.h"
 #include "vramscope/model.h"
@@ -187,6 +190,80 @@ uint64_t TextLen(const ModelSpec& model, const TrainingSetup& setup) {
   if (setup.text_len != 0) return setup.text_len;
   if (model.is_flux) return model.flux.guidance_embeds ? 512 : 256;
   return 77;
+}
+
+namespace {
+
+// Frameworks that decide the precision themselves, whatever the checkpoint's
+// dtype: their default, in words, or nothing for transformers' own loading.
+std::optional<std::pair<Precision, std::string_view>> FrameworkPrecision(const ModelSpec& model,
+                                                                         const TrainingSetup& s) {
+  using P = std::pair<Precision, std::string_view>;
+  // torchtune 0.6.1's recipe configs all say `dtype: bf16` (the recipe's own
+  // fallback without the key is fp32: --from a config reads it).
+  if (s.impl == ModelImpl::kTorchtune)
+    return P{Precision::kBf16, "torchtune's recipe configs (dtype: bf16), no autocast"};
+  // LitGPT 0.5.13 get_default_supported_precision(training=True).
+  if (s.impl == ModelImpl::kLitgpt)
+    return P{Precision::kBf16Mixed,
+             "LitGPT's default for training (get_default_supported_precision: bf16-mixed)"};
+  if (model.is_unet || model.is_flux || model.is_vae)
+    return P{Precision::kBf16Mixed,
+             "diffusers' training scripts (--mixed_precision bf16): the model loaded in fp32, "
+             "accelerate's autocast"};
+  if (s.parallel.model_parallel())
+    return P{Precision::kBf16Mixed, "Megatron-LM --bf16 keeps fp32 main parameters"};
+  switch (s.parallel.dp_mode) {
+    case DataParallel::kZero1:
+    case DataParallel::kZero2:
+    case DataParallel::kZero3:
+      return P{Precision::kBf16Mixed,
+               "DeepSpeed bf16.enabled keeps fp32 master partitions whatever dtype the model "
+               "loaded in"};
+    case DataParallel::kFsdp:
+      return P{Precision::kBf16Mixed,
+               "accelerate's FSDP upcasts trainable parameters to fp32 under mixed precision"};
+    default: return std::nullopt;
+  }
+}
+
+}  // namespace
+
+void ApplyDefaultPrecision(const ModelSpec& model, TrainingSetup* s) {
+  if (!s->precision_auto) return;
+  s->precision_auto = false;
+  if (auto framework = FrameworkPrecision(model, *s)) {
+    s->precision = framework->first;
+    s->precision_default = fmt::format("the default of {}", framework->second);
+    return;
+  }
+  // transformers 4.x from_pretrained: torch_dtype None -> torch.get_default_dtype()
+  // (float32, modeling_utils.py 4.57.6); Trainer(bf16=True) autocasts.
+  if (s->transformers_version < 500) {
+    s->precision = Precision::kBf16Mixed;
+    s->precision_default =
+        "the default of transformers 4.x: from_pretrained loads float32 (torch_dtype=None), "
+        "Trainer(bf16=True) autocasts";
+    return;
+  }
+  // transformers 5.x from_pretrained: dtype None -> "auto" -> config.dtype
+  // (modeling_utils.py 5.24.0, _get_dtype).
+  const std::string& dtype = model.torch_dtype;
+  if (dtype == "bfloat16" || dtype == "float16") {
+    s->precision = dtype == "bfloat16" ? Precision::kBf16 : Precision::kFp16;
+    s->precision_default = fmt::format(
+        "the default of transformers 5: from_pretrained(dtype=\"auto\") loads the checkpoint's "
+        "{} (config.json); Trainer(bf16=True)'s autocast over them casts no weight (its fp32 "
+        "ops, e.g. LayerNorm outputs, are not modelled); fp32 master weights: --precision "
+        "bf16-mixed",
+        dtype);
+    return;
+  }
+  s->precision = Precision::kBf16Mixed;
+  s->precision_default = fmt::format(
+      "the default of transformers 5: from_pretrained(dtype=\"auto\") loads the checkpoint's "
+      "dtype, {}; Trainer(bf16=True) autocasts; 16-bit weights: --precision bf16",
+      dtype.empty() ? "none named in config.json (float32 assumed)" : dtype);
 }
 
 Error AttributeKnobError(Error error,

@@ -39,26 +39,39 @@ std::optional<std::string> EngineWeights(const TrainingSetup& s) {
   }
 }
 
-std::string Weights(const TrainingSetup& s) {
-  if (std::optional<std::string> engine = EngineWeights(s)) return *engine;
+// The weights' words, with whose default the precision is when none was
+// given (TrainingSetup::precision_default), else `hint`: the other choice.
+std::string Defaulted(const TrainingSetup& s, const std::string& text, std::string_view hint) {
+  if (s.precision_default.empty()) return fmt::format("{}{}", text, hint);
+  return fmt::format("{} ({})", text, s.precision_default);
+}
+
+std::string PlainWeights(const TrainingSetup& s) {
   switch (s.precision) {
     case Precision::kFp32: return "fp32 weights, gradients and optimizer state; no autocast";
     case Precision::kBf16Mixed:
-      return "fp32 weights (the model loaded in float32) under torch.autocast(bfloat16); fp32 "
-             "gradients and optimizer state. transformers 5.x loads the checkpoint's dtype (mostly "
-             "bf16) by default: --precision bf16";
+      return Defaulted(s,
+                       "fp32 weights (the model loaded in float32) under torch.autocast(bfloat16); "
+                       "fp32 gradients and optimizer state",
+                       "; the checkpoint's own 16-bit dtype, as transformers 5 loads a bf16 "
+                       "checkpoint by default, is --precision bf16");
     case Precision::kFp16Mixed:
-      return "fp32 weights under torch.autocast(float16) with a GradScaler; fp32 gradients and "
-             "optimizer state";
+      return Defaulted(s,
+                       "fp32 weights under torch.autocast(float16) with a GradScaler; fp32 "
+                       "gradients and optimizer state",
+                       "");
     case Precision::kBf16:
-      // transformers 5.x from_pretrained loads the checkpoint's dtype
-      // (dtype="auto" by default, 5.24.0); most checkpoints are bf16.
-      return "bf16 weights, gradients and optimizer state: the checkpoint's dtype, as transformers "
-             "5.x loads "
-             "it by default; fp32 master weights under autocast are --precision bf16-mixed";
-    case Precision::kFp16: return "fp16 weights, gradients and optimizer state (no autocast)";
+      return Defaulted(s, "bf16 weights, gradients and optimizer state, no fp32 master copy",
+                       "; fp32 master weights under autocast are --precision bf16-mixed");
+    case Precision::kFp16:
+      return Defaulted(s, "fp16 weights, gradients and optimizer state, no fp32 master copy", "");
   }
   return "";
+}
+
+std::string Weights(const TrainingSetup& s) {
+  if (std::optional<std::string> engine = EngineWeights(s)) return Defaulted(s, *engine, "");
+  return PlainWeights(s);
 }
 
 // Whose AdamW the run builds, for the words: the HF Trainer's, a torchtune
@@ -240,7 +253,7 @@ std::vector<Assumption> DescribeUNetAssumptions(const ModelSpec& model, const Tr
                                                 uint64_t latent) {
   const UNetSpec& u = model.unet;
   std::vector<Assumption> out;
-  out.push_back({"weights", UNetWeights(s), "--precision"});
+  out.push_back({"weights", Defaulted(s, UNetWeights(s), ""), "--precision"});
   if (s.finetune != Finetune::kFull) {
     out.push_back({"adapters",
                    fmt::format("PEFT LoRA through diffusers' add_adapter, rank {}, on {} (to_q, "
@@ -373,7 +386,7 @@ std::vector<Assumption> DescribeFluxAssumptions(const ModelSpec& model, const Tr
   const uint64_t latent = s.vae_scale ? image / s.vae_scale : 0;
   const FluxSpec& f = model.flux;
   std::vector<Assumption> out;
-  out.push_back({"weights", FluxWeights(s), "--precision"});
+  out.push_back({"weights", Defaulted(s, FluxWeights(s), ""), "--precision"});
   if (s.finetune != Finetune::kFull) {
     out.push_back({"adapters",
                    fmt::format("PEFT LoRA through diffusers' add_adapter, rank {}, on {} (to_q, "
