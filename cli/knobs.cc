@@ -123,9 +123,14 @@ constexpr const char* kLoraFlags[] = {"--lora-rank", "--lora-targets", "--lora-d
 }  // namespace
 
 void KnobArgs::KeepGiven() {
+  // Every flag given, not only some: --precision decides the default precision
+  // and any flag overrides a --from file's knob (compare's knobs outlive its app).
   given.clear();
-  for (const char* flag : kLoraFlags) {
-    if (app && app->count(flag) > 0) given.emplace_back(flag);
+  if (app) {
+    for (const CLI::Option* option : app->get_options()) {
+      if (option->count() == 0) continue;
+      for (const std::string& name : option->get_lnames()) given.push_back("--" + name);
+    }
   }
   app = nullptr;
 }
