@@ -212,17 +212,18 @@ std::optional<std::pair<Precision, std::string_view>> FrameworkPrecision(const M
              "diffusers' training scripts (--mixed_precision bf16): the model loaded in fp32, "
              "accelerate's autocast"};
   if (s.parallel.model_parallel())
-    return P{Precision::kBf16Mixed, "Megatron-LM --bf16 keeps fp32 main parameters"};
+    return P{Precision::kBf16Mixed, "Megatron-LM's --bf16, which keeps fp32 main parameters"};
   switch (s.parallel.dp_mode) {
     case DataParallel::kZero1:
     case DataParallel::kZero2:
     case DataParallel::kZero3:
       return P{Precision::kBf16Mixed,
-               "DeepSpeed bf16.enabled keeps fp32 master partitions whatever dtype the model "
-               "loaded in"};
+               "DeepSpeed's bf16.enabled, which keeps fp32 master partitions whatever dtype "
+               "the model loaded in"};
     case DataParallel::kFsdp:
       return P{Precision::kBf16Mixed,
-               "accelerate's FSDP upcasts trainable parameters to fp32 under mixed precision"};
+               "accelerate's FSDP, which upcasts trainable parameters to fp32 under mixed "
+               "precision"};
     default: return std::nullopt;
   }
 }
