@@ -376,7 +376,8 @@ const char* SgdFlag(const Json& root) {
 }
 
 // per_device_train_batch_size, gradient_accumulation_steps, bf16 / fp16
-// (autocast with fp32 weights: *-mixed; neither: fp32), optim.
+// (bf16: the default precision; fp16: fp32 weights under autocast; neither:
+// fp32), optim.
 Status ReadHfBasics(const Reader& r, const Json& root) {
   constexpr int64_t kMaxBatch = int64_t{1} << 32;
   VS_TRY(batch, Number(r, root, "per_device_train_batch_size", "per_device_train_batch_size", 1,
@@ -390,7 +391,10 @@ Status ReadHfBasics(const Reader& r, const Json& root) {
   if (bf16.value_or(false) && fp16.value_or(false)) {
     return r.Bad("bf16", "and fp16 are both true (TrainingArguments refuses both)");
   }
-  if (bf16.value_or(false)) r.Set("--precision", "bf16-mixed", "bf16");
+  // bf16 is Trainer(bf16=True)'s autocast; the weights are what the script's
+  // from_pretrained loaded: float32 under transformers 4.x, the checkpoint's
+  // dtype under 5.x. That is the default precision (ApplyDefaultPrecision), so
+  // bf16 alone leaves --precision to it.
   if (fp16.value_or(false)) r.Set("--precision", "fp16-mixed", "fp16");
   if (bf16 && fp16 && !*bf16 && !*fp16) r.Set("--precision", "fp32", "bf16, fp16");
   VS_TRY(optim, String(r, root, "optim", "optim"));

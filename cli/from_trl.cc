@@ -68,16 +68,22 @@ Result<std::pair<std::string, std::string>> TrlDtype(const Reader& r, const Json
   return std::make_pair(dtype, std::string("model_init_kwargs.dtype"));
 }
 
-// bf16 (TRL's default: true unless fp16) with the weights' dtype: float32
-// weights under autocast are *-mixed; half weights are --precision bf16/fp16.
+// The weights' dtype under bf16 (TRL's default: true unless fp16): float32
+// weights under autocast are bf16-mixed; half weights are --precision
+// bf16/fp16; none named, the default precision.
 Status ReadTrlPrecision(const Reader& r, const Json& root) {
   VS_TRY(fp16, Bool(r, root, "fp16", "fp16"));
-  if (!root.contains("bf16") && !fp16.value_or(false)) {
-    r.Set("--precision", "bf16-mixed", "bf16 (absent: TRL's default, true unless fp16)");
-  }
+  // bf16 (TRL's default, true unless fp16) autocasts over whatever dtype the
+  // model loaded in: without model_init_kwargs.dtype, from_pretrained's own
+  // default, which is the default precision (ApplyDefaultPrecision).
   VS_TRY(dtype, TrlDtype(r, root));
   const auto& [name, key] = dtype;
-  if (name.empty() || name == "float32") return Ok{};
+  if (name.empty()) return Ok{};
+  if (name == "float32") {
+    if (!fp16.value_or(false) && root.value("bf16", Json(true)) != Json(false))
+      r.Set("--precision", "bf16-mixed", key + " (float32 weights under TRL's bf16 autocast)");
+    return Ok{};
+  }
   if (name == "bfloat16" || name == "auto") {
     r.Set("--precision", "bf16",
           name == "auto" ? key + " (auto: the checkpoint's dtype, taken as bf16)" : key);

@@ -170,3 +170,12 @@ def test_hf_optim_names(tmp_path, optim, optim_args, flag):
     path = write(tmp_path, "optim.json", json.dumps(
         {"output_dir": "x", "optim": optim, "optim_args": optim_args}))
     assert numbers(estimate("--from", path)) == numbers(estimate("--optimizer", flag))
+
+
+def test_bf16_alone_is_the_default_precision(tmp_path):
+    # Trainer(bf16=True) autocasts over what from_pretrained loaded: the checkpoint's
+    # bfloat16 under transformers 5, float32 under 4.x (issue 40: the default precision).
+    path = write(tmp_path, "args.json", '{"bf16": true, "output_dir": "x"}')
+    assert numbers(estimate("--from", path)) == numbers(estimate("--precision", "bf16"))
+    assert numbers(estimate("--from", path, "--transformers-version", "4.57")) == numbers(
+        estimate("--precision", "bf16-mixed", "--transformers-version", "4.57"))

@@ -13,8 +13,9 @@ import pytest
 from from_file_helpers import CFG, run, estimate, numbers, lines, write
 
 # TRL's trainers: the fused LM head; gradient checkpointing on (non-reentrant under
-# transformers 5.x, vramscope's default version); bf16 autocast over fp32 weights.
-TRL = ["--loss", "trl-fused", "--grad-ckpt", "full", "--precision", "bf16-mixed", "--seq", 1024]
+# transformers 5.x, vramscope's default version); bf16 autocast over the weights
+# from_pretrained loads without model_init_kwargs.dtype: the default precision.
+TRL = ["--loss", "trl-fused", "--grad-ckpt", "full", "--seq", 1024]
 SFT_LORA = ["--loss", "trl-fused", "--grad-ckpt", "full", "--precision", "bf16", "--seq", 2048,
             "--batch", 4, "--grad-accum", 4, "--packing", "--finetune", "lora",
             "--lora-rank", 32, "--lora-targets", "all-linear"]
@@ -42,8 +43,9 @@ def sft(tmp_path, body, name="sft.json"):
     ({"per_device_train_batch_size": 3, "gradient_accumulation_steps": 5},
      TRL + ["--batch", 3, "--grad-accum", 5]),
     ({"max_length": 512}, TRL[:-2] + ["--seq", 512]),
-    ({"gradient_checkpointing": False}, ["--loss", "trl-fused", "--precision", "bf16-mixed",
-                                         "--seq", 1024]),
+    ({"gradient_checkpointing": False}, ["--loss", "trl-fused", "--seq", 1024]),
+    ({"model_init_kwargs": {"dtype": "float32"}},
+     TRL[:4] + ["--precision", "bf16-mixed", "--seq", 1024]),
     ({"gradient_checkpointing_kwargs": {"use_reentrant": True}},
      TRL[:2] + ["--grad-ckpt", "reentrant"] + TRL[4:]),
     ({"fp16": True}, TRL[:4] + ["--precision", "fp16-mixed", "--seq", 1024]),
@@ -98,7 +100,7 @@ def test_completion_only_loss_is_a_note(tmp_path):
 def test_the_command_line_wins(tmp_path):
     path = sft(tmp_path, {"max_length": 512, "per_device_train_batch_size": 8})
     got = estimate("--from", path, "--seq", 256, "--loss", "hf")
-    want = estimate("--grad-ckpt", "full", "--precision", "bf16-mixed", "--seq", 256,
+    want = estimate("--grad-ckpt", "full", "--seq", 256,
                     "--batch", 8, "--loss", "hf")
     assert numbers(got) == numbers(want)
 
