@@ -18,21 +18,13 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from vsref import fidelity  # noqa: E402
+from vsref import fidelity, gate  # noqa: E402
 from vsref.grid import full_grid  # noqa: E402
 
-ROOT = fidelity.ROOT
-RESULTS = os.path.join(ROOT, "data", "fidelity", "results.json")
-DOC = os.path.join(ROOT, "docs", "fidelity.md")
-GAPS = os.path.join(ROOT, "tools", "reference", "known_gaps.txt")
+RESULTS = os.path.join(fidelity.ROOT, "data", "fidelity", "results.json")
 REGENERATE = ("regenerate with: python3 tools/reference/fidelity.py run --grid full "
               "--out data/fidelity/results.json && python3 tools/reference/fidelity.py table "
               "data/fidelity/results.json --markdown docs/fidelity.md")
-
-
-def _known_gaps():
-    with open(GAPS, encoding="utf-8") as f:
-        return {line.split("#")[0].strip() for line in f} - {""}
 
 
 @pytest.fixture(scope="module")
@@ -46,42 +38,29 @@ def live(tmp_path_factory):
 
 
 def test_every_point_ran(live):
-    errors = [f"{r['name']}: {r['error']}" for r in live if "error" in r]
+    errors = gate.ran_without_error(live)
     assert not errors, "\n".join(errors)
 
 
 def test_points_within_one_percent_unless_a_known_gap(live):
-    gaps = _known_gaps()
-    off = [f"{r['name']}: worst phase {r['worst_phase']} {r['worst_phase_error_pct']:+.2f}% "
-           f"({r['first_divergence']})"
-           for r in live if "error" not in r and r["name"] not in gaps
-           and not fidelity.within_tolerance(r)]
+    off = gate.off_by_more_than_one_percent(live, gate.known_gaps(ranks=False))
     assert not off, "off by more than 1% of the recorded peak:\n" + "\n".join(off)
 
 
 def test_known_gaps_only_shrink(live):
     """A listed point that now passes must leave the list (the gate only tightens)."""
-    names = {r["name"] for r in live}
-    gaps = {g for g in _known_gaps() if "/rank" not in g}  # rank rows: test_fidelity_ranks.py
-    unknown = sorted(gaps - names)
+    fixed, unknown = gate.gaps_to_remove(live, gate.known_gaps(ranks=False))
     assert not unknown, f"known_gaps.txt names points not in the grid: {unknown}"
-    fixed = sorted(r["name"] for r in live if r["name"] in gaps and fidelity.within_tolerance(r))
     assert not fixed, f"now within 1%: remove from tools/reference/known_gaps.txt: {fixed}"
 
 
 def test_committed_results_are_current(live):
-    with open(RESULTS, encoding="utf-8") as f:
-        committed = json.load(f)
-    assert json.loads(json.dumps(live, sort_keys=True)) == committed, \
+    assert gate.results_are_current(live, RESULTS), \
         f"data/fidelity/results.json is stale; {REGENERATE}"
 
 
 def test_doc_table_is_current():
-    with open(RESULTS, encoding="utf-8") as f:
-        table = fidelity.markdown_table(json.load(f))
-    with open(DOC, encoding="utf-8") as f:
-        text = f.read()
-    assert f"{fidelity.BEGIN}\n{table}{fidelity.END}" in text, f"docs/fidelity.md is stale; {REGENERATE}"
+    assert gate.table_is_current(RESULTS, ""), f"docs/fidelity.md is stale; {REGENERATE}"
 
 
 def test_opt_350m_post_norm_config_estimates(tmp_path):

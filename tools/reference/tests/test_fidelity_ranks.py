@@ -9,7 +9,6 @@ committed results (data/fidelity/ranks.json) and the multi-rank table of
 docs/fidelity.md must be what the grid gives now.
 """
 
-import json
 import os
 import sys
 
@@ -18,21 +17,13 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from vsref import fidelity  # noqa: E402
+from vsref import fidelity, gate  # noqa: E402
 from vsref.grid import ranks_points  # noqa: E402
 
-ROOT = fidelity.ROOT
-RESULTS = os.path.join(ROOT, "data", "fidelity", "ranks.json")
-DOC = os.path.join(ROOT, "docs", "fidelity.md")
-GAPS = os.path.join(ROOT, "tools", "reference", "known_gaps.txt")
+RESULTS = os.path.join(fidelity.ROOT, "data", "fidelity", "ranks.json")
 REGENERATE = ("regenerate with: python3 tools/reference/fidelity.py run --grid ranks "
               "--out data/fidelity/ranks.json && python3 tools/reference/fidelity.py table "
               "data/fidelity/ranks.json --markdown docs/fidelity.md --section ranks")
-
-
-def _known_gaps():
-    with open(GAPS, encoding="utf-8") as f:
-        return {line.split("#")[0].strip() for line in f} - {""}
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +49,7 @@ def test_grid_covers_the_libraries():
 
 
 def test_every_rank_was_recorded(live):
-    errors = [f"{r['name']}: {r['error']}" for r in live if "error" in r]
+    errors = gate.ran_without_error(live)
     assert not errors, "\n".join(errors)
     for point in ranks_points():
         rows = [r for r in live if r["name"].startswith(point.name() + "/rank")]
@@ -66,34 +57,20 @@ def test_every_rank_was_recorded(live):
 
 
 def test_ranks_within_one_percent_unless_a_known_gap(live):
-    gaps = _known_gaps()
-    off = [f"{r['name']}: worst phase {r['worst_phase']} {r['worst_phase_error_pct']:+.2f}% "
-           f"({r['first_divergence']})"
-           for r in live if "error" not in r and r["name"] not in gaps
-           and not fidelity.within_tolerance(r)]
+    off = gate.off_by_more_than_one_percent(live, gate.known_gaps(ranks=True))
     assert not off, "off by more than 1% of the recorded peak:\n" + "\n".join(off)
 
 
 def test_known_gaps_only_shrink(live):
-    gaps = {g for g in _known_gaps() if "/rank" in g}
-    fixed = sorted(r["name"] for r in live if r["name"] in gaps and fidelity.within_tolerance(r))
+    fixed, unknown = gate.gaps_to_remove(live, gate.known_gaps(ranks=True))
     assert not fixed, f"now within 1%: remove from tools/reference/known_gaps.txt: {fixed}"
-    names = {r["name"] for r in live}
-    unknown = sorted(gaps - names)
     assert not unknown, f"known_gaps.txt names rank rows not in the grid: {unknown}"
 
 
 def test_committed_results_are_current(live):
-    with open(RESULTS, encoding="utf-8") as f:
-        committed = json.load(f)
-    assert json.loads(json.dumps(live, sort_keys=True)) == committed, \
+    assert gate.results_are_current(live, RESULTS), \
         f"data/fidelity/ranks.json is stale; {REGENERATE}"
 
 
 def test_doc_table_is_current():
-    with open(RESULTS, encoding="utf-8") as f:
-        table = fidelity.markdown_table(json.load(f))
-    begin, end = fidelity.SECTIONS["ranks"]
-    with open(DOC, encoding="utf-8") as f:
-        text = f.read()
-    assert f"{begin}\n{table}{end}" in text, f"docs/fidelity.md is stale; {REGENERATE}"
+    assert gate.table_is_current(RESULTS, "ranks"), f"docs/fidelity.md is stale; {REGENERATE}"
