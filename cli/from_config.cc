@@ -216,12 +216,10 @@ Status ReadZero(const Reader& r, const Json& root) {
   if (Status st = ReadZeroOffload(r, *zero, s); !st.ok()) return st;
   if (Status st = ReadZeroSizes(r, *zero); !st.ok()) return st;
   // overlap_comm: DeepSpeed defaults it on for stage 3 and off below
-  // (config.py overlap_comm_valid); vramscope models those defaults only.
+  // (config.py overlap_comm_valid); stages 1-2 keep two ipg buckets with it.
   VS_TRY(overlap, Bool(r, *zero, "overlap_comm", "zero_optimization.overlap_comm"));
-  if (overlap && *overlap != (s == 3)) {
-    r.NotModelled("zero_optimization.overlap_comm",
-                  fmt::format("{}: vramscope models stage {}'s default", *overlap, s));
-  }
+  if (overlap)
+    r.Set("--zero-overlap-comm", *overlap ? "on" : "off", "zero_optimization.overlap_comm");
   VS_TRY(contiguous,
          Bool(r, *zero, "contiguous_gradients", "zero_optimization.contiguous_gradients"));
   if (contiguous && !*contiguous) {

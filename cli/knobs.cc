@@ -195,7 +195,8 @@ void KnobArgs::SetFromFile(const FileKnob& k) {
       {"--fsdp-backward-prefetch", &parallel.fsdp_backward_prefetch},
       {"--fsdp-wrap", &parallel.fsdp_wrap},
       {"--offload", &parallel.offload},
-      {"--zero-buckets", &parallel.zero_buckets}};
+      {"--zero-buckets", &parallel.zero_buckets},
+      {"--zero-overlap-comm", &parallel.zero_overlap_comm}};
   const std::pair<const char*, int64_t*> ints[] = {
       {"--gpus", &parallel.gpus},
       {"--gpus-per-node", &parallel.gpus_per_node},

@@ -65,6 +65,9 @@ void AddParallelFlags(CLI::App* sub, ParallelArgs* a) {
   sub->add_flag(
       "--no-zero-init", a->no_zero_init,
       "ZeRO-3: the model was loaded before DeepSpeed's config existed (no deepspeed.zero.Init)");
+  sub->add_option("--zero-overlap-comm", a->zero_overlap_comm,
+                  "on or off: ZeRO overlap_comm (default: DeepSpeed's, on for stage 3, off for "
+                  "1 and 2; on, stages 1-2 keep two reduce buckets)");
   sub->add_option("--deepspeed-version", a->deepspeed_version,
                   "DeepSpeed release whose ZeRO behaviour to model, 0.MINOR[.PATCH] (default "
                   "0.19.8)");
@@ -105,6 +108,14 @@ Status ParallelArgs::ReadZeroKnobs(ParallelLayout* l) const {
   l->zero.deepspeed_version = release;
   if (no_zero_init && l->dp_mode != DataParallel::kZero3)
     return MakeError("--no-zero-init: only meaningful with --zero 3");
+  if (!zero_overlap_comm.empty()) {
+    if (zero_overlap_comm != "on" && zero_overlap_comm != "off") {
+      return MakeError(
+          fmt::format("--zero-overlap-comm: {} is not one of on, off",
+                      common::QuoteForMessage(zero_overlap_comm, common::kQuotedBytes, '\'')));
+    }
+    l->zero.overlap_comm = zero_overlap_comm == "on" ? 1 : 0;
+  }
   if (zero_buckets == "hf-auto") {
     l->zero.hf_auto = true;
   } else if (zero_buckets != "deepspeed") {

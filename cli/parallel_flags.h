@@ -28,6 +28,7 @@ struct ParallelArgs {
   bool gradient_as_bucket_view = false;
   std::string zero_buckets = "deepspeed";
   bool no_zero_init = false;
+  std::string zero_overlap_comm;  // "", on, off: "" is DeepSpeed's default for the stage
   std::string deepspeed_version = "0.19.8";
   int64_t zero_sub_group_size = -1, zero_reduce_bucket_size = -1, zero_prefetch_bucket_size = -1;
   int64_t zero_max_live_parameters = -1, zero_max_reuse_distance = -1,

@@ -24,7 +24,7 @@ QLORA = ["--seq", 4096, "--batch", 2, "--grad-accum", 4, "--precision", "bf16",
 FULL_DS = ["--seq", 2048, "--batch", 4, "--grad-accum", 8, "--precision", "bf16-mixed",
            "--grad-ckpt", "full", "--attn", "flash", "--optimizer", "adamw-fused", "--zero", 2,
            "--zero-buckets", "hf-auto", "--zero-prefetch-bucket-size", 50000000,
-           "--zero-persistence-threshold", 100000]
+           "--zero-persistence-threshold", 100000, "--zero-overlap-comm", "on"]  # overlap_comm true
 
 
 @pytest.mark.parametrize("file,extra,flags", [

@@ -20,7 +20,8 @@ DS_ZERO3 = ["--gpus", 8, "--batch", 2, "--grad-accum", 4, "--precision", "bf16-m
 # the auto-able sizes the file leaves out keep DeepSpeed's defaults.
 HF_DS = ["--batch", 4, "--grad-accum", 8, "--precision", "bf16-mixed", "--grad-ckpt", "full",
          "--optimizer", "adamw-fused", "--zero", 2, "--zero-buckets", "hf-auto",
-         "--zero-prefetch-bucket-size", 50000000, "--zero-persistence-threshold", 100000]
+         "--zero-prefetch-bucket-size", 50000000, "--zero-persistence-threshold", 100000,
+         "--zero-overlap-comm", "on"]  # ds_zero2_auto.json: overlap_comm true
 HF_FSDP = ["--batch", 1, "--grad-accum", 16, "--precision", "bf16-mixed", "--grad-ckpt", "full",
            "--optimizer", "adamw", "--fsdp", "full", "--fsdp-version", 2]
 

@@ -196,6 +196,10 @@ std::vector<std::pair<std::string, std::string>> DescribeLayout(const ParallelLa
     k.emplace_back("zero_sub_group_size", std::to_string(l.zero.sub_group_size));
     if (l.dp_mode == DataParallel::kZero3 && !l.zero.zero_init)
       k.emplace_back("zero_init", "false");
+    // Listed only where it is not the stage's default (on for 3, off for 1-2).
+    if (l.zero.overlap_comm >= 0 &&
+        (l.zero.overlap_comm == 1) != (l.dp_mode == DataParallel::kZero3))
+      k.emplace_back("zero_overlap_comm", l.zero.overlap_comm == 1 ? "on" : "off");
   }
   return k;
 }

@@ -353,6 +353,11 @@ RANK_POINTS_2 = (
     (COMBOS[0], dict(dist="zero3", dist_offload="params")),
     (COMBOS[0], dict(dist="zero3", dist_buckets="small")),
     (COMBOS[3], dict(dist="zero3")),
+    # overlap_comm against the stage's default: stages 1-2 keep two reduce buckets with it
+    # (HF's ds_config_zero2.json sets it on); small buckets, so that the second one weighs.
+    (COMBOS[0], dict(dist="zero1", overlap_comm="on", dist_buckets="small")),
+    (COMBOS[1], dict(dist="zero2", overlap_comm="on", dist_buckets="small")),
+    (COMBOS[0], dict(dist="zero3", overlap_comm="off")),
 )
 # FSDP through accelerate, as the HF Trainer configures it: accelerate's own unit layout
 # (FSDP2: the input embedding and [final norm, lm_head] units of fsdp2_prepare_model), its

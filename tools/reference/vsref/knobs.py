@@ -57,6 +57,9 @@ class Point:
     # "small" (DDP 1 MB; ZeRO 50,000 elements), "default" (DeepSpeed's own 5e8).
     dist_buckets: str = ""
     bucket_view: bool = False  # DDP gradient_as_bucket_view
+    # ZeRO overlap_comm: "" DeepSpeed's default for the stage (on for 3, off for 1-2),
+    # "on" or "off".
+    overlap_comm: str = ""
     # FSDP wrapped by "accelerate" (Accelerator.prepare with the FSDP plugin the HF Trainer
     # builds, PEFT's wrap policy for adapters as the Trainer sets it) or "" (the library's
     # own wrapper on each decoder layer, then the root).
@@ -116,6 +119,8 @@ class Point:
             parts.append(f"buckets-{self.dist_buckets}")
         if self.bucket_view:
             parts.append("bucket-view")
+        if self.overlap_comm:
+            parts.append(f"overlap-{self.overlap_comm}")
         if self.launcher:
             parts.append(self.launcher)
         return parts
@@ -145,6 +150,8 @@ class Point:
                 args += ["--zero-buckets", "hf-auto"]
             if not self.zero_init:
                 args.append("--no-zero-init")
+            if self.overlap_comm:
+                args += ["--zero-overlap-comm", self.overlap_comm]
         if self.dist_offload:
             args += ["--offload", self.dist_offload]
         return args
@@ -237,6 +244,9 @@ class Point:
             for key in ("dist", "fsdp", "dist_offload", "zero_init", "dist_buckets",
                         "bucket_view", "launcher"):
                 d.pop(key)
+        # Points without an overlap_comm choice keep their recorded form.
+        if not self.overlap_comm:
+            d.pop("overlap_comm")
         return d
 
 

@@ -287,6 +287,8 @@ def deepspeed_config(point, hidden):
         if stage == 3:
             zero.update(stage3_prefetch_bucket_size=int(0.9 * hidden * hidden),
                         stage3_param_persistence_threshold=10 * hidden)
+    if point.overlap_comm:
+        zero["overlap_comm"] = point.overlap_comm == "on"
     if point.dist_offload:
         zero["offload_optimizer"] = {"device": "cpu"}
     if point.dist_offload == "params":
