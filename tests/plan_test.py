@@ -361,3 +361,19 @@ def test_fit_qwen_7b_lora_on_a_4090_finds_a_batch_with_the_default_precision():
     # fp32 master weights (asked for) do not fit at all.
     mixed = _fit_json("qwen2.5-7b", "--finetune", "lora", "--gpu", "rtx-4090", "--precision", "bf16-mixed")
     assert mixed["max_batch"] == 0 and mixed["max_seq"] == 0
+
+
+def test_fit_suggests_the_knob_that_makes_a_batch_fit():
+    # Issue 40: when no micro-batch fits at --seq, fit names the first one-knob change under
+    # which one does, and that answer holds: the suggested batch fits under the change
+    # and one more does not (checked with estimate, not with fit's own search).
+    r = _fit_json("qwen2.5-7b", "--finetune", "lora", "--gpu", "rtx-4090")
+    assert r["max_batch"] == 0
+    g = r["suggestion"]
+    assert g["flags"] == "--grad-ckpt full" and g["max_batch"] >= 1
+    knobs = ["qwen2.5-7b", "--finetune", "lora", "--gpu", "rtx-4090", *g["flags"].split()]
+    fits = run_json("estimate", *knobs, "--batch", str(g["max_batch"]))
+    assert fits["fits"] and fits["device_total_bytes"] == g["needed_bytes"]
+    assert not run_json("estimate", *knobs, "--batch", str(g["max_batch"] + 1))["fits"]
+    # A batch that fits: no suggestion.
+    assert _fit_json("qwen2.5-0.5b", "--gpu", "rtx-4090", "--seq", "1024")["suggestion"] is None

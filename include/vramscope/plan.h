@@ -91,13 +91,24 @@ struct FitGpusSearch {
   uint64_t estimates = 0;
 };
 
+// When no micro-batch fits at the setup's sequence: the first one-knob change
+// (gradient checkpointing, 16-bit weights, the chunked loss, an 8-bit
+// optimizer, LoRA, in that order) under which one does, and the largest
+// micro-batch then.
+struct FitSuggestion {
+  std::string flags;  // "--grad-ckpt full"
+  std::string why;    // what the change trades
+  FitSearch batch;    // the batch search under the change
+};
+
 struct FitResult {
   GpuSpec gpu;
   uint64_t margin_bytes = 0;
-  uint64_t limit_bytes = 0;           // gpu.usable_bytes - margin_bytes
-  FitSearch batch;                    // at the setup's seq
-  FitSearch seq;                      // at the setup's batch (a UNet: the image side)
-  std::optional<FitGpusSearch> gpus;  // with FitOptions::search_gpus
+  uint64_t limit_bytes = 0;                 // gpu.usable_bytes - margin_bytes
+  FitSearch batch;                          // at the setup's seq
+  FitSearch seq;                            // at the setup's batch (a UNet: the image side)
+  std::optional<FitGpusSearch> gpus;        // with FitOptions::search_gpus
+  std::optional<FitSuggestion> suggestion;  // only when !batch.fits()
   bool fits() const { return batch.fits() || seq.fits(); }
   uint64_t estimates = 0;  // distinct Estimate() calls in all
 };

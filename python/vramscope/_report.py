@@ -149,6 +149,12 @@ class FitResult(Result):
         return self._answer("max_image_size", "image_size")
 
     @property
+    def suggestion(self) -> dict | None:
+        """When no micro-batch fits: the one-knob change under which one does ({"flags":
+        "--grad-ckpt full", "why": ..., "max_batch": 2, "needed_bytes": ...}); else None."""
+        return self.data.get("suggestion")
+
+    @property
     def min_gpus(self) -> int | None:
         """The fewest GPUs that fit (max_gpus=...); None when not searched or none fit."""
         return self.data.get("min_gpus") or None

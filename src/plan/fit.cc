@@ -188,6 +188,54 @@ Result<FitSearch> Search(EstimateCache& cache, const TrainingSetup& setup, Sweep
   return out;
 }
 
+// One knob changed from the setup; `applies` says whether it changes anything.
+struct KnobChange {
+  const char* flags;
+  const char* why;
+  bool (*applies)(const TrainingSetup&);
+  void (*apply)(TrainingSetup*);
+};
+
+constexpr KnobChange kSuggestions[] = {
+    {"--grad-ckpt full", "recomputes each layer's forward in backward, about +33% step time",
+     [](const TrainingSetup& s) { return s.grad_ckpt == GradCkpt::kNone; },
+     [](TrainingSetup* s) { s->grad_ckpt = GradCkpt::kFull; }},
+    {"--precision bf16", "bf16 weights, no fp32 master copy",
+     [](const TrainingSetup& s) { return s.precision == Precision::kBf16Mixed; },
+     [](TrainingSetup* s) { s->precision = Precision::kBf16; }},
+    {"--loss chunked", "the fp32 logits one chunk at a time",
+     [](const TrainingSetup& s) { return s.loss == LossKind::kHf; },
+     [](TrainingSetup* s) { s->loss = LossKind::kChunked; }},
+    {"--optimizer adamw-8bit", "bitsandbytes' 8-bit optimizer state",
+     [](const TrainingSetup& s) {
+       return s.finetune == Finetune::kFull &&
+              (s.optimizer == OptimizerKind::kAdamW || s.optimizer == OptimizerKind::kAdamWFused ||
+               s.optimizer == OptimizerKind::kAdamWForLoop);
+     },
+     [](TrainingSetup* s) { s->optimizer = OptimizerKind::kAdamW8bit; }},
+    {"--finetune lora", "trains adapters only, not the whole model",
+     [](const TrainingSetup& s) { return s.finetune == Finetune::kFull; },
+     [](TrainingSetup* s) { s->finetune = Finetune::kLora; }},
+};
+
+// The first change of kSuggestions under which a micro-batch fits at the
+// setup's sequence; a change the model cannot take (an estimate error) is
+// passed over.
+std::optional<FitSuggestion> SuggestKnob(const ModelSpec& model, const TrainingSetup& at,
+                                         const SecondAxis& second, const FitOptions& options,
+                                         uint64_t limit_bytes, uint64_t* estimates) {
+  for (const KnobChange& change : kSuggestions) {
+    if (!change.applies(at)) continue;
+    TrainingSetup s = at;
+    change.apply(&s);
+    EstimateCache cache(model, s, second.variable);
+    auto batch = Search(cache, s, SweepVariable::kBatch, second, BatchCap(s, options), limit_bytes);
+    *estimates += cache.size();
+    if (batch.ok() && batch->fits()) return FitSuggestion{change.flags, change.why, *batch};
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 Result<FitResult> Fit(const ModelSpec& model, const TrainingSetup& setup,
@@ -228,6 +276,9 @@ Result<FitResult> Fit(const ModelSpec& model, const TrainingSetup& setup,
   out.batch = std::move(batch);
   out.seq = std::move(seq);
   out.estimates = cache.size() + (out.gpus ? out.gpus->estimates : 0);
+  if (!out.batch.fits()) {
+    out.suggestion = SuggestKnob(model, at, second, options, out.limit_bytes, &out.estimates);
+  }
   return out;
 }
 

@@ -137,6 +137,11 @@ std::string RenderFitText(const FitResult& fit, std::string_view source) {
   out += fmt::format("Knobs: {}\n\n", knobs);
   if (fit.gpus) out += GpusText(*fit.gpus);
   out += SearchText(fit.batch, fit.limit_bytes);
+  if (fit.suggestion) {
+    const FitSuggestion& g = *fit.suggestion;
+    out += fmt::format("  With {}: --batch {} fits, device total {} ({}).\n", g.flags,
+                       g.batch.max_value, FormatBytes(g.batch.at_max.needed_bytes()), g.why);
+  }
   out += SearchText(fit.seq, fit.limit_bytes);
   out += "\n";
   if (!fit.fits()) {
@@ -179,6 +184,14 @@ std::string RenderFitJson(const FitResult& fit, std::string_view source, int ind
   j["estimates"] = fit.estimates;
   j["batch"] = SearchJson(fit.batch);
   j[second] = SearchJson(fit.seq);
+  // The one-knob change under which a micro-batch fits, when none does.
+  j["suggestion"] = nullptr;
+  if (fit.suggestion) {
+    j["suggestion"] = {{"flags", fit.suggestion->flags},
+                       {"why", fit.suggestion->why},
+                       {"max_batch", fit.suggestion->batch.max_value},
+                       {"needed_bytes", fit.suggestion->batch.at_max.needed_bytes()}};
+  }
   if (fit.gpus) {
     j["min_gpus"] = fit.gpus->min_gpus;
     j["gpus"] = {{"step", fit.gpus->step},
