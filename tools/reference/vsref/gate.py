@@ -42,6 +42,23 @@ def results_are_current(live, path: str) -> bool:
     return json.loads(json.dumps(live, sort_keys=True)) == committed
 
 
+def predictions(results) -> list:
+    """What the lowering predicted for each row: every key a rule change moves, none of the
+    recording's (gloo's threads make a rank's recording vary by a few bytes between runs,
+    within the 1% every row is held to)."""
+    return [{"name": r["name"], "point": r.get("point"),
+             "predicted_peak_bytes": r.get("predicted_peak_bytes"),
+             "predicted_peak_at": r.get("predicted_peak_at"),
+             "predicted_saved_per_layer": r.get("predicted_saved_per_layer"),
+             "phases": [(p["step"], p["phase"], p["predicted_bytes"]) for p in r.get("phases", [])]}
+            for r in json.loads(json.dumps(results, sort_keys=True))]
+
+
+def predictions_are_current(live, path: str) -> bool:
+    with open(path, encoding="utf-8") as f:
+        return predictions(live) == predictions(json.load(f))
+
+
 def table_is_current(path: str, section: str) -> bool:
     with open(path, encoding="utf-8") as f:
         table = fidelity.markdown_table(json.load(f))
