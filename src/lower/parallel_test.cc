@@ -468,7 +468,8 @@ TEST(Parallel, ZeroInitAbsentMovesTheWholeModelFirst) {
     }
   }
   s.device_rules = DeviceRules::kCpu;
-  for (const Event& e : Lower(s)[0].lowered.stream.events()) {
+  const auto cpu = Lower(s);  // kept alive: a range-for over a temporary's member dangles
+  for (const Event& e : cpu[0].lowered.stream.events()) {
     EXPECT_FALSE(e.kind == EventKind::kAlloc &&
                  e.size_bytes == 2 * kParams);  // CPU rules: no whole-model copy
   }
