@@ -40,9 +40,10 @@ def live(tmp_path_factory):
 def _rerun_points_off_once(points, live, tmp_path_factory):
     """Runs once more each point with a rank row off by more than 1%, and keeps the rerun.
 
-    On an idle machine two whole runs are identical to the byte; on a loaded one (a CI run
-    beside other work) a few FSDP2 backward rows were once recorded 2.4-4.9% above their
-    other runs, some buffer released later, cause not yet found (docs/fidelity.md). The
+    On an idle machine two whole runs are identical to the byte. Under load, FSDP2 backward
+    rows were once recorded 2.4-4.9% high, before vsref/gloo_order.py drained every
+    collective (it had missed all_gather_single / reduce_scatter_single); the rerun stays
+    as a guard against a release path not yet drained. The
     rerun is a real recording too, held to the same 1%, so a rule that is wrong fails both
     runs; the points rerun are printed."""
     off = {r["name"].rsplit("/rank", 1)[0] for r in live

@@ -24,12 +24,26 @@ import inspect
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
-# The collectives torch.distributed exposes that FSDP, DDP's Python side and DeepSpeed's
-# comm backend (deepspeed/comm/torch.py) call by attribute at call time.
-_COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
-                "reduce_scatter_tensor", "broadcast", "reduce", "all_to_all_single",
-                "all_gather_coalesced", "all_reduce_coalesced", "_all_gather_base",
-                "_reduce_scatter_base", "gather", "scatter")
+
+def _collectives():
+    """Every collective torch.distributed exposes (each takes `async_op`), barrier aside.
+
+    Read from the signatures, not listed by hand: torch 2.13's FSDP2 calls
+    `all_gather_single` / `reduce_scatter_single` (fsdp/_fully_shard/_fsdp_collectives.py),
+    names a hand-written list once missed, leaving FSDP2's buffers freed at the worker's
+    pace. FSDP, DDP's Python side and DeepSpeed's comm backend (deepspeed/comm/torch.py)
+    all call them by attribute at call time, so replacing the attribute reaches them."""
+    names = []
+    for name in dir(dist):
+        function = getattr(dist, name, None)
+        if name == "barrier" or name.startswith("__") or not callable(function):
+            continue
+        try:
+            if "async_op" in inspect.signature(function).parameters:
+                names.append(name)
+        except (TypeError, ValueError):
+            continue
+    return names
 
 
 def _one_thread_gloo():
@@ -73,8 +87,6 @@ def install():
     if getattr(c10d, "_vsref_ordered", False):
         return
     c10d.ProcessGroupGloo = _one_thread_gloo()
-    for name in _COLLECTIVES:
-        original = getattr(dist, name, None)
-        if original is not None:
-            setattr(dist, name, _drained(original))
+    for name in _collectives():
+        setattr(dist, name, _drained(getattr(dist, name)))
     c10d._vsref_ordered = True
