@@ -131,18 +131,22 @@ Result<Report> ComputeSimulate(const SimulateArgs& args) {
   report.source = args.trace_path;
   report.gpu = gpu;
   report.knobs = {{"gpu", gpu.name}, {"alloc_conf", args.alloc_conf}};
-  auto as_recorded = run(stream, args.retain_graph ? "as recorded (PyTorch frees early)" : "all");
-  if (!as_recorded.ok()) return as_recorded.error();
-  report.ranks.push_back(std::move(*as_recorded));
+  // Checked before anything is simulated: a refusal costs only the replay.
+  EventStream retained_stream;
   if (args.retain_graph) {
-    report.knobs.emplace_back("retain_graph_until_end", "true");
-    const EventStream retained_stream = RetainGraphUntilEnd(stream);
+    retained_stream = RetainGraphUntilEnd(stream);
     if (const uint64_t live = MaxLiveAllocations(retained_stream); live > kMaxLiveAllocations) {
       return MakeError(fmt::format(
           "{}: --retain-graph-until-end: {} allocations would be alive at once, above the limit "
           "of {}",
           args.trace_path, live, kMaxLiveAllocations));
     }
+  }
+  auto as_recorded = run(stream, args.retain_graph ? "as recorded (PyTorch frees early)" : "all");
+  if (!as_recorded.ok()) return as_recorded.error();
+  report.ranks.push_back(std::move(*as_recorded));
+  if (args.retain_graph) {
+    report.knobs.emplace_back("retain_graph_until_end", "true");
     auto retained = run(retained_stream, "retain graph until end of backward");
     if (!retained.ok()) return retained.error();
     const uint64_t a = report.ranks[0].sim.peak_allocated_bytes;

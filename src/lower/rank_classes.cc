@@ -50,7 +50,7 @@ int64_t ExpertIndex(const std::string& module) {
 
 Result<ModelSpec> ShardModel(const ModelSpec& model, const TrainingSetup& setup) {
   const ParallelLayout& l = setup.parallel;
-  if (l.tp == 1 && l.ep == 1) return model;
+  if (!ShardsModel(setup)) return model;
   auto bad = [](std::string msg) { return MakeError(std::move(msg)); };
   if (model.is_encoder)
     return bad(fmt::format(

@@ -40,6 +40,13 @@ struct RankClassPlan {
 // model dimension that does not divide.
 Result<ModelSpec> ShardModel(const ModelSpec& model, const TrainingSetup& setup);
 
+// Whether ShardModel changes the model (tensor or expert parallelism); when
+// not, callers that only read it use the model as it is instead of a copy
+// (a 10 000-layer model's copy is most of a plan's budget check).
+inline bool ShardsModel(const TrainingSetup& setup) {
+  return setup.parallel.tp != 1 || setup.parallel.ep != 1;
+}
+
 // The rank classes of the layout: one when pp == 1, except under DeepSpeed
 // ZeRO stages 1-2, where every data-parallel rank's partition differs (one
 // class per rank up to 8; beyond, ranks 0, 1 and the last, rank 1 standing

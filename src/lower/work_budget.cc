@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "rank_classes.h"
 #include "vramscope/common/checked.h"
@@ -77,7 +78,12 @@ LoweringWork WorkOf(const ModelSpec& local, const TrainingSetup& setup,
 }  // namespace lower
 
 Result<LoweringWork> EstimateLoweringWork(const ModelSpec& model, const TrainingSetup& setup) {
-  VS_TRY(local, lower::ShardModel(model, setup));
+  std::optional<ModelSpec> sharded;
+  if (lower::ShardsModel(setup)) {
+    VS_TRY(copy, lower::ShardModel(model, setup));
+    sharded = std::move(copy);
+  }
+  const ModelSpec& local = sharded ? *sharded : model;
   TrainingSetup local_setup = setup;
   local_setup.seq = setup.seq / std::max<uint32_t>(setup.parallel.cp, 1);
   VS_TRY(plans, lower::PlanRankClasses(local, local_setup));
