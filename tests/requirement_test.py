@@ -101,3 +101,27 @@ def test_sweep_points_past_the_gpu_carry_their_whole_requirement():
         assert point["device_total_bytes"] == est["full_requirement"]["device_total_bytes"]
     # The curve goes on past the GPU: twice the batch needs more.
     assert out["points"][1]["needed_bytes"] > out["points"][0]["needed_bytes"]
+
+
+def test_a_70b_full_fine_tune_shows_one_needed_figure_on_every_surface(tmp_path):
+    """Issue 40's must-show: text, JSON, the HTML page, and sweep (text, JSON, HTML) give the
+    same whole-run requirement for a setup far over the GPU, and sweep's footnote says what
+    its numbers are (it once said they stopped at the OOM while showing the whole run)."""
+    args = ["llama-3-70b", "--finetune", "full", "--seq", "2048"]
+    data = run_json("estimate", *args)
+    needed = f"{data['needed_bytes'] / GiB:.2f} GiB"
+    assert not data["fits"] and data["needed_bytes"] > 400 * GiB
+    assert data["needed_bytes"] == data["full_requirement"]["device_total_bytes"]
+    assert f"needs {needed}" in run("estimate", *args)
+    page = tmp_path / "estimate.html"
+    run("estimate", *args, "--html", str(page))
+    assert f"needs {needed}" in page.read_text()
+    sweep_args = ["sweep", *args[:-1], "2048,4096"]
+    point = run_json(*sweep_args)["points"][0]
+    assert point["needed_bytes"] == point["device_total_bytes"] == data["needed_bytes"]
+    text = run(*sweep_args, "--html", str(tmp_path / "sweep.html"))
+    row = next(line for line in text.splitlines() if line.split()[:1] == ["2048"])
+    assert needed in row and "simulated OOM" in row
+    assert f"--seq 2048 needs {needed}" in text
+    assert "shows what the whole run needs" in text and "not what the whole step" not in text
+    assert needed in (tmp_path / "sweep.html").read_text()

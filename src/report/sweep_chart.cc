@@ -3,10 +3,9 @@
 // x: the first swept knob, linear from its smallest to its largest value.
 // y: GiB from zero. One axis: peak allocated, peak reserved and device total,
 // one marker per point. Two axes: one device-total line per value of the
-// second knob. A point that does not fit gets a hollow red marker; one that ran
-// out of memory is drawn at what was in use when the allocation failed (the
-// simulation stops there, as PyTorch would), and the lines break at it, since
-// joining it to its neighbours would draw a fall that is not there. Every marker
+// second knob. A point that does not fit gets a hollow red marker, drawn at
+// what the whole run needs (Sweep replays a point that runs out of memory
+// without the GPU's limit), so the curve goes on past the GPU's line. Every marker
 // carries a <title>, so viewers show the numbers on hover without a script.
 #include <algorithm>
 #include <cmath>
@@ -127,22 +126,14 @@ class SweepChartWriter {
         SweepCoord);
   }
 
-  // A polyline through the points of one group; `skip_oom` breaks it at points
-  // whose value stopped at an OOM.
+  // A polyline through the points of one group.
   template <typename Value>
-  void Line(size_t group, Value value, bool skip_oom, const char* colour, const char* dash,
-            double width) {
+  void Line(size_t group, Value value, const char* colour, const char* dash, double width) {
     std::string d;
-    bool pen_down = false;
     for (size_t i = group; i < sweep_.points.size(); i += Groups()) {
       const SweepPoint& p = sweep_.points[i];
-      if (skip_oom && p.oom) {
-        pen_down = false;
-        continue;
-      }
-      d += fmt::format("{}{},{}", pen_down ? "L" : "M", SweepCoord(Px(X(p))),
+      d += fmt::format("{}{},{}", d.empty() ? "M" : "L", SweepCoord(Px(X(p))),
                        SweepCoord(Py(value(p))));
-      pen_down = true;
     }
     if (d.empty()) return;
     out_ += fmt::format("<path d=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"{}\"{}/>\n", d,
@@ -163,7 +154,7 @@ class SweepChartWriter {
                       SweepPointLabel(sweep_, p), FormatBytes(p.peak_allocated_bytes),
                       FormatBytes(p.peak_reserved_bytes), FormatBytes(p.device_total_bytes),
                       p.fits  ? ", fits"
-                      : p.oom ? ", does not fit: simulated OOM (numbers up to the failure)"
+                      : p.oom ? ", does not fit: what the whole run needs (PyTorch would run out of memory first)"
                               : ", does not fit");
       out_ += fmt::format(
           "<circle cx=\"{}\" cy=\"{}\" r=\"{}\" fill=\"{}\" stroke=\"{}\" stroke-width=\"{}\">"
@@ -176,13 +167,13 @@ class SweepChartWriter {
 
   void SingleLines() {
     Line(
-        0, [](const SweepPoint& p) { return p.peak_allocated_bytes; }, true, kAllocatedColour, "",
+        0, [](const SweepPoint& p) { return p.peak_allocated_bytes; }, kAllocatedColour, "",
         1.6);
     Line(
-        0, [](const SweepPoint& p) { return p.peak_reserved_bytes; }, true, kAllocatedColour, "5 3",
+        0, [](const SweepPoint& p) { return p.peak_reserved_bytes; }, kAllocatedColour, "5 3",
         1.2);
     Line(
-        0, [](const SweepPoint& p) { return SweepPointBytes(p); }, true, kDeviceTotalColour, "", 2);
+        0, [](const SweepPoint& p) { return SweepPointBytes(p); }, kDeviceTotalColour, "", 2);
     Markers(0, kDeviceTotalColour);
   }
 
@@ -190,7 +181,7 @@ class SweepChartWriter {
     for (size_t g = 0; g < Groups(); ++g) {
       const char* colour = kGroupColours[g % std::size(kGroupColours)];
       Line(
-          g, [](const SweepPoint& p) { return SweepPointBytes(p); }, true, colour, "", 1.8);
+          g, [](const SweepPoint& p) { return SweepPointBytes(p); }, colour, "", 1.8);
       Markers(g, colour);
     }
   }

@@ -75,11 +75,10 @@ std::string RenderSweepHtml(const SweepResult& sweep) {
          "shows: "
          "peak reserved plus the CUDA context and memory outside PyTorch. A hollow red point does "
          "not fit. "
-         "Where it ran out of memory its simulation stopped there, as PyTorch would: it is drawn "
-         "at the "
-         "memory in use when the allocation failed, not at what the whole step would need, and the "
-         "lines "
-         "break there.</figcaption>\n</figure>\n";
+         "A point that does not fit is drawn at what the whole run needs (replayed without the "
+         "GPU's limit), so the curve goes on past the GPU's line; PyTorch would stop at the "
+         "out-of-memory point, which <code>estimate</code> at that point shows.</figcaption>\n"
+         "</figure>\n";
   Table(sweep, &out);
   if (!sweep.knobs.empty()) {
     out += "<h2>Knobs used</h2>\n<table>\n";

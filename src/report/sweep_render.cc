@@ -64,11 +64,12 @@ std::string OneAxisSummary(const SweepResult& sweep) {
     if (p.fits) last_fitting = &p;
     if (!p.fits && !first_failing) first_failing = &p;
   }
-  // A point that ran out of memory may have failed below the limit (a
-  // fragmented cache), so only a completed run gets a number here.
+  // A point's numbers are what the whole run needs (Sweep replays one that
+  // runs out of memory without the GPU's limit); a simulated OOM says where
+  // PyTorch would stop, which can happen below the limit (a fragmented cache).
   const auto fails = [&](const SweepPoint& p) {
-    if (p.oom) return fmt::format("runs out of memory in the simulated allocator ({})", gpu);
-    return fmt::format("needs {}, above the {}", FormatBytes(p.device_total_bytes), gpu);
+    return fmt::format("needs {}, above the {}{}", FormatBytes(SweepPointBytes(p)), gpu,
+                       p.oom ? " (PyTorch would run out of memory on the way)" : "");
   };
   if (!first_failing) {
     uint64_t most = 0;
@@ -161,9 +162,9 @@ std::string RenderSweepText(const SweepResult& sweep) {
   out +=
       "Device total = peak reserved + CUDA context + memory outside PyTorch (what nvidia-smi "
       "shows).\n"
-      "A point with a simulated OOM stopped there, as PyTorch would: its numbers are what was "
-      "reached\n"
-      "by then, not what the whole step would need.\n";
+      "A point that does not fit shows what the whole run needs (replayed without the GPU's "
+      "limit);\n"
+      "\"simulated OOM\" says PyTorch would stop there: `estimate` at that point shows where.\n";
   return out;
 }
 
