@@ -19,7 +19,7 @@ namespace {
 struct FitArgs {
   std::string model;
   KnobArgs knobs;
-  std::string margin = "0";
+  std::string margin;  // empty: kDefaultFitMargin
   uint64_t max_batch = 0;
   uint64_t max_seq = 0;
   int64_t max_gpus = 4096;
@@ -29,7 +29,9 @@ struct FitArgs {
 Result<FitResult> ComputeFit(const FitArgs& args, const ModelIo& io) {
   VS_TRY(setup, args.knobs.ToSetup());
   VS_TRY(gpu, FindGpu(setup.gpu));
-  VS_TRY(margin, ParseMargin(args.margin, gpu.usable_bytes));
+  const bool default_margin = args.margin.empty();
+  VS_TRY(margin, ParseMargin(default_margin ? kDefaultFitMargin : std::string_view(args.margin),
+                             gpu.usable_bytes));
   VS_TRY(model, ResolveModel(args.model, io));
   VS_TRY(encoders, args.knobs.ResolveTextEncoders(io, &setup));
   (void)encoders;
@@ -38,6 +40,7 @@ Result<FitResult> ComputeFit(const FitArgs& args, const ModelIo& io) {
   args.knobs.Warn(model, setup);
   FitOptions options;
   options.margin_bytes = margin;
+  options.margin_is_default = default_margin;
   options.max_batch = args.max_batch;
   options.max_seq = args.max_seq;
   // A parallel mode on the command line asks for the fewest GPUs too.
@@ -68,7 +71,8 @@ std::shared_ptr<FitArgs> DeclareFit(CLI::App* sub) {
   AddFromFlag(sub, &args->knobs);
   sub->add_option(
       "--margin", args->margin,
-      "Memory to keep free: GiB (2, 1.5GiB) or a share of usable memory (5%); default 0");
+      "Memory to keep free: GiB (2, 1.5GiB) or a share of usable memory (5%); default 2% "
+      "(about the estimate's median error on GPU runs; 0 removes it)");
   sub->add_option("--max-batch", args->max_batch, "Largest micro-batch to search (default 65536)");
   sub->add_option(
       "--max-seq", args->max_seq,

@@ -36,11 +36,19 @@ inline constexpr uint64_t kFitMaxBatch = kMaxBatch;
 // Longest sequence searched when the model states no max_position_embeddings.
 inline constexpr uint64_t kFitDefaultMaxSeq = uint64_t{1} << 20;
 
+// fit's margin when --margin is not given (docs/plan.md): 2% of the GPU's
+// usable memory, about the median device-total error of the estimate on
+// single-GPU runs it had never seen (1.5%, README "Accuracy", round 2), so
+// an answer at the edge is not a coin toss. --margin 0 removes it.
+inline constexpr std::string_view kDefaultFitMargin = "2%";
+
 struct FitOptions {
   // Memory kept free on the device: a setup fits when it fits the GPU and its
   // device total is at most usable_bytes - margin_bytes. Must be below the
   // GPU's usable bytes (ParseMargin checks).
   uint64_t margin_bytes = 0;
+  // The margin is kDefaultFitMargin, not one the user gave (the report says so).
+  bool margin_is_default = false;
   // 0: the defaults above (the model's max_position_embeddings when stated).
   uint64_t max_batch = 0;
   uint64_t max_seq = 0;
@@ -104,6 +112,7 @@ struct FitSuggestion {
 struct FitResult {
   GpuSpec gpu;
   uint64_t margin_bytes = 0;
+  bool margin_is_default = false;           // FitOptions::margin_is_default
   uint64_t limit_bytes = 0;                 // gpu.usable_bytes - margin_bytes
   FitSearch batch;                          // at the setup's seq
   FitSearch seq;                            // at the setup's batch (a UNet: the image side)

@@ -249,6 +249,7 @@ Result<FitResult> Fit(const ModelSpec& model, const TrainingSetup& setup,
   FitResult out;
   out.gpu = gpu;
   out.margin_bytes = options.margin_bytes;
+  out.margin_is_default = options.margin_is_default;
   out.limit_bytes = gpu.usable_bytes - options.margin_bytes;
   // With a GPU-count search and no --gpus given, the batch and sequence
   // searches run at the fewest GPUs found (what the user would launch).

@@ -128,6 +128,12 @@ std::string RenderFitText(const FitResult& fit, std::string_view source) {
                                 fit.gpu.display_name.empty() ? fit.gpu.name : fit.gpu.display_name);
   out += fmt::format("Limit: {} usable - {} margin = {}\n", FormatBytes(fit.gpu.usable_bytes),
                      FormatBytes(fit.margin_bytes), FormatBytes(fit.limit_bytes));
+  if (fit.margin_is_default) {
+    out += fmt::format(
+        "       (the default margin, {} of usable memory: about the estimate's median error on "
+        "GPU runs it had not seen; --margin 0 removes it)\n",
+        kDefaultFitMargin);
+  }
   std::string knobs;
   for (const auto& [key, value] : fit.batch.at_max.knobs) {
     if (key == "batch" || key == "seq" || key == "image_size" || key == "gpu" || value.empty())
@@ -175,6 +181,7 @@ std::string RenderFitJson(const FitResult& fit, std::string_view source, int ind
   }
   j["gpu"] = {{"name", fit.gpu.name}, {"usable_bytes", fit.gpu.usable_bytes}};
   j["margin_bytes"] = fit.margin_bytes;
+  j["margin_is_default"] = fit.margin_is_default;
   j["limit_bytes"] = fit.limit_bytes;
   j["fits"] = fit.fits();
   j["max_batch"] = fit.batch.max_value;

@@ -149,13 +149,14 @@ class SweepChartWriter {
     out_ += "<g class=\"vs-points\">\n";
     for (size_t i = group; i < sweep_.points.size(); i += Groups()) {
       const SweepPoint& p = sweep_.points[i];
-      const std::string tip =
-          fmt::format("{}: peak allocated {}, peak reserved {}, device total {}{}",
-                      SweepPointLabel(sweep_, p), FormatBytes(p.peak_allocated_bytes),
-                      FormatBytes(p.peak_reserved_bytes), FormatBytes(p.device_total_bytes),
-                      p.fits  ? ", fits"
-                      : p.oom ? ", does not fit: what the whole run needs (PyTorch would run out of memory first)"
-                              : ", does not fit");
+      const std::string tip = fmt::format(
+          "{}: peak allocated {}, peak reserved {}, device total {}{}", SweepPointLabel(sweep_, p),
+          FormatBytes(p.peak_allocated_bytes), FormatBytes(p.peak_reserved_bytes),
+          FormatBytes(p.device_total_bytes),
+          p.fits ? ", fits"
+          : p.oom
+              ? ", does not fit: what the whole run needs (PyTorch would run out of memory first)"
+              : ", does not fit");
       out_ += fmt::format(
           "<circle cx=\"{}\" cy=\"{}\" r=\"{}\" fill=\"{}\" stroke=\"{}\" stroke-width=\"{}\">"
           "<title>{}</title></circle>\n",
@@ -167,11 +168,9 @@ class SweepChartWriter {
 
   void SingleLines() {
     Line(
-        0, [](const SweepPoint& p) { return p.peak_allocated_bytes; }, kAllocatedColour, "",
-        1.6);
+        0, [](const SweepPoint& p) { return p.peak_allocated_bytes; }, kAllocatedColour, "", 1.6);
     Line(
-        0, [](const SweepPoint& p) { return p.peak_reserved_bytes; }, kAllocatedColour, "5 3",
-        1.2);
+        0, [](const SweepPoint& p) { return p.peak_reserved_bytes; }, kAllocatedColour, "5 3", 1.2);
     Line(
         0, [](const SweepPoint& p) { return SweepPointBytes(p); }, kDeviceTotalColour, "", 2);
     Markers(0, kDeviceTotalColour);
