@@ -157,6 +157,25 @@ def test_fit_fewest_gpus_is_the_boundary(mode):
     assert within(n) and not within(n - 1)
 
 
+def test_fit_rounds_the_fewest_gpus_to_whole_nodes():
+    # Issue 40 item 2: a count over one node is launched on whole nodes; the searches use it.
+    knobs = ["llama-3-70b", "--gpu", "a10g", "--seq", "2048", "--grad-ckpt", "full", "--zero", "3"]
+    launch = {}
+    for per_node in (8, 4):
+        r = json.loads(run("fit", *knobs, "--gpus-per-node", str(per_node), "--json").stdout)
+        g = r["gpus"]
+        assert g["gpus_per_node"] == per_node and g["min_gpus"] > per_node
+        assert g["launch_gpus"] % per_node == 0
+        assert g["min_gpus"] <= g["launch_gpus"] < g["min_gpus"] + per_node
+        assert r["batch"]["estimate"]["knobs"]["gpus"] == str(g["launch_gpus"])
+        launch[per_node] = g["launch_gpus"]
+    text = run("fit", *knobs).stdout
+    assert f"On whole nodes of 8 GPUs (--gpus-per-node): {launch[8]} ({launch[8] // 8} nodes)" in text
+    small = json.loads(run("fit", "llama-3-8b", "--gpu", "a100-40g", "--seq", "2048",
+                           "--grad-ckpt", "full", "--zero", "3", "--json").stdout)["gpus"]
+    assert small["min_gpus"] <= 8 and small["launch_gpus"] == small["min_gpus"]
+
+
 def test_zero2_offload_fits_one_gpu():
     # DeepSpeed 0.19.8 ZeRO-Offload keeps no fp32 partition on the device (the
     # update reaches the bf16 partition through the pinned host buffer,

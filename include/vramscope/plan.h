@@ -91,9 +91,14 @@ struct FitSearch {
 // tp x pp x cp). Memory per GPU falls as sharding spreads the model states,
 // so the search is exponential then binary over the GPU count.
 struct FitGpusSearch {
-  uint32_t step = 1;            // GPU counts searched are multiples of this
-  uint32_t cap = 0;             // the largest count searched
-  uint32_t min_gpus = 0;        // 0: no count up to cap fits
+  uint32_t step = 1;      // GPU counts searched are multiples of this
+  uint32_t cap = 0;       // the largest count searched
+  uint32_t min_gpus = 0;  // 0: no count up to cap fits
+  // What to launch: min_gpus when one node holds it, else rounded up to whole
+  // nodes of gpus_per_node (--gpus-per-node) that are also multiples of step.
+  // Memory per GPU does not grow with the count, so it fits too. 0: none fits.
+  uint32_t gpus_per_node = 8;
+  uint32_t launch_gpus = 0;
   Report at_min;                // the estimate at min_gpus (at cap when none fits)
   std::optional<Report> below;  // at min_gpus - step, which does not fit
   uint64_t estimates = 0;

@@ -256,7 +256,7 @@ Result<FitResult> Fit(const ModelSpec& model, const TrainingSetup& setup,
   TrainingSetup at = setup;
   if (options.search_gpus) {
     VS_TRY(gpus, FitGpus(model, setup, out.limit_bytes, options.max_gpus));
-    if (setup.parallel.gpus == 1 && gpus.min_gpus > 0) at.parallel.gpus = gpus.min_gpus;
+    if (setup.parallel.gpus == 1 && gpus.launch_gpus > 0) at.parallel.gpus = gpus.launch_gpus;
     out.gpus = std::move(gpus);
   }
   // A ViT's tokens are its patch grid and the class token, whatever --seq says.

@@ -5,6 +5,7 @@
 // boundary.
 #include <algorithm>
 #include <map>
+#include <numeric>
 
 #include <fmt/format.h>
 
@@ -12,6 +13,19 @@
 #include "vramscope/plan.h"
 
 namespace vramscope {
+namespace {
+
+// `gpus` as launched: as is within one node (a job may take part of one),
+// else whole nodes of `per_node` that are also multiples of `step` (tp x pp x
+// cp). A count past 2^32 - 1 stays as found.
+uint32_t WholeNodes(uint32_t gpus, uint32_t step, uint32_t per_node) {
+  if (per_node == 0 || gpus <= per_node) return gpus;
+  const uint64_t unit = std::lcm<uint64_t>(std::max<uint32_t>(step, 1), per_node);
+  const uint64_t rounded = (uint64_t{gpus} + unit - 1) / unit * unit;
+  return rounded > UINT32_MAX ? gpus : static_cast<uint32_t>(rounded);
+}
+
+}  // namespace
 
 Result<FitGpusSearch> FitGpus(const ModelSpec& model, const TrainingSetup& setup,
                               uint64_t limit_bytes, uint32_t max_gpus) {
@@ -70,6 +84,8 @@ Result<FitGpusSearch> FitGpus(const ModelSpec& model, const TrainingSetup& setup
     (ok ? hi : lo) = mid;
   }
   out.min_gpus = hi;
+  out.gpus_per_node = setup.parallel.gpus_per_node;
+  out.launch_gpus = WholeNodes(hi, out.step, out.gpus_per_node);
   VS_TRY(r, at(hi));
   out.at_min = *r;
   if (lo > 0) {

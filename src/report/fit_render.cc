@@ -118,6 +118,11 @@ std::string GpusText(const FitGpusSearch& g) {
     text += fmt::format("; {} do not fit (at least {} each)", g.min_gpus - g.step,
                         FormatBytes(g.below->needed_bytes()));
   }
+  if (g.launch_gpus != g.min_gpus) {
+    text += fmt::format(
+        ".\nOn whole nodes of {} GPUs (--gpus-per-node): {} ({} nodes); the searches below use {}",
+        g.gpus_per_node, g.launch_gpus, g.launch_gpus / g.gpus_per_node, g.launch_gpus);
+  }
   return text + ".\n\n";
 }
 
@@ -204,6 +209,8 @@ std::string RenderFitJson(const FitResult& fit, std::string_view source, int ind
     j["gpus"] = {{"step", fit.gpus->step},
                  {"cap", fit.gpus->cap},
                  {"min_gpus", fit.gpus->min_gpus},
+                 {"gpus_per_node", fit.gpus->gpus_per_node},
+                 {"launch_gpus", fit.gpus->launch_gpus},
                  {"estimates", fit.gpus->estimates},
                  {"estimate", ReportToJson(fit.gpus->at_min)}};
   }
