@@ -125,3 +125,18 @@ def test_a_70b_full_fine_tune_shows_one_needed_figure_on_every_surface(tmp_path)
     assert f"--seq 2048 needs {needed}" in text
     assert "shows what the whole run needs" in text and "not what the whole step" not in text
     assert needed in (tmp_path / "sweep.html").read_text()
+
+
+def test_explain_lists_the_precision_change_both_ways():
+    """Issue 40 item 2: --explain's knob changes include the precision (bf16 weights vs fp32
+    master weights), each delta the difference of two estimates."""
+    lora = ["llama-3-8b", "--finetune", "lora", "--seq", "2048"]
+    base = run_json("estimate", *lora)
+    lines = run_json("estimate", *lora, "--explain")["explanation"]
+    line = next(l for l in lines if "(--precision bf16-mixed)" in l)
+    mixed = run_json("estimate", *lora, "--precision", "bf16-mixed")
+    assert f"{signed_gib(mixed['needed_bytes'], base['needed_bytes'])} on the device" in line
+    assert "kept for backward" in line  # the frozen weights' casts, said for adapters
+    lines = run_json(*SETUP, "--explain")["explanation"]
+    line = next(l for l in lines if "(--precision bf16)" in l)
+    assert "(then it fits)" in line and line.split(": ")[1].startswith("-")

@@ -53,6 +53,21 @@ std::string ChunkedLossWhy(const TrainingSetup& s, bool grows) {
   return "the fp32 logits exist one chunk at a time; no extra compute";
 }
 
+// --precision bf16-mixed over bf16 weights: the model is held in fp32. For
+// adapters the frozen weights also pay twice: autocast caches a weight's
+// 16-bit copy only for leaves that require grad (autocast_mode.cpp
+// cached_cast, torch 2.13), so each frozen linear is cast on every use and
+// the copy is saved for backward.
+std::string FullPrecisionWhy(const TrainingSetup& s, bool /*grows*/) {
+  if (s.finetune == Finetune::kFull) {
+    return "the classic mixed-precision recipe: weights, gradients and optimizer state in fp32, "
+           "matmuls in bf16 under autocast; updates kept exact";
+  }
+  return "the frozen base weights held in fp32, and under autocast each one's bf16 copy is "
+         "made on every use and kept for backward (autocast caches casts only of weights that "
+         "train); the adapters are fp32 either way";
+}
+
 bool IsAdamFamily(OptimizerKind o) {
   return o == OptimizerKind::kAdamW || o == OptimizerKind::kAdamWFused ||
          o == OptimizerKind::kAdamWForLoop;
@@ -79,6 +94,16 @@ std::vector<WhatIf> Candidates() {
        "one reference pass over the dataset before training; no reference forward per step",
        [](const TrainingSetup& s) { return s.dpo && !s.dpo_precompute_ref; },
        [](TrainingSetup* s) { s->dpo_precompute_ref = true; }},
+      {"bf16 weights, no fp32 master copy (--precision bf16)",
+       "weights, gradients and optimizer state in bf16 as transformers 5 loads them; updates "
+       "smaller than bf16's resolution round away",
+       [](const TrainingSetup& s) {
+         return s.precision == Precision::kBf16Mixed || s.precision == Precision::kFp32;
+       },
+       [](TrainingSetup* s) { s->precision = Precision::kBf16; }},
+      {"fp32 master weights under bf16 autocast (--precision bf16-mixed)", "",
+       [](const TrainingSetup& s) { return s.precision == Precision::kBf16; },
+       [](TrainingSetup* s) { s->precision = Precision::kBf16Mixed; }, FullPrecisionWhy},
       {"fused AdamW (--optimizer adamw-fused)", "same math, fewer temporaries",
        [](const TrainingSetup& s) {
          return s.optimizer == OptimizerKind::kAdamW || s.optimizer == OptimizerKind::kAdamWForLoop;
