@@ -65,7 +65,7 @@ Result<Comparison> ComputeCompare(const CompareArgs& args, const CompareEstimate
   VS_TRY(encoders, estimate.knobs.ResolveTextEncoders(io, &setup));
   (void)encoders;
   if (Status v = ResolveVae(estimate.knobs, io, &setup); !v.ok()) return v.error();
-  ApplyDefaultPrecision(model, &setup);
+  ApplyLibraryDefaults(model, &setup);
   estimate.knobs.Warn(model, setup);
   VS_TRY(predicted, Estimate(model, setup));
   predicted.report.source = estimate.model;

@@ -32,7 +32,7 @@ Result<Estimated> ComputeEstimate(const EstimateArgs& args, const ModelIo& io) {
   VS_TRY(encoders, args.knobs.ResolveTextEncoders(io, &setup));
   (void)encoders;
   if (Status v = ResolveVae(args.knobs, io, &setup); !v.ok()) return v.error();
-  ApplyDefaultPrecision(model, &setup);
+  ApplyLibraryDefaults(model, &setup);
   args.knobs.Warn(model, setup);
   EstimateOptions options;
   options.top_allocations = args.top;

@@ -36,7 +36,7 @@ Result<FitResult> ComputeFit(const FitArgs& args, const ModelIo& io) {
   VS_TRY(encoders, args.knobs.ResolveTextEncoders(io, &setup));
   (void)encoders;
   if (Status v = ResolveVae(args.knobs, io, &setup); !v.ok()) return v.error();
-  ApplyDefaultPrecision(model, &setup);
+  ApplyLibraryDefaults(model, &setup);
   args.knobs.Warn(model, setup);
   FitOptions options;
   options.margin_bytes = margin;

@@ -31,7 +31,7 @@ Result<PlanResult> ComputePlan(const PlanArgs& args, const ModelIo& io) {
   VS_TRY(encoders, args.knobs.ResolveTextEncoders(io, &setup));
   (void)encoders;
   if (Status v = ResolveVae(args.knobs, io, &setup); !v.ok()) return v.error();
-  ApplyDefaultPrecision(model, &setup);
+  ApplyLibraryDefaults(model, &setup);
   args.knobs.Warn(model, setup);
   PlanOptions options;
   options.tokens_per_step = args.tokens_per_step;

@@ -64,7 +64,7 @@ Result<SweepResult> ComputeSweep(const SweepArgs& args, const ModelIo& io) {
   VS_TRY(encoders, args.knobs.ResolveTextEncoders(io, &setup));
   (void)encoders;
   if (Status v = ResolveVae(args.knobs, io, &setup); !v.ok()) return v.error();
-  ApplyDefaultPrecision(model, &setup);
+  ApplyLibraryDefaults(model, &setup);
   args.knobs.Warn(model, setup);
   ProgressLine progress("sweep: points");
   auto sweep =

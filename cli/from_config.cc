@@ -391,7 +391,7 @@ Status ReadHfBasics(const Reader& r, const Json& root) {
   }
   // bf16 is Trainer(bf16=True)'s autocast; the weights are what the script's
   // from_pretrained loaded: float32 under transformers 4.x, the checkpoint's
-  // dtype under 5.x. That is the default precision (ApplyDefaultPrecision), so
+  // dtype under 5.x. That is the default precision (ApplyLibraryDefaults), so
   // bf16 alone leaves --precision to it.
   if (fp16.value_or(false)) r.Set("--precision", "fp16-mixed", "fp16");
   if (bf16 && fp16 && !*bf16 && !*fp16) r.Set("--precision", "fp32", "bf16, fp16");

@@ -75,7 +75,7 @@ Status ReadTrlPrecision(const Reader& r, const Json& root) {
   VS_TRY(fp16, Bool(r, root, "fp16", "fp16"));
   // bf16 (TRL's default, true unless fp16) autocasts over whatever dtype the
   // model loaded in: without model_init_kwargs.dtype, from_pretrained's own
-  // default, which is the default precision (ApplyDefaultPrecision).
+  // default, which is the default precision (ApplyLibraryDefaults).
   VS_TRY(dtype, TrlDtype(r, root));
   const auto& [name, key] = dtype;
   if (name.empty()) return Ok{};

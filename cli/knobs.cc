@@ -140,6 +140,11 @@ bool KnobArgs::Given(const char* flag) const {
   return std::find(given.begin(), given.end(), flag) != given.end();
 }
 
+bool KnobArgs::GivenOrRead(const char* flag) const {
+  return Given(flag) || std::any_of(file_sources.begin(), file_sources.end(),
+                                    [flag](const auto& source) { return source.first == flag; });
+}
+
 void KnobArgs::Warn(const ModelSpec& model, const TrainingSetup& setup) const {
   std::vector<std::string> lines = SetupWarnings(model, setup);
   if (setup.finetune == Finetune::kFull) {
@@ -394,11 +399,10 @@ Result<TrainingSetup> KnobArgs::Convert() const {
   if (!dr.ok()) return dr.error();
   s.device_rules = *dr;
   s.knob_sources = file_sources;
-  // Neither the command line nor a --from file named it: the model decides
-  // (ApplyDefaultPrecision, once it is resolved).
-  s.precision_auto = !Given("--precision") &&
-                     std::none_of(file_sources.begin(), file_sources.end(),
-                                  [](const auto& source) { return source.first == "--precision"; });
+  // Neither the command line nor a --from file named it: the model and the
+  // libraries decide (ApplyLibraryDefaults, once the model is resolved).
+  s.precision_auto = !GivenOrRead("--precision");
+  s.optimizer_auto = !GivenOrRead("--optimizer");
   auto layout = parallel.ToLayout();
   if (!layout.ok()) return AttributeKnobError(layout.error(), s.knob_sources);
   s.parallel = *layout;

@@ -58,6 +58,8 @@ struct KnobArgs {
   std::vector<std::string> given;
   void KeepGiven();
   bool Given(const char* flag) const;
+  // Given on the command line or set by a --from file.
+  bool GivenOrRead(const char* flag) const;
   // With `from`, also the knobs the --from files set (those no flag overrode)
   // and the keys they hold that vramscope does not model.
   Result<TrainingSetup> ToSetup(FromConfig* from = nullptr) const;

@@ -38,7 +38,9 @@ def test_the_lora_example_prints_its_assumptions_with_their_flags():
     assert 'dtype="auto"' in weights and "Trainer(bf16=True)" in weights
     assert "--precision bf16-mixed" in weights
     assert "rank 16" in a["adapters"]["assumed"] and "fp32" in a["adapters"]["assumed"]
-    assert "foreach" in a["optimizer"]["assumed"] and "adamw-fused" in a["optimizer"]["assumed"]
+    # The HF Trainer's default optimizer on torch >= 2.8: fused AdamW; the flag for foreach.
+    assert "fused=True" in a["optimizer"]["assumed"] and "HF Trainer's default" in a["optimizer"]["assumed"]
+    assert "--optimizer adamw " in a["optimizer"]["assumed"] + " "
     # fp32 master weights only when asked, and then no "default of" words.
     mixed = assumptions(*LORA, "--precision", "bf16-mixed", "--optimizer", "adamw-fused")
     assert "fp32 weights" in mixed["weights"]["assumed"] and "autocast(bfloat16)" in mixed["weights"]["assumed"]

@@ -214,11 +214,14 @@ struct TrainingSetup {
   // (AttributeKnobError). Not shown in reports.
   std::vector<std::pair<std::string, std::string>> knob_sources;
   // Whether `precision` is still to be decided from the model (neither
-  // --precision nor a --from file named one): ApplyDefaultPrecision does,
+  // --precision nor a --from file named one): ApplyLibraryDefaults does,
   // and says whose default it took in `precision_default`, which the
   // report's Assumed section quotes. Empty: the precision was given.
   bool precision_auto = false;
   std::string precision_default;
+  // The same for the optimizer (neither --optimizer nor a --from file named
+  // one): ApplyLibraryDefaults picks the one the user's trainer builds.
+  bool optimizer_auto = false;
 };
 
 // The precision a run gets when none was given (precision_auto; issue 40):
@@ -230,7 +233,12 @@ struct TrainingSetup {
 // torchtune's recipe configs (dtype: bf16), LitGPT (bf16-mixed), diffusers'
 // scripts, DeepSpeed ZeRO, accelerate's FSDP and Megatron-LM (fp32 master
 // weights: bf16-mixed). Does nothing unless s->precision_auto.
-void ApplyDefaultPrecision(const ModelSpec& model, TrainingSetup* s);
+//
+// The optimizer, when none was given (optimizer_auto): the HF Trainer's
+// default, torch.optim.AdamW(fused=True) on torch >= 2.8, wherever the
+// Trainer builds it (the transformers implementation without DeepSpeed,
+// Megatron or a diffusers script); elsewhere torch's foreach AdamW.
+void ApplyLibraryDefaults(const ModelSpec& model, TrainingSetup* s);
 
 // `error` as the user should read it: when its message starts with a flag
 // ("--batch: 70000 is outside 1..65536") whose value came from a file

@@ -230,7 +230,33 @@ std::optional<std::pair<Precision, std::string_view>> FrameworkPrecision(const M
 
 }  // namespace
 
-void ApplyDefaultPrecision(const ModelSpec& model, TrainingSetup* s) {
+namespace {
+
+// transformers' TrainingArguments: default_optim = "adamw_torch_fused" when
+// torch >= 2.8 (training_args.py, read in 4.57.6 and 5.24.0; older releases
+// not checked, so left at torch's foreach AdamW). The Trainer builds it for
+// the transformers implementation; torchtune / LitGPT recipes, diffusers'
+// scripts, DeepSpeed's engine (its config's optimizer block) and Megatron-LM
+// build their own (plan/assumptions.cc says whose).
+bool TrainerBuildsTheOptimizer(const ModelSpec& model, const TrainingSetup& s) {
+  if (s.impl != ModelImpl::kTransformers || s.parallel.model_parallel()) return false;
+  if (model.is_unet || model.is_flux || model.is_vae) return false;
+  const DataParallel dp = s.parallel.dp_mode;
+  return dp != DataParallel::kZero1 && dp != DataParallel::kZero2 && dp != DataParallel::kZero3;
+}
+
+void ApplyDefaultOptimizer(const ModelSpec& model, TrainingSetup* s) {
+  if (!s->optimizer_auto) return;
+  s->optimizer_auto = false;
+  if (TrainerBuildsTheOptimizer(model, *s) && s->torch_version >= 208 &&
+      s->transformers_version >= 457)
+    s->optimizer = OptimizerKind::kAdamWFused;
+}
+
+}  // namespace
+
+void ApplyLibraryDefaults(const ModelSpec& model, TrainingSetup* s) {
+  ApplyDefaultOptimizer(model, s);
   if (!s->precision_auto) return;
   s->precision_auto = false;
   if (auto framework = FrameworkPrecision(model, *s)) {
