@@ -6,9 +6,13 @@
 
 // The knobs of `estimate` the page shows: element id, flag, and the value
 // that means "flag not given" (the CLI's default, DESIGN.md's knob table).
+// "auto" (shown "library default") gives no flag: the engine picks what the
+// user's libraries do (the checkpoint's dtype under transformers 5, the HF
+// Trainer's fused AdamW), as the CLI does without --precision / --optimizer;
+// the report's Assumed section says which.
 const SELECTS = {
-  precision: ["fp32", "fp16-mixed", "bf16-mixed", "fp16", "bf16"],
-  optimizer: ["none", "sgd", "sgd-momentum", "adamw", "adamw-foreach", "adamw-fused", "adamw-forloop",
+  precision: ["auto", "fp32", "fp16-mixed", "bf16-mixed", "fp16", "bf16"],
+  optimizer: ["auto", "none", "sgd", "sgd-momentum", "adamw", "adamw-foreach", "adamw-fused", "adamw-forloop",
               "adamw-8bit", "paged-adamw-8bit", "paged-adamw", "adafactor", "lion"],
   finetune: ["full", "lora", "qlora"],
   "grad-ckpt": ["none", "full", "reentrant"],
@@ -19,8 +23,8 @@ const SELECTS = {
   offload: ["none", "optimizer", "params"],
 };
 const DEFAULTS = {
-  gpu: "h100-80g", batch: "1", seq: "2048", "grad-accum": "1", precision: "bf16-mixed",
-  optimizer: "adamw", finetune: "full", "lora-rank": "16", "lora-targets": "q,v", "grad-ckpt": "none",
+  gpu: "h100-80g", batch: "1", seq: "2048", "grad-accum": "1", precision: "auto",
+  optimizer: "auto", finetune: "full", "lora-rank": "16", "lora-targets": "q,v", "grad-ckpt": "none",
   attn: "sdpa", loss: "hf", "alloc-conf": "", gpus: "", ddp: false, zero: "", fsdp: "",
   offload: "none", tp: "1", pp: "1", sp: false, cp: "1", microbatches: "", explain: false,
   "extra-flags": "",
@@ -320,7 +324,7 @@ function fillSelect(select, values, labels) {
   values.forEach((v, i) => {
     const o = document.createElement("option");
     o.value = v;
-    o.textContent = labels ? labels[i] : v === "" ? "off" : v;
+    o.textContent = labels ? labels[i] : v === "" ? "off" : v === "auto" ? "library default" : v;
     select.appendChild(o);
   });
 }
