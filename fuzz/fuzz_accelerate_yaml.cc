@@ -8,7 +8,9 @@
 // Checks, beyond "no crash, no hang, no sanitizer report":
 //  - an error is one line that starts with the name of the file read or of
 //    the DeepSpeed file it names (docs/configs.md's "FILE: KEY: why");
-//  - every knob names a flag the CLI applies, with a value and a key.
+//  - every knob names a flag the CLI applies, with a value and a key (the
+//    flags KnobArgs::SetFromFile in cli/knobs.cc takes; keep the two lists
+//    equal: this one once lacked three flags added to the readers).
 //
 //   scripts/fuzz.sh fuzz_accelerate_yaml      (or, by hand:)
 //   build-fuzz/fuzz/fuzz_accelerate_yaml -max_len=16384 -max_total_time=60 CORPUS_COPY
@@ -42,6 +44,9 @@ constexpr std::string_view kFlags[] = {"--precision",
                                        "--gpus",
                                        "--gpus-per-node",
                                        "--fsdp-version",
+                                       "--fsdp-backward-prefetch",
+                                       "--fsdp-wrap",
+                                       "--zero-overlap-comm",
                                        "--ddp-bucket-cap-mb",
                                        "--ddp",
                                        "--batch",
